@@ -1,0 +1,3 @@
+//! BGP-4 (RFC 4271): codec, sans-IO state machine, RIB, and the tokio drivers around them.
+
+pub mod wire;

@@ -1,0 +1,232 @@
+//! Path attribute types (RFC 4271 §5, RFC 4760, RFC 6793, RFC 1997, RFC 8092).
+//!
+//! These are the decoded, owned form that the RIB interns: one `Arc<PathAttributes>` per
+//! distinct set. Everything here is `Eq + Hash` so that interning is a hash-set lookup.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Address family identifier (RFC 4760 §3, IANA "Address Family Numbers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Afi {
+    Ipv4 = 1,
+    Ipv6 = 2,
+}
+
+/// Subsequent address family identifier (RFC 4760 §6). Only unicast is spoken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Safi {
+    Unicast = 1,
+}
+
+/// An AFI/SAFI pair, as negotiated by the Multiprotocol capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Family {
+    pub afi: Afi,
+    pub safi: Safi,
+}
+
+impl Family {
+    pub const IPV4_UNICAST: Family = Family { afi: Afi::Ipv4, safi: Safi::Unicast };
+    pub const IPV6_UNICAST: Family = Family { afi: Afi::Ipv6, safi: Safi::Unicast };
+}
+
+/// ORIGIN (RFC 4271 §5.1.1). The order is the preference order of §9.1.2.2 c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Origin {
+    #[default]
+    Igp = 0,
+    Egp = 1,
+    Incomplete = 2,
+}
+
+/// AS_PATH segment types (RFC 4271 §4.3, RFC 5065 §3 for the confederation kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SegmentKind {
+    Set = 1,
+    Sequence = 2,
+    ConfedSequence = 3,
+    ConfedSet = 4,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AsSegment {
+    pub kind: SegmentKind,
+    /// Always 4-octet ASNs: a 2-octet peer's path is widened, and merged with AS4_PATH, at
+    /// decode time (RFC 6793 §4.2.3).
+    pub asns: Vec<u32>,
+}
+
+/// AS_PATH with 4-octet ASNs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct AsPath {
+    pub segments: Vec<AsSegment>,
+}
+
+/// AGGREGATOR (RFC 4271 §5.1.7), merged with AS4_AGGREGATOR (RFC 6793 §4.2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Aggregator {
+    pub asn: u32,
+    pub address: Ipv4Addr,
+}
+
+/// A large community (RFC 8092 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LargeCommunity {
+    pub global_admin: u32,
+    pub local_data1: u32,
+    pub local_data2: u32,
+}
+
+/// Well-known communities (RFC 1997, RFC 3765, RFC 8326).
+pub mod well_known {
+    pub const GRACEFUL_SHUTDOWN: u32 = 0xFFFF_0000;
+    pub const BLACKHOLE: u32 = 0xFFFF_029A;
+    pub const NO_EXPORT: u32 = 0xFFFF_FF01;
+    pub const NO_ADVERTISE: u32 = 0xFFFF_FF02;
+    pub const NO_EXPORT_SUBCONFED: u32 = 0xFFFF_FF03;
+    pub const NO_PEER: u32 = 0xFFFF_FF04;
+}
+
+/// The next hop of a path: the NEXT_HOP attribute for IPv4 NLRI, the MP_REACH_NLRI next hop
+/// for IPv6 (RFC 4760 §3, RFC 2545 §3: a global address and optionally a link-local one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum NextHop {
+    /// Locally originated routes before export fills in the session's address.
+    #[default]
+    Unspecified,
+    V4(Ipv4Addr),
+    V6 { global: Ipv6Addr, link_local: Option<Ipv6Addr> },
+}
+
+/// An attribute this speaker does not interpret, kept as received. Optional transitive ones are
+/// passed on with the Partial bit set (RFC 4271 §5); optional non-transitive ones are dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RawAttribute {
+    pub flags: u8,
+    pub type_code: u8,
+    pub value: Vec<u8>,
+}
+
+/// Attribute flag bits (RFC 4271 §4.3).
+pub mod flags {
+    pub const OPTIONAL: u8 = 0x80;
+    pub const TRANSITIVE: u8 = 0x40;
+    pub const PARTIAL: u8 = 0x20;
+    pub const EXTENDED_LENGTH: u8 = 0x10;
+}
+
+/// Attribute type codes (IANA "BGP Path Attributes").
+pub mod type_code {
+    pub const ORIGIN: u8 = 1;
+    pub const AS_PATH: u8 = 2;
+    pub const NEXT_HOP: u8 = 3;
+    pub const MULTI_EXIT_DISC: u8 = 4;
+    pub const LOCAL_PREF: u8 = 5;
+    pub const ATOMIC_AGGREGATE: u8 = 6;
+    pub const AGGREGATOR: u8 = 7;
+    pub const COMMUNITIES: u8 = 8;
+    pub const ORIGINATOR_ID: u8 = 9;
+    pub const CLUSTER_LIST: u8 = 10;
+    pub const MP_REACH_NLRI: u8 = 14;
+    pub const MP_UNREACH_NLRI: u8 = 15;
+    pub const AS4_PATH: u8 = 17;
+    pub const AS4_AGGREGATOR: u8 = 18;
+    pub const LARGE_COMMUNITIES: u8 = 32;
+}
+
+/// The attributes of one path, without the NLRI. The next hop is part of the set because
+/// every route from one peer usually shares it, so interning stays effective.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct PathAttributes {
+    pub origin: Origin,
+    pub as_path: AsPath,
+    pub next_hop: NextHop,
+    pub med: Option<u32>,
+    pub local_pref: Option<u32>,
+    pub atomic_aggregate: bool,
+    pub aggregator: Option<Aggregator>,
+    pub communities: Vec<u32>,
+    pub large_communities: Vec<LargeCommunity>,
+    /// RFC 4456 §8, kept for loop detection and display; never sent to eBGP peers.
+    pub originator_id: Option<Ipv4Addr>,
+    pub cluster_list: Vec<Ipv4Addr>,
+    /// Unrecognised optional transitive attributes, in the order received.
+    pub unknown: Vec<RawAttribute>,
+}
+
+impl AsPath {
+    /// A path of one AS_SEQUENCE.
+    pub fn sequence(asns: Vec<u32>) -> Self {
+        if asns.is_empty() {
+            return Self::default();
+        }
+        Self { segments: vec![AsSegment { kind: SegmentKind::Sequence, asns }] }
+    }
+
+    /// Path length for route selection (RFC 4271 §9.1.2.2 a): an AS_SET counts as one, and
+    /// confederation segments do not count (RFC 5065 §5.3).
+    pub fn selection_length(&self) -> usize {
+        self.segments
+            .iter()
+            .map(|s| match s.kind {
+                SegmentKind::Sequence => s.asns.len(),
+                SegmentKind::Set => 1,
+                SegmentKind::ConfedSequence | SegmentKind::ConfedSet => 0,
+            })
+            .sum()
+    }
+
+    /// The neighbouring AS: the first ASN of a leading AS_SEQUENCE (RFC 4271 §9.1.2.2 c uses it
+    /// to decide when MEDs are comparable).
+    pub fn neighbor_asn(&self) -> Option<u32> {
+        let first = self.segments.first()?;
+        match first.kind {
+            SegmentKind::Sequence => first.asns.first().copied(),
+            _ => None,
+        }
+    }
+
+    /// Whether `asn` appears anywhere in the path (loop detection, RFC 4271 §9.1.2).
+    pub fn contains(&self, asn: u32) -> bool {
+        self.segments.iter().any(|s| s.asns.contains(&asn))
+    }
+
+    /// Prepends `asn` as an eBGP speaker does on export (RFC 4271 §5.1.2): into the leading
+    /// AS_SEQUENCE if there is room (255 ASNs a segment), else as a new segment.
+    pub fn prepend(&mut self, asn: u32) {
+        match self.segments.first_mut() {
+            Some(first) if first.kind == SegmentKind::Sequence && first.asns.len() < 255 => {
+                first.asns.insert(0, asn);
+            }
+            _ => self
+                .segments
+                .insert(0, AsSegment { kind: SegmentKind::Sequence, asns: vec![asn] }),
+        }
+    }
+
+    /// All ASNs in order, for display.
+    pub fn iter_asns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.segments.iter().flat_map(|s| s.asns.iter().copied())
+    }
+}
+
+impl std::fmt::Display for AsPath {
+    /// FRR's notation: sequences space-separated, sets in braces, confederations in parentheses.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for seg in &self.segments {
+            if !first {
+                f.write_str(" ")?;
+            }
+            first = false;
+            let list = seg.asns.iter().map(u32::to_string).collect::<Vec<_>>();
+            match seg.kind {
+                SegmentKind::Sequence => write!(f, "{}", list.join(" "))?,
+                SegmentKind::Set => write!(f, "{{{}}}", list.join(","))?,
+                SegmentKind::ConfedSequence => write!(f, "({})", list.join(" "))?,
+                SegmentKind::ConfedSet => write!(f, "[{}]", list.join(","))?,
+            }
+        }
+        Ok(())
+    }
+}

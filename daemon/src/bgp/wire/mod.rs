@@ -1,0 +1,6 @@
+//! The BGP codec. Ours, not a crate's: the hot path decodes a million prefixes without an
+//! allocation per prefix and every decode error maps to an RFC 7606 outcome (DESIGN.md says
+//! why `netgauze-bgp-pkt` and `zettabgp` do not fit; netgauze serves as a test oracle).
+
+pub mod attributes;
+pub mod header;

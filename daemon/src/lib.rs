@@ -1,0 +1,4 @@
+//! uplink: one process that connects a bare-metal node to its data-centre fabric.
+
+pub mod bgp;
+pub mod config;
