@@ -2,3 +2,6 @@
 
 pub mod bgp;
 pub mod config;
+pub mod control;
+pub mod daemon;
+pub mod ops;

@@ -1,1 +1,149 @@
-fn main() {}
+//! The `uplink` command: `run` starts the daemon; the other subcommands talk to it over the
+//! control socket or work on config files.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use uplink::control::protocol::{FamilyArg, Request, VrfSelector};
+use uplink::control::{client, render, DEFAULT_SOCKET};
+
+const DEFAULT_CONFIG: &str = "/etc/uplink/uplink.toml";
+
+#[derive(Parser)]
+#[command(name = "uplink", version, about = "Connects a bare-metal node to its data-centre fabric")]
+struct Cli {
+    /// Control socket of the daemon.
+    #[arg(long, global = true, default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon (the config is the main file plus conf.d/*.toml next to it).
+    Run {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+    /// Validate the config without running; exit 1 with every error found.
+    Check {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+    /// Show the daemon's state.
+    Show {
+        #[command(subcommand)]
+        what: Show,
+    },
+}
+
+#[derive(Subcommand)]
+enum Show {
+    /// BGP state.
+    Bgp {
+        #[command(subcommand)]
+        what: ShowBgp,
+    },
+}
+
+#[derive(Args)]
+struct Common {
+    /// VRF name, `default`, or `all`.
+    #[arg(long)]
+    vrf: Option<String>,
+    /// Print JSON (FRR's key names) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum ShowBgp {
+    /// Sessions and prefix counts, like `show bgp summary`.
+    Summary {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Session details, like `show bgp neighbors [ADDR]`.
+    Neighbors {
+        address: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The BGP table, like `show bgp [ipv4|ipv6] unicast [PREFIX]`.
+    Routes {
+        #[arg(long, value_enum)]
+        family: Option<Family>,
+        prefix: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { config } => {
+            uplink::ops::logging::init();
+            match uplink::daemon::run(&config, &cli.socket) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("uplink: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Check { config } => match uplink::config::load(&config) {
+            Ok(model) => {
+                println!("{}: OK ({})", config.display(), model.summary());
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Show { what: Show::Bgp { what } } => {
+            let (request, json) = match what {
+                ShowBgp::Summary { common } => {
+                    (Request::BgpSummary { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)
+                }
+                ShowBgp::Neighbors { address, common } => (
+                    Request::BgpNeighbors { vrf: VrfSelector::parse(common.vrf.as_deref()), address },
+                    common.json,
+                ),
+                ShowBgp::Routes { family, prefix, common } => (
+                    Request::BgpRoutes {
+                        vrf: VrfSelector::parse(common.vrf.as_deref()),
+                        family: family.map(|f| match f {
+                            Family::Ipv4 => FamilyArg::Ipv4,
+                            Family::Ipv6 => FamilyArg::Ipv6,
+                        }),
+                        prefix,
+                    },
+                    common.json,
+                ),
+            };
+            match client::call(&cli.socket, &request) {
+                Ok(value) => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+                    } else {
+                        print!("{}", render::text(&request, &value));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("uplink: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

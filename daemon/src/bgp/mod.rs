@@ -1,3 +1,10 @@
 //! BGP-4 (RFC 4271): codec, sans-IO state machine, RIB, and the tokio drivers around them.
 
+pub mod display;
+pub mod instance;
+pub mod rib_task;
+pub mod session;
+pub mod stats;
+pub mod transport;
+pub mod view;
 pub mod wire;

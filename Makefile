@@ -1,0 +1,52 @@
+# uplink — build, lab and test entry points. The README names `make lab` and `make test`.
+SHELL := /bin/bash
+TARGET := x86_64-unknown-linux-gnu
+STATIC_FLAGS := -C target-feature=+crt-static
+STATIC_BIN := target/$(TARGET)/release/uplink
+# Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
+# that build the namespaces.
+LAB_PKGS := frr iproute2 procps
+TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3
+
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test
+
+all: build
+
+build:
+	cargo build --release
+
+# The one static executable (glibc, statically linked; the musl target is not installed here).
+static:
+	RUSTFLAGS="$(STATIC_FLAGS)" cargo build --release --target $(TARGET) -p uplink --bin uplink
+	@file $(STATIC_BIN) 2>/dev/null || true
+
+deps-lab:
+	@./scripts/apt-install $(LAB_PKGS)
+
+deps-test:
+	@./scripts/apt-install $(TEST_PKGS)
+
+lab: deps-lab static
+	./lab/lab.sh up $(STATIC_BIN)
+
+lab-down:
+	./lab/lab.sh down
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --all-targets -- -D warnings
+
+# Every tier that exists: unit + interop (network namespaces with real FRR, BIRD, GoBGP,
+# ExaBGP) via cargo, then a short fuzz smoke run.
+test: deps-test lint
+	cargo test --workspace --no-fail-fast -- --test-threads=4
+	$(MAKE) fuzz-smoke
+
+FUZZ_TARGETS := $(notdir $(basename $(wildcard daemon/fuzz/fuzz_targets/*.rs)))
+FUZZ_SECONDS ?= 20
+
+fuzz-smoke:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/fuzz $(FUZZ_TARGETS)
+
+fuzz:
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} ./scripts/fuzz $(FUZZ_TARGETS)

@@ -1,0 +1,240 @@
+//! One routing instance (VRF): its RIB task, one session task per neighbor, and the listener
+//! that hands incoming connections to the right session.
+
+use super::fsm::{Fsm, FsmConfig, RemoteAsn as FsmRemoteAsn};
+use super::policy;
+use super::rib_task::{self, RibHandle, RibSetup};
+use super::session::{self, canonical_ip, SessionCommand, SessionParams};
+use super::stats::PeerStats;
+use super::transport::{self, TransportOptions};
+use super::wire::attributes::{Family, LargeCommunity};
+use crate::config::{self, AddressFamily, AllowMode, Community, Neighbor, RemoteAsn, Router};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// The BGP port (RFC 4271 §8.2.1).
+pub const BGP_PORT: u16 = 179;
+/// Cap of the connect-retry backoff.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// A configured neighbor and its running session.
+pub struct NeighborHandle {
+    pub config: Neighbor,
+    pub stats: Arc<PeerStats>,
+    commands: mpsc::Sender<SessionCommand>,
+}
+
+pub struct Instance {
+    /// "" for the default VRF.
+    pub vrf: String,
+    pub asn: u32,
+    pub router_id: Ipv4Addr,
+    pub rib: RibHandle,
+    pub neighbors: Vec<NeighborHandle>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+impl Instance {
+    pub async fn start(router: &Router, config: &config::Config) -> Result<Instance, String> {
+        let router_id = match router.id {
+            Some(id) => id,
+            None => derive_router_id(router).ok_or(
+                "no router id: set `id` on the router (no IPv4 route towards a neighbor to derive one from)",
+            )?,
+        };
+        let rib = rib_task::spawn(RibSetup {
+            vrf: router.vrf.clone(),
+            local_asn: router.asn,
+            router_id,
+            maximum_paths: router.maximum_paths,
+            multipath_relax: router.multipath_relax,
+            originate: router.prefixes.clone(),
+            always_block: config.always_block.clone(),
+        });
+
+        let listener = transport::listen(BGP_PORT, &router.vrf)
+            .map_err(|e| format!("cannot listen on TCP port {BGP_PORT}: {e}"))?;
+        for n in &router.neighbors {
+            if let Some(password) = &n.password {
+                // RFC 2385: the key must be on the listening socket before the peer's SYN.
+                transport::set_md5_key(listener.as_raw_fd(), n.address, password.expose().as_bytes())
+                    .map_err(|e| format!("neighbor {}: cannot set the TCP-MD5 key: {e}", n.address))?;
+            }
+        }
+
+        let mut neighbors = Vec::new();
+        for (index, n) in router.neighbors.iter().enumerate() {
+            let stats = Arc::new(PeerStats::default());
+            let fsm = Fsm::new(fsm_config(router, n, router_id, index as u64));
+            let params = SessionParams {
+                remote: SocketAddr::new(n.address, n.port),
+                local_asn: router.asn,
+                transport: transport_options(n, &router.vrf),
+                max_prefixes: n.max_prefixes,
+                import: import_policy(n),
+                export: export_policy(n),
+            };
+            let commands = session::spawn(params, fsm, rib.clone(), stats.clone());
+            neighbors.push(NeighborHandle { config: n.clone(), stats, commands });
+        }
+
+        let routes: Vec<(IpAddr, mpsc::Sender<SessionCommand>)> =
+            neighbors.iter().map(|n| (n.config.address, n.commands.clone())).collect();
+        let vrf = router.vrf.clone();
+        let listener = tokio::spawn(async move {
+            loop {
+                let (stream, from) = match listener.accept().await {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let ip = canonical_ip(from.ip());
+                match routes.iter().find(|(addr, _)| *addr == ip) {
+                    Some((_, tx)) => {
+                        debug!(vrf = %vrf, "accepted connection from {ip}");
+                        let _ = tx.send(SessionCommand::Accepted(stream)).await;
+                    }
+                    // RFC 4271 §8.2.1.5 leaves unconfigured peers to policy: refuse them.
+                    None => info!(vrf = %vrf, "refused connection from unconfigured peer {ip}"),
+                }
+            }
+        });
+        info!(vrf = %router.vrf, asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", neighbors.len());
+        Ok(Instance { vrf: router.vrf.clone(), asn: router.asn, router_id, rib, neighbors, listener })
+    }
+
+    /// Stops every session with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2).
+    pub async fn shutdown(&self) {
+        for n in &self.neighbors {
+            let _ = n
+                .commands
+                .send(SessionCommand::Stop { subcode: 2, reason: "uplink is shutting down".into() })
+                .await;
+        }
+    }
+}
+
+/// frr-k8s `toReceive` as the RIB's import policy.
+fn import_policy(n: &Neighbor) -> policy::ImportPolicy {
+    let to_receive = match n.to_receive.mode {
+        AllowMode::All => policy::ReceiveFilter::All,
+        AllowMode::Filtered => policy::ReceiveFilter::Filtered(
+            n.to_receive
+                .prefixes
+                .iter()
+                .map(|m| policy::PrefixListEntry { prefix: m.prefix, ge: m.ge, le: m.le })
+                .collect(),
+        ),
+    };
+    policy::ImportPolicy { to_receive }
+}
+
+/// frr-k8s `toAdvertise` as the RIB's export policy.
+fn export_policy(n: &Neighbor) -> policy::ExportPolicy {
+    let a = &n.to_advertise;
+    let to_advertise = match a.mode {
+        AllowMode::All => policy::AdvertiseFilter::All,
+        AllowMode::Filtered if a.prefixes.is_empty() => policy::AdvertiseFilter::None,
+        AllowMode::Filtered => policy::AdvertiseFilter::Filtered(a.prefixes.clone()),
+    };
+    policy::ExportPolicy {
+        to_advertise,
+        with_local_pref: a
+            .with_local_pref
+            .iter()
+            .map(|r| policy::LocalPrefRule { local_pref: r.local_pref, prefixes: r.prefixes.clone() })
+            .collect(),
+        with_community: a
+            .with_community
+            .iter()
+            .map(|r| policy::CommunityRule {
+                community: match r.community {
+                    Community::Standard(c) => policy::Community::Standard(c),
+                    Community::Large(g, l1, l2) => policy::Community::Large(LargeCommunity {
+                        global_admin: g,
+                        local_data1: l1,
+                        local_data2: l2,
+                    }),
+                },
+                prefixes: r.prefixes.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn families(n: &Neighbor) -> Vec<Family> {
+    n.families
+        .iter()
+        .map(|f| match f {
+            AddressFamily::Ipv4Unicast => Family::IPV4_UNICAST,
+            AddressFamily::Ipv6Unicast => Family::IPV6_UNICAST,
+        })
+        .collect()
+}
+
+fn fsm_config(router: &Router, n: &Neighbor, router_id: Ipv4Addr, index: u64) -> FsmConfig {
+    FsmConfig {
+        local_asn: router.asn,
+        local_id: router_id,
+        remote_asn: match n.remote_asn {
+            RemoteAsn::Fixed(asn) => FsmRemoteAsn::Fixed(asn),
+            RemoteAsn::Internal => FsmRemoteAsn::Internal,
+            RemoteAsn::External => FsmRemoteAsn::External,
+        },
+        hold_time: n.hold_time,
+        keepalive_time: n.keepalive_time,
+        connect_retry: n.connect_time,
+        connect_retry_max: CONNECT_RETRY_MAX.max(n.connect_time),
+        passive: n.passive,
+        families: families(n),
+        graceful_restart: None,
+        // Different seeds per neighbor so their retries do not march in step.
+        jitter_seed: u64::from(router_id) ^ (index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+    }
+}
+
+fn transport_options(n: &Neighbor, vrf: &str) -> TransportOptions {
+    let external = !matches!(n.remote_asn, RemoteAsn::Internal);
+    // RFC 5082 §3: with GTSM send 255 and accept only TTL ≥ 256 - hops. Without it, eBGP
+    // peers are one hop away (TTL 1) unless multihop says otherwise; iBGP uses 255.
+    let (ttl, min_ttl) = match (n.ttl_security, n.ebgp_multihop) {
+        (Some(hops), _) => (255, Some(255u8.saturating_sub(hops).saturating_add(1))),
+        (None, Some(ttl)) => (ttl, None),
+        (None, None) if external => (1, None),
+        (None, None) => (255, None),
+    };
+    TransportOptions {
+        source: n.source_address,
+        ttl,
+        min_ttl,
+        md5_key: n.password.as_ref().map(|p| p.expose().as_bytes().to_vec()),
+        device: (!vrf.is_empty()).then(|| vrf.to_string()),
+    }
+}
+
+/// The node's source address towards its first IPv4 neighbor, as FRR would pick an
+/// interface address: `connect` on a UDP socket sends nothing but selects the route.
+fn derive_router_id(router: &Router) -> Option<Ipv4Addr> {
+    router.neighbors.iter().find_map(|n| {
+        let IpAddr::V4(_) = n.address else { return None };
+        let sock = UdpSocket::bind("0.0.0.0:0").ok()?;
+        sock.connect(SocketAddr::new(n.address, BGP_PORT)).ok()?;
+        match sock.local_addr().ok()?.ip() {
+            IpAddr::V4(v4) if !v4.is_unspecified() => Some(v4),
+            _ => None,
+        }
+    })
+}

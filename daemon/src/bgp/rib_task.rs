@@ -1,0 +1,304 @@
+//! The task that owns one instance's [`Rib`] (DESIGN.md: one RIB task per routing instance, no
+//! shared mutable routing state). Sessions talk to it through a bounded channel; it never
+//! waits on a session — it only wakes them (`Notify`) when their Adj-RIB-Out has output, and
+//! they pull it when their socket has room.
+
+use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
+use super::session::SessionCommand;
+use super::view::{PathSource, PathView, PeerCounts, RibSummary, RouteView};
+use super::wire::attributes::{Family, PathAttributes};
+use super::wire::update::DecodedUpdate;
+use crate::control::handler::Lookup;
+use ipnet::IpNet;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tracing::{debug, warn};
+
+/// Depth of the command channel: enough for a burst of UPDATE batches from every session.
+const CHANNEL_DEPTH: usize = 256;
+
+pub struct RibSetup {
+    pub vrf: String,
+    pub local_asn: u32,
+    pub router_id: Ipv4Addr,
+    pub maximum_paths: u16,
+    pub multipath_relax: bool,
+    pub originate: Vec<IpNet>,
+    pub always_block: Vec<IpNet>,
+}
+
+enum RibCommand {
+    PeerUp {
+        info: PeerInfo,
+        link: PeerSide,
+        reply: oneshot::Sender<PeerId>,
+    },
+    PeerDown(PeerId),
+    Updates(PeerId, Vec<DecodedUpdate>),
+    TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
+    Summary(oneshot::Sender<RibSummary>),
+    Routes(Family, oneshot::Sender<Vec<RouteView>>),
+    Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
+}
+
+/// What the RIB task keeps of each session.
+struct PeerSide {
+    notify: Arc<Notify>,
+    session: mpsc::Sender<SessionCommand>,
+    max_prefixes: Option<u32>,
+    /// Set once the Cease has been requested, so it is asked for only once.
+    over_limit: bool,
+}
+
+/// A cheap, cloneable handle to the RIB task.
+#[derive(Clone)]
+pub struct RibHandle {
+    tx: mpsc::Sender<RibCommand>,
+}
+
+/// An established session's link to the RIB.
+pub struct PeerLink {
+    pub id: PeerId,
+    tx: mpsc::Sender<RibCommand>,
+}
+
+const GONE: &str = "the routing instance has stopped";
+
+impl RibHandle {
+    pub async fn peer_up(
+        &self,
+        info: PeerInfo,
+        notify: Arc<Notify>,
+        session: mpsc::Sender<SessionCommand>,
+        max_prefixes: Option<u32>,
+    ) -> Option<PeerLink> {
+        let (reply, rx) = oneshot::channel();
+        let link = PeerSide { notify, session, max_prefixes, over_limit: false };
+        self.tx.send(RibCommand::PeerUp { info, link, reply }).await.ok()?;
+        let id = rx.await.ok()?;
+        Some(PeerLink { id, tx: self.tx.clone() })
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> RibCommand) -> Result<T, String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).await.map_err(|_| GONE.to_string())?;
+        rx.await.map_err(|_| GONE.to_string())
+    }
+
+    pub async fn summary(&self) -> Result<RibSummary, String> {
+        self.ask(RibCommand::Summary).await
+    }
+
+    pub async fn routes(&self, family: Family) -> Result<Vec<RouteView>, String> {
+        self.ask(|r| RibCommand::Routes(family, r)).await
+    }
+
+    pub async fn lookup(&self, lookup: Lookup) -> Result<Option<RouteView>, String> {
+        self.ask(|r| RibCommand::Lookup(lookup, r)).await
+    }
+}
+
+impl PeerLink {
+    /// Hands decoded UPDATEs to the RIB. Waits when the RIB is busy: that backpressure stops
+    /// the session reading its socket, which is what TCP flow control is for.
+    pub async fn send_updates(&self, updates: Vec<DecodedUpdate>) {
+        let _ = self.tx.send(RibCommand::Updates(self.id, updates)).await;
+    }
+
+    pub async fn peer_down(&self) {
+        let _ = self.tx.send(RibCommand::PeerDown(self.id)).await;
+    }
+
+    /// Everything pending in this peer's Adj-RIB-Out, per family.
+    pub async fn take_pending(&self) -> Vec<OutboundBatch> {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(RibCommand::TakePending(self.id, reply)).await.is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+}
+
+pub fn spawn(setup: RibSetup) -> RibHandle {
+    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    let config = RibConfig {
+        router_id: setup.router_id,
+        maximum_paths: setup.maximum_paths,
+        multipath_relax: setup.multipath_relax,
+        always_block: setup.always_block,
+    };
+    let mut rib = Rib::new(config);
+    for prefix in &setup.originate {
+        let _ = rib.originate(*prefix, &PathAttributes::default());
+    }
+    let span = tracing::info_span!("rib", vrf = %setup.vrf);
+    tokio::spawn(tracing::Instrument::instrument(RibTask { rib, peers: HashMap::new() }.run(rx), span));
+    RibHandle { tx }
+}
+
+struct RibTask {
+    rib: Rib,
+    peers: HashMap<PeerId, PeerSide>,
+}
+
+impl RibTask {
+    async fn run(mut self, mut rx: mpsc::Receiver<RibCommand>) {
+        while let Some(cmd) = rx.recv().await {
+            self.handle(cmd);
+        }
+    }
+
+    fn handle(&mut self, cmd: RibCommand) {
+        match cmd {
+            RibCommand::PeerUp { info, link, reply } => {
+                let id = self.rib.peer_up(info);
+                // The initial advertisement is queued by peer_up: wake the session for it.
+                link.notify.notify_one();
+                self.peers.insert(id, link);
+                let _ = reply.send(id);
+            }
+            RibCommand::PeerDown(id) => {
+                self.peers.remove(&id);
+                let changes = self.rib.peer_down(id);
+                self.wake(&changes.outbound);
+            }
+            RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
+            RibCommand::TakePending(id, reply) => {
+                let batches = [Family::IPV4_UNICAST, Family::IPV6_UNICAST]
+                    .into_iter()
+                    .filter_map(|f| self.rib.take_pending(id, f))
+                    .collect();
+                let _ = reply.send(batches);
+            }
+            RibCommand::Summary(reply) => {
+                let _ = reply.send(self.summary());
+            }
+            RibCommand::Routes(family, reply) => {
+                let views = self.rib.routes(family).into_iter().map(|(p, paths)| self.view(p, paths)).collect();
+                let _ = reply.send(views);
+            }
+            RibCommand::Lookup(lookup, reply) => {
+                let _ = reply.send(self.lookup(lookup));
+            }
+        }
+    }
+
+    fn apply_updates(&mut self, id: PeerId, updates: Vec<DecodedUpdate>) {
+        let mut outbound = std::collections::BTreeSet::new();
+        let mut accepted = None;
+        for u in updates {
+            let mut withdrawn = u.withdrawn;
+            let (announced, mp_announced) = if u.treat_as_withdraw.is_some() {
+                // RFC 7606 §2: treat-as-withdraw.
+                withdrawn.extend(u.announced);
+                withdrawn.extend(u.mp_announced);
+                (Vec::new(), Vec::new())
+            } else {
+                (u.announced, u.mp_announced)
+            };
+            let attrs = u.attributes.unwrap_or_default();
+            match self.rib.apply_update(id, &announced, &attrs, &withdrawn) {
+                Ok(outcome) => {
+                    outbound.extend(outcome.changes.outbound);
+                    accepted = Some(outcome.accepted_count);
+                    if !outcome.rejected.is_empty() {
+                        debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {} ({})",
+                            outcome.rejected.len(), outcome.rejected[0].0, outcome.rejected[0].1);
+                    }
+                }
+                Err(e) => {
+                    warn!("{e}");
+                    return;
+                }
+            }
+            if !mp_announced.is_empty() {
+                let mut mp_attrs = attrs;
+                mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
+                if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
+                    outbound.extend(outcome.changes.outbound);
+                    accepted = Some(outcome.accepted_count);
+                }
+            }
+        }
+        self.wake(&outbound);
+        if let (Some(count), Some(side)) = (accepted, self.peers.get_mut(&id)) {
+            if let Some(max) = side.max_prefixes {
+                if count > max as usize && !side.over_limit {
+                    side.over_limit = true;
+                    // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached.
+                    let _ = side.session.try_send(SessionCommand::Stop {
+                        subcode: 1,
+                        reason: format!("{count} prefixes accepted, more than max_prefixes {max}"),
+                    });
+                }
+            }
+        }
+    }
+
+    fn wake(&self, peers: &std::collections::BTreeSet<PeerId>) {
+        for id in peers {
+            if let Some(side) = self.peers.get(id) {
+                side.notify.notify_one();
+            }
+        }
+    }
+
+    fn summary(&self) -> RibSummary {
+        let mut out = RibSummary {
+            destinations_v4: self.rib.prefix_count(Family::IPV4_UNICAST) as u64,
+            destinations_v6: self.rib.prefix_count(Family::IPV6_UNICAST) as u64,
+            peers: HashMap::new(),
+        };
+        for (id, info) in self.rib.peers() {
+            out.peers.insert(
+                info.address,
+                PeerCounts { accepted: self.rib.pfx_received(id) as u64, sent: self.rib.pfx_sent(id) as u64 },
+            );
+        }
+        out
+    }
+
+    fn view(&self, prefix: IpNet, paths: &[super::rib::Path]) -> RouteView {
+        let paths = paths
+            .iter()
+            .map(|p| PathView {
+                source: match p.source() {
+                    Source::Local => PathSource::Local,
+                    Source::Peer(id) => match self.rib.peer_info(id) {
+                        Some(info) => PathSource::Peer {
+                            address: info.address,
+                            router_id: info.remote_id,
+                            ebgp: info.ebgp,
+                        },
+                        None => PathSource::Peer {
+                            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                            router_id: Ipv4Addr::UNSPECIFIED,
+                            ebgp: true,
+                        },
+                    },
+                },
+                attrs: p.attrs().clone(),
+                best: p.is_best(),
+                multipath: p.is_multipath(),
+                reason: p.reason().map(|r| r.to_string()),
+            })
+            .collect();
+        RouteView { prefix, paths }
+    }
+
+    fn lookup(&self, lookup: Lookup) -> Option<RouteView> {
+        match lookup {
+            Lookup::Prefix(prefix) => self.rib.route(&prefix).map(|paths| self.view(prefix, paths)),
+            // Longest match: try every length from the host route down.
+            Lookup::Address(addr) => {
+                let max = if addr.is_ipv4() { 32 } else { 128 };
+                (0..=max).rev().find_map(|len| {
+                    let prefix = IpNet::new(addr, len).ok()?.trunc();
+                    self.rib.route(&prefix).map(|paths| self.view(prefix, paths))
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,548 @@
+//! The tokio driver of one BGP neighbor. It owns the TCP connections (at most two during a
+//! collision, RFC 4271 §6.8), feeds bytes and time into the sans-IO [`Fsm`], carries out the
+//! actions it returns, decodes UPDATEs with the negotiated context and hands them to the RIB
+//! task, and pulls the peer's Adj-RIB-Out from the RIB when the socket can take more.
+//!
+//! Reading and writing run in their own tasks per connection so a peer that stops reading
+//! never stops us from reading it (and the other way round).
+
+use super::fsm::{Action, ConnId, Event, Fsm, Negotiated};
+use super::policy::{ExportPolicy, ImportPolicy};
+use super::rib::PeerInfo;
+use super::rib_task::{PeerLink, RibHandle};
+use super::wire::attr_codec::EncodeContext;
+use super::wire::attributes::Family;
+use super::wire::packer::{end_of_rib, pack_announcements, pack_withdrawals};
+use super::stats::PeerStats;
+use super::transport::{self, TransportOptions};
+use super::wire::message::{decode_message, frame_len, Message};
+use super::wire::notification::Notification;
+use super::wire::update::{decode_update, UpdateContext};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Notify};
+use tracing::{debug, info, warn, Instrument};
+
+/// Messages to a session task.
+#[derive(Debug)]
+pub enum SessionCommand {
+    /// The instance's listener accepted a connection from this neighbor.
+    Accepted(TcpStream),
+    /// Stop the session with a Cease NOTIFICATION of this subcode (RFC 4486).
+    Stop { subcode: u8, reason: String },
+}
+
+/// What a connection's reader task reports.
+enum ReadEvent {
+    /// Bytes holding one or more complete messages.
+    Frames(Vec<u8>),
+    /// A framing error: the NOTIFICATION to send.
+    Malformed(Notification, String),
+    Closed(String),
+}
+
+/// One TCP connection and its reader/writer tasks.
+struct Conn {
+    id: ConnId,
+    /// Our end of the connection: the next hop we announce (next-hop-self).
+    local: Option<SocketAddr>,
+    writer: mpsc::Sender<Vec<u8>>,
+    reader: mpsc::Receiver<ReadEvent>,
+    tasks: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Static settings of one session.
+pub struct SessionParams {
+    pub remote: SocketAddr,
+    pub local_asn: u32,
+    pub transport: TransportOptions,
+    pub max_prefixes: Option<u32>,
+    pub import: ImportPolicy,
+    pub export: ExportPolicy,
+}
+
+/// Spawns the task of one neighbor. Returns the command sender the instance keeps.
+pub fn spawn(
+    params: SessionParams,
+    fsm: Fsm,
+    rib: RibHandle,
+    stats: Arc<PeerStats>,
+) -> mpsc::Sender<SessionCommand> {
+    let (tx, rx) = mpsc::channel(16);
+    let span = tracing::info_span!("peer", addr = %params.remote.ip());
+    let session = Session {
+        params,
+        fsm,
+        rib,
+        stats,
+        commands: rx,
+        self_tx: tx.clone(),
+        conns: Vec::new(),
+        connecting: None,
+        connect_requested: false,
+        next_conn: 0,
+        established: None,
+        pending_out: false,
+        out_notify: Arc::new(Notify::new()),
+    };
+    tokio::spawn(session.run().instrument(span));
+    tx
+}
+
+struct EstablishedState {
+    conn: ConnId,
+    link: PeerLink,
+    ctx: UpdateContext,
+    encode: EncodeContext,
+    families: Vec<Family>,
+    /// End-of-RIB (RFC 4724 §2) goes out once, after the initial table.
+    eor_sent: bool,
+}
+
+struct Session {
+    params: SessionParams,
+    fsm: Fsm,
+    rib: RibHandle,
+    stats: Arc<PeerStats>,
+    commands: mpsc::Receiver<SessionCommand>,
+    self_tx: mpsc::Sender<SessionCommand>,
+    conns: Vec<Conn>,
+    connecting: Option<tokio::task::JoinHandle<()>>,
+    /// The FSM asked for an outgoing connection; started after the current event.
+    connect_requested: bool,
+    next_conn: u64,
+    established: Option<EstablishedState>,
+    /// The RIB has announced pending Adj-RIB-Out changes for this peer.
+    pending_out: bool,
+    out_notify: Arc<Notify>,
+}
+
+/// What woke the session loop.
+enum Wake {
+    Command(Option<SessionCommand>),
+    Read(usize, Option<ReadEvent>),
+    Deadline,
+    OutboundReady,
+    WriterReady,
+    Connected(std::io::Result<TcpStream>),
+}
+
+impl Session {
+    async fn run(mut self) {
+        let (connected_tx, mut connected_rx) = mpsc::channel::<std::io::Result<TcpStream>>(1);
+        self.apply(Event::ManualStart).await;
+        loop {
+            let deadline = self.fsm.next_deadline();
+            // Output is waiting but the writer was full: wake when it has room again.
+            let blocked_writer = self
+                .established
+                .as_ref()
+                .filter(|_| self.pending_out)
+                .and_then(|est| self.conns.iter().find(|c| c.id == est.conn))
+                .map(|c| c.writer.clone());
+            let wake = tokio::select! {
+                cmd = self.commands.recv() => Wake::Command(cmd),
+                ev = recv_nth(&mut self.conns, 0) => Wake::Read(0, ev),
+                ev = recv_nth(&mut self.conns, 1) => Wake::Read(1, ev),
+                _ = sleep_until(deadline) => Wake::Deadline,
+                _ = self.out_notify.notified(), if self.established.is_some() => Wake::OutboundReady,
+                _ = writer_room(blocked_writer) => Wake::WriterReady,
+                res = connected_rx.recv() => match res {
+                    Some(r) => Wake::Connected(r),
+                    None => continue,
+                },
+            };
+            match wake {
+                Wake::Command(None) => {
+                    // The instance dropped us: the neighbor was removed from the config.
+                    self.apply(Event::ManualStop { subcode: 3, reason: "peer de-configured".into() }).await;
+                    break;
+                }
+                Wake::Command(Some(SessionCommand::Accepted(stream))) => {
+                    let peer = self.params.remote.ip();
+                    if let Err(e) = transport::apply_ttl(
+                        stream.as_raw_fd(),
+                        peer,
+                        self.params.transport.ttl,
+                        self.params.transport.min_ttl,
+                    ) {
+                        warn!("cannot set TTL options on accepted connection: {e}");
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let id = self.add_conn(stream);
+                    self.apply(Event::TcpAccepted(id)).await;
+                }
+                Wake::Command(Some(SessionCommand::Stop { subcode, reason })) => {
+                    self.apply(Event::ManualStop { subcode, reason }).await;
+                }
+                Wake::Read(i, ev) => self.on_read(i, ev).await,
+                Wake::Deadline => self.apply(Event::Tick).await,
+                Wake::OutboundReady => {
+                    self.pending_out = true;
+                    self.flush_outbound().await;
+                }
+                Wake::WriterReady => self.flush_outbound().await,
+                Wake::Connected(result) => {
+                    self.connecting = None;
+                    match result {
+                        Ok(stream) => {
+                            let id = self.add_conn(stream);
+                            self.apply(Event::TcpConnected(id)).await;
+                        }
+                        Err(e) => {
+                            if self.params.transport.md5_key.is_some() && e.kind() == std::io::ErrorKind::TimedOut {
+                                // RFC 2385: segments with a wrong or missing MD5 signature are
+                                // dropped without a reply, so a mismatch shows up as a timeout.
+                                warn!(
+                                    "connect to {} timed out; TCP-MD5 is configured for this neighbor, \
+                                     so a password mismatch on either side is the likely cause",
+                                    self.params.remote
+                                );
+                            } else {
+                                debug!("connect to {} failed: {e}", self.params.remote);
+                            }
+                            self.stats.set_last_error(format!("connect: {e}"));
+                            self.apply(Event::TcpFailed(ConnId::OUTGOING)).await;
+                        }
+                    }
+                }
+            }
+            self.start_pending_connect(&connected_tx);
+        }
+    }
+
+    /// Starts the outgoing connection the FSM asked for, if any.
+    fn start_pending_connect(&mut self, done: &mpsc::Sender<std::io::Result<TcpStream>>) {
+        if !std::mem::take(&mut self.connect_requested) || self.connecting.is_some() {
+            return;
+        }
+        let remote = self.params.remote;
+        let opts = self.params.transport.clone();
+        let done = done.clone();
+        self.connecting = Some(tokio::spawn(async move {
+            let _ = done.send(transport::connect(remote, &opts).await).await;
+        }));
+    }
+
+    fn add_conn(&mut self, stream: TcpStream) -> ConnId {
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        let local = stream.local_addr().ok();
+        let (read, mut write) = stream.into_split();
+        let (wtx, mut wrx) = mpsc::channel::<Vec<u8>>(8);
+        let (rtx, rrx) = mpsc::channel::<ReadEvent>(8);
+        let stats = self.stats.clone();
+        let writer = tokio::spawn(async move {
+            while let Some(buf) = wrx.recv().await {
+                if write.write_all(&buf).await.is_err() {
+                    break;
+                }
+                stats.add_bytes_sent(buf.len());
+            }
+            let _ = write.shutdown().await;
+        });
+        let reader = tokio::spawn(read_frames(read, rtx));
+        self.conns.push(Conn { id, local, writer: wtx, reader: rrx, tasks: [writer, reader] });
+        id
+    }
+
+    async fn on_read(&mut self, index: usize, ev: Option<ReadEvent>) {
+        let Some(conn) = self.conns.get(index) else { return };
+        let id = conn.id;
+        match ev {
+            None | Some(ReadEvent::Closed(_)) => {
+                if let Some(ReadEvent::Closed(why)) = &ev {
+                    debug!("connection closed: {why}");
+                }
+                self.apply(Event::TcpClosed(id)).await;
+            }
+            Some(ReadEvent::Malformed(notification, why)) => {
+                warn!("malformed message: {why}");
+                self.apply(Event::FatalError(id, notification)).await;
+            }
+            Some(ReadEvent::Frames(bytes)) => self.on_frames(id, &bytes).await,
+        }
+    }
+
+    async fn on_frames(&mut self, id: ConnId, mut bytes: &[u8]) {
+        let mut updates = Vec::new();
+        while let Ok(Some(len)) = frame_len(bytes) {
+            let Some((frame, rest)) = bytes.split_at_checked(len) else { break };
+            bytes = rest;
+            self.stats.count_received(frame);
+            let message = match decode_message(frame) {
+                Ok(m) => m,
+                Err(e) => {
+                    warn!("{e}");
+                    self.apply(Event::FatalError(id, e.notification())).await;
+                    return;
+                }
+            };
+            if let Message::Update(body) = &message {
+                match self.established.as_ref() {
+                    Some(est) if est.conn == id => match decode_update(body, &est.ctx) {
+                        Ok(decoded) => {
+                            for problem in &decoded.discarded {
+                                warn!(attribute = problem.type_code, "attribute discarded: {} ({})", problem.rule, problem.detail);
+                            }
+                            if let Some(problem) = &decoded.treat_as_withdraw {
+                                warn!(attribute = problem.type_code, "treat-as-withdraw: {} ({})", problem.rule, problem.detail);
+                            }
+                            updates.push(decoded);
+                        }
+                        Err(e) => {
+                            warn!("UPDATE error, resetting the session: {}", e.reason);
+                            self.flush_updates(&mut updates).await;
+                            self.apply(Event::FatalError(id, e.notification())).await;
+                            return;
+                        }
+                    },
+                    _ => {}
+                }
+            }
+            let is_update = matches!(message, Message::Update(_));
+            self.apply_message(id, message).await;
+            if !is_update {
+                // Keep UPDATEs in order relative to a NOTIFICATION or OPEN after them.
+                self.flush_updates(&mut updates).await;
+            }
+        }
+        self.flush_updates(&mut updates).await;
+    }
+
+    async fn flush_updates(&mut self, updates: &mut Vec<super::wire::update::DecodedUpdate>) {
+        if updates.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(updates);
+        if let Some(est) = &self.established {
+            est.link.send_updates(batch).await;
+        }
+    }
+
+    async fn apply_message(&mut self, id: ConnId, message: Message<'_>) {
+        self.apply(Event::Received(id, message)).await;
+    }
+
+    /// Feeds one event to the FSM and carries out its actions.
+    async fn apply(&mut self, event: Event<'_>) {
+        let actions = self.fsm.handle(event, Instant::now());
+        for action in actions {
+            match action {
+                Action::Connect => self.connect_requested = true,
+                Action::Send(id, bytes) => {
+                    if let Some(conn) = self.conns.iter().find(|c| c.id == id) {
+                        self.stats.count_sent(&bytes);
+                        let _ = conn.writer.send(bytes).await;
+                    }
+                }
+                Action::Close(id) => {
+                    if self.established.as_ref().is_some_and(|e| e.conn == id) {
+                        self.session_down().await;
+                    }
+                    // Dropping the connection lets its writer flush what is queued (a
+                    // NOTIFICATION) and then close.
+                    self.conns.retain(|c| c.id != id);
+                }
+                Action::Established(id, negotiated) => self.session_up(id, negotiated).await,
+                Action::Down { reason } => {
+                    info!("session down: {reason}");
+                    self.stats.set_last_error(reason.to_string());
+                    self.session_down().await;
+                    self.stats.set_state(self.fsm.state());
+                }
+            }
+        }
+        self.stats.set_state(self.fsm.state());
+    }
+
+    async fn session_up(&mut self, id: ConnId, negotiated: Negotiated) {
+        info!(
+            "session established: AS {} id {} hold {}s families {:?}",
+            negotiated.remote_asn,
+            negotiated.remote_id,
+            negotiated.hold_time.as_secs(),
+            negotiated.families
+        );
+        let local = self.conns.iter().find(|c| c.id == id).and_then(|c| c.local);
+        let local_address = local.map(|a| canonical_ip(a.ip())).unwrap_or(self.params.remote.ip());
+        let info = PeerInfo {
+            address: self.params.remote.ip(),
+            remote_asn: negotiated.remote_asn,
+            local_asn: self.params.local_asn,
+            remote_id: negotiated.remote_id,
+            ebgp: negotiated.is_ebgp,
+            local_address,
+            local_link_local: None,
+            families: negotiated.families.clone(),
+            import: self.params.import.clone(),
+            export: self.params.export.clone(),
+        };
+        self.stats.set_session(
+            negotiated.remote_id,
+            negotiated.remote_asn,
+            Some(local_address),
+            super::stats::NegotiatedView {
+                hold_time: negotiated.hold_time.as_secs(),
+                keepalive: negotiated.keepalive_time.as_secs(),
+                families: negotiated.families.iter().map(|f| format!("{f:?}")).collect(),
+                four_octet_as: negotiated.four_octet_as,
+                route_refresh: negotiated.route_refresh,
+                graceful_restart: negotiated.remote_graceful_restart.is_some(),
+            },
+        );
+        let Some(link) =
+            self.rib.peer_up(info, self.out_notify.clone(), self.self_tx.clone(), self.params.max_prefixes).await
+        else {
+            return;
+        };
+        let ctx = UpdateContext {
+            four_octet_as: negotiated.four_octet_as,
+            ebgp: negotiated.is_ebgp,
+            families: negotiated.families.clone(),
+        };
+        self.stats.established();
+        self.established = Some(EstablishedState {
+            conn: id,
+            link,
+            ctx,
+            encode: EncodeContext { four_octet_as: negotiated.four_octet_as },
+            families: negotiated.families,
+            eor_sent: false,
+        });
+        self.pending_out = true;
+        self.flush_outbound().await;
+    }
+
+    async fn session_down(&mut self) {
+        if let Some(est) = self.established.take() {
+            est.link.peer_down().await;
+            self.stats.dropped();
+        }
+        self.pending_out = false;
+    }
+
+    /// Sends the peer's pending Adj-RIB-Out when its writer has room. What stays in the
+    /// Adj-RIB-Out meanwhile keeps coalescing, so a slow peer gets the latest state, not
+    /// every intermediate one.
+    async fn flush_outbound(&mut self) {
+        if !self.pending_out {
+            return;
+        }
+        let Some(est) = &mut self.established else { return };
+        let Some(conn) = self.conns.iter().find(|c| c.id == est.conn) else { return };
+        let Ok(permit) = conn.writer.try_reserve() else { return };
+        self.pending_out = false;
+        let mut messages = Vec::new();
+        for batch in est.link.take_pending().await {
+            if !batch.withdraw.is_empty() {
+                if let Err(e) = pack_withdrawals(batch.family, &batch.withdraw, &mut messages) {
+                    warn!("cannot encode withdrawals: {e}");
+                }
+            }
+            for (attrs, prefixes) in &batch.announce {
+                if let Err(e) = pack_announcements(attrs, batch.family, prefixes, &est.encode, &mut messages) {
+                    warn!("cannot encode announcements: {e}");
+                }
+            }
+        }
+        if !est.eor_sent {
+            est.eor_sent = true;
+            messages.extend(est.families.iter().map(|f| end_of_rib(*f)));
+        }
+        if messages.is_empty() {
+            return;
+        }
+        for m in &messages {
+            self.stats.count_sent(m);
+        }
+        permit.send(messages.concat());
+        let conn = est.conn;
+        let _ = self.fsm.handle(Event::UpdateSent(conn), Instant::now());
+    }
+}
+
+/// Reads the socket into frames: each event carries only complete messages.
+async fn read_frames(mut read: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<ReadEvent>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    loop {
+        let mut chunk = vec![0u8; 64 * 1024];
+        match read.read(&mut chunk).await {
+            Ok(0) => {
+                let _ = tx.send(ReadEvent::Closed("closed by peer".into())).await;
+                return;
+            }
+            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+            Err(e) => {
+                let _ = tx.send(ReadEvent::Closed(e.to_string())).await;
+                return;
+            }
+        }
+        // Find the end of the last complete frame.
+        let mut complete = 0;
+        loop {
+            let rest = buf.get(complete..).unwrap_or_default();
+            match frame_len(rest) {
+                Ok(Some(len)) => complete += len,
+                Ok(None) => break,
+                Err(e) => {
+                    if complete > 0 {
+                        let frames: Vec<u8> = buf.drain(..complete).collect();
+                        let _ = tx.send(ReadEvent::Frames(frames)).await;
+                    }
+                    let _ = tx.send(ReadEvent::Malformed(e.notification(), e.to_string())).await;
+                    return;
+                }
+            }
+        }
+        if complete > 0 {
+            let rest = buf.split_off(complete);
+            let frames = std::mem::replace(&mut buf, rest);
+            if tx.send(ReadEvent::Frames(frames)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+async fn writer_room(writer: Option<mpsc::Sender<Vec<u8>>>) {
+    match writer {
+        // The permit is dropped at once; the session reserves again when it sends.
+        Some(w) => drop(w.reserve().await),
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv_nth(conns: &mut [Conn], index: usize) -> Option<ReadEvent> {
+    match conns.get_mut(index) {
+        Some(conn) => conn.reader.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The IP of a peer as seen on the dual-stack listener, with v4-mapped addresses unmapped.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}

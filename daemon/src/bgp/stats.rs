@@ -1,0 +1,193 @@
+//! Per-neighbor counters and state for `show`, written by the session task and read by the
+//! control socket. Counters are atomics; the state strings change rarely and sit behind a
+//! mutex that the hot path never takes.
+
+use super::fsm::State;
+use super::wire::header::{MessageType, HEADER_LEN};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Default)]
+pub struct PeerStats {
+    pub msgs_rcvd: AtomicU64,
+    pub msgs_sent: AtomicU64,
+    pub updates_rcvd: AtomicU64,
+    pub updates_sent: AtomicU64,
+    pub keepalives_rcvd: AtomicU64,
+    pub keepalives_sent: AtomicU64,
+    pub notifications_rcvd: AtomicU64,
+    pub notifications_sent: AtomicU64,
+    pub opens_rcvd: AtomicU64,
+    pub opens_sent: AtomicU64,
+    pub refreshes_rcvd: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub established_count: AtomicU64,
+    pub dropped_count: AtomicU64,
+    slow: Mutex<Slow>,
+}
+
+#[derive(Default)]
+struct Slow {
+    state: Option<State>,
+    /// When the session last reached or left Established.
+    since: Option<Instant>,
+    last_error: Option<String>,
+    last_reset_at: Option<SystemTime>,
+    remote_id: Option<std::net::Ipv4Addr>,
+    remote_asn: Option<u32>,
+    local_address: Option<std::net::IpAddr>,
+    negotiated: Option<NegotiatedView>,
+}
+
+/// What `show bgp neighbors` prints of the negotiation.
+#[derive(Default, Clone, Debug, serde::Serialize)]
+pub struct NegotiatedView {
+    pub hold_time: u64,
+    pub keepalive: u64,
+    pub families: Vec<String>,
+    pub four_octet_as: bool,
+    pub route_refresh: bool,
+    pub graceful_restart: bool,
+}
+
+/// A consistent copy for rendering.
+#[derive(Clone, Debug, Default)]
+pub struct PeerSnapshot {
+    pub state: String,
+    pub uptime: Option<Duration>,
+    pub last_error: Option<String>,
+    pub msgs_rcvd: u64,
+    pub msgs_sent: u64,
+    pub updates_rcvd: u64,
+    pub updates_sent: u64,
+    pub keepalives_rcvd: u64,
+    pub keepalives_sent: u64,
+    pub notifications_rcvd: u64,
+    pub notifications_sent: u64,
+    pub opens_rcvd: u64,
+    pub opens_sent: u64,
+    pub established_count: u64,
+    pub dropped_count: u64,
+    pub remote_id: Option<std::net::Ipv4Addr>,
+    pub remote_asn: Option<u32>,
+    pub local_address: Option<std::net::IpAddr>,
+    pub negotiated: Option<NegotiatedView>,
+}
+
+fn kind(frame: &[u8]) -> Option<MessageType> {
+    frame.get(HEADER_LEN - 1).and_then(|t| MessageType::from_code(*t))
+}
+
+impl PeerStats {
+    fn slow(&self) -> std::sync::MutexGuard<'_, Slow> {
+        self.slow.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn count_received(&self, frame: &[u8]) {
+        self.msgs_rcvd.fetch_add(1, Ordering::Relaxed);
+        let counter = match kind(frame) {
+            Some(MessageType::Update) => &self.updates_rcvd,
+            Some(MessageType::Keepalive) => &self.keepalives_rcvd,
+            Some(MessageType::Notification) => &self.notifications_rcvd,
+            Some(MessageType::Open) => &self.opens_rcvd,
+            Some(MessageType::RouteRefresh) => &self.refreshes_rcvd,
+            None => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one message the FSM sends (OPEN, KEEPALIVE, NOTIFICATION).
+    pub fn count_sent(&self, frame: &[u8]) {
+        self.msgs_sent.fetch_add(1, Ordering::Relaxed);
+        let counter = match kind(frame) {
+            Some(MessageType::Update) => &self.updates_sent,
+            Some(MessageType::Keepalive) => &self.keepalives_sent,
+            Some(MessageType::Notification) => &self.notifications_sent,
+            Some(MessageType::Open) => &self.opens_sent,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a buffer of back-to-back UPDATE messages.
+    pub fn count_sent_bulk(&self, mut buf: &[u8]) {
+        while let Some(len) = buf.get(16..18).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]]))) {
+            if len < HEADER_LEN || len > buf.len() {
+                break;
+            }
+            let (frame, rest) = buf.split_at(len);
+            self.count_sent(frame);
+            buf = rest;
+        }
+    }
+
+    pub fn add_bytes_sent(&self, n: usize) {
+        self.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub fn set_state(&self, state: State) {
+        let mut slow = self.slow();
+        if slow.state != Some(state) {
+            slow.state = Some(state);
+        }
+    }
+
+    pub fn set_last_error(&self, error: String) {
+        let mut slow = self.slow();
+        slow.last_error = Some(error);
+        slow.last_reset_at = Some(SystemTime::now());
+    }
+
+    pub fn set_session(
+        &self,
+        remote_id: std::net::Ipv4Addr,
+        remote_asn: u32,
+        local_address: Option<std::net::IpAddr>,
+        negotiated: NegotiatedView,
+    ) {
+        let mut slow = self.slow();
+        slow.remote_id = Some(remote_id);
+        slow.remote_asn = Some(remote_asn);
+        slow.local_address = local_address;
+        slow.negotiated = Some(negotiated);
+    }
+
+    pub fn established(&self) {
+        self.established_count.fetch_add(1, Ordering::Relaxed);
+        self.slow().since = Some(Instant::now());
+    }
+
+    pub fn dropped(&self) {
+        self.dropped_count.fetch_add(1, Ordering::Relaxed);
+        let mut slow = self.slow();
+        slow.since = Some(Instant::now());
+        slow.negotiated = None;
+    }
+
+    pub fn snapshot(&self) -> PeerSnapshot {
+        let slow = self.slow();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PeerSnapshot {
+            state: slow.state.map(|s| s.to_string()).unwrap_or_else(|| "Idle".into()),
+            uptime: slow.since.map(|t| t.elapsed()),
+            last_error: slow.last_error.clone(),
+            msgs_rcvd: load(&self.msgs_rcvd),
+            msgs_sent: load(&self.msgs_sent),
+            updates_rcvd: load(&self.updates_rcvd),
+            updates_sent: load(&self.updates_sent),
+            keepalives_rcvd: load(&self.keepalives_rcvd),
+            keepalives_sent: load(&self.keepalives_sent),
+            notifications_rcvd: load(&self.notifications_rcvd),
+            notifications_sent: load(&self.notifications_sent),
+            opens_rcvd: load(&self.opens_rcvd),
+            opens_sent: load(&self.opens_sent),
+            established_count: load(&self.established_count),
+            dropped_count: load(&self.dropped_count),
+            remote_id: slow.remote_id,
+            remote_asn: slow.remote_asn,
+            local_address: slow.local_address,
+            negotiated: slow.negotiated.clone(),
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Read-only copies of RIB state that the RIB task hands to the control socket. They hold
+//! `Arc`s to interned attributes, so a copy is cheap and never blocks the RIB for long.
+
+use super::wire::attributes::PathAttributes;
+use ipnet::IpNet;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+/// Where a path came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathSource {
+    /// Originated by this node (`prefixes` of the router).
+    Local,
+    Peer { address: IpAddr, router_id: Ipv4Addr, ebgp: bool },
+}
+
+#[derive(Debug, Clone)]
+pub struct PathView {
+    pub source: PathSource,
+    pub attrs: Arc<PathAttributes>,
+    pub best: bool,
+    pub multipath: bool,
+    /// Why the path lost to the best one (RFC 4271 §9.1.2.2 step), when it did.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RouteView {
+    pub prefix: IpNet,
+    pub paths: Vec<PathView>,
+}
+
+/// Per-peer prefix counts, keyed by the peer's address.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PeerCounts {
+    /// Accepted after import policy (FRR's pfxRcd).
+    pub accepted: u64,
+    /// In the peer's Adj-RIB-Out (FRR's pfxSnt).
+    pub sent: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RibSummary {
+    pub destinations_v4: u64,
+    pub destinations_v6: u64,
+    pub peers: HashMap<IpAddr, PeerCounts>,
+}

@@ -1,0 +1,397 @@
+//! Answers control requests from the running instances, in FRR's JSON shapes and key names
+//! (`show bgp summary json`, `show bgp neighbors json`, `show bgp ipv4 unicast [PREFIX] json`)
+//! so scripts written against vtysh keep working.
+
+use super::protocol::{FamilyArg, Request, VrfSelector};
+use crate::bgp::instance::{Instance, NeighborHandle};
+use crate::bgp::view::{PathSource, PathView, RibSummary, RouteView};
+use crate::bgp::wire::attributes::{Afi, Family, NextHop, Origin, SegmentKind};
+use crate::config::AddressFamily;
+use ipnet::IpNet;
+use serde_json::{json, Map, Value};
+use std::net::IpAddr;
+use std::time::Duration;
+
+pub async fn handle(instances: &[Instance], request: Request) -> Result<Value, String> {
+    match request {
+        Request::BgpSummary { vrf } => per_vrf(instances, &vrf, |i| Box::pin(summary(i))).await,
+        Request::BgpNeighbors { vrf, address } => {
+            let address = match address {
+                Some(a) => Some(a.parse::<IpAddr>().map_err(|e| format!("{a}: {e}"))?),
+                None => None,
+            };
+            per_vrf(instances, &vrf, move |i| Box::pin(neighbors(i, address))).await
+        }
+        Request::BgpRoutes { vrf, family, prefix } => {
+            let lookup = match prefix {
+                Some(p) => Some(parse_lookup(&p)?),
+                None => None,
+            };
+            per_vrf(instances, &vrf, move |i| Box::pin(routes(i, family, lookup))).await
+        }
+    }
+}
+
+type BoxFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + 'a>>;
+
+/// One instance's object for a named VRF; `{"vrf": {...}}` for `all`, like FRR's `vrf all`.
+async fn per_vrf<'a>(
+    instances: &'a [Instance],
+    selector: &VrfSelector,
+    f: impl Fn(&'a Instance) -> BoxFuture<'a>,
+) -> Result<Value, String> {
+    let chosen: Vec<&Instance> = instances.iter().filter(|i| selector.matches(&i.vrf)).collect();
+    match selector {
+        VrfSelector::All => {
+            let mut out = Map::new();
+            for i in chosen {
+                out.insert(vrf_name(&i.vrf).to_string(), f(i).await?);
+            }
+            Ok(Value::Object(out))
+        }
+        _ => match chosen.first() {
+            Some(i) => f(i).await,
+            None => Err(match selector {
+                VrfSelector::Named(name) => format!("no BGP instance in VRF {name}"),
+                _ => "no BGP instance in the default VRF".into(),
+            }),
+        },
+    }
+}
+
+fn vrf_name(vrf: &str) -> &str {
+    if vrf.is_empty() {
+        "default"
+    } else {
+        vrf
+    }
+}
+
+fn family_key(f: AddressFamily) -> &'static str {
+    match f {
+        AddressFamily::Ipv4Unicast => "ipv4Unicast",
+        AddressFamily::Ipv6Unicast => "ipv6Unicast",
+    }
+}
+
+/// FRR's peer uptime text: `hh:mm:ss` under a day, then `XdYYhZZm`, then `XXwYdZZh`.
+pub fn frr_uptime(d: Duration) -> String {
+    let s = d.as_secs();
+    let (w, d_, h, m, sec) = (s / 604_800, (s / 86_400) % 7, (s / 3600) % 24, (s / 60) % 60, s % 60);
+    if s < 86_400 {
+        format!("{:02}:{:02}:{:02}", s / 3600, m, sec)
+    } else if s < 604_800 {
+        format!("{}d{:02}h{:02}m", s / 86_400, h, m)
+    } else {
+        format!("{w:02}w{d_}d{h:02}h")
+    }
+}
+
+fn established(n: &NeighborHandle) -> (bool, Option<Duration>, crate::bgp::stats::PeerSnapshot) {
+    let snap = n.stats.snapshot();
+    (snap.state == "Established", snap.uptime, snap)
+}
+
+async fn summary(i: &Instance) -> Result<Value, String> {
+    let rib = i.rib.summary().await?;
+    let mut out = Map::new();
+    for family in [AddressFamily::Ipv4Unicast, AddressFamily::Ipv6Unicast] {
+        let mut peers = Map::new();
+        for n in i.neighbors.iter().filter(|n| n.config.families.contains(&family)) {
+            peers.insert(n.config.address.to_string(), peer_summary(i, n, &rib));
+        }
+        if peers.is_empty() {
+            continue;
+        }
+        let count = peers.len();
+        let entries = match family {
+            AddressFamily::Ipv4Unicast => rib.destinations_v4,
+            AddressFamily::Ipv6Unicast => rib.destinations_v6,
+        };
+        out.insert(
+            family_key(family).into(),
+            json!({
+                "routerId": i.router_id.to_string(),
+                "as": i.asn,
+                "vrfId": 0,
+                "vrfName": vrf_name(&i.vrf),
+                "tableVersion": 0,
+                "ribCount": entries,
+                "peerCount": count,
+                "peers": peers,
+                "failedPeers": i.neighbors.iter().filter(|n| n.stats.snapshot().state != "Established").count(),
+                "totalPeers": count,
+            }),
+        );
+    }
+    Ok(Value::Object(out))
+}
+
+fn peer_summary(i: &Instance, n: &NeighborHandle, rib: &RibSummary) -> Value {
+    let (up, uptime, snap) = established(n);
+    let counts = rib.peers.get(&n.config.address).copied().unwrap_or_default();
+    let uptime_str = match (up, uptime) {
+        (true, Some(d)) => frr_uptime(d),
+        (false, Some(d)) if snap.established_count > 0 => frr_uptime(d),
+        _ => "never".into(),
+    };
+    json!({
+        "remoteAs": snap.remote_asn.unwrap_or_else(|| configured_asn(i, n)),
+        "localAs": i.asn,
+        "version": 4,
+        "msgRcvd": snap.msgs_rcvd,
+        "msgSent": snap.msgs_sent,
+        "tableVersion": 0,
+        "outq": 0,
+        "inq": 0,
+        "peerUptime": uptime_str,
+        "peerUptimeMsec": if up { uptime.map(|d| d.as_millis() as u64).unwrap_or(0) } else { 0 },
+        "pfxRcd": counts.accepted,
+        "pfxSnt": counts.sent,
+        "state": snap.state,
+        "peerState": "OK",
+        "connectionsEstablished": snap.established_count,
+        "connectionsDropped": snap.dropped_count,
+        "idType": if n.config.address.is_ipv4() { "ipv4" } else { "ipv6" },
+        "lastResetDueTo": snap.last_error,
+    })
+}
+
+fn configured_asn(i: &Instance, n: &NeighborHandle) -> u32 {
+    match n.config.remote_asn {
+        crate::config::RemoteAsn::Fixed(asn) => asn,
+        crate::config::RemoteAsn::Internal => i.asn,
+        crate::config::RemoteAsn::External => 0,
+    }
+}
+
+async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> {
+    let rib = i.rib.summary().await?;
+    let mut out = Map::new();
+    for n in i.neighbors.iter().filter(|n| only.is_none_or(|a| a == n.config.address)) {
+        let (up, uptime, snap) = established(n);
+        let counts = rib.peers.get(&n.config.address).copied().unwrap_or_default();
+        let mut afi = Map::new();
+        for f in &n.config.families {
+            afi.insert(
+                family_key(*f).into(),
+                json!({ "acceptedPrefixCounter": counts.accepted, "sentPrefixCounter": counts.sent }),
+            );
+        }
+        let neg = snap.negotiated.clone();
+        out.insert(
+            n.config.address.to_string(),
+            json!({
+                "remoteAs": snap.remote_asn.unwrap_or_else(|| configured_asn(i, n)),
+                "localAs": i.asn,
+                "nbrExternalLink": snap.remote_asn.map(|a| a != i.asn).unwrap_or(true),
+                "bgpVersion": 4,
+                "remoteRouterId": snap.remote_id.map(|r| r.to_string()).unwrap_or_else(|| "0.0.0.0".into()),
+                "localRouterId": i.router_id.to_string(),
+                "bgpState": snap.state,
+                "bgpTimerUpMsec": if up { uptime.map(|d| d.as_millis() as u64).unwrap_or(0) } else { 0 },
+                "bgpTimerUpString": if up { uptime.map(frr_uptime) } else { None },
+                "bgpTimerHoldTimeMsecs": neg.as_ref().map(|v| v.hold_time * 1000).unwrap_or(n.config.hold_time.as_millis() as u64),
+                "bgpTimerKeepAliveIntervalMsecs": neg.as_ref().map(|v| v.keepalive * 1000).unwrap_or(n.config.keepalive_time.as_millis() as u64),
+                "bgpTimerConfiguredHoldTimeMsecs": n.config.hold_time.as_millis() as u64,
+                "bgpTimerConfiguredKeepAliveIntervalMsecs": n.config.keepalive_time.as_millis() as u64,
+                "neighborCapabilities": neg,
+                "messageStats": {
+                    "opensSent": snap.opens_sent, "opensRecv": snap.opens_rcvd,
+                    "notificationsSent": snap.notifications_sent, "notificationsRecv": snap.notifications_rcvd,
+                    "updatesSent": snap.updates_sent, "updatesRecv": snap.updates_rcvd,
+                    "keepalivesSent": snap.keepalives_sent, "keepalivesRecv": snap.keepalives_rcvd,
+                    "totalSent": snap.msgs_sent, "totalRecv": snap.msgs_rcvd,
+                },
+                "addressFamilyInfo": afi,
+                "connectionsEstablished": snap.established_count,
+                "connectionsDropped": snap.dropped_count,
+                "lastResetDueTo": snap.last_error,
+                "hostLocal": snap.local_address.map(|a| a.to_string()),
+                "hostForeign": n.config.address.to_string(),
+                "portForeign": n.config.port,
+                "passive": n.config.passive,
+                "bfdProfile": n.config.bfd_profile,
+                "md5Password": n.config.password.is_some(),
+            }),
+        );
+    }
+    if let (Some(a), true) = (only, out.is_empty()) {
+        return Err(format!("no such neighbor {a} in VRF {}", vrf_name(&i.vrf)));
+    }
+    Ok(Value::Object(out))
+}
+
+/// What `show bgp routes PREFIX` looks up: an exact prefix, or an address (longest match).
+#[derive(Debug, Clone, Copy)]
+pub enum Lookup {
+    Prefix(IpNet),
+    Address(IpAddr),
+}
+
+fn parse_lookup(text: &str) -> Result<Lookup, String> {
+    if let Ok(net) = text.parse::<IpNet>() {
+        return Ok(Lookup::Prefix(net.trunc()));
+    }
+    text.parse::<IpAddr>()
+        .map(Lookup::Address)
+        .map_err(|_| format!("{text}: not a prefix (10.0.0.0/24, 2001:db8::/32) or an address"))
+}
+
+async fn routes(i: &Instance, family: Option<FamilyArg>, lookup: Option<Lookup>) -> Result<Value, String> {
+    let family = match (family, lookup) {
+        (Some(FamilyArg::Ipv6), _) => Family::IPV6_UNICAST,
+        (Some(FamilyArg::Ipv4), _) => Family::IPV4_UNICAST,
+        (None, Some(Lookup::Prefix(IpNet::V6(_)) | Lookup::Address(IpAddr::V6(_)))) => Family::IPV6_UNICAST,
+        (None, _) => Family::IPV4_UNICAST,
+    };
+    match lookup {
+        Some(lookup) => {
+            let route = i.rib.lookup(lookup).await?;
+            match route {
+                Some(r) => Ok(single_route_json(&r)),
+                None => Err("Network not in table".into()),
+            }
+        }
+        None => {
+            let table = i.rib.routes(family).await?;
+            let mut routes = Map::new();
+            let mut total_paths = 0;
+            for r in &table {
+                total_paths += r.paths.len();
+                routes.insert(r.prefix.to_string(), Value::Array(r.paths.iter().map(|p| table_path_json(r, p)).collect()));
+            }
+            Ok(json!({
+                "vrfId": 0,
+                "vrfName": vrf_name(&i.vrf),
+                "tableVersion": 0,
+                "routerId": i.router_id.to_string(),
+                "defaultLocPrf": 100,
+                "localAS": i.asn,
+                "afi": if family.afi == Afi::Ipv4 { "ipv4" } else { "ipv6" },
+                "routes": routes,
+                "totalRoutes": table.len(),
+                "totalPaths": total_paths,
+            }))
+        }
+    }
+}
+
+fn origin_name(o: Origin) -> &'static str {
+    match o {
+        Origin::Igp => "IGP",
+        Origin::Egp => "EGP",
+        Origin::Incomplete => "incomplete",
+    }
+}
+
+fn nexthops_json(p: &PathView) -> Value {
+    match p.attrs.next_hop {
+        NextHop::V4(a) => json!([{ "ip": a.to_string(), "afi": "ipv4", "used": true }]),
+        NextHop::V6 { global, link_local } => {
+            let mut v = vec![json!({ "ip": global.to_string(), "afi": "ipv6", "scope": "global", "used": true })];
+            if let Some(ll) = link_local {
+                v.push(json!({ "ip": ll.to_string(), "afi": "ipv6", "scope": "link-local" }));
+            }
+            Value::Array(v)
+        }
+        NextHop::Unspecified => json!([{ "ip": if matches!(p.source, PathSource::Local) { "0.0.0.0" } else { "::" }, "afi": "ipv4", "used": true }]),
+    }
+}
+
+fn community_strings(p: &PathView) -> (Option<String>, Option<String>) {
+    let c = (!p.attrs.communities.is_empty()).then(|| {
+        p.attrs.communities.iter().map(|c| crate::bgp::display::community(*c)).collect::<Vec<_>>().join(" ")
+    });
+    let l = (!p.attrs.large_communities.is_empty()).then(|| {
+        p.attrs
+            .large_communities
+            .iter()
+            .map(|c| format!("{}:{}:{}", c.global_admin, c.local_data1, c.local_data2))
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    (c, l)
+}
+
+fn table_path_json(r: &RouteView, p: &PathView) -> Value {
+    let (peer_id, path_from, weight) = match &p.source {
+        PathSource::Local => ("(unspec)".to_string(), "external", 32768),
+        PathSource::Peer { address, ebgp, .. } => {
+            (address.to_string(), if *ebgp { "external" } else { "internal" }, 0)
+        }
+    };
+    let (community, large) = community_strings(p);
+    json!({
+        "valid": true,
+        "bestpath": p.best,
+        "multipath": p.multipath || p.best,
+        "selectionReason": p.reason,
+        "pathFrom": path_from,
+        "prefix": r.prefix.network().to_string(),
+        "prefixLen": r.prefix.prefix_len(),
+        "network": r.prefix.to_string(),
+        "metric": p.attrs.med,
+        "locPrf": p.attrs.local_pref,
+        "weight": weight,
+        "peerId": peer_id,
+        "path": p.attrs.as_path.to_string(),
+        "origin": origin_name(p.attrs.origin),
+        "community": community,
+        "largeCommunity": large,
+        "nexthops": nexthops_json(p),
+    })
+}
+
+fn single_route_json(r: &RouteView) -> Value {
+    let paths: Vec<Value> = r
+        .paths
+        .iter()
+        .map(|p| {
+            let (peer, router_id, kind) = match &p.source {
+                PathSource::Local => ("0.0.0.0".to_string(), String::new(), "local"),
+                PathSource::Peer { address, router_id, ebgp } => {
+                    (address.to_string(), router_id.to_string(), if *ebgp { "external" } else { "internal" })
+                }
+            };
+            let segments: Vec<Value> = p
+                .attrs
+                .as_path
+                .segments
+                .iter()
+                .map(|s| {
+                    json!({
+                        "type": match s.kind {
+                            SegmentKind::Sequence => "as-sequence",
+                            SegmentKind::Set => "as-set",
+                            SegmentKind::ConfedSequence => "as-confed-sequence",
+                            SegmentKind::ConfedSet => "as-confed-set",
+                        },
+                        "list": s.asns,
+                    })
+                })
+                .collect();
+            let (community, large) = community_strings(p);
+            json!({
+                "aspath": {
+                    "string": if p.attrs.as_path.segments.is_empty() { "Local".to_string() } else { p.attrs.as_path.to_string() },
+                    "segments": segments,
+                    "length": p.attrs.as_path.selection_length(),
+                },
+                "origin": origin_name(p.attrs.origin),
+                "metric": p.attrs.med,
+                "locPrf": p.attrs.local_pref,
+                "weight": if matches!(p.source, PathSource::Local) { 32768 } else { 0 },
+                "valid": true,
+                "multipath": p.multipath || p.best,
+                "bestpath": { "overall": p.best, "selectionReason": p.reason },
+                "community": community.map(|s| json!({ "string": s })),
+                "largeCommunity": large.map(|s| json!({ "string": s })),
+                "atomicAggregate": p.attrs.atomic_aggregate,
+                "nexthops": nexthops_json(p),
+                "peer": { "peerId": peer, "routerId": router_id, "type": kind },
+            })
+        })
+        .collect();
+    json!({ "prefix": r.prefix.to_string(), "paths": paths })
+}

@@ -1,0 +1,56 @@
+//! Requests and responses on the control socket: one JSON object per line each way.
+
+use serde::{Deserialize, Serialize};
+
+/// Which routing instances a `show` covers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum VrfSelector {
+    /// The default VRF.
+    #[default]
+    Default,
+    Named(String),
+    All,
+}
+
+impl VrfSelector {
+    /// `--vrf NAME|all|default` as typed on the command line.
+    pub fn parse(arg: Option<&str>) -> Self {
+        match arg {
+            None | Some("") | Some("default") => Self::Default,
+            Some("all") => Self::All,
+            Some(name) => Self::Named(name.to_string()),
+        }
+    }
+
+    /// Whether the instance of `vrf` ("" is the default VRF) is selected.
+    pub fn matches(&self, vrf: &str) -> bool {
+        match self {
+            Self::Default => vrf.is_empty(),
+            Self::Named(name) => name == vrf,
+            Self::All => true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FamilyArg {
+    Ipv4,
+    Ipv6,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "kebab-case")]
+pub enum Request {
+    BgpSummary { vrf: VrfSelector },
+    BgpNeighbors { vrf: VrfSelector, address: Option<String> },
+    BgpRoutes { vrf: VrfSelector, family: Option<FamilyArg>, prefix: Option<String> },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Response {
+    Ok(serde_json::Value),
+    Error(String),
+}

@@ -1,0 +1,236 @@
+//! vtysh-like text, rendered from the same JSON that `--json` prints, so the two never
+//! disagree.
+
+use super::protocol::{Request, VrfSelector};
+use serde_json::Value;
+use std::fmt::Write as _;
+
+pub fn text(request: &Request, value: &Value) -> String {
+    let render: fn(&Value, &str) -> String = match request {
+        Request::BgpSummary { .. } => summary,
+        Request::BgpNeighbors { .. } => neighbors,
+        Request::BgpRoutes { prefix: Some(_), .. } => single_route,
+        Request::BgpRoutes { .. } => table,
+    };
+    let all = match request {
+        Request::BgpSummary { vrf } | Request::BgpNeighbors { vrf, .. } | Request::BgpRoutes { vrf, .. } => {
+            *vrf == VrfSelector::All
+        }
+    };
+    if all {
+        let mut out = String::new();
+        for (vrf, v) in value.as_object().into_iter().flatten() {
+            let _ = writeln!(out, "Instance {vrf}:");
+            out.push_str(&render(v, vrf));
+        }
+        out
+    } else {
+        render(value, "")
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn summary(v: &Value, _vrf: &str) -> String {
+    let mut out = String::new();
+    for (key, title) in [("ipv4Unicast", "IPv4 Unicast"), ("ipv6Unicast", "IPv6 Unicast")] {
+        let Some(f) = v.get(key) else { continue };
+        let _ = writeln!(out, "{title} Summary (VRF {}):", s(&f["vrfName"]));
+        let _ = writeln!(out, "BGP router identifier {}, local AS number {} vrf-id 0", s(&f["routerId"]), s(&f["as"]));
+        let _ = writeln!(out, "BGP table version 0");
+        let _ = writeln!(out, "RIB entries {}", s(&f["ribCount"]));
+        let _ = writeln!(out, "Peers {}\n", s(&f["peerCount"]));
+        let _ = writeln!(
+            out,
+            "Neighbor        V         AS   MsgRcvd   MsgSent   TblVer  InQ OutQ  Up/Down State/PfxRcd   PfxSnt Desc"
+        );
+        for (addr, p) in f["peers"].as_object().into_iter().flatten() {
+            let state = if s(&p["state"]) == "Established" { s(&p["pfxRcd"]) } else { s(&p["state"]) };
+            let mut name = addr.clone();
+            if name.len() > 15 {
+                let _ = writeln!(out, "{name}");
+                name = String::new();
+            }
+            let _ = writeln!(
+                out,
+                "{:<15} 4 {:>10} {:>9} {:>9} {:>8} {:>4} {:>4} {:>8} {:>12} {:>8} N/A",
+                name,
+                s(&p["remoteAs"]),
+                s(&p["msgRcvd"]),
+                s(&p["msgSent"]),
+                0,
+                0,
+                0,
+                s(&p["peerUptime"]),
+                state,
+                s(&p["pfxSnt"]),
+            );
+        }
+        let _ = writeln!(out, "\nTotal number of neighbors {}\n", s(&f["totalPeers"]));
+    }
+    if out.is_empty() {
+        out.push_str("No BGP neighbors found\n");
+    }
+    out
+}
+
+fn neighbors(v: &Value, _vrf: &str) -> String {
+    let mut out = String::new();
+    for (addr, n) in v.as_object().into_iter().flatten() {
+        let kind = if n["nbrExternalLink"].as_bool().unwrap_or(true) { "external" } else { "internal" };
+        let _ = writeln!(out, "BGP neighbor is {addr}, remote AS {}, local AS {}, {kind} link", s(&n["remoteAs"]), s(&n["localAs"]));
+        let _ = writeln!(out, "  BGP version 4, remote router ID {}, local router ID {}", s(&n["remoteRouterId"]), s(&n["localRouterId"]));
+        let up = match n["bgpTimerUpString"].as_str() {
+            Some(t) => format!(", up for {t}"),
+            None => String::new(),
+        };
+        let _ = writeln!(out, "  BGP state = {}{up}", s(&n["bgpState"]));
+        let _ = writeln!(
+            out,
+            "  Hold time is {} seconds, keepalive interval is {} seconds",
+            n["bgpTimerHoldTimeMsecs"].as_u64().unwrap_or(0) / 1000,
+            n["bgpTimerKeepAliveIntervalMsecs"].as_u64().unwrap_or(0) / 1000
+        );
+        let _ = writeln!(
+            out,
+            "  Configured hold time is {} seconds, keepalive interval is {} seconds",
+            n["bgpTimerConfiguredHoldTimeMsecs"].as_u64().unwrap_or(0) / 1000,
+            n["bgpTimerConfiguredKeepAliveIntervalMsecs"].as_u64().unwrap_or(0) / 1000
+        );
+        if let Some(caps) = n["neighborCapabilities"].as_object() {
+            let _ = writeln!(out, "  Neighbor capabilities:");
+            for (k, c) in caps {
+                let _ = writeln!(out, "    {k}: {}", s(c));
+            }
+        }
+        let m = &n["messageStats"];
+        let _ = writeln!(out, "  Message statistics:\n                         Sent       Rcvd");
+        for (label, sent, rcvd) in [
+            ("Opens", "opensSent", "opensRecv"),
+            ("Notifications", "notificationsSent", "notificationsRecv"),
+            ("Updates", "updatesSent", "updatesRecv"),
+            ("Keepalives", "keepalivesSent", "keepalivesRecv"),
+            ("Total", "totalSent", "totalRecv"),
+        ] {
+            let _ = writeln!(out, "    {label:<18} {:>10} {:>10}", s(&m[sent]), s(&m[rcvd]));
+        }
+        for (fam, c) in n["addressFamilyInfo"].as_object().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "  For address family: {fam}\n    {} accepted prefixes, {} announced prefixes",
+                s(&c["acceptedPrefixCounter"]),
+                s(&c["sentPrefixCounter"])
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  Connections established {}; dropped {}",
+            s(&n["connectionsEstablished"]),
+            s(&n["connectionsDropped"])
+        );
+        if let Some(reason) = n["lastResetDueTo"].as_str() {
+            let _ = writeln!(out, "  Last reset: {reason}");
+        }
+        if let Some(local) = n["hostLocal"].as_str() {
+            let _ = writeln!(out, "Local host: {local}");
+        }
+        let _ = writeln!(out, "Foreign host: {}, Foreign port: {}\n", s(&n["hostForeign"]), s(&n["portForeign"]));
+    }
+    out
+}
+
+const LEGEND: &str = "Status codes:  s suppressed, d damped, h history, * valid, > best, = multipath,
+               i internal, r RIB-failure, S Stale, R Removed
+Nexthop codes: @NNN nexthop's vrf id, < announce-nh-self
+Origin codes:  i - IGP, e - EGP, ? - incomplete
+";
+
+fn origin_code(o: &str) -> &'static str {
+    match o {
+        "IGP" => "i",
+        "EGP" => "e",
+        _ => "?",
+    }
+}
+
+fn table(v: &Value, _vrf: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "BGP table version is 0, local router ID is {}, vrf id 0", s(&v["routerId"]));
+    let _ = writeln!(out, "Default local pref {}, local AS {}", s(&v["defaultLocPrf"]), s(&v["localAS"]));
+    out.push_str(LEGEND);
+    let _ = writeln!(out, "\n   Network          Next Hop            Metric LocPrf Weight Path");
+    let mut routes = 0;
+    let mut paths = 0;
+    for (prefix, list) in v["routes"].as_object().into_iter().flatten() {
+        routes += 1;
+        for (i, p) in list.as_array().into_iter().flatten().enumerate() {
+            paths += 1;
+            let best = p["bestpath"].as_bool().unwrap_or(false);
+            let multi = p["multipath"].as_bool().unwrap_or(false);
+            let mark = if best { ">" } else if multi { "=" } else { " " };
+            let internal = if s(&p["pathFrom"]) == "internal" { "i" } else { " " };
+            let network = if i == 0 { prefix.as_str() } else { "" };
+            let nh = s(&p["nexthops"][0]["ip"]);
+            let mut line = format!("*{mark}{internal}{network:<17}{nh:<20}");
+            if network.len() > 16 || nh.len() > 19 {
+                line = format!("*{mark}{internal}{network}\n                    {nh:<20}");
+            }
+            let path = s(&p["path"]);
+            let _ = writeln!(
+                out,
+                "{line}{:>6} {:>6} {:>6} {}{}{}",
+                s(&p["metric"]),
+                s(&p["locPrf"]),
+                s(&p["weight"]),
+                path,
+                if path.is_empty() { "" } else { " " },
+                origin_code(&s(&p["origin"]))
+            );
+        }
+    }
+    let _ = writeln!(out, "\nDisplayed  {routes} routes and {paths} total paths");
+    out
+}
+
+fn single_route(v: &Value, _vrf: &str) -> String {
+    let mut out = String::new();
+    let list = v["paths"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(out, "BGP routing table entry for {}", s(&v["prefix"]));
+    let _ = writeln!(out, "Paths: ({} available)", list.len());
+    for p in &list {
+        let _ = writeln!(out, "  {}", s(&p["aspath"]["string"]));
+        let nh = s(&p["nexthops"][0]["ip"]);
+        let _ = writeln!(out, "    {nh} from {} ({})", s(&p["peer"]["peerId"]), s(&p["peer"]["routerId"]));
+        let mut flags = format!("      Origin {}", s(&p["origin"]));
+        if let Some(m) = p["metric"].as_u64() {
+            let _ = write!(flags, ", metric {m}");
+        }
+        if let Some(l) = p["locPrf"].as_u64() {
+            let _ = write!(flags, ", localpref {l}");
+        }
+        let _ = write!(flags, ", weight {}, valid, {}", s(&p["weight"]), s(&p["peer"]["type"]));
+        if p["multipath"].as_bool().unwrap_or(false) {
+            flags.push_str(", multipath");
+        }
+        if p["bestpath"]["overall"].as_bool().unwrap_or(false) {
+            flags.push_str(", best");
+        }
+        let _ = writeln!(out, "{flags}");
+        if let Some(reason) = p["bestpath"]["selectionReason"].as_str() {
+            let _ = writeln!(out, "      Not best: {reason}");
+        }
+        if let Some(c) = p["community"]["string"].as_str() {
+            let _ = writeln!(out, "      Community: {c}");
+        }
+        if let Some(c) = p["largeCommunity"]["string"].as_str() {
+            let _ = writeln!(out, "      Large Community: {c}");
+        }
+    }
+    out
+}

@@ -1,0 +1,66 @@
+//! `uplink run`: load the config, start one routing instance per `[[bgp.routers]]`, serve the
+//! control socket, tell systemd we are ready, and shut down cleanly on SIGTERM/SIGINT
+//! (every session gets a Cease/Administrative Shutdown, RFC 4486 §4).
+
+use crate::bgp::instance::Instance;
+use crate::config;
+use crate::control::protocol::Request;
+use crate::ops::systemd;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{error, info};
+
+/// Runs the daemon until a termination signal. A config with a mistake never half-applies:
+/// it is rejected before anything starts.
+pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
+    let config = config::load(config_path).map_err(|e| format!("config rejected, not starting:\n{e}"))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("uplink")
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let mut instances = Vec::new();
+        for router in &config.bgp.routers {
+            let instance = Instance::start(router, &config).await.map_err(|e| {
+                format!("router {} (vrf {:?}): {e}", router.asn, router.vrf)
+            })?;
+            instances.push(instance);
+        }
+        let instances = Arc::new(instances);
+        let handler_instances = instances.clone();
+        let _control = crate::control::server::serve(socket, move |request: Request| {
+            let instances = handler_instances.clone();
+            async move { crate::control::handler::handle(&instances, request).await }
+        })
+        .map_err(|e| format!("cannot open the control socket {}: {e}", socket.display()))?;
+        info!(socket = %socket.display(), "uplink running with {} routing instance(s)", instances.len());
+        systemd::ready(&format!("{} routing instance(s)", instances.len()));
+        systemd::spawn_watchdog();
+
+        wait_for_shutdown().await;
+        systemd::stopping();
+        info!("shutting down: sending Cease/Administrative Shutdown to every peer");
+        for instance in instances.iter() {
+            instance.shutdown().await;
+        }
+        // Give the NOTIFICATIONs a moment to leave.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = std::fs::remove_file(socket);
+        Ok(())
+    })
+}
+
+async fn wait_for_shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        error!("cannot install signal handlers; running until killed");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

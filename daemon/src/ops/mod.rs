@@ -1,0 +1,4 @@
+//! Operating-system integration: logging, systemd notification.
+
+pub mod logging;
+pub mod systemd;

@@ -1,0 +1,249 @@
+//! Launchers for the real BGP speakers the interop tier talks to, and for uplink itself.
+
+use super::{require_tool, run, try_run, Lab, Ns};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn write_world_readable(path: &PathBuf, text: &str) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+/// Makes the lab directory usable by daemons that drop privileges (FRR runs as `frr`).
+fn open_lab_dir(lab: &Lab) {
+    std::fs::set_permissions(lab.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+}
+
+/// FRR (zebra + bgpd, optionally bfdd) in one namespace, with its own `-N` pathspace.
+pub struct Frr {
+    pub ns: Ns,
+    pub label: String,
+}
+
+impl Frr {
+    /// Starts zebra and bgpd with `conf` (an frr.conf body). `log file` is added.
+    pub fn start(lab: &mut Lab, ns: &Ns, conf: &str) -> Frr {
+        require_tool("/usr/lib/frr/bgpd");
+        require_tool("vtysh");
+        open_lab_dir(lab);
+        let label = format!("frr-{}", ns.name);
+        let rundir = format!("/var/run/frr/{}", ns.name);
+        std::fs::create_dir_all(&rundir).unwrap();
+        run(&["chown", "frr:frr", &rundir]);
+        let log = lab.path(&format!("{label}.log"));
+        write_world_readable(&log, "");
+        run(&["chown", "frr:frr", log.to_str().unwrap()]);
+        let conf_path = lab.path(&format!("{label}.conf"));
+        write_world_readable(&conf_path, &format!("log file {}\n{conf}", log.display()));
+        for daemon in ["zebra", "bgpd"] {
+            let pid = lab.path(&format!("{label}-{daemon}.pid"));
+            ns.run(&[
+                &format!("/usr/lib/frr/{daemon}"),
+                "-d",
+                "-N",
+                &ns.name,
+                "-f",
+                conf_path.to_str().unwrap(),
+                "-i",
+                pid.to_str().unwrap(),
+            ]);
+            lab.adopt_pidfile(&label, pid);
+        }
+        lab.add_log(&label, log);
+        Frr { ns: ns.clone(), label }
+    }
+
+    pub fn vtysh(&self, cmd: &str) -> String {
+        let (_, out) = self.ns.try_run(&["vtysh", "-N", &self.ns.name, "-c", cmd]);
+        out.lines().filter(|l| !l.contains("vtysh.conf")).collect::<Vec<_>>().join("\n")
+    }
+
+    pub fn json(&self, cmd: &str) -> serde_json::Value {
+        serde_json::from_str(&self.vtysh(cmd)).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The state of one neighbor as `show bgp summary json` reports it ("Established", ...).
+    pub fn peer_state(&self, family: &str, peer: &str) -> String {
+        let v = self.json("show bgp summary json");
+        v[family]["peers"][peer]["state"].as_str().unwrap_or("absent").to_string()
+    }
+
+    /// The best path's next hops for `prefix` in the BGP table (empty when absent).
+    pub fn route_nexthops(&self, prefix: &str) -> Vec<String> {
+        let afi = if prefix.contains(':') { "ipv6" } else { "ipv4" };
+        let v = self.json(&format!("show bgp {afi} unicast {prefix} json"));
+        let mut hops = vec![];
+        for path in v["paths"].as_array().into_iter().flatten() {
+            let multi = path["multipath"].as_bool().unwrap_or(false)
+                || path["bestpath"]["overall"].as_bool().unwrap_or(false);
+            if multi {
+                for nh in path["nexthops"].as_array().into_iter().flatten() {
+                    if let Some(ip) = nh["ip"].as_str() {
+                        hops.push(ip.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        hops.sort();
+        hops
+    }
+
+    /// The whole path JSON of `prefix` (FRR's `show bgp ... PREFIX json`).
+    pub fn route(&self, prefix: &str) -> serde_json::Value {
+        let afi = if prefix.contains(':') { "ipv6" } else { "ipv4" };
+        self.json(&format!("show bgp {afi} unicast {prefix} json"))
+    }
+}
+
+/// BIRD 2 in one namespace.
+pub struct Bird {
+    pub ns: Ns,
+    pub socket: PathBuf,
+    pub label: String,
+}
+
+impl Bird {
+    pub fn start(lab: &mut Lab, ns: &Ns, conf: &str) -> Bird {
+        require_tool("bird");
+        require_tool("birdc");
+        let label = format!("bird-{}", ns.name);
+        let conf_path = lab.path(&format!("{label}.conf"));
+        let log = lab.path(&format!("{label}.log"));
+        write_world_readable(&conf_path, &format!("log \"{}\" all;\n{conf}", log.display()));
+        let socket = lab.path(&format!("{label}.ctl"));
+        let pid = lab.path(&format!("{label}.pid"));
+        ns.run(&[
+            "bird",
+            "-c",
+            conf_path.to_str().unwrap(),
+            "-s",
+            socket.to_str().unwrap(),
+            "-P",
+            pid.to_str().unwrap(),
+        ]);
+        lab.adopt_pidfile(&label, pid);
+        lab.add_log(&label, log);
+        Bird { ns: ns.clone(), socket, label }
+    }
+
+    pub fn birdc(&self, cmd: &str) -> String {
+        try_run(&["birdc", "-s", self.socket.to_str().unwrap(), cmd]).1
+    }
+
+    /// Whether protocol `name` shows `Established`.
+    pub fn established(&self, name: &str) -> bool {
+        self.birdc(&format!("show protocols {name}")).contains("Established")
+    }
+}
+
+/// GoBGP 3 in one namespace; its API listens on the namespace's own loopback.
+pub struct Gobgp {
+    pub ns: Ns,
+    pub label: String,
+}
+
+impl Gobgp {
+    pub fn start(lab: &mut Lab, ns: &Ns, conf_toml: &str) -> Gobgp {
+        require_tool("gobgpd");
+        require_tool("gobgp");
+        let label = format!("gobgp-{}", ns.name);
+        let conf_path = lab.path(&format!("{label}.toml"));
+        write_world_readable(&conf_path, conf_toml);
+        let mut cmd = ns.command("gobgpd");
+        cmd.args(["-f", conf_path.to_str().unwrap(), "--api-hosts", "127.0.0.1:50051", "-l", "debug"]);
+        lab.spawn(&label, cmd);
+        Gobgp { ns: ns.clone(), label }
+    }
+
+    pub fn gobgp(&self, args: &[&str]) -> String {
+        let mut full = vec!["gobgp", "-u", "127.0.0.1", "-p", "50051"];
+        full.extend_from_slice(args);
+        self.ns.try_run(&full).1
+    }
+
+    pub fn neighbor_state(&self, addr: &str) -> String {
+        let v: serde_json::Value =
+            serde_json::from_str(&self.gobgp(&["neighbor", addr, "-j"])).unwrap_or_default();
+        v["state"]["session_state"].as_i64().map(|s| s.to_string()).unwrap_or_default()
+    }
+}
+
+/// One uplink daemon in a namespace, and its CLI.
+pub struct Uplink {
+    pub ns: Ns,
+    pub label: String,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+}
+
+pub fn uplink_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_uplink")
+}
+
+impl Uplink {
+    /// Writes `config` to `<label>/uplink.toml` and starts `uplink run` in `ns`.
+    pub fn start(lab: &mut Lab, ns: &Ns, label: &str, config: &str) -> Uplink {
+        let dir = lab.path(label);
+        std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+        let config_path = dir.join("uplink.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let socket = dir.join("uplink.sock");
+        let u = Uplink { ns: ns.clone(), label: label.to_string(), config: config_path, socket };
+        u.launch(lab);
+        u
+    }
+
+    /// (Re)starts the daemon with the current config file.
+    pub fn launch(&self, lab: &mut Lab) {
+        let mut cmd = self.ns.command(uplink_bin());
+        cmd.args(["run", "--config", self.config.to_str().unwrap(), "--socket", self.socket.to_str().unwrap()]);
+        cmd.env("RUST_LOG", "uplink=debug");
+        lab.spawn(&self.label, cmd);
+    }
+
+    /// Runs `uplink ARGS --socket S` and returns stdout, or the error output.
+    pub fn cli(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(uplink_bin())
+            .args(args)
+            .args(["--socket", self.socket.to_str().unwrap()])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    pub fn json(&self, args: &[&str]) -> Result<serde_json::Value, String> {
+        let mut full = args.to_vec();
+        full.push("--json");
+        let text = self.cli(&full)?;
+        serde_json::from_str(&text).map_err(|e| format!("bad JSON from uplink {args:?}: {e}: {text}"))
+    }
+
+    /// The session state of `peer` per `show bgp summary --json` in the default VRF.
+    pub fn peer_state(&self, family: &str, peer: &str) -> Result<String, String> {
+        let v = self.json(&["show", "bgp", "summary"])?;
+        Ok(v[family]["peers"][peer]["state"].as_str().unwrap_or("absent").to_string())
+    }
+
+    /// Next hops of the best/multipath routes for `prefix` per `show bgp routes PREFIX --json`.
+    pub fn route_nexthops(&self, prefix: &str) -> Result<Vec<String>, String> {
+        let v = self.json(&["show", "bgp", "routes", prefix])?;
+        let mut hops = vec![];
+        for path in v["paths"].as_array().into_iter().flatten() {
+            let selected = path["bestpath"]["overall"].as_bool().unwrap_or(false)
+                || path["multipath"].as_bool().unwrap_or(false);
+            if selected {
+                if let Some(ip) = path["nexthops"][0]["ip"].as_str() {
+                    hops.push(ip.to_string());
+                }
+            }
+        }
+        hops.sort();
+        Ok(hops)
+    }
+}
