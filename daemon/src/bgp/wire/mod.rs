@@ -2,5 +2,10 @@
 //! allocation per prefix and every decode error maps to an RFC 7606 outcome (DESIGN.md says
 //! why `netgauze-bgp-pkt` and `zettabgp` do not fit; netgauze serves as a test oracle).
 
+pub mod attr_codec;
 pub mod attributes;
 pub mod header;
+pub mod nlri;
+pub mod packer;
+pub mod rfc7606;
+pub mod update;
