@@ -55,66 +55,73 @@ impl<'a> SourceText<'a> {
         let Some(span) = error.span() else {
             return Loc { file: self.path.clone(), line: 1, column: 1 }.error("", error.message());
         };
-        let field = DeTable::parse(self.text)
-            .ok()
-            .and_then(|root| {
-                let mut best: Option<(usize, String)> = None;
-                find_field(root.get_ref(), "", &span, &mut best);
-                best.map(|(_, path)| path)
-            })
-            .unwrap_or_default();
+        // Recoverable parsing still yields the keys around a syntax error (e.g. a duplicate key).
+        let (root, _) = DeTable::parse_recoverable(self.text);
+        let mut search = FieldSearch { target: span.clone(), containing: None, enclosing: None };
+        search.table(root.get_ref(), "");
+        let field =
+            search.containing.or(search.enclosing).map(|(_, path)| path).unwrap_or_default();
         self.error_at(&span, field, error.message())
     }
 }
 
-/// Records in `best` the dotted path of the smallest key or value span containing `target`.
-/// Tables written as `[[header]]` only span their header, so every child is visited regardless.
-fn find_field(
-    table: &DeTable<'_>,
-    prefix: &str,
-    target: &Range<usize>,
-    best: &mut Option<(usize, String)>,
-) {
-    for (key, value) in table.iter() {
-        let path = if prefix.is_empty() {
-            key.get_ref().to_string()
-        } else {
-            format!("{prefix}.{}", key.get_ref())
-        };
-        consider(&key.span(), &path, target, best);
-        visit_value(value, &path, target, best);
-    }
+/// Finds the dotted path an error span belongs to.
+struct FieldSearch {
+    target: Range<usize>,
+    /// The smallest key or value span that contains the target, as (width, path).
+    containing: Option<(usize, String)>,
+    /// Fallback when the error is not inside any parsed value (e.g. a duplicate key, which the
+    /// parser drops): the table holding the closest key or table header before the error, as
+    /// (start offset, path).
+    enclosing: Option<(usize, String)>,
 }
 
-fn visit_value(
-    value: &Spanned<DeValue<'_>>,
-    path: &str,
-    target: &Range<usize>,
-    best: &mut Option<(usize, String)>,
-) {
-    consider(&value.span(), path, target, best);
-    match value.get_ref() {
-        DeValue::Table(table) => find_field(table, path, target, best),
-        DeValue::Array(array) => {
-            for (index, element) in array.iter().enumerate() {
-                visit_value(element, &format!("{path}[{index}]"), target, best);
+impl FieldSearch {
+    /// Tables written as `[[header]]` only span their header, so every child is visited.
+    fn table(&mut self, table: &DeTable<'_>, prefix: &str) {
+        for (key, value) in table.iter() {
+            let path = if prefix.is_empty() {
+                key.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", key.get_ref())
+            };
+            self.consider(&key.span(), &path);
+            self.precedes(key.span().start, prefix);
+            self.value(value, &path);
+        }
+    }
+
+    fn value(&mut self, value: &Spanned<DeValue<'_>>, path: &str) {
+        self.consider(&value.span(), path);
+        match value.get_ref() {
+            DeValue::Table(table) => {
+                self.precedes(value.span().start, path);
+                self.table(table, path);
+            }
+            DeValue::Array(array) => {
+                for (index, element) in array.iter().enumerate() {
+                    self.value(element, &format!("{path}[{index}]"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn consider(&mut self, span: &Range<usize>, path: &str) {
+        if span.start <= self.target.start && self.target.end <= span.end {
+            let width = span.end.saturating_sub(span.start);
+            // `<=` so that among equal spans the deeper (later visited) path wins.
+            if self.containing.as_ref().is_none_or(|(best, _)| width <= *best) {
+                self.containing = Some((width, path.to_string()));
             }
         }
-        _ => {}
     }
-}
 
-fn consider(
-    span: &Range<usize>,
-    path: &str,
-    target: &Range<usize>,
-    best: &mut Option<(usize, String)>,
-) {
-    if span.start <= target.start && target.end <= span.end {
-        let width = span.end.saturating_sub(span.start);
-        // `<=` so that among equal spans the deeper (later visited) path wins.
-        if best.as_ref().is_none_or(|(best_width, _)| width <= *best_width) {
-            *best = Some((width, path.to_string()));
+    fn precedes(&mut self, start: usize, table_path: &str) {
+        if start < self.target.start
+            && self.enclosing.as_ref().is_none_or(|(best, _)| start >= *best)
+        {
+            self.enclosing = Some((start, table_path.to_string()));
         }
     }
 }
