@@ -1,0 +1,469 @@
+//! Merging validated file fragments into one `Config` by frr-k8s's rule: files only extend each
+//! other; a contradiction rejects the whole configuration. See the `config` module doc for the
+//! exact rule.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+
+use super::community::Community;
+use super::duration::format_duration;
+use super::error::{ConfigError, Loc};
+use super::model::{
+    AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
+    LocalPrefPrefixes, Neighbor, ReceivePolicy, RemoteAsn, Router,
+};
+use super::validate::{
+    vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
+    RouterFragment,
+};
+
+/// Merges fragments in order. Conflicts go to `errors`. Cross-reference checks (advertised
+/// prefixes against router prefixes, BFD profile names) run only when `check_references` is
+/// set, so that a value already rejected by validation does not also show up as dangling.
+pub(crate) fn merge(
+    fragments: Vec<Fragment>,
+    check_references: bool,
+    errors: &mut Vec<ConfigError>,
+) -> Config {
+    let files: Vec<PathBuf> = fragments.iter().map(|f| f.file.clone()).collect();
+    let mut routers: Vec<MergedRouter> = Vec::new();
+    let mut profiles: Vec<BfdProfileFragment> = Vec::new();
+    let mut always_block = BTreeSet::new();
+    for fragment in fragments {
+        always_block.extend(fragment.always_block);
+        for profile in fragment.bfd_profiles {
+            merge_bfd_profile(&mut profiles, profile, errors);
+        }
+        for router in fragment.routers {
+            match routers.iter_mut().find(|r| r.vrf == router.vrf) {
+                Some(existing) => existing.extend(router, &fragment.file, errors),
+                None => routers.push(MergedRouter::new(router, &fragment.file)),
+            }
+        }
+    }
+    let profile_names: Vec<&str> = profiles.iter().map(|p| p.profile.name.as_str()).collect();
+    let routers =
+        routers.into_iter().map(|r| r.finish(&profile_names, check_references, errors)).collect();
+    Config {
+        bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
+        always_block: always_block.into_iter().collect(),
+        files,
+    }
+}
+
+/// frr-k8s: "the same name with different settings" is a conflict; identical copies are fine.
+fn merge_bfd_profile(
+    profiles: &mut Vec<BfdProfileFragment>,
+    profile: BfdProfileFragment,
+    errors: &mut Vec<ConfigError>,
+) {
+    match profiles.iter().find(|p| p.profile.name == profile.profile.name) {
+        None => profiles.push(profile),
+        Some(first) if first.profile == profile.profile => {}
+        Some(first) => {
+            let differing = bfd_differences(&first.profile, &profile.profile).join(", ");
+            errors.push(profile.loc.error(
+                format!("{}.name", profile.field),
+                format!(
+                    "BFD profile \"{}\" is also defined at {} ({}) with different settings ({differing}); \
+                     profiles with one name must be identical — make them equal or rename one",
+                    profile.profile.name, first.loc, first.field
+                ),
+            ));
+        }
+    }
+}
+
+fn bfd_differences(a: &BfdProfile, b: &BfdProfile) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut compare = |name: &str, x: String, y: String| {
+        if x != y {
+            out.push(format!("{name} {y} vs {x}"));
+        }
+    };
+    compare(
+        "receive_interval",
+        format_duration(a.receive_interval),
+        format_duration(b.receive_interval),
+    );
+    compare(
+        "transmit_interval",
+        format_duration(a.transmit_interval),
+        format_duration(b.transmit_interval),
+    );
+    compare("detect_multiplier", a.detect_multiplier.to_string(), b.detect_multiplier.to_string());
+    compare("echo_interval", format_duration(a.echo_interval), format_duration(b.echo_interval));
+    compare("echo_mode", a.echo_mode.to_string(), b.echo_mode.to_string());
+    compare("passive_mode", a.passive_mode.to_string(), b.passive_mode.to_string());
+    compare("minimum_ttl", a.minimum_ttl.to_string(), b.minimum_ttl.to_string());
+    out
+}
+
+/// A router being merged: the first definition plus everything later files add.
+struct MergedRouter {
+    vrf: String,
+    asn: u32,
+    asn_loc: Loc,
+    field: String,
+    id: Option<(Ipv4Addr, Loc)>,
+    maximum_paths: Option<(u16, Loc)>,
+    multipath_relax: Option<(bool, Loc)>,
+    prefixes: BTreeSet<IpNet>,
+    /// Where each contributing file's router table starts, for "not one of the router's prefixes".
+    prefix_locs: Vec<(Loc, String)>,
+    neighbors: Vec<NeighborFragment>,
+    sources: Vec<PathBuf>,
+}
+
+impl MergedRouter {
+    fn new(router: RouterFragment, file: &std::path::Path) -> Self {
+        Self {
+            vrf: router.vrf,
+            asn: router.asn,
+            asn_loc: router.asn_loc,
+            prefix_locs: vec![(router.prefixes_loc, router.field.clone())],
+            field: router.field,
+            id: router.id,
+            maximum_paths: router.maximum_paths,
+            multipath_relax: router.multipath_relax,
+            prefixes: router.prefixes.into_iter().collect(),
+            neighbors: router.neighbors,
+            sources: vec![file.to_path_buf()],
+        }
+    }
+
+    fn extend(
+        &mut self,
+        router: RouterFragment,
+        file: &std::path::Path,
+        errors: &mut Vec<ConfigError>,
+    ) {
+        let vrf = vrf_display(&self.vrf);
+        // frr-k8s: "different ASNs for the same router (VRF)" is a conflict.
+        if router.asn != self.asn {
+            errors.push(router.asn_loc.error(
+                format!("{}.asn", router.field),
+                format!(
+                    "the router for VRF {vrf} has asn = {} here but asn = {} at {} ({}); one VRF has one local AS — \
+                     make them equal",
+                    router.asn, self.asn, self.asn_loc, self.field
+                ),
+            ));
+            return;
+        }
+        let field = router.field.clone();
+        adopt_or_conflict(&mut self.id, router.id, &format!("{field}.id"), &vrf, errors);
+        adopt_or_conflict(
+            &mut self.maximum_paths,
+            router.maximum_paths,
+            &format!("{field}.maximum_paths"),
+            &vrf,
+            errors,
+        );
+        adopt_or_conflict(
+            &mut self.multipath_relax,
+            router.multipath_relax,
+            &format!("{field}.multipath_relax"),
+            &vrf,
+            errors,
+        );
+        self.prefixes.extend(router.prefixes);
+        self.prefix_locs.push((router.prefixes_loc, router.field));
+        for neighbor in router.neighbors {
+            match self
+                .neighbors
+                .iter_mut()
+                .find(|n| n.neighbor.address == neighbor.neighbor.address)
+            {
+                Some(existing) => merge_neighbor(existing, neighbor, file, errors),
+                None => self.neighbors.push(neighbor),
+            }
+        }
+        if !self.sources.iter().any(|s| s == file) {
+            self.sources.push(file.to_path_buf());
+        }
+    }
+
+    fn finish(
+        self,
+        profile_names: &[&str],
+        check_references: bool,
+        errors: &mut Vec<ConfigError>,
+    ) -> Router {
+        let mut neighbors = Vec::with_capacity(self.neighbors.len());
+        for fragment in self.neighbors {
+            if check_references {
+                check_bfd_reference(&fragment, profile_names, errors);
+            }
+            neighbors.push(finish_neighbor(
+                fragment,
+                &self.prefixes,
+                &self.prefix_locs,
+                check_references,
+                errors,
+            ));
+        }
+        Router {
+            asn: self.asn,
+            id: self.id.map(|(id, _)| id),
+            vrf: self.vrf,
+            prefixes: self.prefixes.into_iter().collect(),
+            maximum_paths: self
+                .maximum_paths
+                .map_or(super::validate::DEFAULT_MAXIMUM_PATHS, |(v, _)| v),
+            multipath_relax: self
+                .multipath_relax
+                .map_or(super::validate::DEFAULT_MULTIPATH_RELAX, |(v, _)| v),
+            neighbors,
+            sources: self.sources,
+        }
+    }
+}
+
+/// Router-level settings follow frr-k8s's router-id rule: a file that leaves a setting out
+/// takes the other file's value; two different explicit values conflict.
+fn adopt_or_conflict<T: PartialEq + std::fmt::Display>(
+    current: &mut Option<(T, Loc)>,
+    incoming: Option<(T, Loc)>,
+    field: &str,
+    vrf: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    let Some((value, loc)) = incoming else { return };
+    match current {
+        None => *current = Some((value, loc)),
+        Some((existing, existing_loc)) if *existing != value => {
+            let name = field.rsplit('.').next().unwrap_or(field);
+            errors.push(loc.error(
+                field,
+                format!(
+                    "the router for VRF {vrf} has {name} = {value} here but {name} = {existing} at {existing_loc}; \
+                     make them equal or leave it out of one file"
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
+}
+
+/// The same neighbor in two files: session settings must agree (after defaults, as frr-k8s
+/// compares them), filters are unioned.
+fn merge_neighbor(
+    existing: &mut NeighborFragment,
+    incoming: NeighborFragment,
+    file: &std::path::Path,
+    errors: &mut Vec<ConfigError>,
+) {
+    let differences = session_differences(&existing.neighbor, &incoming.neighbor);
+    if !differences.is_empty() {
+        for (name, here, there) in differences {
+            let loc = incoming.loc_of(name);
+            let there_loc = existing.loc_of(name);
+            errors.push(loc.error(
+                format!("{}.{name}", incoming.field),
+                format!(
+                    "neighbor {} has {here} here but {there} at {there_loc} ({}); a file may add neighbors, \
+                     prefixes and filters but not change a neighbor's session settings — make them equal",
+                    incoming.neighbor.address, existing.field
+                ),
+            ));
+        }
+        return;
+    }
+    let (current, added) = (&mut existing.neighbor, incoming.neighbor);
+    // frr-k8s: "prefer the filter that allows more routes".
+    if added.to_advertise.mode == AllowMode::All {
+        current.to_advertise.mode = AllowMode::All;
+    }
+    current.to_receive = union_receive(&current.to_receive, &added.to_receive);
+    existing.advertised.extend(incoming.advertised);
+    for (name, loc) in incoming.field_locs {
+        if !existing.field_locs.iter().any(|(n, _)| *n == name) {
+            existing.field_locs.push((name, loc));
+        }
+    }
+    if !current.sources.iter().any(|s| s == file) {
+        current.sources.push(file.to_path_buf());
+    }
+}
+
+fn union_receive(a: &ReceivePolicy, b: &ReceivePolicy) -> ReceivePolicy {
+    if a.mode == AllowMode::All || b.mode == AllowMode::All {
+        return ReceivePolicy { mode: AllowMode::All, prefixes: Vec::new() };
+    }
+    let prefixes: BTreeSet<_> = a.prefixes.iter().chain(&b.prefixes).copied().collect();
+    ReceivePolicy { mode: AllowMode::Filtered, prefixes: prefixes.into_iter().collect() }
+}
+
+/// Session settings that differ, as `(field, setting in the later file, setting in the earlier)`,
+/// each setting written as it would appear in the file. Passwords are never printed.
+fn session_differences(
+    earlier: &Neighbor,
+    later: &Neighbor,
+) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    let quoted = |text: String| format!("\"{text}\"");
+    // `asn` and `dynamic_asn` are one setting written two ways.
+    let asn_name =
+        if matches!(later.remote_asn, RemoteAsn::Fixed(_)) { "asn" } else { "dynamic_asn" };
+    if later.remote_asn != earlier.remote_asn {
+        let describe = |n: &Neighbor| match n.remote_asn {
+            RemoteAsn::Fixed(asn) => format!("asn = {asn}"),
+            other => format!("dynamic_asn = \"{other}\""),
+        };
+        out.push((asn_name, describe(later), describe(earlier)));
+    }
+    if later.password != earlier.password {
+        let (here, there) = match (&later.password, &earlier.password) {
+            (Some(_), Some(_)) => ("one TCP-MD5 key", "a different key"),
+            (Some(_), None) => ("a TCP-MD5 key", "no password"),
+            _ => ("no password", "a TCP-MD5 key"),
+        };
+        out.push(("password", here.to_string(), there.to_string()));
+    }
+    let mut compare = |name: &'static str, describe: &dyn Fn(&Neighbor) -> Option<String>| {
+        let (here, there) = (describe(later), describe(earlier));
+        if here != there {
+            let phrase = |value: Option<String>| {
+                value.map_or_else(|| format!("no {name}"), |v| format!("{name} = {v}"))
+            };
+            out.push((name, phrase(here), phrase(there)));
+        }
+    };
+    compare("port", &|n| Some(n.port.to_string()));
+    compare("source_address", &|n| n.source_address.map(|a| quoted(a.to_string())));
+    compare("hold_time", &|n| Some(quoted(format_duration(n.hold_time))));
+    compare("keepalive_time", &|n| Some(quoted(format_duration(n.keepalive_time))));
+    compare("connect_time", &|n| Some(quoted(format_duration(n.connect_time))));
+    compare("ebgp_multihop", &|n| n.ebgp_multihop.map(|v| v.to_string()));
+    compare("ttl_security", &|n| n.ttl_security.map(|v| v.to_string()));
+    compare("passive", &|n| Some(n.passive.to_string()));
+    compare("bfd_profile", &|n| n.bfd_profile.clone().map(quoted));
+    compare("max_prefixes", &|n| n.max_prefixes.map(|v| v.to_string()));
+    compare("families", &|n| {
+        Some(format!(
+            "[{}]",
+            n.families.iter().map(|f| format!("\"{}\"", f.name())).collect::<Vec<_>>().join(", ")
+        ))
+    });
+    out
+}
+
+fn check_bfd_reference(
+    fragment: &NeighborFragment,
+    profile_names: &[&str],
+    errors: &mut Vec<ConfigError>,
+) {
+    let Some(name) = &fragment.neighbor.bfd_profile else { return };
+    if !profile_names.contains(&name.as_str()) {
+        let valid = if profile_names.is_empty() {
+            "no [[bgp.bfd_profiles]] are defined".to_string()
+        } else {
+            format!(
+                "defined profiles: {}",
+                profile_names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ")
+            )
+        };
+        errors.push(fragment.loc_of("bfd_profile").error(
+            format!("{}.bfd_profile", fragment.field),
+            format!("no BFD profile named \"{name}\"; {valid}"),
+        ));
+    }
+}
+
+/// Builds the neighbor's advertise policy from every file's `to_advertise` entries and checks
+/// them against the merged router's prefixes.
+fn finish_neighbor(
+    fragment: NeighborFragment,
+    router_prefixes: &BTreeSet<IpNet>,
+    router_locs: &[(Loc, String)],
+    check_references: bool,
+    errors: &mut Vec<ConfigError>,
+) -> Neighbor {
+    let NeighborFragment { neighbor: mut result, advertised, .. } = fragment;
+    let mode = result.to_advertise.mode;
+    let mut allowed: BTreeSet<IpNet> = BTreeSet::new();
+    let mut local_prefs: BTreeMap<IpNet, (u32, &AdvertisedPrefix)> = BTreeMap::new();
+    let mut communities: BTreeMap<Community, BTreeSet<IpNet>> = BTreeMap::new();
+    for entry in &advertised {
+        // frr-k8s: every prefix a neighbor advertises must be one the router originates.
+        if !router_prefixes.contains(&entry.prefix) {
+            if check_references {
+                let defined_at = router_locs
+                    .iter()
+                    .map(|(loc, field)| format!("{field}.prefixes at {loc}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                errors.push(entry.loc.error(
+                    entry.field.clone(),
+                    format!(
+                        "{} is not one of the router's prefixes ({defined_at}); add it to the router's prefixes or remove it here",
+                        entry.prefix
+                    ),
+                ));
+            }
+            continue;
+        }
+        match entry.how {
+            Advertised::Allowed => {
+                allowed.insert(entry.prefix);
+            }
+            Advertised::WithLocalPref(local_pref) => match local_prefs.get(&entry.prefix) {
+                Some((existing, first)) if *existing != local_pref => errors.push(entry.loc.error(
+                    entry.field.clone(),
+                    format!(
+                        "{} already has local_pref {existing} at {} ({}); a prefix gets one LOCAL_PREF per neighbor",
+                        entry.prefix, first.loc, first.field
+                    ),
+                )),
+                Some(_) => {}
+                None => {
+                    local_prefs.insert(entry.prefix, (local_pref, entry));
+                }
+            },
+            Advertised::WithCommunity(community) => {
+                communities.entry(community).or_default().insert(entry.prefix);
+            }
+        }
+    }
+    // frr-k8s: local_pref and communities attach to prefixes this neighbor is sent.
+    if check_references && mode == AllowMode::Filtered {
+        for entry in advertised
+            .iter()
+            .filter(|e| e.how != Advertised::Allowed && router_prefixes.contains(&e.prefix))
+        {
+            if !allowed.contains(&entry.prefix) {
+                errors.push(entry.loc.error(
+                    entry.field.clone(),
+                    format!(
+                        "{} is not advertised to neighbor {}; add it to to_advertise.allowed.prefixes or set to_advertise.allowed.mode = \"all\"",
+                        entry.prefix, result.address
+                    ),
+                ));
+            }
+        }
+    }
+    let mut by_value: BTreeMap<u32, Vec<IpNet>> = BTreeMap::new();
+    for (prefix, (local_pref, _)) in local_prefs {
+        by_value.entry(local_pref).or_default().push(prefix);
+    }
+    result.to_advertise = AdvertisePolicy {
+        mode,
+        prefixes: if mode == AllowMode::All { Vec::new() } else { allowed.into_iter().collect() },
+        with_local_pref: by_value
+            .into_iter()
+            .map(|(local_pref, prefixes)| LocalPrefPrefixes { local_pref, prefixes })
+            .collect(),
+        with_community: communities
+            .into_iter()
+            .map(|(community, prefixes)| CommunityPrefixes {
+                community,
+                prefixes: prefixes.into_iter().collect(),
+            })
+            .collect(),
+    };
+    result
+}

@@ -1,0 +1,253 @@
+//! The validated, merged configuration: plain values, defaults applied, no source spans.
+//!
+//! Field names follow the snake_case of frr-k8s `FRRConfiguration.spec.bgp`. Lists are kept in
+//! a deterministic order (first-seen order across files for neighbors and routers, sorted for
+//! prefix sets) so that two loads of the same files compare equal and diffs stay small.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::community::Community;
+use super::duration;
+
+/// The whole node configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    pub bgp: BgpConfig,
+    /// Prefixes never accepted from any peer, whatever a neighbor's `to_receive` says.
+    pub always_block: Vec<IpNet>,
+    /// The files this config was loaded from, in merge order.
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BgpConfig {
+    /// One router per VRF; the default VRF is `vrf == ""`.
+    pub routers: Vec<Router>,
+    pub bfd_profiles: Vec<BfdProfile>,
+}
+
+/// A BGP instance in one VRF.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Router {
+    pub asn: u32,
+    /// BGP Identifier; `None` lets the daemon pick one from the node's addresses.
+    pub id: Option<Ipv4Addr>,
+    /// VRF name; `""` is the default VRF.
+    pub vrf: String,
+    /// Prefixes this router originates.
+    pub prefixes: Vec<IpNet>,
+    /// Maximum number of ECMP paths installed per prefix.
+    pub maximum_paths: u16,
+    /// Whether paths from neighbours in different ASes may form one ECMP set.
+    pub multipath_relax: bool,
+    pub neighbors: Vec<Neighbor>,
+    /// Files that define or extend this router, in merge order.
+    pub sources: Vec<PathBuf>,
+}
+
+/// The peer's AS: a fixed number, or whatever it announces, constrained to iBGP or eBGP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteAsn {
+    Fixed(u32),
+    /// Accept the peer's AS if it equals ours.
+    Internal,
+    /// Accept the peer's AS if it differs from ours.
+    External,
+}
+
+impl fmt::Display for RemoteAsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Fixed(asn) => write!(f, "{asn}"),
+            Self::Internal => f.write_str("internal"),
+            Self::External => f.write_str("external"),
+        }
+    }
+}
+
+/// A number for `Fixed`, the strings `"internal"` / `"external"` otherwise.
+impl Serialize for RemoteAsn {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Fixed(asn) => serializer.serialize_u32(*asn),
+            Self::Internal | Self::External => serializer.collect_str(self),
+        }
+    }
+}
+
+/// A TCP-MD5 key. `Debug` and `Serialize` redact it so it never reaches logs or `show` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    pub(crate) fn new(key: String) -> Self {
+        Self(key)
+    }
+
+    /// The key itself, for the socket option only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
+}
+
+impl Serialize for Password {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("<redacted>")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AddressFamily {
+    Ipv4Unicast,
+    Ipv6Unicast,
+}
+
+impl AddressFamily {
+    pub fn of(address: IpAddr) -> Self {
+        match address {
+            IpAddr::V4(_) => Self::Ipv4Unicast,
+            IpAddr::V6(_) => Self::Ipv6Unicast,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ipv4Unicast => "ipv4-unicast",
+            Self::Ipv6Unicast => "ipv6-unicast",
+        }
+    }
+}
+
+/// One BGP session.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Neighbor {
+    pub address: IpAddr,
+    pub remote_asn: RemoteAsn,
+    pub port: u16,
+    pub source_address: Option<IpAddr>,
+    pub password: Option<Password>,
+    #[serde(serialize_with = "duration::serialize")]
+    pub hold_time: Duration,
+    #[serde(serialize_with = "duration::serialize")]
+    pub keepalive_time: Duration,
+    /// Initial ConnectRetry interval.
+    #[serde(serialize_with = "duration::serialize")]
+    pub connect_time: Duration,
+    /// Outgoing TTL for a peer more than one hop away; `None` means directly connected.
+    pub ebgp_multihop: Option<u8>,
+    /// GTSM (RFC 5082): the number of hops the peer may be away; `None` disables GTSM.
+    pub ttl_security: Option<u8>,
+    /// Wait for the peer to connect; never open the TCP connection ourselves.
+    pub passive: bool,
+    pub bfd_profile: Option<String>,
+    /// Tear the session down when the peer sends more prefixes than this.
+    pub max_prefixes: Option<u32>,
+    pub families: Vec<AddressFamily>,
+    pub to_advertise: AdvertisePolicy,
+    pub to_receive: ReceivePolicy,
+    /// Files that define or extend this neighbor, in merge order.
+    pub sources: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AllowMode {
+    /// Everything (all of the router's prefixes out; every route in).
+    All,
+    /// Only the listed prefixes.
+    #[default]
+    Filtered,
+}
+
+/// What we send to a neighbor.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct AdvertisePolicy {
+    pub mode: AllowMode,
+    /// With `Filtered`: the router prefixes sent to this neighbor (sorted). Empty with `All`.
+    pub prefixes: Vec<IpNet>,
+    /// Sorted by `local_pref`; a prefix appears under at most one value.
+    pub with_local_pref: Vec<LocalPrefPrefixes>,
+    /// Sorted by community.
+    pub with_community: Vec<CommunityPrefixes>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LocalPrefPrefixes {
+    pub local_pref: u32,
+    pub prefixes: Vec<IpNet>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommunityPrefixes {
+    pub community: Community,
+    pub prefixes: Vec<IpNet>,
+}
+
+/// What we accept from a neighbor (before `always_block`, which wins).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ReceivePolicy {
+    pub mode: AllowMode,
+    /// With `Filtered`: the accepted prefixes (sorted). Empty with `All`.
+    pub prefixes: Vec<PrefixMatch>,
+}
+
+/// A prefix-list entry: `prefix` alone matches exactly; `ge`/`le` widen it to the more specifics
+/// of `prefix` whose length is in `ge..=le`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct PrefixMatch {
+    pub prefix: IpNet,
+    pub ge: Option<u8>,
+    pub le: Option<u8>,
+}
+
+/// BFD session parameters shared by neighbors that name this profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BfdProfile {
+    pub name: String,
+    #[serde(serialize_with = "duration::serialize")]
+    pub receive_interval: Duration,
+    #[serde(serialize_with = "duration::serialize")]
+    pub transmit_interval: Duration,
+    pub detect_multiplier: u8,
+    #[serde(serialize_with = "duration::serialize")]
+    pub echo_interval: Duration,
+    pub echo_mode: bool,
+    pub passive_mode: bool,
+    pub minimum_ttl: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_never_printed() {
+        let password = Password::new("s3cret".into());
+        assert_eq!(format!("{password:?}"), "Password(<redacted>)");
+        assert_eq!(serde_json::to_string(&password).unwrap(), r#""<redacted>""#);
+        assert_eq!(password.expose(), "s3cret");
+    }
+
+    #[test]
+    fn remote_asn_serialises_as_number_or_keyword() {
+        assert_eq!(serde_json::to_string(&RemoteAsn::Fixed(65102)).unwrap(), "65102");
+        assert_eq!(serde_json::to_string(&RemoteAsn::External).unwrap(), r#""external""#);
+        assert_eq!(
+            serde_json::to_string(&AddressFamily::Ipv6Unicast).unwrap(),
+            r#""ipv6-unicast""#
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! The TOML file as written: every value keeps its span so validation can point at it.
+//!
+//! Integers are read as `i64` and strings as `String`; ranges, addresses, durations and
+//! communities are checked afterwards in `validate`, so one file reports all of its problems
+//! instead of stopping at the first one serde meets. Unknown fields are rejected here
+//! (`deny_unknown_fields`), with the list of valid names in the message.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+pub(crate) type S<T> = Spanned<T>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFile {
+    pub bgp: Option<RawBgp>,
+    #[serde(default)]
+    pub always_block: Vec<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBgp {
+    #[serde(default)]
+    pub routers: Vec<S<RawRouter>>,
+    #[serde(default)]
+    pub bfd_profiles: Vec<S<RawBfdProfile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRouter {
+    pub asn: S<i64>,
+    pub id: Option<S<String>>,
+    pub vrf: Option<S<String>>,
+    #[serde(default)]
+    pub prefixes: Vec<S<String>>,
+    pub maximum_paths: Option<S<i64>>,
+    pub multipath_relax: Option<S<bool>>,
+    #[serde(default)]
+    pub neighbors: Vec<S<RawNeighbor>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNeighbor {
+    pub address: S<String>,
+    pub asn: Option<S<i64>>,
+    pub dynamic_asn: Option<S<String>>,
+    pub port: Option<S<i64>>,
+    pub source_address: Option<S<String>>,
+    pub password: Option<S<String>>,
+    pub password_file: Option<S<String>>,
+    pub hold_time: Option<S<RawDuration>>,
+    pub keepalive_time: Option<S<RawDuration>>,
+    pub connect_time: Option<S<RawDuration>>,
+    pub ebgp_multihop: Option<S<BoolOrInt>>,
+    pub ttl_security: Option<S<BoolOrInt>>,
+    pub passive: Option<S<bool>>,
+    pub bfd_profile: Option<S<String>>,
+    pub max_prefixes: Option<S<i64>>,
+    pub families: Option<S<Vec<S<String>>>>,
+    pub to_advertise: Option<RawAdvertise>,
+    pub to_receive: Option<RawReceive>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAdvertise {
+    pub allowed: Option<RawAllowedOut>,
+    #[serde(default)]
+    pub with_local_pref: Vec<S<RawLocalPref>>,
+    #[serde(default)]
+    pub with_community: Vec<S<RawCommunityPrefixes>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAllowedOut {
+    pub mode: Option<S<String>>,
+    pub prefixes: Option<S<Vec<S<String>>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLocalPref {
+    pub local_pref: S<i64>,
+    #[serde(default)]
+    pub prefixes: Vec<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCommunityPrefixes {
+    pub community: S<String>,
+    #[serde(default)]
+    pub prefixes: Vec<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReceive {
+    pub allowed: Option<RawAllowedIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAllowedIn {
+    pub mode: Option<S<String>>,
+    pub prefixes: Option<S<Vec<S<RawPrefixMatch>>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPrefixMatch {
+    pub prefix: S<String>,
+    pub ge: Option<S<i64>>,
+    pub le: Option<S<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBfdProfile {
+    pub name: S<String>,
+    pub receive_interval: Option<S<RawDuration>>,
+    pub transmit_interval: Option<S<RawDuration>>,
+    pub detect_multiplier: Option<S<i64>>,
+    pub echo_interval: Option<S<RawDuration>>,
+    pub echo_mode: Option<S<bool>>,
+    pub passive_mode: Option<S<bool>>,
+    pub minimum_ttl: Option<S<i64>>,
+}
+
+/// A duration as written: text to parse, or a bare number that gets a "write "90s"" hint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RawDuration {
+    Text(String),
+    Number(String),
+}
+
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DurationVisitor;
+        impl Visitor<'_> for DurationVisitor {
+            type Value = RawDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#"a duration string such as "90s", "300ms" or "1m30s""#)
+            }
+            fn visit_str<E: de::Error>(self, value: &str) -> Result<RawDuration, E> {
+                Ok(RawDuration::Text(value.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Number(value.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Number(value.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, value: f64) -> Result<RawDuration, E> {
+                Ok(RawDuration::Number(value.to_string()))
+            }
+        }
+        deserializer.deserialize_any(DurationVisitor)
+    }
+}
+
+/// `true`/`false` or an integer, for `ebgp_multihop` and `ttl_security`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum BoolOrInt {
+    Bool(bool),
+    Int(i64),
+}
+
+impl<'de> Deserialize<'de> for BoolOrInt {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BoolOrIntVisitor;
+        impl Visitor<'_> for BoolOrIntVisitor {
+            type Value = BoolOrInt;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("true, false or an integer")
+            }
+            fn visit_bool<E: de::Error>(self, value: bool) -> Result<BoolOrInt, E> {
+                Ok(BoolOrInt::Bool(value))
+            }
+            fn visit_i64<E: de::Error>(self, value: i64) -> Result<BoolOrInt, E> {
+                Ok(BoolOrInt::Int(value))
+            }
+            fn visit_u64<E: de::Error>(self, value: u64) -> Result<BoolOrInt, E> {
+                Ok(BoolOrInt::Int(i64::try_from(value).unwrap_or(i64::MAX)))
+            }
+        }
+        deserializer.deserialize_any(BoolOrIntVisitor)
+    }
+}

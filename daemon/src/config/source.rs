@@ -1,0 +1,175 @@
+//! One config file's text: byte offsets to line/column, and TOML parse errors to `ConfigError`s
+//! that name the field they are about.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use super::error::{ConfigError, Loc};
+
+/// A config file's name and text.
+pub(crate) struct SourceText<'a> {
+    pub path: PathBuf,
+    pub text: &'a str,
+    /// Byte offset where each line starts; the first entry is 0.
+    line_starts: Vec<usize>,
+}
+
+impl<'a> SourceText<'a> {
+    pub fn new(path: &Path, text: &'a str) -> Self {
+        let line_starts = std::iter::once(0)
+            .chain(
+                text.char_indices().filter(|(_, c)| *c == '\n').map(|(i, _)| i.saturating_add(1)),
+            )
+            .collect();
+        Self { path: path.to_path_buf(), text, line_starts }
+    }
+
+    /// The 1-based line and column (in characters) of a byte offset.
+    pub fn loc(&self, offset: usize) -> Loc {
+        let offset = offset.min(self.text.len());
+        // partition_point counts line starts at or before `offset`: that count is the line number.
+        let line = self.line_starts.partition_point(|start| *start <= offset).max(1);
+        let line_start =
+            line.checked_sub(1).and_then(|i| self.line_starts.get(i)).copied().unwrap_or(0);
+        let column =
+            self.text.get(line_start..offset).map_or(0, |s| s.chars().count()).saturating_add(1);
+        Loc { file: self.path.clone(), line, column }
+    }
+
+    pub fn error_at(
+        &self,
+        span: &Range<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        self.loc(span.start).error(field, message)
+    }
+
+    /// Converts a TOML syntax or deserialisation error. Serde does not report which field it was
+    /// deserialising, so the field path is recovered by finding the innermost key or value in the
+    /// document whose span contains the error's span.
+    pub fn toml_error(&self, error: &toml::de::Error) -> ConfigError {
+        let Some(span) = error.span() else {
+            return Loc { file: self.path.clone(), line: 1, column: 1 }.error("", error.message());
+        };
+        // Recoverable parsing still yields the keys around a syntax error (e.g. a duplicate key).
+        let (root, _) = DeTable::parse_recoverable(self.text);
+        let mut search = FieldSearch { target: span.clone(), containing: None, enclosing: None };
+        search.table(root.get_ref(), "");
+        let field =
+            search.containing.or(search.enclosing).map(|(_, path)| path).unwrap_or_default();
+        self.error_at(&span, field, error.message())
+    }
+}
+
+/// Finds the dotted path an error span belongs to.
+struct FieldSearch {
+    target: Range<usize>,
+    /// The smallest key or value span that contains the target, as (width, path).
+    containing: Option<(usize, String)>,
+    /// Fallback when the error is not inside any parsed value (e.g. a duplicate key, which the
+    /// parser drops): the table holding the closest key or table header before the error, as
+    /// (start offset, path).
+    enclosing: Option<(usize, String)>,
+}
+
+impl FieldSearch {
+    /// Tables written as `[[header]]` only span their header, so every child is visited.
+    fn table(&mut self, table: &DeTable<'_>, prefix: &str) {
+        for (key, value) in table.iter() {
+            let path = if prefix.is_empty() {
+                key.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", key.get_ref())
+            };
+            self.consider(&key.span(), &path);
+            self.precedes(key.span().start, prefix);
+            self.value(value, &path);
+        }
+    }
+
+    fn value(&mut self, value: &Spanned<DeValue<'_>>, path: &str) {
+        self.consider(&value.span(), path);
+        match value.get_ref() {
+            DeValue::Table(table) => {
+                self.precedes(value.span().start, path);
+                self.table(table, path);
+            }
+            DeValue::Array(array) => {
+                for (index, element) in array.iter().enumerate() {
+                    self.value(element, &format!("{path}[{index}]"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn consider(&mut self, span: &Range<usize>, path: &str) {
+        if span.start <= self.target.start && self.target.end <= span.end {
+            let width = span.end.saturating_sub(span.start);
+            // `<=` so that among equal spans the deeper (later visited) path wins.
+            if self.containing.as_ref().is_none_or(|(best, _)| width <= *best) {
+                self.containing = Some((width, path.to_string()));
+            }
+        }
+    }
+
+    fn precedes(&mut self, start: usize, table_path: &str) {
+        if start < self.target.start
+            && self.enclosing.as_ref().is_none_or(|(best, _)| start >= *best)
+        {
+            self.enclosing = Some((start, table_path.to_string()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_map_to_one_based_line_and_character_column() {
+        let source = SourceText::new(Path::new("f.toml"), "ab\ncdé\nx");
+        let at = |offset| {
+            let loc = source.loc(offset);
+            (loc.line, loc.column)
+        };
+        assert_eq!(at(0), (1, 1));
+        assert_eq!(at(2), (1, 3));
+        assert_eq!(at(3), (2, 1));
+        // 'é' is two bytes; the 'x' line starts at byte 8.
+        assert_eq!(at(8), (3, 1));
+        assert_eq!(at(7), (2, 4));
+        assert_eq!(at(1000), (3, 2));
+    }
+
+    #[test]
+    fn toml_errors_name_the_innermost_field() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Doc {
+            items: Vec<Item>,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Item {
+            n: u8,
+        }
+        let text = "[[items]]\nn = 1\n\n[[items]]\nn = 300\n";
+        let source = SourceText::new(Path::new("f.toml"), text);
+        let error = source.toml_error(&toml::from_str::<Doc>(text).unwrap_err());
+        assert_eq!((error.line, error.column, error.field.as_str()), (5, 5, "items[1].n"));
+        assert!(error.message.contains("expected u8"), "{}", error.message);
+
+        let text = "[[items]]\nn = 1\nm = 2\n";
+        let source = SourceText::new(Path::new("f.toml"), text);
+        let error = source.toml_error(&toml::from_str::<Doc>(text).unwrap_err());
+        assert_eq!((error.line, error.column, error.field.as_str()), (3, 1, "items[0].m"));
+        assert!(error.message.contains("expected `n`"), "{}", error.message);
+    }
+}
