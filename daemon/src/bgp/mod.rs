@@ -1,5 +1,5 @@
 //! BGP-4 (RFC 4271): codec, sans-IO state machine, RIB, and the tokio drivers around them.
 
-pub mod wire;
 pub mod policy;
 pub mod rib;
+pub mod wire;

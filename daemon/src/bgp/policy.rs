@@ -12,9 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnet::IpNet;
 
 use crate::bgp::rib::PeerInfo;
-use crate::bgp::wire::attributes::{
-    flags, well_known, LargeCommunity, NextHop, PathAttributes,
-};
+use crate::bgp::wire::attributes::{flags, well_known, LargeCommunity, NextHop, PathAttributes};
 
 /// LOCAL_PREF assumed when a path has none (RFC 4271 §5.1.5 leaves the value to the operator;
 /// 100 is the value every common implementation uses).
@@ -287,11 +285,10 @@ pub fn export_route(
             .iter()
             .find(|rule| rule.prefixes.contains(prefix))
             .map(|rule| rule.local_pref);
-        out.local_pref = Some(
-            configured.unwrap_or_else(|| {
+        out.local_pref =
+            Some(configured.unwrap_or_else(|| {
                 effective_local_pref(attrs, learned_from_ebgp.unwrap_or(false))
-            }),
-        );
+            }));
     }
     // RFC 4456 §8: ORIGINATOR_ID and CLUSTER_LIST belong to reflection inside one AS; we do not
     // reflect, and they never leave the AS.
@@ -387,8 +384,9 @@ mod tests {
         );
         // A covering prefix is not "inside" the blocked one.
         assert_eq!(check_import_prefix(&net("10.0.0.0/8"), &block, &all), Ok(()));
-        let filtered =
-            ImportPolicy { to_receive: ReceiveFilter::Filtered(vec![entry("10.0.0.0/24", None, None)]) };
+        let filtered = ImportPolicy {
+            to_receive: ReceiveFilter::Filtered(vec![entry("10.0.0.0/24", None, None)]),
+        };
         assert_eq!(check_import_prefix(&net("10.0.0.0/24"), &[], &filtered), Ok(()));
         assert_eq!(
             check_import_prefix(&net("10.0.1.0/24"), &[], &filtered),

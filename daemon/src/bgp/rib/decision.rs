@@ -91,12 +91,7 @@ fn eliminate_by<K: Ord>(
     reason: Rejected,
     key: impl Fn(&Candidate<'_>) -> K,
 ) {
-    let best = cands
-        .iter()
-        .zip(alive.iter())
-        .filter(|(_, &a)| a)
-        .map(|(c, _)| key(c))
-        .max();
+    let best = cands.iter().zip(alive.iter()).filter(|(_, &a)| a).map(|(c, _)| key(c)).max();
     let Some(best) = best else { return };
     for ((c, a), v) in cands.iter().zip(alive.iter_mut()).zip(verdicts.iter_mut()) {
         if *a && key(c) != best {
@@ -131,9 +126,10 @@ pub(crate) fn select(cands: &[Candidate<'_>], multipath: MultipathConfig) -> Vec
         .enumerate()
         .map(|(i, c)| {
             alive.get(i).copied().unwrap_or(false)
-                && cands.iter().zip(alive.iter()).any(|(other, &a)| {
-                    a && neighbor(other) == neighbor(c) && med(other) < med(c)
-                })
+                && cands
+                    .iter()
+                    .zip(alive.iter())
+                    .any(|(other, &a)| a && neighbor(other) == neighbor(c) && med(other) < med(c))
         })
         .collect();
     for ((a, v), lost) in alive.iter_mut().zip(verdicts.iter_mut()).zip(beaten) {
@@ -145,7 +141,8 @@ pub(crate) fn select(cands: &[Candidate<'_>], multipath: MultipathConfig) -> Vec
     // RFC 4271 §9.1.2.2 d): eBGP-learned over iBGP-learned. (e) interior cost is equal here: we
     // run no IGP and all next hops are directly connected.)
     eliminate_by(cands, &mut verdicts, &mut alive, Rejected::InternalPeer, |c| c.ebgp);
-    let equal_cost: Vec<usize> = alive.iter().enumerate().filter(|(_, &a)| a).map(|(i, _)| i).collect();
+    let equal_cost: Vec<usize> =
+        alive.iter().enumerate().filter(|(_, &a)| a).map(|(i, _)| i).collect();
     // RFC 4271 §9.1.2.2 f): lowest BGP identifier (ORIGINATOR_ID if present, RFC 4456 §9).
     eliminate_by(cands, &mut verdicts, &mut alive, Rejected::HigherRouterId, |c| {
         std::cmp::Reverse(c.router_id)
@@ -246,10 +243,7 @@ mod tests {
 
     #[test]
     fn higher_local_pref_wins_for_ibgp() {
-        let v = loses_with(
-            |b| b.local_pref = Some(50),
-            |c| c.ebgp = false,
-        );
+        let v = loses_with(|b| b.local_pref = Some(50), |c| c.ebgp = false);
         // The loser is iBGP with LOCAL_PREF 50 < the eBGP path's default 100.
         assert_lost(&v, Rejected::LowerLocalPref);
     }
@@ -260,7 +254,8 @@ mod tests {
         // router id, where the first candidate (10.0.0.1) wins.
         let a = PathAttributes { local_pref: Some(500), ..attrs(&[65001]) };
         let b = attrs(&[65001]);
-        let v = select(&[cand(&a, 2), cand(&b, 1)], MultipathConfig { maximum_paths: 1, relax: false });
+        let v =
+            select(&[cand(&a, 2), cand(&b, 1)], MultipathConfig { maximum_paths: 1, relax: false });
         assert!(v[1].best);
         assert_eq!(v[0].reason, Some(Rejected::HigherRouterId));
     }
@@ -303,7 +298,8 @@ mod tests {
     #[test]
     fn lower_router_id_then_originator_id_wins() {
         let a = attrs(&[65001]);
-        let v = select(&[cand(&a, 2), cand(&a, 1)], MultipathConfig { maximum_paths: 1, relax: false });
+        let v =
+            select(&[cand(&a, 2), cand(&a, 1)], MultipathConfig { maximum_paths: 1, relax: false });
         assert!(v[1].best);
         assert_eq!(v[0].reason, Some(Rejected::HigherRouterId));
         // With ORIGINATOR_ID the candidate's router_id is the originator's (the RIB fills it).

@@ -150,7 +150,9 @@ impl Destination {
     pub(crate) fn fib_next_hops(&self) -> Vec<NextHop> {
         let mut hops = Vec::new();
         for p in self.paths() {
-            if (p.best || p.multipath) && p.peer != PeerId::LOCAL && !hops.contains(&p.attrs.next_hop)
+            if (p.best || p.multipath)
+                && p.peer != PeerId::LOCAL
+                && !hops.contains(&p.attrs.next_hop)
             {
                 hops.push(p.attrs.next_hop);
             }
@@ -192,11 +194,8 @@ impl<P: Prefix> Table<P> {
     /// attribute sets: the arithmetic of the module comment, applied to the current capacity.
     pub(crate) fn approx_heap_bytes(&self) -> usize {
         let capacity = self.map.capacity();
-        let buckets = if capacity == 0 {
-            0
-        } else {
-            (capacity.saturating_mul(8) / 7).next_power_of_two()
-        };
+        let buckets =
+            if capacity == 0 { 0 } else { (capacity.saturating_mul(8) / 7).next_power_of_two() };
         let entry = std::mem::size_of::<(P, Destination)>().saturating_add(1);
         let many: usize = self
             .map

@@ -20,7 +20,7 @@ pub use intern::AttrInterner;
 pub use loc_rib::{Path, Prefix, Source};
 
 use crate::bgp::policy::{self, ExportPolicy, ExportSource, ImportPolicy, ImportReject};
-use crate::bgp::wire::attributes::{AsPath, Afi, Family, NextHop, Origin, PathAttributes};
+use crate::bgp::wire::attributes::{Afi, AsPath, Family, NextHop, Origin, PathAttributes};
 use adj_out::AdjRibOut;
 use decision::{Candidate, MultipathConfig};
 use loc_rib::{Destination, Removal, Table};
@@ -231,14 +231,14 @@ fn decide(dest: &mut Destination, peers: &BTreeMap<PeerId, Peer>, config: &RibCo
     }
 }
 
-fn best_of(dest: Option<&Destination>) -> Option<(PeerId, Arc<PathAttributes>)> {
+/// The source and attributes of a destination's best path.
+type BestPath = Option<(PeerId, Arc<PathAttributes>)>;
+
+fn best_of(dest: Option<&Destination>) -> BestPath {
     dest.and_then(Destination::best).map(|p| (p.peer, Arc::clone(&p.attrs)))
 }
 
-fn same_best(
-    a: &Option<(PeerId, Arc<PathAttributes>)>,
-    b: &Option<(PeerId, Arc<PathAttributes>)>,
-) -> bool {
+fn same_best(a: &BestPath, b: &BestPath) -> bool {
     match (a, b) {
         (None, None) => true,
         (Some((pa, aa)), Some((pb, ab))) => pa == pb && Arc::ptr_eq(aa, ab),
@@ -251,7 +251,8 @@ impl<P: RibFamily> Parts<'_, P> {
     /// consequences in `changes`.
     fn change_path(&mut self, prefix: P, change: PathChange, changes: &mut Changes) -> PathDelta {
         let old_best = best_of(self.table.map.get(&prefix));
-        let old_hops = self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
+        let old_hops =
+            self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
         let mut delta = PathDelta::default();
         match change {
             PathChange::Upsert(path) => match self.table.map.get_mut(&prefix) {
@@ -279,7 +280,8 @@ impl<P: RibFamily> Parts<'_, P> {
         if let Some(dest) = self.table.map.get_mut(&prefix) {
             decide(dest, self.peers, self.config);
         }
-        let new_hops = self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
+        let new_hops =
+            self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
         if new_hops != old_hops {
             changes.fib.push(FibChange { prefix: prefix.into(), next_hops: new_hops });
         }
@@ -313,12 +315,7 @@ impl<P: RibFamily> Parts<'_, P> {
     }
 
     /// Queues the new state of `prefix` to every peer that negotiated the family.
-    fn export_to_all(
-        &mut self,
-        prefix: P,
-        best: Option<(PeerId, Arc<PathAttributes>)>,
-        changes: &mut Changes,
-    ) {
+    fn export_to_all(&mut self, prefix: P, best: BestPath, changes: &mut Changes) {
         let ids: Vec<PeerId> = self.peers.keys().copied().collect();
         for id in ids {
             self.export_to_peer(prefix, best.as_ref(), id, changes);
@@ -347,7 +344,7 @@ impl<P: RibFamily> Parts<'_, P> {
 
     /// Re-evaluates export of the whole table to one peer (session up, export policy change).
     fn export_table_to_peer(&mut self, id: PeerId, changes: &mut Changes) {
-        let prefixes: Vec<(P, Option<(PeerId, Arc<PathAttributes>)>)> =
+        let prefixes: Vec<(P, BestPath)> =
             self.table.map.iter().map(|(p, d)| (*p, best_of(Some(d)))).collect();
         for (prefix, best) in prefixes {
             self.export_to_peer(prefix, best.as_ref(), id, changes);
@@ -435,7 +432,11 @@ impl Rib {
     }
 
     /// Replaces a peer's export policy and re-evaluates what it should have.
-    pub fn set_export_policy(&mut self, id: PeerId, export: ExportPolicy) -> Result<Changes, RibError> {
+    pub fn set_export_policy(
+        &mut self,
+        id: PeerId,
+        export: ExportPolicy,
+    ) -> Result<Changes, RibError> {
         let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
         peer.info.export = export;
         let mut changes = Changes::default();
@@ -631,3 +632,5 @@ impl Rib {
     }
 }
 
+#[cfg(test)]
+mod tests;
