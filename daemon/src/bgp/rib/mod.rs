@@ -246,6 +246,50 @@ fn same_best(a: &BestPath, b: &BestPath) -> bool {
     }
 }
 
+/// A best path with what export needs to know about its source.
+#[derive(Clone, Copy)]
+struct ExportCandidate<'a> {
+    from: PeerId,
+    attrs: &'a PathAttributes,
+    /// `None` for a local path, else whether it was learned over eBGP.
+    learned_ebgp: Option<bool>,
+}
+
+impl<'a> ExportCandidate<'a> {
+    fn new(peers: &BTreeMap<PeerId, Peer>, from: PeerId, attrs: &'a PathAttributes) -> Self {
+        let learned_ebgp =
+            (from != PeerId::LOCAL).then(|| peers.get(&from).is_some_and(|p| p.info.ebgp));
+        Self { from, attrs, learned_ebgp }
+    }
+}
+
+/// Computes what `peer` should have for `prefix` and queues the difference.
+fn export_to_peer<P: RibFamily>(
+    interner: &mut AttrInterner,
+    prefix: P,
+    best: Option<ExportCandidate<'_>>,
+    id: PeerId,
+    peer: &mut Peer,
+    changes: &mut Changes,
+) {
+    if !peer.info.families.contains(&P::FAMILY) {
+        return;
+    }
+    let desired = best.and_then(|b| {
+        let source = match b.learned_ebgp {
+            None => ExportSource::Local,
+            Some(ebgp) => ExportSource::Learned { from_same_peer: b.from == id, ebgp },
+        };
+        policy::export_route(&prefix.into(), b.attrs, source, &peer.info)
+            .map(|out| interner.intern_owned(out))
+    });
+    let out = P::adj_out(peer);
+    out.set(prefix, desired);
+    if out.has_pending() {
+        changes.outbound.insert(id);
+    }
+}
+
 impl<P: RibFamily> Parts<'_, P> {
     /// Applies one change to one prefix, reruns the decision, and records FIB and export
     /// consequences in `changes`.
@@ -292,62 +336,21 @@ impl<P: RibFamily> Parts<'_, P> {
         delta
     }
 
-    /// What `to` should have for `prefix` given its best path, interned.
-    fn exported(
-        interner: &mut AttrInterner,
-        peers: &BTreeMap<PeerId, Peer>,
-        prefix: P,
-        best: Option<&(PeerId, Arc<PathAttributes>)>,
-        to: PeerId,
-        to_info: &PeerInfo,
-    ) -> Option<Arc<PathAttributes>> {
-        let (from, attrs) = best?;
-        let source = if *from == PeerId::LOCAL {
-            ExportSource::Local
-        } else {
-            ExportSource::Learned {
-                from_same_peer: *from == to,
-                ebgp: peers.get(from).is_some_and(|p| p.info.ebgp),
-            }
-        };
-        policy::export_route(&prefix.into(), attrs, source, to_info)
-            .map(|out| interner.intern_owned(out))
-    }
-
     /// Queues the new state of `prefix` to every peer that negotiated the family.
     fn export_to_all(&mut self, prefix: P, best: BestPath, changes: &mut Changes) {
-        let ids: Vec<PeerId> = self.peers.keys().copied().collect();
-        for id in ids {
-            self.export_to_peer(prefix, best.as_ref(), id, changes);
-        }
-    }
-
-    fn export_to_peer(
-        &mut self,
-        prefix: P,
-        best: Option<&(PeerId, Arc<PathAttributes>)>,
-        id: PeerId,
-        changes: &mut Changes,
-    ) {
-        let Some(peer) = self.peers.get(&id) else { return };
-        if !peer.info.families.contains(&P::FAMILY) {
-            return;
-        }
-        let desired = Self::exported(self.interner, self.peers, prefix, best, id, &peer.info);
-        let Some(peer) = self.peers.get_mut(&id) else { return };
-        let out = P::adj_out(peer);
-        out.set(prefix, desired);
-        if out.has_pending() {
-            changes.outbound.insert(id);
+        let best =
+            best.as_ref().map(|(from, attrs)| ExportCandidate::new(self.peers, *from, attrs));
+        for (id, peer) in self.peers.iter_mut() {
+            export_to_peer(self.interner, prefix, best, *id, peer, changes);
         }
     }
 
     /// Re-evaluates export of the whole table to one peer (session up, export policy change).
     fn export_table_to_peer(&mut self, id: PeerId, changes: &mut Changes) {
-        let prefixes: Vec<(P, BestPath)> =
-            self.table.map.iter().map(|(p, d)| (*p, best_of(Some(d)))).collect();
-        for (prefix, best) in prefixes {
-            self.export_to_peer(prefix, best.as_ref(), id, changes);
+        for (prefix, dest) in self.table.map.iter() {
+            let best = dest.best().map(|p| ExportCandidate::new(self.peers, p.peer, &p.attrs));
+            let Some(peer) = self.peers.get_mut(&id) else { return };
+            export_to_peer(self.interner, *prefix, best, id, peer, changes);
         }
     }
 
