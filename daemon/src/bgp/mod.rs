@@ -2,6 +2,8 @@
 
 pub mod display;
 pub mod instance;
+pub mod policy;
+pub mod rib;
 pub mod rib_task;
 pub mod session;
 pub mod stats;

@@ -1,0 +1,639 @@
+//! The RIB of one routing instance (VRF): Adj-RIBs-In (post-policy), Loc-RIB with best path and
+//! ECMP, and one Adj-RIB-Out per peer. Plain synchronous data; the instance's tokio task owns
+//! it and feeds it events, and every call returns what changed for the FIB and which peers have
+//! output to drain (DESIGN.md: one RIB task per instance; model holo `holo-bgp/src/rib.rs`).
+
+pub mod adj_out;
+pub mod decision;
+pub mod intern;
+pub mod loc_rib;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+pub use adj_out::OutboundBatch;
+pub use decision::Rejected;
+pub use intern::AttrInterner;
+pub use loc_rib::{Path, Prefix, Source};
+
+use crate::bgp::policy::{self, ExportPolicy, ExportSource, ImportPolicy, ImportReject};
+use crate::bgp::wire::attributes::{Afi, AsPath, Family, NextHop, Origin, PathAttributes};
+use adj_out::AdjRibOut;
+use decision::{Candidate, MultipathConfig};
+use loc_rib::{Destination, Removal, Table};
+
+/// A peer of this RIB, allocated by [`Rib::peer_up`]. Ids are never reused within one RIB, so
+/// a stale id from a session that went down refers to nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u32);
+
+impl PeerId {
+    /// Marks locally originated paths; never handed out to a peer.
+    pub const LOCAL: PeerId = PeerId(0);
+}
+
+/// What the RIB needs to know about an established session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub address: IpAddr,
+    pub remote_asn: u32,
+    pub local_asn: u32,
+    /// The peer's BGP identifier from its OPEN.
+    pub remote_id: Ipv4Addr,
+    pub ebgp: bool,
+    /// Our address on the session, used as next hop (next-hop-self).
+    pub local_address: IpAddr,
+    /// Our link-local address on the session's interface, sent with IPv6 next hops.
+    pub local_link_local: Option<Ipv6Addr>,
+    /// Families negotiated on the session.
+    pub families: Vec<Family>,
+    pub import: ImportPolicy,
+    pub export: ExportPolicy,
+}
+
+/// Per-instance settings that the decision process and import need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RibConfig {
+    pub router_id: Ipv4Addr,
+    /// Largest ECMP set (FRR `maximum-paths`), best path included.
+    pub maximum_paths: u16,
+    /// Allow ECMP across different neighbouring ASes (FRR `bestpath as-path multipath-relax`).
+    pub multipath_relax: bool,
+    /// Node-wide: a prefix equal to or inside one of these is never accepted from a peer.
+    pub always_block: Vec<IpNet>,
+}
+
+impl RibConfig {
+    pub const DEFAULT_MAXIMUM_PATHS: u16 = 64;
+
+    pub fn new(router_id: Ipv4Addr) -> Self {
+        Self {
+            router_id,
+            maximum_paths: Self::DEFAULT_MAXIMUM_PATHS,
+            multipath_relax: false,
+            always_block: Vec::new(),
+        }
+    }
+}
+
+/// A prefix whose forwarding changed: the next hops to install now. Empty means "no BGP route
+/// to install": the prefix is gone, or the best path is our own (locally originated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibChange {
+    pub prefix: IpNet,
+    pub next_hops: Vec<NextHop>,
+}
+
+/// What one call changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub fib: Vec<FibChange>,
+    /// Peers whose Adj-RIB-Out has output waiting: drain them with [`Rib::take_pending`].
+    pub outbound: BTreeSet<PeerId>,
+}
+
+/// The result of [`Rib::apply_update`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpdateOutcome {
+    pub changes: Changes,
+    /// Announcements refused by import policy, with the reason (each was treated as a withdraw).
+    pub rejected: Vec<(IpNet, ImportReject)>,
+    /// Prefixes now accepted from this peer, for the driver to compare with `max_prefixes`
+    /// (exceeding it: NOTIFICATION Cease, subcode 1, RFC 4486 §4).
+    pub accepted_count: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RibError {
+    #[error("unknown peer {0:?}")]
+    UnknownPeer(PeerId),
+}
+
+#[derive(Debug)]
+struct Peer {
+    info: PeerInfo,
+    accepted: usize,
+    out_v4: AdjRibOut<Ipv4Net>,
+    out_v6: AdjRibOut<Ipv6Net>,
+}
+
+/// The RIB of one routing instance.
+#[derive(Debug)]
+pub struct Rib {
+    config: RibConfig,
+    interner: AttrInterner,
+    v4: Table<Ipv4Net>,
+    v6: Table<Ipv6Net>,
+    peers: BTreeMap<PeerId, Peer>,
+    next_peer: u32,
+    /// The interner is swept when it grows to this many sets (amortised O(1) per call).
+    next_sweep_at: usize,
+}
+
+const MIN_SWEEP_THRESHOLD: usize = 1024;
+
+/// A change to the paths of one prefix.
+enum PathChange {
+    Upsert(Path),
+    Remove(PeerId),
+}
+
+/// Whether a change added a new path or removed one (for the per-peer accepted count).
+#[derive(Debug, Clone, Copy, Default)]
+struct PathDelta {
+    added: bool,
+    removed: bool,
+}
+
+/// The fields of a [`Rib`] one family's operations need, borrowed separately.
+struct Parts<'a, P: Prefix> {
+    config: &'a RibConfig,
+    interner: &'a mut AttrInterner,
+    table: &'a mut Table<P>,
+    peers: &'a mut BTreeMap<PeerId, Peer>,
+}
+
+/// Per-family access to a [`Rib`]'s table and a peer's Adj-RIB-Out.
+trait RibFamily: Prefix {
+    fn parts(rib: &mut Rib) -> Parts<'_, Self>;
+    fn adj_out(peer: &mut Peer) -> &mut AdjRibOut<Self>;
+}
+
+impl RibFamily for Ipv4Net {
+    fn parts(rib: &mut Rib) -> Parts<'_, Self> {
+        Parts {
+            config: &rib.config,
+            interner: &mut rib.interner,
+            table: &mut rib.v4,
+            peers: &mut rib.peers,
+        }
+    }
+    fn adj_out(peer: &mut Peer) -> &mut AdjRibOut<Self> {
+        &mut peer.out_v4
+    }
+}
+
+impl RibFamily for Ipv6Net {
+    fn parts(rib: &mut Rib) -> Parts<'_, Self> {
+        Parts {
+            config: &rib.config,
+            interner: &mut rib.interner,
+            table: &mut rib.v6,
+            peers: &mut rib.peers,
+        }
+    }
+    fn adj_out(peer: &mut Peer) -> &mut AdjRibOut<Self> {
+        &mut peer.out_v6
+    }
+}
+
+/// Runs the decision process on one destination and stores the verdicts on its paths.
+fn decide(dest: &mut Destination, peers: &BTreeMap<PeerId, Peer>, config: &RibConfig) {
+    if let Destination::One(p) = dest {
+        p.best = true;
+        p.multipath = false;
+        p.reason = None;
+        return;
+    }
+    let candidates: Vec<Candidate<'_>> = dest
+        .paths()
+        .iter()
+        .map(|p| {
+            let local = p.peer == PeerId::LOCAL;
+            let info = peers.get(&p.peer).map(|peer| &peer.info);
+            Candidate {
+                attrs: &p.attrs,
+                local,
+                ebgp: info.is_some_and(|i| i.ebgp),
+                // RFC 4456 §9: ORIGINATOR_ID stands in for the BGP identifier when present.
+                router_id: p.attrs.originator_id.unwrap_or(match info {
+                    Some(i) => i.remote_id,
+                    None if local => config.router_id,
+                    None => Ipv4Addr::BROADCAST,
+                }),
+                address: info.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |i| i.address),
+                peer: p.peer,
+            }
+        })
+        .collect();
+    let verdicts = decision::select(
+        &candidates,
+        MultipathConfig { maximum_paths: config.maximum_paths, relax: config.multipath_relax },
+    );
+    drop(candidates);
+    for (path, verdict) in dest.paths_mut().iter_mut().zip(verdicts) {
+        path.best = verdict.best;
+        path.multipath = verdict.multipath;
+        path.reason = verdict.reason;
+    }
+}
+
+/// The source and attributes of a destination's best path.
+type BestPath = Option<(PeerId, Arc<PathAttributes>)>;
+
+fn best_of(dest: Option<&Destination>) -> BestPath {
+    dest.and_then(Destination::best).map(|p| (p.peer, Arc::clone(&p.attrs)))
+}
+
+fn same_best(a: &BestPath, b: &BestPath) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some((pa, aa)), Some((pb, ab))) => pa == pb && Arc::ptr_eq(aa, ab),
+        _ => false,
+    }
+}
+
+/// A best path with what export needs to know about its source.
+#[derive(Clone, Copy)]
+struct ExportCandidate<'a> {
+    from: PeerId,
+    attrs: &'a PathAttributes,
+    /// `None` for a local path, else whether it was learned over eBGP.
+    learned_ebgp: Option<bool>,
+}
+
+impl<'a> ExportCandidate<'a> {
+    fn new(peers: &BTreeMap<PeerId, Peer>, from: PeerId, attrs: &'a PathAttributes) -> Self {
+        let learned_ebgp =
+            (from != PeerId::LOCAL).then(|| peers.get(&from).is_some_and(|p| p.info.ebgp));
+        Self { from, attrs, learned_ebgp }
+    }
+}
+
+/// Computes what `peer` should have for `prefix` and queues the difference.
+fn export_to_peer<P: RibFamily>(
+    interner: &mut AttrInterner,
+    prefix: P,
+    best: Option<ExportCandidate<'_>>,
+    id: PeerId,
+    peer: &mut Peer,
+    changes: &mut Changes,
+) {
+    if !peer.info.families.contains(&P::FAMILY) {
+        return;
+    }
+    let desired = best.and_then(|b| {
+        let source = match b.learned_ebgp {
+            None => ExportSource::Local,
+            Some(ebgp) => ExportSource::Learned { from_same_peer: b.from == id, ebgp },
+        };
+        policy::export_route(&prefix.into(), b.attrs, source, &peer.info)
+            .map(|out| interner.intern_owned(out))
+    });
+    let out = P::adj_out(peer);
+    out.set(prefix, desired);
+    if out.has_pending() {
+        changes.outbound.insert(id);
+    }
+}
+
+impl<P: RibFamily> Parts<'_, P> {
+    /// Applies one change to one prefix, reruns the decision, and records FIB and export
+    /// consequences in `changes`.
+    fn change_path(&mut self, prefix: P, change: PathChange, changes: &mut Changes) -> PathDelta {
+        let old_best = best_of(self.table.map.get(&prefix));
+        let old_hops =
+            self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
+        let mut delta = PathDelta::default();
+        match change {
+            PathChange::Upsert(path) => match self.table.map.get_mut(&prefix) {
+                Some(dest) => {
+                    delta.added = !dest.paths().iter().any(|p| p.peer == path.peer);
+                    dest.upsert(path);
+                }
+                None => {
+                    delta.added = true;
+                    self.table.map.insert(prefix, Destination::One(path));
+                }
+            },
+            PathChange::Remove(peer) => {
+                let Some(dest) = self.table.map.get_mut(&prefix) else { return delta };
+                match dest.remove(peer) {
+                    Removal::NotPresent => return delta,
+                    Removal::Removed => {}
+                    Removal::LastPath => {
+                        self.table.map.remove(&prefix);
+                    }
+                }
+                delta.removed = true;
+            }
+        }
+        if let Some(dest) = self.table.map.get_mut(&prefix) {
+            decide(dest, self.peers, self.config);
+        }
+        let new_hops =
+            self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
+        if new_hops != old_hops {
+            changes.fib.push(FibChange { prefix: prefix.into(), next_hops: new_hops });
+        }
+        let new_best = best_of(self.table.map.get(&prefix));
+        if !same_best(&old_best, &new_best) {
+            self.export_to_all(prefix, new_best, changes);
+        }
+        delta
+    }
+
+    /// Queues the new state of `prefix` to every peer that negotiated the family.
+    fn export_to_all(&mut self, prefix: P, best: BestPath, changes: &mut Changes) {
+        let best =
+            best.as_ref().map(|(from, attrs)| ExportCandidate::new(self.peers, *from, attrs));
+        for (id, peer) in self.peers.iter_mut() {
+            export_to_peer(self.interner, prefix, best, *id, peer, changes);
+        }
+    }
+
+    /// Re-evaluates export of the whole table to one peer (session up, export policy change).
+    fn export_table_to_peer(&mut self, id: PeerId, changes: &mut Changes) {
+        for (prefix, dest) in self.table.map.iter() {
+            let best = dest.best().map(|p| ExportCandidate::new(self.peers, p.peer, &p.attrs));
+            let Some(peer) = self.peers.get_mut(&id) else { return };
+            export_to_peer(self.interner, *prefix, best, id, peer, changes);
+        }
+    }
+
+    /// Removes every path from `peer`.
+    fn remove_peer_paths(&mut self, peer: PeerId, changes: &mut Changes) {
+        let prefixes: Vec<P> = self
+            .table
+            .map
+            .iter()
+            .filter(|(_, d)| d.paths().iter().any(|p| p.peer == peer))
+            .map(|(p, _)| *p)
+            .collect();
+        for prefix in prefixes {
+            self.change_path(prefix, PathChange::Remove(peer), changes);
+        }
+    }
+}
+
+impl Rib {
+    pub fn new(config: RibConfig) -> Self {
+        Self {
+            config,
+            interner: AttrInterner::new(),
+            v4: Table::default(),
+            v6: Table::default(),
+            peers: BTreeMap::new(),
+            next_peer: 1,
+            next_sweep_at: MIN_SWEEP_THRESHOLD,
+        }
+    }
+
+    pub fn config(&self) -> &RibConfig {
+        &self.config
+    }
+
+    fn change(&mut self, prefix: IpNet, change: PathChange, changes: &mut Changes) -> PathDelta {
+        match prefix {
+            IpNet::V4(p) => Ipv4Net::parts(self).change_path(p, change, changes),
+            IpNet::V6(p) => Ipv6Net::parts(self).change_path(p, change, changes),
+        }
+    }
+
+    fn maybe_sweep(&mut self) {
+        if self.interner.len() >= self.next_sweep_at {
+            self.interner.sweep();
+            self.next_sweep_at = self.interner.len().saturating_mul(2).max(MIN_SWEEP_THRESHOLD);
+        }
+    }
+
+    /// Drops attribute sets no route or Adj-RIB-Out references any more; returns how many.
+    pub fn sweep_attributes(&mut self) -> usize {
+        self.interner.sweep()
+    }
+
+    /// Registers an established session and queues the current table for it (the initial
+    /// advertisement; the driver sends End-of-RIB after draining it).
+    pub fn peer_up(&mut self, info: PeerInfo) -> PeerId {
+        let id = PeerId(self.next_peer);
+        self.next_peer = self.next_peer.saturating_add(1);
+        self.peers.insert(
+            id,
+            Peer { info, accepted: 0, out_v4: AdjRibOut::default(), out_v6: AdjRibOut::default() },
+        );
+        let mut changes = Changes::default();
+        Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
+        Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
+        id
+    }
+
+    /// Forgets a session: removes its paths and its Adj-RIB-Out; returns the consequences
+    /// (FIB changes, other peers' re-advertisements of new best paths).
+    pub fn peer_down(&mut self, id: PeerId) -> Changes {
+        let mut changes = Changes::default();
+        if self.peers.remove(&id).is_none() {
+            return changes;
+        }
+        Ipv4Net::parts(self).remove_peer_paths(id, &mut changes);
+        Ipv6Net::parts(self).remove_peer_paths(id, &mut changes);
+        changes.outbound.remove(&id);
+        self.maybe_sweep();
+        changes
+    }
+
+    /// Replaces a peer's export policy and re-evaluates what it should have.
+    pub fn set_export_policy(
+        &mut self,
+        id: PeerId,
+        export: ExportPolicy,
+    ) -> Result<Changes, RibError> {
+        let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
+        peer.info.export = export;
+        let mut changes = Changes::default();
+        Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
+        Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
+        Ok(changes)
+    }
+
+    /// Replaces a peer's import policy. It applies to announcements from now on; routes already
+    /// accepted stay until the peer re-sends them (the driver asks with ROUTE-REFRESH).
+    pub fn set_import_policy(&mut self, id: PeerId, import: ImportPolicy) -> Result<(), RibError> {
+        let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
+        peer.info.import = import;
+        Ok(())
+    }
+
+    /// Applies one UPDATE from `peer`: `withdrawn`, then `announced` with `attrs`.
+    pub fn apply_update(
+        &mut self,
+        peer: PeerId,
+        announced: &[IpNet],
+        attrs: &PathAttributes,
+        withdrawn: &[IpNet],
+    ) -> Result<UpdateOutcome, RibError> {
+        let info = &self.peers.get(&peer).ok_or(RibError::UnknownPeer(peer))?.info;
+        let attr_check = policy::check_import_attributes(attrs, info, self.config.router_id);
+        let verdicts: Vec<Result<(), ImportReject>> = announced
+            .iter()
+            .map(|prefix| {
+                attr_check?;
+                let family = match prefix {
+                    IpNet::V4(_) => Family::IPV4_UNICAST,
+                    IpNet::V6(_) => Family::IPV6_UNICAST,
+                };
+                if !info.families.contains(&family) {
+                    return Err(ImportReject::FamilyNotNegotiated);
+                }
+                policy::check_import_prefix(prefix, &self.config.always_block, &info.import)
+            })
+            .collect();
+
+        let mut outcome = UpdateOutcome::default();
+        let (mut added, mut removed) = (0usize, 0usize);
+        let mut count = |delta: PathDelta| {
+            added = added.saturating_add(usize::from(delta.added));
+            removed = removed.saturating_add(usize::from(delta.removed));
+        };
+        // RFC 4271 §3.1: a prefix in both WITHDRAWN ROUTES and NLRI is treated as announced, so
+        // withdrawals go first.
+        for prefix in withdrawn {
+            count(self.change(*prefix, PathChange::Remove(peer), &mut outcome.changes));
+        }
+        let mut interned: Option<Arc<PathAttributes>> = None;
+        for (prefix, verdict) in announced.iter().zip(verdicts) {
+            let change = match verdict {
+                Ok(()) => {
+                    let shared = interned.get_or_insert_with(|| self.interner.intern(attrs));
+                    PathChange::Upsert(Path::new(peer, Arc::clone(shared)))
+                }
+                Err(reason) => {
+                    outcome.rejected.push((*prefix, reason));
+                    // A refused announcement replaces the previous one: an implicit withdraw.
+                    PathChange::Remove(peer)
+                }
+            };
+            count(self.change(*prefix, change, &mut outcome.changes));
+        }
+        drop(interned);
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.accepted = p.accepted.saturating_add(added).saturating_sub(removed);
+            outcome.accepted_count = p.accepted;
+        }
+        self.maybe_sweep();
+        Ok(outcome)
+    }
+
+    /// Originates `prefix` from this router. Origin IGP, an empty AS_PATH and an unspecified
+    /// next hop are imposed (export fills in next-hop-self); other attributes are kept.
+    pub fn originate(&mut self, prefix: IpNet, attrs: &PathAttributes) -> Changes {
+        let local = PathAttributes {
+            origin: Origin::Igp,
+            as_path: AsPath::default(),
+            next_hop: NextHop::Unspecified,
+            ..attrs.clone()
+        };
+        let shared = self.interner.intern_owned(local);
+        let mut changes = Changes::default();
+        self.change(prefix, PathChange::Upsert(Path::new(PeerId::LOCAL, shared)), &mut changes);
+        self.maybe_sweep();
+        changes
+    }
+
+    /// Stops originating `prefix`.
+    pub fn withdraw_local(&mut self, prefix: IpNet) -> Changes {
+        let mut changes = Changes::default();
+        self.change(prefix, PathChange::Remove(PeerId::LOCAL), &mut changes);
+        self.maybe_sweep();
+        changes
+    }
+
+    /// Drains the pending output of one peer for one family.
+    pub fn take_pending(&mut self, peer: PeerId, family: Family) -> Option<OutboundBatch> {
+        let p = self.peers.get_mut(&peer)?;
+        match family.afi {
+            Afi::Ipv4 => p.out_v4.take(),
+            Afi::Ipv6 => p.out_v6.take(),
+        }
+    }
+
+    pub fn has_pending(&self, peer: PeerId) -> bool {
+        self.peers.get(&peer).is_some_and(|p| p.out_v4.has_pending() || p.out_v6.has_pending())
+    }
+
+    // ---- read access for `show` ----
+
+    pub fn peer_info(&self, id: PeerId) -> Option<&PeerInfo> {
+        self.peers.get(&id).map(|p| &p.info)
+    }
+
+    pub fn peers(&self) -> impl Iterator<Item = (PeerId, &PeerInfo)> {
+        self.peers.iter().map(|(id, p)| (*id, &p.info))
+    }
+
+    /// Prefixes accepted from `peer` (FRR `pfxRcd`); what `max_prefixes` is checked against.
+    pub fn accepted_count(&self, peer: PeerId) -> usize {
+        self.peers.get(&peer).map_or(0, |p| p.accepted)
+    }
+
+    pub fn pfx_received(&self, peer: PeerId) -> usize {
+        self.accepted_count(peer)
+    }
+
+    /// Prefixes sent to `peer` and not withdrawn, over all families (FRR `pfxSnt`).
+    pub fn pfx_sent(&self, peer: PeerId) -> usize {
+        self.peers
+            .get(&peer)
+            .map_or(0, |p| p.out_v4.sent_count().saturating_add(p.out_v6.sent_count()))
+    }
+
+    /// Prefixes sent to `peer` for one family, sorted (FRR `advertised-routes`).
+    pub fn advertised(&self, peer: PeerId, family: Family) -> Vec<IpNet> {
+        let Some(p) = self.peers.get(&peer) else { return Vec::new() };
+        let mut out: Vec<IpNet> = match family.afi {
+            Afi::Ipv4 => p.out_v4.sent_prefixes().map(IpNet::V4).collect(),
+            Afi::Ipv6 => p.out_v6.sent_prefixes().map(IpNet::V6).collect(),
+        };
+        out.sort_unstable();
+        out
+    }
+
+    /// The paths for one prefix (exact match).
+    pub fn route(&self, prefix: &IpNet) -> Option<&[Path]> {
+        match prefix {
+            IpNet::V4(p) => self.v4.map.get(p).map(Destination::paths),
+            IpNet::V6(p) => self.v6.map.get(p).map(Destination::paths),
+        }
+    }
+
+    /// All destinations of a family, sorted by prefix, with their paths.
+    pub fn routes(&self, family: Family) -> Vec<(IpNet, &[Path])> {
+        let mut out: Vec<(IpNet, &[Path])> = match family.afi {
+            Afi::Ipv4 => self.v4.map.iter().map(|(p, d)| (IpNet::V4(*p), d.paths())).collect(),
+            Afi::Ipv6 => self.v6.map.iter().map(|(p, d)| (IpNet::V6(*p), d.paths())).collect(),
+        };
+        out.sort_unstable_by_key(|(p, _)| *p);
+        out
+    }
+
+    /// Number of destinations (prefixes) in a family.
+    pub fn prefix_count(&self, family: Family) -> usize {
+        match family.afi {
+            Afi::Ipv4 => self.v4.map.len(),
+            Afi::Ipv6 => self.v6.map.len(),
+        }
+    }
+
+    /// Number of paths in a family, over all destinations.
+    pub fn path_count(&self, family: Family) -> usize {
+        match family.afi {
+            Afi::Ipv4 => self.v4.path_count(),
+            Afi::Ipv6 => self.v6.path_count(),
+        }
+    }
+
+    /// Distinct attribute sets held by the interner.
+    pub fn attribute_sets(&self) -> usize {
+        self.interner.len()
+    }
+
+    /// Approximate heap bytes of the Loc-RIB tables (excluding attribute sets and Adj-RIB-Out).
+    pub fn approx_table_bytes(&self) -> usize {
+        self.v4.approx_heap_bytes().saturating_add(self.v6.approx_heap_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests;
