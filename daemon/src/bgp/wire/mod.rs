@@ -4,3 +4,6 @@
 
 pub mod attributes;
 pub mod header;
+pub mod message;
+pub mod notification;
+pub mod open;
