@@ -5,7 +5,10 @@
 pub mod attr_codec;
 pub mod attributes;
 pub mod header;
+pub mod message;
 pub mod nlri;
+pub mod notification;
+pub mod open;
 pub mod packer;
 pub mod rfc7606;
 pub mod update;
