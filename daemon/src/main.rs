@@ -101,7 +101,13 @@ fn main() -> ExitCode {
         }
         Command::Check { config } => match uplink::config::load(&config) {
             Ok(model) => {
-                println!("{}: OK ({})", config.display(), model.summary());
+                let neighbors: usize = model.bgp.routers.iter().map(|r| r.neighbors.len()).sum();
+                println!(
+                    "{}: OK ({} file(s), {} router(s), {neighbors} neighbor(s))",
+                    config.display(),
+                    model.files.len(),
+                    model.bgp.routers.len()
+                );
                 ExitCode::SUCCESS
             }
             Err(errors) => {

@@ -202,7 +202,7 @@ fn fsm_config(router: &Router, n: &Neighbor, router_id: Ipv4Addr, index: u64) ->
         families: families(n),
         graceful_restart: None,
         // Different seeds per neighbor so their retries do not march in step.
-        jitter_seed: u64::from(router_id) ^ (index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        jitter_seed: u64::from(u32::from(router_id)) ^ (index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
     }
 }
 

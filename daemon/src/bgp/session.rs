@@ -17,6 +17,7 @@ use super::stats::PeerStats;
 use super::transport::{self, TransportOptions};
 use super::wire::message::{decode_message, frame_len, Message};
 use super::wire::notification::Notification;
+use super::wire::rfc7606::UPDATE_MESSAGE_ERROR;
 use super::wire::update::{decode_update, UpdateContext};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -52,13 +53,23 @@ struct Conn {
     local: Option<SocketAddr>,
     writer: mpsc::Sender<Vec<u8>>,
     reader: mpsc::Receiver<ReadEvent>,
-    tasks: [tokio::task::JoinHandle<()>; 2],
+    reader_task: tokio::task::JoinHandle<()>,
+    writer_task: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// How long a closed connection's writer may take to flush its last messages (usually a
+/// NOTIFICATION) before it is cut off.
+const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
+        self.reader_task.abort();
+        // Dropping `writer` (the sender) ends the writer task once its queue is written.
+        if let Some(writer) = self.writer_task.take() {
+            tokio::spawn(async move {
+                tokio::time::sleep(FLUSH_GRACE).await;
+                writer.abort();
+            });
         }
     }
 }
@@ -136,12 +147,12 @@ enum Wake {
     Deadline,
     OutboundReady,
     WriterReady,
-    Connected(std::io::Result<TcpStream>),
+    Connected(ConnId, std::io::Result<TcpStream>),
 }
 
 impl Session {
     async fn run(mut self) {
-        let (connected_tx, mut connected_rx) = mpsc::channel::<std::io::Result<TcpStream>>(1);
+        let (connected_tx, mut connected_rx) = mpsc::channel::<(ConnId, std::io::Result<TcpStream>)>(1);
         self.apply(Event::ManualStart).await;
         loop {
             let deadline = self.fsm.next_deadline();
@@ -154,13 +165,12 @@ impl Session {
                 .map(|c| c.writer.clone());
             let wake = tokio::select! {
                 cmd = self.commands.recv() => Wake::Command(cmd),
-                ev = recv_nth(&mut self.conns, 0) => Wake::Read(0, ev),
-                ev = recv_nth(&mut self.conns, 1) => Wake::Read(1, ev),
+                (index, ev) = recv_any(&mut self.conns) => Wake::Read(index, ev),
                 _ = sleep_until(deadline) => Wake::Deadline,
                 _ = self.out_notify.notified(), if self.established.is_some() => Wake::OutboundReady,
                 _ = writer_room(blocked_writer) => Wake::WriterReady,
                 res = connected_rx.recv() => match res {
-                    Some(r) => Wake::Connected(r),
+                    Some((id, r)) => Wake::Connected(id, r),
                     None => continue,
                 },
             };
@@ -181,7 +191,8 @@ impl Session {
                         warn!("cannot set TTL options on accepted connection: {e}");
                     }
                     let _ = stream.set_nodelay(true);
-                    let id = self.add_conn(stream);
+                    let id = self.new_conn_id();
+                    self.add_conn(id, stream);
                     self.apply(Event::TcpAccepted(id)).await;
                 }
                 Wake::Command(Some(SessionCommand::Stop { subcode, reason })) => {
@@ -194,11 +205,11 @@ impl Session {
                     self.flush_outbound().await;
                 }
                 Wake::WriterReady => self.flush_outbound().await,
-                Wake::Connected(result) => {
+                Wake::Connected(id, result) => {
                     self.connecting = None;
                     match result {
                         Ok(stream) => {
-                            let id = self.add_conn(stream);
+                            self.add_conn(id, stream);
                             self.apply(Event::TcpConnected(id)).await;
                         }
                         Err(e) => {
@@ -214,7 +225,7 @@ impl Session {
                                 debug!("connect to {} failed: {e}", self.params.remote);
                             }
                             self.stats.set_last_error(format!("connect: {e}"));
-                            self.apply(Event::TcpFailed(ConnId::OUTGOING)).await;
+                            self.apply(Event::TcpFailed(id)).await;
                         }
                     }
                 }
@@ -224,21 +235,29 @@ impl Session {
     }
 
     /// Starts the outgoing connection the FSM asked for, if any.
-    fn start_pending_connect(&mut self, done: &mpsc::Sender<std::io::Result<TcpStream>>) {
-        if !std::mem::take(&mut self.connect_requested) || self.connecting.is_some() {
+    fn start_pending_connect(&mut self, done: &mpsc::Sender<(ConnId, std::io::Result<TcpStream>)>) {
+        if !std::mem::take(&mut self.connect_requested) {
             return;
         }
+        // A new Connect supersedes an attempt still in flight.
+        if let Some(old) = self.connecting.take() {
+            old.abort();
+        }
+        let id = self.new_conn_id();
         let remote = self.params.remote;
         let opts = self.params.transport.clone();
         let done = done.clone();
         self.connecting = Some(tokio::spawn(async move {
-            let _ = done.send(transport::connect(remote, &opts).await).await;
+            let _ = done.send((id, transport::connect(remote, &opts).await)).await;
         }));
     }
 
-    fn add_conn(&mut self, stream: TcpStream) -> ConnId {
+    fn new_conn_id(&mut self) -> ConnId {
         self.next_conn += 1;
-        let id = ConnId(self.next_conn);
+        ConnId(self.next_conn)
+    }
+
+    fn add_conn(&mut self, id: ConnId, stream: TcpStream) {
         let local = stream.local_addr().ok();
         let (read, mut write) = stream.into_split();
         let (wtx, mut wrx) = mpsc::channel::<Vec<u8>>(8);
@@ -254,8 +273,7 @@ impl Session {
             let _ = write.shutdown().await;
         });
         let reader = tokio::spawn(read_frames(read, rtx));
-        self.conns.push(Conn { id, local, writer: wtx, reader: rrx, tasks: [writer, reader] });
-        id
+        self.conns.push(Conn { id, local, writer: wtx, reader: rrx, reader_task: reader, writer_task: Some(writer) });
     }
 
     async fn on_read(&mut self, index: usize, ev: Option<ReadEvent>) {
@@ -270,7 +288,7 @@ impl Session {
             }
             Some(ReadEvent::Malformed(notification, why)) => {
                 warn!("malformed message: {why}");
-                self.apply(Event::FatalError(id, notification)).await;
+                self.apply(Event::FatalUpdateError(id, notification)).await;
             }
             Some(ReadEvent::Frames(bytes)) => self.on_frames(id, &bytes).await,
         }
@@ -286,7 +304,7 @@ impl Session {
                 Ok(m) => m,
                 Err(e) => {
                     warn!("{e}");
-                    self.apply(Event::FatalError(id, e.notification())).await;
+                    self.apply(Event::FatalUpdateError(id, e.notification.clone())).await;
                     return;
                 }
             };
@@ -305,7 +323,8 @@ impl Session {
                         Err(e) => {
                             warn!("UPDATE error, resetting the session: {}", e.reason);
                             self.flush_updates(&mut updates).await;
-                            self.apply(Event::FatalError(id, e.notification())).await;
+                            let n = Notification::new(UPDATE_MESSAGE_ERROR, e.subcode.code(), e.data.clone());
+                            self.apply(Event::FatalUpdateError(id, n)).await;
                             return;
                         }
                     },
@@ -502,7 +521,7 @@ async fn read_frames(mut read: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<
                         let frames: Vec<u8> = buf.drain(..complete).collect();
                         let _ = tx.send(ReadEvent::Frames(frames)).await;
                     }
-                    let _ = tx.send(ReadEvent::Malformed(e.notification(), e.to_string())).await;
+                    let _ = tx.send(ReadEvent::Malformed(e.notification.clone(), e.to_string())).await;
                     return;
                 }
             }
@@ -525,11 +544,20 @@ async fn writer_room(writer: Option<mpsc::Sender<Vec<u8>>>) {
     }
 }
 
-async fn recv_nth(conns: &mut [Conn], index: usize) -> Option<ReadEvent> {
-    match conns.get_mut(index) {
-        Some(conn) => conn.reader.recv().await,
-        None => std::future::pending().await,
+/// The next event from any connection's reader, with the connection's index.
+async fn recv_any(conns: &mut [Conn]) -> (usize, Option<ReadEvent>) {
+    if conns.is_empty() {
+        return std::future::pending().await;
     }
+    std::future::poll_fn(|cx| {
+        for (index, conn) in conns.iter_mut().enumerate() {
+            if let std::task::Poll::Ready(ev) = conn.reader.poll_recv(cx) {
+                return std::task::Poll::Ready((index, ev));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
