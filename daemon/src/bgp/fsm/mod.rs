@@ -6,6 +6,10 @@
 //! is Idle/Connect/Active while no connection has reached OpenSent, else the most advanced
 //! connection's state.
 //!
+//! After a session goes Down the FSM waits in Idle for a backoff delay and then restarts by
+//! itself (as FRR does). While it waits it still accepts the peer's connections, so a peer
+//! that reconnects first is not refused; only a ManualStop makes Idle refuse them (§8.2.2).
+//!
 //! Timers are deadlines the FSM keeps; the driver sleeps until [`Fsm::next_deadline`] and
 //! sends [`Event::Tick`].
 
@@ -639,13 +643,12 @@ impl Fsm {
                 self.open_received(id, open, now, actions)
             }
             (ConnState::OpenConfirm, Message::Keepalive) => self.establish(id, now, actions),
-            (ConnState::Established, Message::Keepalive | Message::Update(_)) => {
-                if let Some(conn) = self.conn_mut(id) {
-                    conn.restart_hold_timer(now);
-                }
-            }
-            (ConnState::Established, Message::RouteRefresh(_)) => {
-                // Any message counts as a sign of life for the HoldTimer (RFC 4271 §4.4).
+            // RFC 4271 §8.2.2 Established, Events 26/27: KEEPALIVE and UPDATE restart the
+            // HoldTimer; a ROUTE-REFRESH is as much a sign of life.
+            (
+                ConnState::Established,
+                Message::Keepalive | Message::Update(_) | Message::RouteRefresh(_),
+            ) => {
                 if let Some(conn) = self.conn_mut(id) {
                     conn.restart_hold_timer(now);
                 }

@@ -652,3 +652,18 @@ fn config_validation() {
     assert!(FsmConfig { local_id: Ipv4Addr::UNSPECIFIED, ..cfg() }.validate().is_err());
     assert!(FsmConfig { connect_retry: Duration::ZERO, ..cfg() }.validate().is_err());
 }
+
+#[test]
+fn idle_after_down_still_accepts_the_peer() {
+    let mut fsm = Fsm::new(cfg());
+    establish(&mut fsm, peer_open(65002, PEER_ID, 90));
+    fsm.handle(Event::TcpClosed(C1), t(1.0));
+    assert_eq!(fsm.state(), State::Idle);
+    let restart = fsm.next_deadline().unwrap();
+    let actions = fsm.handle(Event::TcpAccepted(C2), t(1.5));
+    assert_eq!(sent_kinds(&actions, C2), [MessageType::Open]);
+    assert_eq!(fsm.state(), State::OpenSent);
+    // The restart timer is gone: only the OpenSent hold timer runs.
+    assert_eq!(fsm.next_deadline(), Some(t(241.5)));
+    assert!(fsm.handle(Event::Tick, restart).is_empty());
+}
