@@ -248,9 +248,7 @@ impl Open {
         out.extend_from_slice(&self.bgp_id.octets());
 
         let mut caps = Vec::new();
-        for cap in &self.capabilities {
-            encode_capability(cap, &mut caps);
-        }
+        encode_capabilities(&self.capabilities, &mut caps);
         // RFC 4271 §4.2: Opt Parm Len, then the parameter's type and 1-octet length.
         let short = caps.len().checked_add(2).and_then(|total| u8::try_from(total).ok());
         match (caps.is_empty(), short, u8::try_from(caps.len())) {
@@ -347,6 +345,14 @@ fn decode_graceful_restart(value: &[u8]) -> Option<Capability> {
         restart_time: word & 0x0fff,
         families,
     }))
+}
+
+/// Appends the capability TLVs (RFC 5492 §4), without an optional parameter header. Also
+/// the Data of an Unsupported Capability NOTIFICATION (RFC 5492 §3).
+pub fn encode_capabilities(capabilities: &[Capability], out: &mut Vec<u8>) {
+    for cap in capabilities {
+        encode_capability(cap, out);
+    }
 }
 
 fn push_tlv(code: u8, value: &[u8], out: &mut Vec<u8>) {
