@@ -512,7 +512,20 @@ fn merge_as4(
             }
         }
     }
-    merged.extend(as4.segments);
+    for seg in as4.segments {
+        // Join the taken part of a sequence with a leading AS4_PATH sequence, as one would
+        // have been on the wire, while the one-octet segment count allows.
+        match merged.last_mut() {
+            Some(last)
+                if last.kind == SegmentKind::Sequence
+                    && seg.kind == SegmentKind::Sequence
+                    && last.asns.len() + seg.asns.len() <= 255 =>
+            {
+                last.asns.extend(seg.asns);
+            }
+            _ => merged.push(seg),
+        }
+    }
     out.attrs.as_path = AsPath { segments: merged };
 }
 
