@@ -449,3 +449,306 @@ mod tests {
         assert_eq!(total, 100_000);
     }
 }
+
+/// Cross-check against an independent decoder: every UPDATE the packer writes, and the hex
+/// vectors of the decoder tests, are parsed by `netgauze-bgp-pkt` and compared.
+#[cfg(test)]
+mod netgauze_oracle {
+    use std::net::Ipv4Addr;
+
+    use netgauze_bgp_pkt::path_attribute::{
+        self as ng, MpReach, MpUnreach, PathAttributeValue as V,
+    };
+    use netgauze_bgp_pkt::update::BgpUpdateMessage;
+    use netgauze_bgp_pkt::wire::deserializer::BgpParsingContext;
+    use netgauze_bgp_pkt::BgpMessage;
+    use netgauze_parse_utils::reader::SliceReader;
+    use netgauze_parse_utils::traits::ParseFromWithOneInput;
+
+    use super::tests::{nh4, nh6, sample_attrs, v4_slash24s, v6_mixed};
+    use super::*;
+    use crate::bgp::wire::attr_codec::AS_TRANS;
+    use crate::bgp::wire::attributes::{
+        flags, type_code, Aggregator, AsPath, AsSegment, LargeCommunity, Origin, RawAttribute,
+        SegmentKind,
+    };
+    use crate::bgp::wire::update::tests::{hex, IPV4_VECTOR, IPV6_VECTOR, MP_UNREACH_VECTOR};
+    use crate::bgp::wire::update::{decode_update, UpdateContext};
+
+    /// What netgauze saw in UPDATEs, in this crate's types.
+    #[derive(Debug, Default, PartialEq)]
+    struct Seen {
+        announced: Vec<IpNet>,
+        withdrawn: Vec<IpNet>,
+        mp_announced: Vec<IpNet>,
+        mp_next_hop: Option<NextHop>,
+        attrs: PathAttributes,
+        as4_path: Option<AsPath>,
+        as4_aggregator: Option<Aggregator>,
+        /// netgauze's AFI/SAFI name, through Debug (its type lives in a crate not depended on).
+        end_of_rib: Option<String>,
+    }
+
+    fn parse(msg: &[u8], asn4: bool) -> BgpUpdateMessage {
+        let mut ctx = BgpParsingContext::asn2_default();
+        ctx.set_asn4(asn4);
+        let mut reader = SliceReader::new(msg);
+        match BgpMessage::parse(&mut reader, &mut ctx) {
+            Ok(BgpMessage::Update(u)) => u,
+            other => panic!("netgauze: {other:?}"),
+        }
+    }
+
+    fn segment_kind(t: ng::AsPathSegmentType) -> SegmentKind {
+        match t {
+            ng::AsPathSegmentType::AsSet => SegmentKind::Set,
+            ng::AsPathSegmentType::AsSequence => SegmentKind::Sequence,
+        }
+    }
+
+    fn as4_segments(segs: &[ng::As4PathSegment]) -> AsPath {
+        AsPath {
+            segments: segs
+                .iter()
+                .map(|s| AsSegment {
+                    kind: segment_kind(s.segment_type()),
+                    asns: s.as_numbers().to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Adds what netgauze decoded from one UPDATE to `seen`.
+    fn absorb(seen: &mut Seen, u: &BgpUpdateMessage) {
+        seen.announced.extend(u.nlri().iter().map(|n| IpNet::V4(n.network().address())));
+        seen.withdrawn.extend(u.withdraw_routes().iter().map(|n| IpNet::V4(n.network().address())));
+        seen.end_of_rib = u.end_of_rib().map(|t| format!("{t:?}"));
+        // Every message of a batch carries the whole set: keep the last one's.
+        seen.attrs = PathAttributes::default();
+        let a = &mut seen.attrs;
+        for attr in u.path_attributes() {
+            match attr.value() {
+                V::Origin(o) => {
+                    a.origin = match o {
+                        ng::Origin::IGP => Origin::Igp,
+                        ng::Origin::EGP => Origin::Egp,
+                        ng::Origin::Incomplete => Origin::Incomplete,
+                    }
+                }
+                V::AsPath(ng::AsPath::As4PathSegments(segs)) => a.as_path = as4_segments(segs),
+                V::AsPath(ng::AsPath::As2PathSegments(segs)) => {
+                    a.as_path = AsPath {
+                        segments: segs
+                            .iter()
+                            .map(|s| AsSegment {
+                                kind: segment_kind(s.segment_type()),
+                                asns: s.as_numbers().iter().map(|&n| u32::from(n)).collect(),
+                            })
+                            .collect(),
+                    }
+                }
+                V::As4Path(p) => seen.as4_path = Some(as4_segments(p.segments())),
+                V::NextHop(n) => a.next_hop = NextHop::V4(n.next_hop()),
+                V::MultiExitDiscriminator(m) => a.med = Some(m.metric()),
+                V::LocalPreference(l) => a.local_pref = Some(l.metric()),
+                V::AtomicAggregate(_) => a.atomic_aggregate = true,
+                V::Aggregator(ng::Aggregator::As2Aggregator(g)) => {
+                    a.aggregator =
+                        Some(Aggregator { asn: u32::from(*g.asn()), address: g.origin() })
+                }
+                V::Aggregator(ng::Aggregator::As4Aggregator(g)) => {
+                    a.aggregator = Some(Aggregator { asn: *g.asn(), address: g.origin() })
+                }
+                V::Communities(c) => {
+                    a.communities = c.communities().iter().map(|c| c.value()).collect()
+                }
+                V::LargeCommunities(c) => {
+                    a.large_communities = c
+                        .communities()
+                        .iter()
+                        .map(|c| LargeCommunity {
+                            global_admin: c.global_admin(),
+                            local_data1: c.local_data1(),
+                            local_data2: c.local_data2(),
+                        })
+                        .collect()
+                }
+                V::Originator(o) => a.originator_id = Some(o.id()),
+                V::ClusterList(c) => {
+                    a.cluster_list = c.cluster_list().iter().map(|c| c.id()).collect()
+                }
+                V::MpReach(MpReach::Ipv6Unicast { next_hop_global, next_hop_local, nlri }) => {
+                    seen.mp_next_hop =
+                        Some(NextHop::V6 { global: *next_hop_global, link_local: *next_hop_local });
+                    seen.mp_announced.extend(nlri.iter().map(|n| IpNet::V6(n.network().address())));
+                }
+                V::MpUnreach(MpUnreach::Ipv6Unicast { nlri }) => {
+                    seen.withdrawn.extend(nlri.iter().map(|n| IpNet::V6(n.network().address())));
+                }
+                V::UnknownAttribute(raw) if raw.code() == type_code::AS4_AGGREGATOR => {
+                    let v = raw.value();
+                    seen.as4_aggregator = Some(Aggregator {
+                        asn: u32::from_be_bytes(v[..4].try_into().unwrap()),
+                        address: Ipv4Addr::from(u32::from_be_bytes(v[4..8].try_into().unwrap())),
+                    });
+                }
+                V::UnknownAttribute(raw) => {
+                    let mut f = 0;
+                    for (set, bit) in [
+                        (attr.optional(), flags::OPTIONAL),
+                        (attr.transitive(), flags::TRANSITIVE),
+                        (attr.partial(), flags::PARTIAL),
+                    ] {
+                        if set {
+                            f |= bit;
+                        }
+                    }
+                    a.unknown.push(RawAttribute {
+                        flags: f,
+                        type_code: raw.code(),
+                        value: raw.value().to_vec(),
+                    });
+                }
+                other => panic!("unexpected attribute {other:?}"),
+            }
+        }
+    }
+
+    fn seen_in(msgs: &[Vec<u8>], asn4: bool) -> Seen {
+        let mut seen = Seen::default();
+        for m in msgs {
+            absorb(&mut seen, &parse(m, asn4));
+        }
+        seen
+    }
+
+    fn attribute_sets() -> Vec<PathAttributes> {
+        let big = 4_200_000_000u32;
+        let base = sample_attrs(nh4());
+        vec![
+            base.clone(),
+            PathAttributes {
+                origin: Origin::Incomplete,
+                as_path: AsPath {
+                    segments: vec![
+                        AsSegment { kind: SegmentKind::Sequence, asns: vec![65001, big, 65002] },
+                        AsSegment { kind: SegmentKind::Set, asns: vec![big + 1, 64512] },
+                    ],
+                },
+                local_pref: Some(150),
+                atomic_aggregate: true,
+                aggregator: Some(Aggregator { asn: big + 9, address: Ipv4Addr::new(10, 1, 1, 1) }),
+                originator_id: Some(Ipv4Addr::new(10, 255, 0, 1)),
+                cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2)],
+                unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![1, 2, 3] }],
+                communities: (0..200).collect(),
+                ..base.clone()
+            },
+            PathAttributes {
+                as_path: AsPath::default(),
+                med: None,
+                communities: vec![],
+                large_communities: vec![],
+                aggregator: Some(Aggregator { asn: 64999, address: Ipv4Addr::new(10, 1, 1, 2) }),
+                ..base
+            },
+        ]
+    }
+
+    /// What a 2-octet peer must receive: AS_TRANS in AS_PATH and AGGREGATOR, and the 4-octet
+    /// values in AS4_PATH / AS4_AGGREGATOR when there are any (RFC 6793 §4.2.2).
+    fn two_octet_view(
+        attrs: &PathAttributes,
+    ) -> (PathAttributes, Option<AsPath>, Option<Aggregator>) {
+        let narrow = |asn: u32| if asn > 0xffff { AS_TRANS } else { asn };
+        let mut a = attrs.clone();
+        for s in &mut a.as_path.segments {
+            s.asns.iter_mut().for_each(|n| *n = narrow(*n));
+        }
+        let as4_path = (a.as_path != attrs.as_path).then(|| attrs.as_path.clone());
+        let as4_agg = attrs.aggregator.filter(|g| g.asn > 0xffff);
+        a.aggregator = attrs.aggregator.map(|g| Aggregator { asn: narrow(g.asn), ..g });
+        (a, as4_path, as4_agg)
+    }
+
+    #[test]
+    fn packed_announcements_read_the_same_in_netgauze() {
+        for attrs in attribute_sets() {
+            for four_octet_as in [true, false] {
+                let enc = EncodeContext { four_octet_as };
+                let (mut expect, as4_path, as4_agg) = if four_octet_as {
+                    (attrs.clone(), None, None)
+                } else {
+                    two_octet_view(&attrs)
+                };
+                // IPv4: NLRI field with NEXT_HOP.
+                let v4 = v4_slash24s(3000);
+                let mut msgs = Vec::new();
+                pack_announcements(&attrs, Family::IPV4_UNICAST, &v4, &enc, &mut msgs).unwrap();
+                assert!(msgs.len() > 1);
+                let seen = seen_in(&msgs, four_octet_as);
+                assert_eq!(seen.announced, v4);
+                assert_eq!(seen.attrs, expect, "IPv4, 4-octet {four_octet_as}");
+                assert_eq!(seen.as4_path, as4_path);
+                assert_eq!(seen.as4_aggregator, as4_agg);
+                // IPv6: MP_REACH_NLRI, no NEXT_HOP attribute.
+                let v6 = v6_mixed(3000);
+                let with_nh6 = PathAttributes { next_hop: nh6(), ..attrs.clone() };
+                let mut msgs = Vec::new();
+                pack_announcements(&with_nh6, Family::IPV6_UNICAST, &v6, &enc, &mut msgs).unwrap();
+                assert!(msgs.len() > 1);
+                let seen = seen_in(&msgs, four_octet_as);
+                assert_eq!(seen.mp_announced, v6);
+                assert_eq!(seen.mp_next_hop, Some(nh6()));
+                expect.next_hop = NextHop::Unspecified;
+                assert_eq!(seen.attrs, expect, "IPv6, 4-octet {four_octet_as}");
+            }
+        }
+    }
+
+    #[test]
+    fn packed_withdrawals_and_end_of_rib_read_the_same_in_netgauze() {
+        for (family, prefixes) in
+            [(Family::IPV4_UNICAST, v4_slash24s(3000)), (Family::IPV6_UNICAST, v6_mixed(3000))]
+        {
+            let mut msgs = Vec::new();
+            pack_withdrawals(family, &prefixes, &mut msgs).unwrap();
+            let seen = seen_in(&msgs, true);
+            assert_eq!(seen.withdrawn, prefixes);
+            assert!(seen.announced.is_empty() && seen.mp_announced.is_empty());
+        }
+        assert_eq!(
+            seen_in(&[end_of_rib(Family::IPV4_UNICAST)], true).end_of_rib.as_deref(),
+            Some("Ipv4Unicast")
+        );
+        assert_eq!(
+            seen_in(&[end_of_rib(Family::IPV6_UNICAST)], true).end_of_rib.as_deref(),
+            Some("Ipv6Unicast")
+        );
+    }
+
+    #[test]
+    fn hex_vectors_read_the_same_in_both_decoders() {
+        let ctx = UpdateContext {
+            four_octet_as: true,
+            ebgp: false,
+            families: vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST],
+        };
+        for vector in [IPV4_VECTOR, IPV6_VECTOR, MP_UNREACH_VECTOR] {
+            let body = hex(vector);
+            let mut msg = vec![0xff; 16];
+            msg.extend_from_slice(&u16::try_from(body.len() + HEADER_LEN).unwrap().to_be_bytes());
+            msg.push(MessageType::Update as u8);
+            msg.extend_from_slice(&body);
+            let theirs = seen_in(&[msg], true);
+            let ours = decode_update(&body, &ctx).unwrap();
+            assert_eq!(ours.announced, theirs.announced);
+            assert_eq!(ours.mp_announced, theirs.mp_announced);
+            assert_eq!(ours.withdrawn, theirs.withdrawn);
+            assert_eq!(ours.mp_next_hop, theirs.mp_next_hop);
+            if let Some(a) = ours.attributes {
+                assert_eq!(a, theirs.attrs);
+            }
+        }
+    }
+}

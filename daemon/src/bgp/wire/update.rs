@@ -139,7 +139,7 @@ pub fn decode_update(body: &[u8], ctx: &UpdateContext) -> Result<DecodedUpdate, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     use super::*;
