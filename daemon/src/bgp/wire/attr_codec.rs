@@ -85,6 +85,10 @@ pub struct DecodedAttributes {
     /// The family of an accepted MP_REACH_NLRI, its next hop, and MP_UNREACH_NLRI's family.
     pub mp_reach: Option<(Family, NextHop)>,
     pub mp_unreach: Option<Family>,
+    /// RFC 6793 attributes of a 2-octet session, merged once the whole block is read (they
+    /// may come before AS_PATH and AGGREGATOR).
+    as4_path: Option<AsPath>,
+    as4_aggregator: Option<Aggregator>,
 }
 
 /// Decodes the path attribute block. MP_REACH_NLRI prefixes go to `mp_announced`,
@@ -98,8 +102,6 @@ pub fn decode_attributes(
 ) -> Result<DecodedAttributes, UpdateError> {
     let mut out = DecodedAttributes::default();
     let mut seen = TypeSet::default();
-    let mut as4_path: Option<AsPath> = None;
-    let mut as4_aggregator: Option<Aggregator> = None;
     let mut rest = block;
 
     while !rest.is_empty() {
@@ -137,7 +139,6 @@ pub fn decode_attributes(
             );
             break;
         };
-        let value = whole.get(header_len..).unwrap_or_default();
         rest = rest.get(whole.len()..).unwrap_or_default();
 
         // RFC 7606 §3 g: MP_REACH_NLRI or MP_UNREACH_NLRI twice is a Malformed Attribute
@@ -186,268 +187,283 @@ pub fn decode_attributes(
             }
         }
 
-        match code {
-            type_code::ORIGIN => match value {
-                [0] => out.attrs.origin = Origin::Igp,
-                [1] => out.attrs.origin = Origin::Egp,
-                [2] => out.attrs.origin = Origin::Incomplete,
-                _ => {
-                    out.problems.withdraw(
-                        code,
-                        "RFC 7606 §7.1: ORIGIN length is not 1 or value is undefined",
-                        format!("{value:02x?}"),
-                    );
-                    continue;
-                }
-            },
-            type_code::AS_PATH => {
-                let asn_len = if ctx.four_octet_as { 4 } else { 2 };
-                match decode_as_path(value, asn_len) {
-                    Ok(path) if ctx.ebgp && has_confed_segment(&path) => {
-                        // RFC 5065 §5.3: confederation segments never leave the
-                        // confederation, and this speaker is in none.
-                        out.problems.withdraw(
-                            code,
-                            "RFC 7606 §7.2: AS_PATH from an eBGP peer has a confederation segment",
-                            path.to_string(),
-                        );
-                        continue;
-                    }
-                    Ok(path) => out.attrs.as_path = path,
-                    Err(AsPathError::TooLong) => {
-                        out.problems.withdraw(
-                            code,
-                            "AS_PATH has more than 2048 ASNs (CVE guard, RFC 7606 §7.2 treat-as-withdraw)",
-                            format!("{} octets", value.len()),
-                        );
-                        continue;
-                    }
-                    Err(AsPathError::Malformed(why)) => {
-                        out.problems.withdraw(
-                            code,
-                            "RFC 7606 §7.2: AS_PATH is malformed",
-                            why.to_string(),
-                        );
-                        continue;
-                    }
-                }
-            }
-            type_code::NEXT_HOP => match value {
-                &[a, b, c, d] => {
-                    let addr = Ipv4Addr::new(a, b, c, d);
-                    if is_martian_v4(addr) {
-                        // RFC 7606 §7.3 keeps RFC 4271 §6.3's semantic check: a next hop that
-                        // is not a valid host address is treated as withdrawn.
-                        out.next_hop_problem = Some((
-                            "RFC 7606 §7.3 / RFC 4271 §6.3: NEXT_HOP is not a valid host address",
-                            addr.to_string(),
-                        ));
-                        continue;
-                    }
-                    out.attrs.next_hop = NextHop::V4(addr);
-                }
-                _ => {
-                    out.next_hop_problem = Some((
-                        "RFC 7606 §7.3: NEXT_HOP length is not 4",
-                        format!("length {}", value.len()),
-                    ));
-                    continue;
-                }
-            },
-            type_code::MULTI_EXIT_DISC => match read_u32(value) {
-                Some(med) => out.attrs.med = Some(med),
-                None => {
-                    out.problems.withdraw(
-                        code,
-                        "RFC 7606 §7.4: MULTI_EXIT_DISC length is not 4",
-                        format!("length {}", value.len()),
-                    );
-                    continue;
-                }
-            },
-            type_code::LOCAL_PREF => match read_u32(value) {
-                Some(pref) => out.attrs.local_pref = Some(pref),
-                None => {
-                    out.problems.withdraw(
-                        code,
-                        "RFC 7606 §7.5: LOCAL_PREF length is not 4",
-                        format!("length {}", value.len()),
-                    );
-                    continue;
-                }
-            },
-            type_code::ATOMIC_AGGREGATE => {
-                if !value.is_empty() {
-                    out.problems.discard(
-                        code,
-                        "RFC 7606 §7.6: ATOMIC_AGGREGATE length is not 0",
-                        format!("length {}", value.len()),
-                    );
-                    continue;
-                }
-                out.attrs.atomic_aggregate = true;
-            }
-            type_code::AGGREGATOR => {
-                let asn_len = if ctx.four_octet_as { 4 } else { 2 };
-                match decode_aggregator(value, asn_len) {
-                    Some(agg) => out.attrs.aggregator = Some(agg),
-                    None => {
-                        out.problems.discard(
-                            code,
-                            "RFC 7606 §7.7: AGGREGATOR length is not 6 (2-octet AS) or 8 (4-octet AS)",
-                            format!("length {}", value.len()),
-                        );
-                        continue;
-                    }
-                }
-            }
-            type_code::COMMUNITIES => {
-                if value.is_empty() || value.len() % 4 != 0 {
-                    out.problems.withdraw(
-                        code,
-                        "RFC 7606 §7.8: COMMUNITIES length is not a non-zero multiple of 4",
-                        format!("length {}", value.len()),
-                    );
-                    continue;
-                }
-                out.attrs.communities = value.chunks_exact(4).filter_map(read_u32).collect();
-            }
-            type_code::ORIGINATOR_ID => match value {
-                &[a, b, c, d] => out.attrs.originator_id = Some(Ipv4Addr::new(a, b, c, d)),
-                _ => {
-                    out.problems.withdraw(
-                        code,
-                        "RFC 7606 §7.9: ORIGINATOR_ID length is not 4",
-                        format!("length {}", value.len()),
-                    );
-                    continue;
-                }
-            },
-            type_code::CLUSTER_LIST => {
-                if value.is_empty() || value.len() % 4 != 0 {
-                    out.problems.withdraw(
-                        code,
-                        "RFC 7606 §7.10: CLUSTER_LIST length is not a non-zero multiple of 4",
-                        format!("length {}", value.len()),
-                    );
-                    continue;
-                }
-                out.attrs.cluster_list =
-                    value.chunks_exact(4).filter_map(read_u32).map(Ipv4Addr::from).collect();
-            }
-            type_code::LARGE_COMMUNITIES => {
-                if value.is_empty() || value.len() % 12 != 0 {
-                    out.problems.withdraw(
-                        code,
-                        "RFC 8092 §6: LARGE_COMMUNITIES length is not a non-zero multiple of 12",
-                        format!("length {}", value.len()),
-                    );
-                    continue;
-                }
-                out.attrs.large_communities = value
-                    .chunks_exact(12)
-                    .filter_map(|c| {
-                        Some(super::attributes::LargeCommunity {
-                            global_admin: read_u32(c.get(0..4)?)?,
-                            local_data1: read_u32(c.get(4..8)?)?,
-                            local_data2: read_u32(c.get(8..12)?)?,
-                        })
-                    })
-                    .collect();
-            }
-            type_code::AS4_PATH => {
-                if ctx.four_octet_as {
-                    out.problems.discard(
-                        code,
-                        "RFC 6793 §4.1: AS4_PATH received from a 4-octet-AS speaker is ignored",
-                        String::new(),
-                    );
-                    continue;
-                }
-                match decode_as_path(value, 4) {
-                    Ok(path) if has_confed_segment(&path) => {
-                        out.problems.discard(
-                            code,
-                            "RFC 6793 §6: AS4_PATH carries a confederation segment",
-                            path.to_string(),
-                        );
-                        continue;
-                    }
-                    Ok(path) => as4_path = Some(path),
-                    Err(e) => {
-                        out.problems.discard(
-                            code,
-                            "RFC 6793 §6: AS4_PATH is malformed",
-                            e.to_string(),
-                        );
-                        continue;
-                    }
-                }
-            }
-            type_code::AS4_AGGREGATOR => {
-                if ctx.four_octet_as {
-                    out.problems.discard(
-                        code,
-                        "RFC 6793 §4.1: AS4_AGGREGATOR received from a 4-octet-AS speaker is ignored",
-                        String::new(),
-                    );
-                    continue;
-                }
-                match decode_aggregator(value, 4) {
-                    Some(agg) => as4_aggregator = Some(agg),
-                    None => {
-                        out.problems.discard(
-                            code,
-                            "RFC 6793 §6: AS4_AGGREGATOR length is not 8",
-                            format!("length {}", value.len()),
-                        );
-                        continue;
-                    }
-                }
-            }
-            type_code::MP_REACH_NLRI => {
-                match decode_mp_reach(value, whole, ctx, mp_announced, &mut out.problems)? {
-                    Some(reach) => out.mp_reach = Some(reach),
-                    None => continue,
-                }
-            }
-            type_code::MP_UNREACH_NLRI => {
-                match decode_mp_unreach(value, whole, ctx, withdrawn, &mut out.problems)? {
-                    Some(family) => out.mp_unreach = Some(family),
-                    None => continue,
-                }
-            }
-            _ if attr_flags & flags::OPTIONAL == 0 => {
-                // RFC 4271 §6.3 answers an unrecognized well-known attribute with a session
-                // reset. RFC 7606 §2 prefers the weakest approach that keeps the RIB correct:
-                // the attribute's length is reliable and the NLRI is found, so the routes are
-                // treated as withdrawn instead (what a peer meant by it is unknowable).
-                out.problems.withdraw(
-                    code,
-                    "RFC 4271 §6.3 / RFC 7606 §2: unrecognized attribute flagged well-known",
-                    format!("flags {attr_flags:#04x}, length {}", value.len()),
-                );
-                continue;
-            }
-            _ if attr_flags & flags::TRANSITIVE != 0 => {
-                // RFC 4271 §5: unrecognized optional transitive attributes are passed on (with
-                // the Partial bit set when sent; see `encode_attributes`).
-                out.attrs.unknown.push(RawAttribute {
-                    flags: attr_flags & !flags::EXTENDED_LENGTH,
-                    type_code: code,
-                    value: value.to_vec(),
-                });
-            }
-            // RFC 4271 §5: unrecognized optional non-transitive attributes are quietly ignored.
-            _ => continue,
+        if decode_value(whole, header_len, ctx, &mut out, mp_announced, withdrawn)? {
+            out.present.insert(code);
         }
-        out.present.insert(code);
     }
 
     if !ctx.four_octet_as {
+        let (as4_path, as4_aggregator) = (out.as4_path.take(), out.as4_aggregator.take());
         merge_as4(&mut out, as4_path, as4_aggregator);
     }
     Ok(out)
+}
+
+/// Decodes one attribute's value into `out`. Returns whether it was accepted; a rejected one
+/// has its outcome recorded in `out.problems` (or is quietly ignored, as RFC 4271 §5 says for
+/// unrecognized optional non-transitive attributes).
+fn decode_value(
+    whole: &[u8],
+    header_len: usize,
+    ctx: &UpdateContext,
+    out: &mut DecodedAttributes,
+    mp_announced: &mut Vec<IpNet>,
+    withdrawn: &mut Vec<IpNet>,
+) -> Result<bool, UpdateError> {
+    let (&[attr_flags, code], value) =
+        (whole.first_chunk::<2>().unwrap_or(&[0, 0]), whole.get(header_len..).unwrap_or_default());
+    match code {
+        type_code::ORIGIN => match value {
+            [0] => out.attrs.origin = Origin::Igp,
+            [1] => out.attrs.origin = Origin::Egp,
+            [2] => out.attrs.origin = Origin::Incomplete,
+            _ => {
+                out.problems.withdraw(
+                    code,
+                    "RFC 7606 §7.1: ORIGIN length is not 1 or value is undefined",
+                    format!("{value:02x?}"),
+                );
+                return Ok(false);
+            }
+        },
+        type_code::AS_PATH => {
+            let asn_len = if ctx.four_octet_as { 4 } else { 2 };
+            match decode_as_path(value, asn_len) {
+                Ok(path) if ctx.ebgp && has_confed_segment(&path) => {
+                    // RFC 5065 §5.3: confederation segments never leave the
+                    // confederation, and this speaker is in none.
+                    out.problems.withdraw(
+                        code,
+                        "RFC 7606 §7.2: AS_PATH from an eBGP peer has a confederation segment",
+                        path.to_string(),
+                    );
+                    return Ok(false);
+                }
+                Ok(path) => out.attrs.as_path = path,
+                Err(AsPathError::TooLong) => {
+                    out.problems.withdraw(
+                        code,
+                        "AS_PATH has more than 2048 ASNs (CVE guard, RFC 7606 §7.2 treat-as-withdraw)",
+                        format!("{} octets", value.len()),
+                    );
+                    return Ok(false);
+                }
+                Err(AsPathError::Malformed(why)) => {
+                    out.problems.withdraw(
+                        code,
+                        "RFC 7606 §7.2: AS_PATH is malformed",
+                        why.to_string(),
+                    );
+                    return Ok(false);
+                }
+            }
+        }
+        type_code::NEXT_HOP => match value {
+            &[a, b, c, d] => {
+                let addr = Ipv4Addr::new(a, b, c, d);
+                if is_martian_v4(addr) {
+                    // RFC 7606 §7.3 keeps RFC 4271 §6.3's semantic check: a next hop that
+                    // is not a valid host address is treated as withdrawn.
+                    out.next_hop_problem = Some((
+                        "RFC 7606 §7.3 / RFC 4271 §6.3: NEXT_HOP is not a valid host address",
+                        addr.to_string(),
+                    ));
+                    return Ok(false);
+                }
+                out.attrs.next_hop = NextHop::V4(addr);
+            }
+            _ => {
+                out.next_hop_problem = Some((
+                    "RFC 7606 §7.3: NEXT_HOP length is not 4",
+                    format!("length {}", value.len()),
+                ));
+                return Ok(false);
+            }
+        },
+        type_code::MULTI_EXIT_DISC => match read_u32(value) {
+            Some(med) => out.attrs.med = Some(med),
+            None => {
+                out.problems.withdraw(
+                    code,
+                    "RFC 7606 §7.4: MULTI_EXIT_DISC length is not 4",
+                    format!("length {}", value.len()),
+                );
+                return Ok(false);
+            }
+        },
+        type_code::LOCAL_PREF => match read_u32(value) {
+            Some(pref) => out.attrs.local_pref = Some(pref),
+            None => {
+                out.problems.withdraw(
+                    code,
+                    "RFC 7606 §7.5: LOCAL_PREF length is not 4",
+                    format!("length {}", value.len()),
+                );
+                return Ok(false);
+            }
+        },
+        type_code::ATOMIC_AGGREGATE => {
+            if !value.is_empty() {
+                out.problems.discard(
+                    code,
+                    "RFC 7606 §7.6: ATOMIC_AGGREGATE length is not 0",
+                    format!("length {}", value.len()),
+                );
+                return Ok(false);
+            }
+            out.attrs.atomic_aggregate = true;
+        }
+        type_code::AGGREGATOR => {
+            let asn_len = if ctx.four_octet_as { 4 } else { 2 };
+            match decode_aggregator(value, asn_len) {
+                Some(agg) => out.attrs.aggregator = Some(agg),
+                None => {
+                    out.problems.discard(
+                        code,
+                        "RFC 7606 §7.7: AGGREGATOR length is not 6 (2-octet AS) or 8 (4-octet AS)",
+                        format!("length {}", value.len()),
+                    );
+                    return Ok(false);
+                }
+            }
+        }
+        type_code::COMMUNITIES => {
+            if value.is_empty() || value.len() % 4 != 0 {
+                out.problems.withdraw(
+                    code,
+                    "RFC 7606 §7.8: COMMUNITIES length is not a non-zero multiple of 4",
+                    format!("length {}", value.len()),
+                );
+                return Ok(false);
+            }
+            out.attrs.communities = value.chunks_exact(4).filter_map(read_u32).collect();
+        }
+        type_code::ORIGINATOR_ID => match value {
+            &[a, b, c, d] => out.attrs.originator_id = Some(Ipv4Addr::new(a, b, c, d)),
+            _ => {
+                out.problems.withdraw(
+                    code,
+                    "RFC 7606 §7.9: ORIGINATOR_ID length is not 4",
+                    format!("length {}", value.len()),
+                );
+                return Ok(false);
+            }
+        },
+        type_code::CLUSTER_LIST => {
+            if value.is_empty() || value.len() % 4 != 0 {
+                out.problems.withdraw(
+                    code,
+                    "RFC 7606 §7.10: CLUSTER_LIST length is not a non-zero multiple of 4",
+                    format!("length {}", value.len()),
+                );
+                return Ok(false);
+            }
+            out.attrs.cluster_list =
+                value.chunks_exact(4).filter_map(read_u32).map(Ipv4Addr::from).collect();
+        }
+        type_code::LARGE_COMMUNITIES => {
+            if value.is_empty() || value.len() % 12 != 0 {
+                out.problems.withdraw(
+                    code,
+                    "RFC 8092 §6: LARGE_COMMUNITIES length is not a non-zero multiple of 12",
+                    format!("length {}", value.len()),
+                );
+                return Ok(false);
+            }
+            out.attrs.large_communities = value
+                .chunks_exact(12)
+                .filter_map(|c| {
+                    Some(super::attributes::LargeCommunity {
+                        global_admin: read_u32(c.get(0..4)?)?,
+                        local_data1: read_u32(c.get(4..8)?)?,
+                        local_data2: read_u32(c.get(8..12)?)?,
+                    })
+                })
+                .collect();
+        }
+        type_code::AS4_PATH => {
+            if ctx.four_octet_as {
+                out.problems.discard(
+                    code,
+                    "RFC 6793 §4.1: AS4_PATH received from a 4-octet-AS speaker is ignored",
+                    String::new(),
+                );
+                return Ok(false);
+            }
+            match decode_as_path(value, 4) {
+                Ok(path) if has_confed_segment(&path) => {
+                    out.problems.discard(
+                        code,
+                        "RFC 6793 §6: AS4_PATH carries a confederation segment",
+                        path.to_string(),
+                    );
+                    return Ok(false);
+                }
+                Ok(path) => out.as4_path = Some(path),
+                Err(e) => {
+                    out.problems.discard(code, "RFC 6793 §6: AS4_PATH is malformed", e.to_string());
+                    return Ok(false);
+                }
+            }
+        }
+        type_code::AS4_AGGREGATOR => {
+            if ctx.four_octet_as {
+                out.problems.discard(
+                    code,
+                    "RFC 6793 §4.1: AS4_AGGREGATOR received from a 4-octet-AS speaker is ignored",
+                    String::new(),
+                );
+                return Ok(false);
+            }
+            match decode_aggregator(value, 4) {
+                Some(agg) => out.as4_aggregator = Some(agg),
+                None => {
+                    out.problems.discard(
+                        code,
+                        "RFC 6793 §6: AS4_AGGREGATOR length is not 8",
+                        format!("length {}", value.len()),
+                    );
+                    return Ok(false);
+                }
+            }
+        }
+        type_code::MP_REACH_NLRI => {
+            match decode_mp_reach(value, whole, ctx, mp_announced, &mut out.problems)? {
+                Some(reach) => out.mp_reach = Some(reach),
+                None => return Ok(false),
+            }
+        }
+        type_code::MP_UNREACH_NLRI => {
+            match decode_mp_unreach(value, whole, ctx, withdrawn, &mut out.problems)? {
+                Some(family) => out.mp_unreach = Some(family),
+                None => return Ok(false),
+            }
+        }
+        _ if attr_flags & flags::OPTIONAL == 0 => {
+            // RFC 4271 §6.3 answers an unrecognized well-known attribute with a session
+            // reset. RFC 7606 §2 prefers the weakest approach that keeps the RIB correct:
+            // the attribute's length is reliable and the NLRI is found, so the routes are
+            // treated as withdrawn instead (what a peer meant by it is unknowable).
+            out.problems.withdraw(
+                code,
+                "RFC 4271 §6.3 / RFC 7606 §2: unrecognized attribute flagged well-known",
+                format!("flags {attr_flags:#04x}, length {}", value.len()),
+            );
+            return Ok(false);
+        }
+        _ if attr_flags & flags::TRANSITIVE != 0 => {
+            // RFC 4271 §5: unrecognized optional transitive attributes are passed on (with
+            // the Partial bit set when sent; see `encode_attributes`).
+            out.attrs.unknown.push(RawAttribute {
+                flags: attr_flags & !flags::EXTENDED_LENGTH,
+                type_code: code,
+                value: value.to_vec(),
+            });
+        }
+        // RFC 4271 §5: unrecognized optional non-transitive attributes are quietly ignored.
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// RFC 7606 §4: fewer octets remain than an attribute header needs.
@@ -512,7 +528,20 @@ fn merge_as4(
             }
         }
     }
-    merged.extend(as4.segments);
+    for seg in as4.segments {
+        // Join the taken part of a sequence with a leading AS4_PATH sequence, as one would
+        // have been on the wire, while the one-octet segment count allows.
+        match merged.last_mut() {
+            Some(last)
+                if last.kind == SegmentKind::Sequence
+                    && seg.kind == SegmentKind::Sequence
+                    && last.asns.len() + seg.asns.len() <= 255 =>
+            {
+                last.asns.extend(seg.asns);
+            }
+            _ => merged.push(seg),
+        }
+    }
     out.attrs.as_path = AsPath { segments: merged };
 }
 
