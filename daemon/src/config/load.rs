@@ -102,3 +102,178 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
         Err(ConfigErrors(errors))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+    use std::time::Duration;
+
+    use ipnet::IpNet;
+
+    use super::super::{
+        AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, Community,
+        CommunityPrefixes, Neighbor, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
+    };
+    use super::*;
+
+    fn net(text: &str) -> IpNet {
+        text.parse().unwrap()
+    }
+
+    const MAIN: &str = "[[bgp.routers]]\nasn = 65801\nprefixes = [\"10.128.7.0/24\"]\n";
+
+    #[test]
+    fn conf_d_fragments_are_read_in_file_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("uplink.toml");
+        std::fs::write(&main, MAIN).unwrap();
+        let conf_d = dir.path().join(FRAGMENT_DIR);
+        std::fs::create_dir(&conf_d).unwrap();
+        let neighbor = |address: &str| {
+            format!("[[bgp.routers]]\nasn = 65801\n[[bgp.routers.neighbors]]\naddress = \"{address}\"\nasn = 65102\n")
+        };
+        std::fs::write(conf_d.join("20-second.toml"), neighbor("172.18.20.2")).unwrap();
+        std::fs::write(conf_d.join("10-first.toml"), neighbor("172.18.20.1")).unwrap();
+        // Not fragments: hidden files, other extensions, directories.
+        std::fs::write(conf_d.join(".10-swap.toml"), "not toml [").unwrap();
+        std::fs::write(conf_d.join("README"), "not toml [").unwrap();
+        std::fs::write(conf_d.join("30-disabled.toml.bak"), "not toml [").unwrap();
+        std::fs::create_dir(conf_d.join("40-dir.toml")).unwrap();
+
+        let expected_files =
+            vec![main.clone(), conf_d.join("10-first.toml"), conf_d.join("20-second.toml")];
+        assert_eq!(config_files(&main).unwrap(), expected_files);
+        let config = load(&main).unwrap();
+        assert_eq!(config.files, expected_files);
+        let router = &config.bgp.routers[0];
+        let addresses: Vec<String> =
+            router.neighbors.iter().map(|n| n.address.to_string()).collect();
+        assert_eq!(addresses, vec!["172.18.20.1", "172.18.20.2"]);
+        assert_eq!(router.sources, expected_files);
+        assert_eq!(router.neighbors[1].sources, vec![conf_d.join("20-second.toml")]);
+    }
+
+    #[test]
+    fn no_conf_d_is_fine_and_a_missing_main_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("uplink.toml");
+        let errors = load(&main).unwrap_err().0;
+        assert_eq!(errors.len(), 1);
+        assert_eq!(
+            (errors[0].file.as_path(), errors[0].line, errors[0].field.as_str()),
+            (main.as_path(), 0, "")
+        );
+        assert!(errors[0].message.starts_with("cannot read config file:"), "{}", errors[0].message);
+        std::fs::write(&main, MAIN).unwrap();
+        assert_eq!(load(&main).unwrap().files, vec![main]);
+    }
+
+    #[test]
+    fn errors_from_every_file_are_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("uplink.toml");
+        std::fs::write(&main, "[[bgp.routers]]\nasn = 0\n").unwrap();
+        let conf_d = dir.path().join(FRAGMENT_DIR);
+        std::fs::create_dir(&conf_d).unwrap();
+        std::fs::write(conf_d.join("a.toml"), "always_block = [\"10.0.0.1/8\"]\n").unwrap();
+        std::fs::write(conf_d.join("b.toml"), "[bgp\n").unwrap();
+        let errors = load(&main).unwrap_err();
+        let found: Vec<(PathBuf, usize, usize)> =
+            errors.0.iter().map(|e| (e.file.clone(), e.line, e.column)).collect();
+        assert_eq!(
+            found,
+            vec![
+                (main.clone(), 2, 7),
+                (conf_d.join("a.toml"), 1, 17),
+                (conf_d.join("b.toml"), 1, 5)
+            ]
+        );
+        let text = errors.to_string();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            text.starts_with(&format!("{}:2:7: bgp.routers[0].asn: ", main.display())),
+            "{text}"
+        );
+    }
+
+    /// The documented example must always load, and mean what its comments say.
+    #[test]
+    fn example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/uplink.toml");
+        let config = load(&path).unwrap_or_else(|errors| panic!("{errors}"));
+        let pod_net = net("10.128.7.0/24");
+        let vip = net("172.18.20.201/32");
+        let neighbor = Neighbor {
+            address: IpAddr::from([172, 18, 20, 1]),
+            remote_asn: RemoteAsn::Fixed(65102),
+            port: 179,
+            source_address: None,
+            password: None,
+            hold_time: Duration::from_secs(90),
+            keepalive_time: Duration::from_secs(30),
+            connect_time: Duration::from_secs(5),
+            ebgp_multihop: None,
+            ttl_security: None,
+            passive: false,
+            bfd_profile: Some("tor".into()),
+            max_prefixes: None,
+            families: vec![AddressFamily::Ipv4Unicast],
+            to_advertise: AdvertisePolicy {
+                mode: AllowMode::Filtered,
+                prefixes: vec![pod_net, vip],
+                with_local_pref: vec![],
+                with_community: vec![CommunityPrefixes {
+                    community: Community::Large(65801, 0, 100),
+                    prefixes: vec![vip],
+                }],
+            },
+            to_receive: ReceivePolicy {
+                mode: AllowMode::Filtered,
+                prefixes: vec![PrefixMatch { prefix: net("0.0.0.0/0"), ge: None, le: None }],
+            },
+            sources: vec![path.clone()],
+        };
+        let expected = BgpConfig {
+            routers: vec![Router {
+                asn: 65801,
+                id: None,
+                vrf: String::new(),
+                prefixes: vec![pod_net, vip],
+                maximum_paths: 64,
+                multipath_relax: true,
+                neighbors: vec![neighbor],
+                sources: vec![path.clone()],
+            }],
+            bfd_profiles: vec![BfdProfile {
+                name: "tor".into(),
+                receive_interval: Duration::from_millis(300),
+                transmit_interval: Duration::from_millis(300),
+                detect_multiplier: 3,
+                echo_interval: Duration::from_millis(50),
+                echo_mode: false,
+                passive_mode: false,
+                minimum_ttl: 254,
+            }],
+        };
+        assert_eq!(config.bgp, expected);
+        assert_eq!(config.always_block, vec![net("127.0.0.0/8"), net("169.254.0.0/16")]);
+
+        let json = serde_json::to_value(&config).unwrap();
+        let neighbor = &json["bgp"]["routers"][0]["neighbors"][0];
+        assert_eq!(neighbor["hold_time"], "1m30s");
+        assert_eq!(neighbor["remote_asn"], 65102);
+        assert_eq!(neighbor["to_advertise"]["with_community"][0]["community"], "large:65801:0:100");
+        assert_eq!(neighbor["to_receive"]["prefixes"][0]["prefix"], "0.0.0.0/0");
+    }
+
+    #[test]
+    fn load_str_names_the_file_in_errors() {
+        let errors = load_str("inline.toml", "bgp = 1\n").unwrap_err();
+        assert_eq!(errors.0[0].file, PathBuf::from("inline.toml"));
+        assert_eq!(
+            (errors.0[0].line, errors.0[0].column, errors.0[0].field.as_str()),
+            (1, 7, "bgp")
+        );
+        assert_eq!(errors.0[0].message, "invalid type: integer `1`, expected a [bgp] table");
+    }
+}

@@ -257,7 +257,11 @@ fn merge_neighbor(
     file: &std::path::Path,
     errors: &mut Vec<ConfigError>,
 ) {
-    let differences = session_differences(&existing.neighbor, &incoming.neighbor);
+    let mut differences = session_differences(&existing.neighbor, &incoming.neighbor);
+    // A keepalive derived from two different hold times is not a second conflict.
+    if !existing.written("keepalive_time") && !incoming.written("keepalive_time") {
+        differences.retain(|(name, _, _)| *name != "keepalive_time");
+    }
     if !differences.is_empty() {
         for (name, here, there) in differences {
             let loc = incoming.loc_of(name);
@@ -466,4 +470,360 @@ fn finish_neighbor(
             .collect(),
     };
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::super::{load_sources, ConfigError, PrefixMatch};
+    use super::*;
+
+    const A: &str = r#"[[bgp.bfd_profiles]]
+name = "tor"
+[[bgp.routers]]
+asn = 65801
+prefixes = ["10.128.7.0/24"]
+[[bgp.routers.neighbors]]
+address = "172.18.20.1"
+asn = 65102
+hold_time = "30s"
+to_advertise.allowed.prefixes = ["10.128.7.0/24"]
+to_receive.allowed.prefixes = [{ prefix = "0.0.0.0/0" }]
+"#;
+
+    const B: &str = r#"always_block = ["127.0.0.0/8"]
+[[bgp.routers]]
+asn = 65801
+id = "172.18.20.113"
+prefixes = ["172.18.20.201/32", "10.128.7.0/24"]
+[[bgp.routers.neighbors]]
+address = "172.18.20.1"
+asn = 65102
+port = 179
+hold_time = "30s"
+to_advertise.allowed.prefixes = ["172.18.20.201/32"]
+to_receive.allowed.prefixes = [{ prefix = "10.0.0.0/8", le = 24 }, { prefix = "0.0.0.0/0" }]
+[[bgp.routers.neighbors]]
+address = "172.18.20.2"
+asn = 65103
+bfd_profile = "tor"
+"#;
+
+    fn load_two(a: &str, b: &str) -> Result<Config, Vec<ConfigError>> {
+        load_sources(&[("a.toml".into(), a.to_string()), ("b.toml".into(), b.to_string())])
+            .map_err(|e| e.0)
+    }
+
+    fn only_error(a: &str, b: &str) -> ConfigError {
+        let errors = load_two(a, b).expect_err("should conflict");
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        errors.into_iter().next().unwrap()
+    }
+
+    fn assert_at(
+        error: &ConfigError,
+        file: &str,
+        line: usize,
+        column: usize,
+        field: &str,
+        parts: &[&str],
+    ) {
+        assert_eq!(
+            (error.file.as_path(), error.line, error.column, error.field.as_str()),
+            (Path::new(file), line, column, field),
+            "{error}"
+        );
+        for part in parts {
+            assert!(error.message.contains(part), "{:?} should contain {part:?}", error.message);
+        }
+    }
+
+    fn net(text: &str) -> IpNet {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn fragments_only_add() {
+        let config = load_two(A, B).unwrap();
+        assert_eq!(config.files, vec![PathBuf::from("a.toml"), PathBuf::from("b.toml")]);
+        assert_eq!(config.always_block, vec![net("127.0.0.0/8")]);
+        let [router] = config.bgp.routers.as_slice() else { panic!("one router expected") };
+        assert_eq!(router.asn, 65801);
+        assert_eq!(
+            router.id,
+            Some(Ipv4Addr::new(172, 18, 20, 113)),
+            "id adopted from the file that sets it"
+        );
+        assert_eq!(router.prefixes, vec![net("10.128.7.0/24"), net("172.18.20.201/32")]);
+        assert_eq!(router.sources, vec![PathBuf::from("a.toml"), PathBuf::from("b.toml")]);
+        let [first, second] = router.neighbors.as_slice() else { panic!("two neighbors expected") };
+        assert_eq!(first.address.to_string(), "172.18.20.1");
+        assert_eq!(first.hold_time, Duration::from_secs(30));
+        assert_eq!(first.sources, vec![PathBuf::from("a.toml"), PathBuf::from("b.toml")]);
+        assert_eq!(
+            first.to_advertise.prefixes,
+            vec![net("10.128.7.0/24"), net("172.18.20.201/32")]
+        );
+        assert_eq!(
+            first.to_receive.prefixes,
+            vec![
+                PrefixMatch { prefix: net("0.0.0.0/0"), ge: None, le: None },
+                PrefixMatch { prefix: net("10.0.0.0/8"), ge: None, le: Some(24) },
+            ]
+        );
+        assert_eq!(second.address.to_string(), "172.18.20.2");
+        assert_eq!(second.sources, vec![PathBuf::from("b.toml")]);
+        // The profile is defined in a.toml and used from b.toml.
+        assert_eq!(second.bfd_profile.as_deref(), Some("tor"));
+        assert_eq!(config.bgp.bfd_profiles.len(), 1);
+    }
+
+    #[test]
+    fn merging_is_idempotent() {
+        let without_sources = |mut config: Config| {
+            for router in &mut config.bgp.routers {
+                router.sources.clear();
+                router.neighbors.iter_mut().for_each(|n| n.sources.clear());
+            }
+            config.bgp
+        };
+        let once = without_sources(load_two(A, "").unwrap());
+        let twice = without_sources(load_two(A, A).unwrap());
+        assert_eq!(once, twice);
+    }
+
+    #[test]
+    fn different_router_asn_conflicts_naming_both_files() {
+        let error = only_error(A, &B.replacen("asn = 65801", "asn = 65802", 1));
+        assert_at(
+            &error,
+            "b.toml",
+            3,
+            7,
+            "bgp.routers[0].asn",
+            &["asn = 65802 here but asn = 65801 at a.toml:4:7 (bgp.routers[0])"],
+        );
+    }
+
+    #[test]
+    fn router_settings_adopt_or_conflict() {
+        let error = only_error(&A.replace("asn = 65801\n", "asn = 65801\nid = \"10.0.0.1\"\n"), B);
+        assert_at(
+            &error,
+            "b.toml",
+            4,
+            6,
+            "bgp.routers[0].id",
+            &["id = 172.18.20.113 here but id = 10.0.0.1 at a.toml:5:6"],
+        );
+        let error = only_error(
+            &A.replace("asn = 65801\n", "asn = 65801\nmaximum_paths = 8\n"),
+            &B.replace("asn = 65801\n", "asn = 65801\nmaximum_paths = 16\n"),
+        );
+        assert_at(
+            &error,
+            "b.toml",
+            4,
+            17,
+            "bgp.routers[0].maximum_paths",
+            &["maximum_paths = 16 here but maximum_paths = 8 at a.toml:5:17"],
+        );
+        let config =
+            load_two(&A.replace("asn = 65801\n", "asn = 65801\nmaximum_paths = 8\n"), B).unwrap();
+        assert_eq!(config.bgp.routers[0].maximum_paths, 8);
+    }
+
+    #[test]
+    fn routers_in_other_vrfs_are_separate() {
+        let config = load_two(
+            A,
+            &B.replace("asn = 65801\n", "asn = 65802\nvrf = \"red\"\n")
+                .replace("bfd_profile = \"tor\"\n", ""),
+        )
+        .unwrap();
+        let vrfs: Vec<(&str, u32)> =
+            config.bgp.routers.iter().map(|r| (r.vrf.as_str(), r.asn)).collect();
+        assert_eq!(vrfs, vec![("", 65801), ("red", 65802)]);
+    }
+
+    #[test]
+    fn neighbor_session_settings_must_agree() {
+        let error = only_error(A, &B.replacen("hold_time = \"30s\"", "hold_time = \"60s\"", 1));
+        assert_at(
+            &error,
+            "b.toml",
+            10,
+            13,
+            "bgp.routers[0].neighbors[0].hold_time",
+            &["neighbor 172.18.20.1 has hold_time = \"1m\" here but hold_time = \"30s\" at a.toml:9:13"],
+        );
+        // Leaving a setting out means its default, as in frr-k8s: 90s differs from 30s. The
+        // error then points at the neighbor's address.
+        let error = only_error(A, &B.replacen("hold_time = \"30s\"\n", "", 1));
+        assert_at(
+            &error,
+            "b.toml",
+            7,
+            11,
+            "bgp.routers[0].neighbors[0].hold_time",
+            &["hold_time = \"1m30s\" here"],
+        );
+        let error = only_error(A, &B.replacen("asn = 65102", "dynamic_asn = \"external\"", 1));
+        assert_at(
+            &error,
+            "b.toml",
+            8,
+            15,
+            "bgp.routers[0].neighbors[0].dynamic_asn",
+            &["has dynamic_asn = \"external\" here but asn = 65102 at a.toml:8:7"],
+        );
+    }
+
+    #[test]
+    fn password_conflicts_never_show_the_key() {
+        let error = only_error(
+            &A.replace("hold_time", "password = \"first-key\"\nhold_time"),
+            &B.replacen("hold_time", "password = \"second-key\"\nhold_time", 1),
+        );
+        assert_at(
+            &error,
+            "b.toml",
+            10,
+            12,
+            "bgp.routers[0].neighbors[0].password",
+            &["one TCP-MD5 key here but a different key at a.toml:9:12"],
+        );
+        assert!(!error.message.contains("first-key") && !error.message.contains("second-key"));
+    }
+
+    #[test]
+    fn the_more_permissive_filter_wins() {
+        let config = load_two(A, &B.replace("to_receive.allowed.prefixes = [{ prefix = \"10.0.0.0/8\", le = 24 }, { prefix = \"0.0.0.0/0\" }]", "to_receive.allowed.mode = \"all\"")).unwrap();
+        let neighbor = &config.bgp.routers[0].neighbors[0];
+        assert_eq!(neighbor.to_receive, ReceivePolicy { mode: AllowMode::All, prefixes: vec![] });
+        let config = load_two(
+            A,
+            &B.replace(
+                "to_advertise.allowed.prefixes = [\"172.18.20.201/32\"]",
+                "to_advertise.allowed.mode = \"all\"",
+            ),
+        )
+        .unwrap();
+        let neighbor = &config.bgp.routers[0].neighbors[0];
+        assert_eq!(neighbor.to_advertise.mode, AllowMode::All);
+        assert!(neighbor.to_advertise.prefixes.is_empty());
+    }
+
+    #[test]
+    fn advertised_prefixes_are_checked_against_the_merged_router() {
+        // b.toml advertises a prefix only a.toml originates: fine.
+        let b = B
+            .replace(
+                "prefixes = [\"172.18.20.201/32\", \"10.128.7.0/24\"]",
+                "prefixes = [\"172.18.20.201/32\"]",
+            )
+            .replace(
+                "to_advertise.allowed.prefixes = [\"172.18.20.201/32\"]",
+                "to_advertise.allowed.prefixes = [\"10.128.7.0/24\"]",
+            );
+        assert!(load_two(A, &b).is_ok());
+        let b = B.replace(
+            "to_advertise.allowed.prefixes = [\"172.18.20.201/32\"]",
+            "to_advertise.allowed.prefixes = [\"192.0.2.0/24\"]",
+        );
+        let error = only_error(A, &b);
+        assert_at(
+            &error,
+            "b.toml",
+            11,
+            34,
+            "bgp.routers[0].neighbors[0].to_advertise.allowed.prefixes[0]",
+            &["192.0.2.0/24 is not one of the router's prefixes (bgp.routers[0].prefixes at a.toml:3:1, bgp.routers[0].prefixes at b.toml:2:1)"],
+        );
+    }
+
+    #[test]
+    fn local_pref_conflicts_across_files() {
+        let a = A.replace(
+            "to_receive",
+            "to_advertise.with_local_pref = [{ local_pref = 100, prefixes = [\"10.128.7.0/24\"] }]\nto_receive",
+        );
+        let b = B.replacen(
+            "to_receive",
+            "to_advertise.with_local_pref = [{ local_pref = 200, prefixes = [\"10.128.7.0/24\"] }]\nto_receive",
+            1,
+        );
+        let error = only_error(&a, &b);
+        assert_at(
+            &error,
+            "b.toml",
+            12,
+            65,
+            "bgp.routers[0].neighbors[0].to_advertise.with_local_pref[0].prefixes[0]",
+            &["10.128.7.0/24 already has local_pref 100 at a.toml:11:65"],
+        );
+        let config = load_two(&a, &a).unwrap();
+        let lp = &config.bgp.routers[0].neighbors[0].to_advertise.with_local_pref;
+        assert_eq!(
+            lp,
+            &vec![LocalPrefPrefixes { local_pref: 100, prefixes: vec![net("10.128.7.0/24")] }]
+        );
+    }
+
+    #[test]
+    fn bfd_profiles_with_one_name_must_be_identical() {
+        let identical = load_two(
+            A,
+            &format!("{B}[[bgp.bfd_profiles]]\nname = \"tor\"\ndetect_multiplier = 3\n"),
+        );
+        assert_eq!(identical.map(|c| c.bgp.bfd_profiles.len()), Ok(1));
+        let error = only_error(
+            A,
+            &format!("{B}[[bgp.bfd_profiles]]\nname = \"tor\"\ndetect_multiplier = 5\n"),
+        );
+        assert_at(
+            &error,
+            "b.toml",
+            18,
+            8,
+            "bgp.bfd_profiles[0].name",
+            &["also defined at a.toml:2:8 (bgp.bfd_profiles[0]) with different settings (detect_multiplier 5 vs 3)"],
+        );
+    }
+
+    #[test]
+    fn dangling_references_list_what_exists() {
+        let error = only_error(A, &B.replace("bfd_profile = \"tor\"", "bfd_profile = \"fast\""));
+        assert_at(
+            &error,
+            "b.toml",
+            16,
+            15,
+            "bgp.routers[0].neighbors[1].bfd_profile",
+            &["no BFD profile named \"fast\"; defined profiles: \"tor\""],
+        );
+    }
+
+    #[test]
+    fn reference_checks_wait_for_other_errors_to_be_fixed() {
+        // The bad router prefix is reported once, not again as a dangling advertised prefix.
+        let a = A.replacen("prefixes = [\"10.128.7.0/24\"]", "prefixes = [\"10.128.7.1/24\"]", 1);
+        let errors = load_two(&a, "").unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(errors[0].field, "bgp.routers[0].prefixes[0]");
+    }
+
+    #[test]
+    fn conflicts_and_validation_errors_from_all_files_are_reported_together() {
+        let errors = load_two(
+            &A.replace("hold_time = \"30s\"", "hold_time = \"1s\""),
+            &B.replacen("asn = 65801", "asn = 1", 1),
+        )
+        .unwrap_err();
+        let found: Vec<(String, usize)> =
+            errors.iter().map(|e| (e.file.display().to_string(), e.line)).collect();
+        assert_eq!(found, vec![("a.toml".to_string(), 9), ("b.toml".to_string(), 3)]);
+    }
 }

@@ -14,7 +14,7 @@ use toml::Spanned;
 pub(crate) type S<T> = Spanned<T>;
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a config file")]
 pub(crate) struct RawFile {
     pub bgp: Option<RawBgp>,
     #[serde(default)]
@@ -22,7 +22,7 @@ pub(crate) struct RawFile {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [bgp] table")]
 pub(crate) struct RawBgp {
     #[serde(default)]
     pub routers: Vec<S<RawRouter>>,
@@ -31,7 +31,7 @@ pub(crate) struct RawBgp {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [[bgp.routers]] table")]
 pub(crate) struct RawRouter {
     pub asn: S<i64>,
     pub id: Option<S<String>>,
@@ -45,7 +45,7 @@ pub(crate) struct RawRouter {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [[bgp.routers.neighbors]] table")]
 pub(crate) struct RawNeighbor {
     pub address: S<String>,
     pub asn: Option<S<i64>>,
@@ -68,7 +68,7 @@ pub(crate) struct RawNeighbor {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a to_advertise table")]
 pub(crate) struct RawAdvertise {
     pub allowed: Option<RawAllowedOut>,
     #[serde(default)]
@@ -78,14 +78,14 @@ pub(crate) struct RawAdvertise {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "an allowed table (mode, prefixes)")]
 pub(crate) struct RawAllowedOut {
     pub mode: Option<S<String>>,
     pub prefixes: Option<S<Vec<S<String>>>>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table { local_pref, prefixes }")]
 pub(crate) struct RawLocalPref {
     pub local_pref: S<i64>,
     #[serde(default)]
@@ -93,7 +93,7 @@ pub(crate) struct RawLocalPref {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table { community, prefixes }")]
 pub(crate) struct RawCommunityPrefixes {
     pub community: S<String>,
     #[serde(default)]
@@ -101,20 +101,20 @@ pub(crate) struct RawCommunityPrefixes {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a to_receive table")]
 pub(crate) struct RawReceive {
     pub allowed: Option<RawAllowedIn>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "an allowed table (mode, prefixes)")]
 pub(crate) struct RawAllowedIn {
     pub mode: Option<S<String>>,
     pub prefixes: Option<S<Vec<S<RawPrefixMatch>>>>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table { prefix, ge, le }")]
 pub(crate) struct RawPrefixMatch {
     pub prefix: S<String>,
     pub ge: Option<S<i64>>,
@@ -122,7 +122,7 @@ pub(crate) struct RawPrefixMatch {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a [[bgp.bfd_profiles]] table")]
 pub(crate) struct RawBfdProfile {
     pub name: S<String>,
     pub receive_interval: Option<S<RawDuration>>,

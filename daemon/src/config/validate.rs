@@ -81,9 +81,20 @@ pub(crate) struct NeighborFragment {
 }
 
 impl NeighborFragment {
-    pub fn loc_of(&self, name: &str) -> &Loc {
-        self.field_locs.iter().find(|(field, _)| *field == name).map_or(&self.loc, |(_, loc)| loc)
+    pub fn written(&self, name: &str) -> bool {
+        self.field_locs.iter().any(|(field, _)| *field == name)
     }
+
+    /// Where a session setting is written, or the neighbor's address if it is left out.
+    pub fn loc_of(&self, name: &str) -> &Loc {
+        // `asn` and `dynamic_asn` are one setting written two ways.
+        let same = |field: &str| field == name || (is_asn(field) && is_asn(name));
+        self.field_locs.iter().find(|(field, _)| same(field)).map_or(&self.loc, |(_, loc)| loc)
+    }
+}
+
+fn is_asn(field: &str) -> bool {
+    field == "asn" || field == "dynamic_asn"
 }
 
 /// One prefix named under `to_advertise`, kept with its position for the cross-checks against
