@@ -139,6 +139,8 @@ const MIN_SWEEP_THRESHOLD: usize = 1024;
 enum PathChange {
     Upsert(Path),
     Remove(PeerId),
+    /// No change to the paths; rerun the decision (configuration changed).
+    Recompute,
 }
 
 /// Whether a change added a new path or removed one (for the per-peer accepted count).
@@ -320,6 +322,7 @@ impl<P: RibFamily> Parts<'_, P> {
                 }
                 delta.removed = true;
             }
+            PathChange::Recompute => {}
         }
         if let Some(dest) = self.table.map.get_mut(&prefix) {
             decide(dest, self.peers, self.config);
@@ -352,6 +355,35 @@ impl<P: RibFamily> Parts<'_, P> {
             let Some(peer) = self.peers.get_mut(&id) else { return };
             export_to_peer(self.interner, *prefix, best, id, peer, changes);
         }
+    }
+
+    /// After a configuration change: drops learned paths that `always_block` now covers, and
+    /// reruns the decision everywhere. Returns how many paths each peer lost.
+    fn reapply_config(&mut self, changes: &mut Changes) -> BTreeMap<PeerId, usize> {
+        let blocked: Vec<(P, PeerId)> = self
+            .table
+            .map
+            .iter()
+            .filter(|(prefix, _)| {
+                let net: IpNet = (**prefix).into();
+                self.config.always_block.iter().any(|b| b.contains(&net))
+            })
+            .flat_map(|(prefix, d)| {
+                d.paths().iter().filter(|p| p.peer != PeerId::LOCAL).map(|p| (*prefix, p.peer))
+            })
+            .collect();
+        let mut lost: BTreeMap<PeerId, usize> = BTreeMap::new();
+        for (prefix, peer) in blocked {
+            if self.change_path(prefix, PathChange::Remove(peer), changes).removed {
+                let n = lost.entry(peer).or_default();
+                *n = n.saturating_add(1);
+            }
+        }
+        let prefixes: Vec<P> = self.table.map.keys().copied().collect();
+        for prefix in prefixes {
+            self.change_path(prefix, PathChange::Recompute, changes);
+        }
+        lost
     }
 
     /// Removes every path from `peer`.
@@ -398,6 +430,26 @@ impl Rib {
             self.interner.sweep();
             self.next_sweep_at = self.interner.len().saturating_mul(2).max(MIN_SWEEP_THRESHOLD);
         }
+    }
+
+    /// Applies a new instance configuration (router id, multipath settings, `always_block`):
+    /// newly blocked learned routes are dropped and every destination is decided again.
+    /// Routes that a shorter `always_block` now allows come back when the peer re-sends them.
+    pub fn set_config(&mut self, config: RibConfig) -> Changes {
+        self.config = config;
+        let mut changes = Changes::default();
+        let mut lost = Ipv4Net::parts(self).reapply_config(&mut changes);
+        for (peer, n) in Ipv6Net::parts(self).reapply_config(&mut changes) {
+            let total = lost.entry(peer).or_default();
+            *total = total.saturating_add(n);
+        }
+        for (peer, n) in lost {
+            if let Some(p) = self.peers.get_mut(&peer) {
+                p.accepted = p.accepted.saturating_sub(n);
+            }
+        }
+        self.maybe_sweep();
+        changes
     }
 
     /// Drops attribute sets no route or Adj-RIB-Out references any more; returns how many.

@@ -274,6 +274,28 @@ fn multipath_relax_on_and_off() {
 }
 
 #[test]
+fn set_config_reruns_decision_and_applies_always_block() {
+    let mut rib = rib();
+    let a = rib.peer_up(peer(1, 65001));
+    let b = rib.peer_up(peer(2, 65001));
+    announce(&mut rib, a, &["10.1.0.0/24", "10.2.0.0/24"], &learned(&[65001], 1));
+    announce(&mut rib, b, &["10.1.0.0/24"], &learned(&[65001], 2));
+    let mut config = RibConfig::new(ROUTER_ID);
+    config.maximum_paths = 1;
+    config.always_block = vec![net("10.2.0.0/16")];
+    let changes = rib.set_config(config);
+    assert_eq!(
+        changes.fib,
+        vec![
+            FibChange { prefix: net("10.2.0.0/24"), next_hops: vec![] },
+            FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![nh(1)] },
+        ]
+    );
+    assert_eq!(rib.accepted_count(a), 1);
+    assert_eq!(rib.accepted_count(b), 1);
+}
+
+#[test]
 fn med_compared_only_within_the_same_neighbor_as() {
     let mut rib = rib();
     let a = rib.peer_up(peer(1, 65001));
