@@ -14,7 +14,8 @@ use tracing::{error, info};
 /// Runs the daemon until a termination signal. A config with a mistake never half-applies:
 /// it is rejected before anything starts.
 pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
-    let config = config::load(config_path).map_err(|e| format!("config rejected, not starting:\n{e}"))?;
+    let config =
+        config::load(config_path).map_err(|e| format!("config rejected, not starting:\n{e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -55,7 +56,9 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
 
 async fn wait_for_shutdown() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
         error!("cannot install signal handlers; running until killed");
         return std::future::pending().await;
     };

@@ -117,11 +117,15 @@ fn main() -> ExitCode {
         },
         Command::Show { what: Show::Bgp { what } } => {
             let (request, json) = match what {
-                ShowBgp::Summary { common } => {
-                    (Request::BgpSummary { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)
-                }
+                ShowBgp::Summary { common } => (
+                    Request::BgpSummary { vrf: VrfSelector::parse(common.vrf.as_deref()) },
+                    common.json,
+                ),
                 ShowBgp::Neighbors { address, common } => (
-                    Request::BgpNeighbors { vrf: VrfSelector::parse(common.vrf.as_deref()), address },
+                    Request::BgpNeighbors {
+                        vrf: VrfSelector::parse(common.vrf.as_deref()),
+                        address,
+                    },
                     common.json,
                 ),
                 ShowBgp::Routes { family, prefix, common } => (

@@ -28,7 +28,13 @@ fn uplink_config(asn: u32, id: &str, prefixes: &[&str], neighbors: &[NodeNeighbo
     c
 }
 
-fn wait_established(lab: &Lab, uplink: &Uplink, peer: &Speaker, uplink_side: &str, peer_side: &str) {
+fn wait_established(
+    lab: &Lab,
+    uplink: &Uplink,
+    peer: &Speaker,
+    uplink_side: &str,
+    peer_side: &str,
+) {
     let family = if uplink_side.contains(':') { "ipv6Unicast" } else { "ipv4Unicast" };
     wait_for(&format!("session {uplink_side} <-> {peer_side} Established"), UP, || {
         let ours = uplink.peer_state(family, uplink_side)?;
@@ -36,7 +42,11 @@ fn wait_established(lab: &Lab, uplink: &Uplink, peer: &Speaker, uplink_side: &st
         if ours == "Established" && theirs {
             Ok(())
         } else {
-            Err(format!("uplink says {ours}, {} established={theirs}\n{}", peer.label(), lab.dump_logs()))
+            Err(format!(
+                "uplink says {ours}, {} established={theirs}\n{}",
+                peer.label(),
+                lab.dump_logs()
+            ))
         }
     });
 }
@@ -60,7 +70,11 @@ fn dual_stack_ebgp(kind: Kind) {
             NeighborSpec { address: "10.0.1.2".into(), asn: 4_200_000_001, ..Default::default() },
             NeighborSpec { address: "fd00:1::2".into(), asn: 4_200_000_001, ..Default::default() },
         ],
-        announce: vec!["198.51.100.0/24".into(), "203.0.113.0/24".into(), "2001:db8:100::/48".into()],
+        announce: vec![
+            "198.51.100.0/24".into(),
+            "203.0.113.0/24".into(),
+            "2001:db8:100::/48".into(),
+        ],
     };
     let peer = Speaker::start(kind, &mut lab, &peer_ns, &spec);
     let receive_v4 = r#"to_receive = { allowed = { prefixes = [{ prefix = "198.51.100.0/24" }] } }
@@ -144,8 +158,18 @@ fn ibgp_md5(kind: Kind) {
         asn: 65001,
         router_id: "10.0.1.1".into(),
         neighbors: vec![
-            NeighborSpec { address: "10.0.1.2".into(), asn: 65001, password: Some("s3cret".into()), ..Default::default() },
-            NeighborSpec { address: "10.0.2.2".into(), asn: 65001, password: Some("s3cret".into()), ..Default::default() },
+            NeighborSpec {
+                address: "10.0.1.2".into(),
+                asn: 65001,
+                password: Some("s3cret".into()),
+                ..Default::default()
+            },
+            NeighborSpec {
+                address: "10.0.2.2".into(),
+                asn: 65001,
+                password: Some("s3cret".into()),
+                ..Default::default()
+            },
         ],
         announce: vec!["198.51.100.0/24".into()],
     };
@@ -157,14 +181,24 @@ to_advertise = { allowed = { mode = "all" } }"#;
         &mut lab,
         &node,
         "uplink",
-        &uplink_config(65001, "10.0.1.2", &["192.0.2.10/32"], &[NodeNeighbor { address: "10.0.1.1", asn: 65001, extra: allow }]),
+        &uplink_config(
+            65001,
+            "10.0.1.2",
+            &["192.0.2.10/32"],
+            &[NodeNeighbor { address: "10.0.1.1", asn: 65001, extra: allow }],
+        ),
     );
     let wrong = r#"password = "wrong""#;
     let bad_uplink = Uplink::start(
         &mut lab,
         &bad,
         "bad-uplink",
-        &uplink_config(65001, "10.0.2.2", &[], &[NodeNeighbor { address: "10.0.2.1", asn: 65001, extra: wrong }]),
+        &uplink_config(
+            65001,
+            "10.0.2.2",
+            &[],
+            &[NodeNeighbor { address: "10.0.2.1", asn: 65001, extra: wrong }],
+        ),
     );
     wait_established(&lab, &uplink, &peer, "10.0.1.1", "10.0.1.2");
     wait_for("iBGP route arrives", UP, || {
@@ -213,7 +247,12 @@ to_receive = { allowed = { mode = "all" } }"#;
         &mut lab,
         &node,
         "uplink",
-        &uplink_config(65801, "10.0.1.2", &[], &[NodeNeighbor { address: "10.0.2.2", asn: 65102, extra: multihop }]),
+        &uplink_config(
+            65801,
+            "10.0.1.2",
+            &[],
+            &[NodeNeighbor { address: "10.0.2.2", asn: 65102, extra: multihop }],
+        ),
     );
     wait_established(&lab, &uplink, &peer, "10.0.2.2", "10.0.1.2");
     wait_for("route over the multihop session", UP, || {
@@ -228,7 +267,12 @@ to_receive = { allowed = { mode = "all" } }"#;
         &mut lab,
         &node,
         "gtsm-uplink",
-        &uplink_config(65801, "10.0.1.2", &[], &[NodeNeighbor { address: "10.0.2.2", asn: 65102, extra: gtsm }]),
+        &uplink_config(
+            65801,
+            "10.0.1.2",
+            &[],
+            &[NodeNeighbor { address: "10.0.2.2", asn: 65102, extra: gtsm }],
+        ),
     );
     std::thread::sleep(Duration::from_secs(12));
     assert_ne!(

@@ -125,7 +125,8 @@ fn exchange(b: &Bench, payloads: &[String], during: impl FnOnce()) -> Vec<serde_
     std::thread::sleep(Duration::from_millis(2500));
     during();
     let out = handle.join().expect("raw speaker thread");
-    let lines: Vec<serde_json::Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let lines: Vec<serde_json::Value> =
+        out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     assert!(
         lines.first().map(|l| l["established"] == true).unwrap_or(false),
         "raw speaker never established: {out}\n{}",
@@ -135,7 +136,10 @@ fn exchange(b: &Bench, payloads: &[String], during: impl FnOnce()) -> Vec<serde_
 }
 
 fn notification(lines: &[serde_json::Value]) -> Option<(u64, u64)> {
-    lines.iter().find(|l| l["type"] == 3).map(|l| (l["code"].as_u64().unwrap(), l["subcode"].as_u64().unwrap()))
+    lines
+        .iter()
+        .find(|l| l["type"] == 3)
+        .map(|l| (l["code"].as_u64().unwrap(), l["subcode"].as_u64().unwrap()))
 }
 
 fn has(b: &Bench, p: &str) -> bool {
@@ -143,7 +147,12 @@ fn has(b: &Bench, p: &str) -> bool {
 }
 
 fn others_unharmed(b: &Bench) {
-    assert_eq!(b.uplink.peer_state("ipv4Unicast", "10.0.2.1").unwrap(), "Established", "{}", b.lab.dump_logs());
+    assert_eq!(
+        b.uplink.peer_state("ipv4Unicast", "10.0.2.1").unwrap(),
+        "Established",
+        "{}",
+        b.lab.dump_logs()
+    );
     assert!(has(b, "203.0.113.0/24"), "the FRR session's route must stay");
     assert_eq!(b.frr.peer_state("ipv4Unicast", "10.0.2.2"), "Established");
 }
@@ -151,15 +160,18 @@ fn others_unharmed(b: &Bench) {
 #[test]
 fn rfc7606_and_cve_inputs() {
     let b = bench();
-    let good = |third| update(&[], &[origin(), as_path(&[65102]), next_hop(&[10, 0, 1, 1])], &nlri(third));
+    let good =
+        |third| update(&[], &[origin(), as_path(&[65102]), next_hop(&[10, 0, 1, 1])], &nlri(third));
 
     // Sanity: a well-formed UPDATE is accepted.
-    let lines = exchange(&b, &[good(100)], || assert!(has(&b, &prefix(100)), "valid route missing"));
+    let lines =
+        exchange(&b, &[good(100)], || assert!(has(&b, &prefix(100)), "valid route missing"));
     assert_eq!(notification(&lines), None, "{lines:?}");
 
     // Missing mandatory NEXT_HOP: treat-as-withdraw (RFC 7606 §3 d), no reset.
     let missing = update(&[], &[origin(), as_path(&[65102])], &nlri(101));
-    let lines = exchange(&b, &[good(101), missing], || assert!(!has(&b, &prefix(101)), "withdrawn"));
+    let lines =
+        exchange(&b, &[good(101), missing], || assert!(!has(&b, &prefix(101)), "withdrawn"));
     assert_eq!(notification(&lines), None, "{lines:?}");
 
     // NEXT_HOP shorter than 4 octets: treat-as-withdraw (RFC 7606 §7.3).
@@ -169,11 +181,15 @@ fn rfc7606_and_cve_inputs() {
 
     // The longest AS_PATH a 4096-octet message can carry (1000 ASNs) is handled.
     let long: Vec<u32> = (0..1000).map(|i| 65102 + (i % 5)).collect();
-    let lines = exchange(&b, &[update(&[], &[origin(), as_path(&long), next_hop(&[10, 0, 1, 1])], &nlri(103))], || {
-        assert!(has(&b, &prefix(103)));
-        let text = b.uplink.cli(&["show", "bgp", "routes", &prefix(103)]).unwrap();
-        assert!(text.contains("65102 65103"), "{text}");
-    });
+    let lines = exchange(
+        &b,
+        &[update(&[], &[origin(), as_path(&long), next_hop(&[10, 0, 1, 1])], &nlri(103))],
+        || {
+            assert!(has(&b, &prefix(103)));
+            let text = b.uplink.cli(&["show", "bgp", "routes", &prefix(103)]).unwrap();
+            assert!(text.contains("65102 65103"), "{text}");
+        },
+    );
     assert_eq!(notification(&lines), None);
 
     // AS4_PATH before AS_PATH, on a 4-octet session: ignored (RFC 6793 §4.1), route kept.
@@ -189,7 +205,14 @@ fn rfc7606_and_cve_inputs() {
     let unknown = attr(0x40, 99, &[1, 2, 3]);
     let lines = exchange(
         &b,
-        &[good(105), update(&[], &[origin(), as_path(&[65102]), next_hop(&[10, 0, 1, 1]), unknown], &nlri(105))],
+        &[
+            good(105),
+            update(
+                &[],
+                &[origin(), as_path(&[65102]), next_hop(&[10, 0, 1, 1]), unknown],
+                &nlri(105),
+            ),
+        ],
         || assert!(!has(&b, &prefix(105))),
     );
     assert_eq!(notification(&lines), None);
@@ -210,5 +233,8 @@ fn rfc7606_and_cve_inputs() {
     // After all of it, the FRR session never flapped and the daemon still answers.
     others_unharmed(&b);
     let summary = b.uplink.json(&["show", "bgp", "summary"]).unwrap();
-    assert_eq!(summary["ipv4Unicast"]["peers"]["10.0.2.1"]["connectionsEstablished"], 1, "{summary:#}");
+    assert_eq!(
+        summary["ipv4Unicast"]["peers"]["10.0.2.1"]["connectionsEstablished"], 1,
+        "{summary:#}"
+    );
 }

@@ -67,8 +67,12 @@ impl Instance {
         for n in &router.neighbors {
             if let Some(password) = &n.password {
                 // RFC 2385: the key must be on the listening socket before the peer's SYN.
-                transport::set_md5_key(listener.as_raw_fd(), n.address, password.expose().as_bytes())
-                    .map_err(|e| format!("neighbor {}: cannot set the TCP-MD5 key: {e}", n.address))?;
+                transport::set_md5_key(
+                    listener.as_raw_fd(),
+                    n.address,
+                    password.expose().as_bytes(),
+                )
+                .map_err(|e| format!("neighbor {}: cannot set the TCP-MD5 key: {e}", n.address))?;
             }
         }
 
@@ -113,7 +117,14 @@ impl Instance {
             }
         });
         info!(vrf = %router.vrf, asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", neighbors.len());
-        Ok(Instance { vrf: router.vrf.clone(), asn: router.asn, router_id, rib, neighbors, listener })
+        Ok(Instance {
+            vrf: router.vrf.clone(),
+            asn: router.asn,
+            router_id,
+            rib,
+            neighbors,
+            listener,
+        })
     }
 
     /// Stops every session with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2).
@@ -155,7 +166,10 @@ fn export_policy(n: &Neighbor) -> policy::ExportPolicy {
         with_local_pref: a
             .with_local_pref
             .iter()
-            .map(|r| policy::LocalPrefRule { local_pref: r.local_pref, prefixes: r.prefixes.clone() })
+            .map(|r| policy::LocalPrefRule {
+                local_pref: r.local_pref,
+                prefixes: r.prefixes.clone(),
+            })
             .collect(),
         with_community: a
             .with_community

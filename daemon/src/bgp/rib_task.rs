@@ -30,11 +30,7 @@ pub struct RibSetup {
 }
 
 enum RibCommand {
-    PeerUp {
-        info: PeerInfo,
-        link: PeerSide,
-        reply: oneshot::Sender<PeerId>,
-    },
+    PeerUp { info: PeerInfo, link: PeerSide, reply: oneshot::Sender<PeerId> },
     PeerDown(PeerId),
     Updates(PeerId, Vec<DecodedUpdate>),
     TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
@@ -81,7 +77,10 @@ impl RibHandle {
         Some(PeerLink { id, tx: self.tx.clone() })
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> RibCommand) -> Result<T, String> {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> RibCommand,
+    ) -> Result<T, String> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(make(reply)).await.map_err(|_| GONE.to_string())?;
         rx.await.map_err(|_| GONE.to_string())
@@ -134,7 +133,10 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
         let _ = rib.originate(*prefix, &PathAttributes::default());
     }
     let span = tracing::info_span!("rib", vrf = %setup.vrf);
-    tokio::spawn(tracing::Instrument::instrument(RibTask { rib, peers: HashMap::new() }.run(rx), span));
+    tokio::spawn(tracing::Instrument::instrument(
+        RibTask { rib, peers: HashMap::new() }.run(rx),
+        span,
+    ));
     RibHandle { tx }
 }
 
@@ -176,7 +178,12 @@ impl RibTask {
                 let _ = reply.send(self.summary());
             }
             RibCommand::Routes(family, reply) => {
-                let views = self.rib.routes(family).into_iter().map(|(p, paths)| self.view(p, paths)).collect();
+                let views = self
+                    .rib
+                    .routes(family)
+                    .into_iter()
+                    .map(|(p, paths)| self.view(p, paths))
+                    .collect();
                 let _ = reply.send(views);
             }
             RibCommand::Lookup(lookup, reply) => {
@@ -254,7 +261,10 @@ impl RibTask {
         for (id, info) in self.rib.peers() {
             out.peers.insert(
                 info.address,
-                PeerCounts { accepted: self.rib.pfx_received(id) as u64, sent: self.rib.pfx_sent(id) as u64 },
+                PeerCounts {
+                    accepted: self.rib.pfx_received(id) as u64,
+                    sent: self.rib.pfx_sent(id) as u64,
+                },
             );
         }
         out

@@ -10,13 +10,13 @@ use super::fsm::{Action, ConnId, Event, Fsm, Negotiated};
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::PeerInfo;
 use super::rib_task::{PeerLink, RibHandle};
-use super::wire::attr_codec::EncodeContext;
-use super::wire::attributes::Family;
-use super::wire::packer::{end_of_rib, pack_announcements, pack_withdrawals};
 use super::stats::PeerStats;
 use super::transport::{self, TransportOptions};
+use super::wire::attr_codec::EncodeContext;
+use super::wire::attributes::Family;
 use super::wire::message::{decode_message, frame_len, Message};
 use super::wire::notification::Notification;
+use super::wire::packer::{end_of_rib, pack_announcements, pack_withdrawals};
 use super::wire::rfc7606::UPDATE_MESSAGE_ERROR;
 use super::wire::update::{decode_update, UpdateContext};
 use std::net::{IpAddr, SocketAddr};
@@ -152,7 +152,8 @@ enum Wake {
 
 impl Session {
     async fn run(mut self) {
-        let (connected_tx, mut connected_rx) = mpsc::channel::<(ConnId, std::io::Result<TcpStream>)>(1);
+        let (connected_tx, mut connected_rx) =
+            mpsc::channel::<(ConnId, std::io::Result<TcpStream>)>(1);
         self.apply(Event::ManualStart).await;
         loop {
             let deadline = self.fsm.next_deadline();
@@ -177,7 +178,11 @@ impl Session {
             match wake {
                 Wake::Command(None) => {
                     // The instance dropped us: the neighbor was removed from the config.
-                    self.apply(Event::ManualStop { subcode: 3, reason: "peer de-configured".into() }).await;
+                    self.apply(Event::ManualStop {
+                        subcode: 3,
+                        reason: "peer de-configured".into(),
+                    })
+                    .await;
                     break;
                 }
                 Wake::Command(Some(SessionCommand::Accepted(stream))) => {
@@ -213,7 +218,9 @@ impl Session {
                             self.apply(Event::TcpConnected(id)).await;
                         }
                         Err(e) => {
-                            if self.params.transport.md5_key.is_some() && e.kind() == std::io::ErrorKind::TimedOut {
+                            if self.params.transport.md5_key.is_some()
+                                && e.kind() == std::io::ErrorKind::TimedOut
+                            {
                                 // RFC 2385: segments with a wrong or missing MD5 signature are
                                 // dropped without a reply, so a mismatch shows up as a timeout.
                                 warn!(
@@ -273,7 +280,14 @@ impl Session {
             let _ = write.shutdown().await;
         });
         let reader = tokio::spawn(read_frames(read, rtx));
-        self.conns.push(Conn { id, local, writer: wtx, reader: rrx, reader_task: reader, writer_task: Some(writer) });
+        self.conns.push(Conn {
+            id,
+            local,
+            writer: wtx,
+            reader: rrx,
+            reader_task: reader,
+            writer_task: Some(writer),
+        });
     }
 
     async fn on_read(&mut self, index: usize, ev: Option<ReadEvent>) {
@@ -313,17 +327,27 @@ impl Session {
                     Some(est) if est.conn == id => match decode_update(body, &est.ctx) {
                         Ok(decoded) => {
                             for problem in &decoded.discarded {
-                                warn!(attribute = problem.type_code, "attribute discarded: {} ({})", problem.rule, problem.detail);
+                                warn!(
+                                    attribute = problem.type_code,
+                                    "attribute discarded: {} ({})", problem.rule, problem.detail
+                                );
                             }
                             if let Some(problem) = &decoded.treat_as_withdraw {
-                                warn!(attribute = problem.type_code, "treat-as-withdraw: {} ({})", problem.rule, problem.detail);
+                                warn!(
+                                    attribute = problem.type_code,
+                                    "treat-as-withdraw: {} ({})", problem.rule, problem.detail
+                                );
                             }
                             updates.push(decoded);
                         }
                         Err(e) => {
                             warn!("UPDATE error, resetting the session: {}", e.reason);
                             self.flush_updates(&mut updates).await;
-                            let n = Notification::new(UPDATE_MESSAGE_ERROR, e.subcode.code(), e.data.clone());
+                            let n = Notification::new(
+                                UPDATE_MESSAGE_ERROR,
+                                e.subcode.code(),
+                                e.data.clone(),
+                            );
                             self.apply(Event::FatalUpdateError(id, n)).await;
                             return;
                         }
@@ -422,8 +446,10 @@ impl Session {
                 graceful_restart: negotiated.remote_graceful_restart.is_some(),
             },
         );
-        let Some(link) =
-            self.rib.peer_up(info, self.out_notify.clone(), self.self_tx.clone(), self.params.max_prefixes).await
+        let Some(link) = self
+            .rib
+            .peer_up(info, self.out_notify.clone(), self.self_tx.clone(), self.params.max_prefixes)
+            .await
         else {
             return;
         };
@@ -472,7 +498,9 @@ impl Session {
                 }
             }
             for (attrs, prefixes) in &batch.announce {
-                if let Err(e) = pack_announcements(attrs, batch.family, prefixes, &est.encode, &mut messages) {
+                if let Err(e) =
+                    pack_announcements(attrs, batch.family, prefixes, &est.encode, &mut messages)
+                {
                     warn!("cannot encode announcements: {e}");
                 }
             }
@@ -521,7 +549,8 @@ async fn read_frames(mut read: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<
                         let frames: Vec<u8> = buf.drain(..complete).collect();
                         let _ = tx.send(ReadEvent::Frames(frames)).await;
                     }
-                    let _ = tx.send(ReadEvent::Malformed(e.notification.clone(), e.to_string())).await;
+                    let _ =
+                        tx.send(ReadEvent::Malformed(e.notification.clone(), e.to_string())).await;
                     return;
                 }
             }

@@ -112,7 +112,8 @@ impl PeerStats {
 
     /// Counts a buffer of back-to-back UPDATE messages.
     pub fn count_sent_bulk(&self, mut buf: &[u8]) {
-        while let Some(len) = buf.get(16..18).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]]))) {
+        while let Some(len) = buf.get(16..18).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+        {
             if len < HEADER_LEN || len > buf.len() {
                 break;
             }

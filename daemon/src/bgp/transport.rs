@@ -116,7 +116,10 @@ struct TcpMd5Sig {
 /// listening socket the key applies to connections accepted from that peer.
 pub fn set_md5_key(fd: RawFd, peer: IpAddr, key: &[u8]) -> io::Result<()> {
     if key.len() > MD5_MAX_KEY_LEN {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "TCP-MD5 key longer than 80 bytes"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "TCP-MD5 key longer than 80 bytes",
+        ));
     }
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -147,7 +150,14 @@ pub fn set_md5_key(fd: RawFd, peer: IpAddr, key: &[u8]) -> io::Result<()> {
             write_sockaddr(&mut addr, &sin6);
         }
     }
-    let mut sig = TcpMd5Sig { addr, flags: 0, prefixlen: 0, keylen: 0, ifindex: 0, key: [0; MD5_MAX_KEY_LEN] };
+    let mut sig = TcpMd5Sig {
+        addr,
+        flags: 0,
+        prefixlen: 0,
+        keylen: 0,
+        ifindex: 0,
+        key: [0; MD5_MAX_KEY_LEN],
+    };
     sig.keylen = key.len() as u16; // ≤ 80, checked above
     if let Some(dst) = sig.key.get_mut(..key.len()) {
         dst.copy_from_slice(key);
@@ -172,7 +182,9 @@ pub fn set_md5_key(fd: RawFd, peer: IpAddr, key: &[u8]) -> io::Result<()> {
 fn write_sockaddr<T>(storage: &mut libc::sockaddr_storage, value: &T) {
     // SAFETY: T is sockaddr_in or sockaddr_in6, both smaller than sockaddr_storage, which is
     // designed to hold either.
-    unsafe { std::ptr::write((storage as *mut libc::sockaddr_storage).cast::<T>(), std::ptr::read(value)) };
+    unsafe {
+        std::ptr::write((storage as *mut libc::sockaddr_storage).cast::<T>(), std::ptr::read(value))
+    };
 }
 
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {

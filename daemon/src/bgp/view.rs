@@ -12,7 +12,11 @@ use std::sync::Arc;
 pub enum PathSource {
     /// Originated by this node (`prefixes` of the router).
     Local,
-    Peer { address: IpAddr, router_id: Ipv4Addr, ebgp: bool },
+    Peer {
+        address: IpAddr,
+        router_id: Ipv4Addr,
+        ebgp: bool,
+    },
 }
 
 #[derive(Debug, Clone)]

@@ -9,7 +9,10 @@ use std::time::Duration;
 /// Sends one request and waits for its answer.
 pub fn call(socket: &Path, request: &Request) -> Result<serde_json::Value, String> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
-        format!("cannot reach uplink at {}: {e} (is `uplink run` running? --socket sets the path)", socket.display())
+        format!(
+            "cannot reach uplink at {}: {e} (is `uplink run` running? --socket sets the path)",
+            socket.display()
+        )
     })?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;

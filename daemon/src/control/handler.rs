@@ -32,7 +32,8 @@ pub async fn handle(instances: &[Instance], request: Request) -> Result<Value, S
     }
 }
 
-type BoxFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + 'a>>;
+type BoxFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, String>> + Send + 'a>>;
 
 /// One instance's object for a named VRF; `{"vrf": {...}}` for `all`, like FRR's `vrf all`.
 async fn per_vrf<'a>(
@@ -77,7 +78,8 @@ fn family_key(f: AddressFamily) -> &'static str {
 /// FRR's peer uptime text: `hh:mm:ss` under a day, then `XdYYhZZm`, then `XXwYdZZh`.
 pub fn frr_uptime(d: Duration) -> String {
     let s = d.as_secs();
-    let (w, d_, h, m, sec) = (s / 604_800, (s / 86_400) % 7, (s / 3600) % 24, (s / 60) % 60, s % 60);
+    let (w, d_, h, m, sec) =
+        (s / 604_800, (s / 86_400) % 7, (s / 3600) % 24, (s / 60) % 60, s % 60);
     if s < 86_400 {
         format!("{:02}:{:02}:{:02}", s / 3600, m, sec)
     } else if s < 604_800 {
@@ -238,11 +240,17 @@ fn parse_lookup(text: &str) -> Result<Lookup, String> {
         .map_err(|_| format!("{text}: not a prefix (10.0.0.0/24, 2001:db8::/32) or an address"))
 }
 
-async fn routes(i: &Instance, family: Option<FamilyArg>, lookup: Option<Lookup>) -> Result<Value, String> {
+async fn routes(
+    i: &Instance,
+    family: Option<FamilyArg>,
+    lookup: Option<Lookup>,
+) -> Result<Value, String> {
     let family = match (family, lookup) {
         (Some(FamilyArg::Ipv6), _) => Family::IPV6_UNICAST,
         (Some(FamilyArg::Ipv4), _) => Family::IPV4_UNICAST,
-        (None, Some(Lookup::Prefix(IpNet::V6(_)) | Lookup::Address(IpAddr::V6(_)))) => Family::IPV6_UNICAST,
+        (None, Some(Lookup::Prefix(IpNet::V6(_)) | Lookup::Address(IpAddr::V6(_)))) => {
+            Family::IPV6_UNICAST
+        }
         (None, _) => Family::IPV4_UNICAST,
     };
     match lookup {
@@ -259,7 +267,10 @@ async fn routes(i: &Instance, family: Option<FamilyArg>, lookup: Option<Lookup>)
             let mut total_paths = 0;
             for r in &table {
                 total_paths += r.paths.len();
-                routes.insert(r.prefix.to_string(), Value::Array(r.paths.iter().map(|p| table_path_json(r, p)).collect()));
+                routes.insert(
+                    r.prefix.to_string(),
+                    Value::Array(r.paths.iter().map(|p| table_path_json(r, p)).collect()),
+                );
             }
             Ok(json!({
                 "vrfId": 0,
@@ -289,19 +300,28 @@ fn nexthops_json(p: &PathView) -> Value {
     match p.attrs.next_hop {
         NextHop::V4(a) => json!([{ "ip": a.to_string(), "afi": "ipv4", "used": true }]),
         NextHop::V6 { global, link_local } => {
-            let mut v = vec![json!({ "ip": global.to_string(), "afi": "ipv6", "scope": "global", "used": true })];
+            let mut v = vec![
+                json!({ "ip": global.to_string(), "afi": "ipv6", "scope": "global", "used": true }),
+            ];
             if let Some(ll) = link_local {
                 v.push(json!({ "ip": ll.to_string(), "afi": "ipv6", "scope": "link-local" }));
             }
             Value::Array(v)
         }
-        NextHop::Unspecified => json!([{ "ip": if matches!(p.source, PathSource::Local) { "0.0.0.0" } else { "::" }, "afi": "ipv4", "used": true }]),
+        NextHop::Unspecified => {
+            json!([{ "ip": if matches!(p.source, PathSource::Local) { "0.0.0.0" } else { "::" }, "afi": "ipv4", "used": true }])
+        }
     }
 }
 
 fn community_strings(p: &PathView) -> (Option<String>, Option<String>) {
     let c = (!p.attrs.communities.is_empty()).then(|| {
-        p.attrs.communities.iter().map(|c| crate::bgp::display::community(*c)).collect::<Vec<_>>().join(" ")
+        p.attrs
+            .communities
+            .iter()
+            .map(|c| crate::bgp::display::community(*c))
+            .collect::<Vec<_>>()
+            .join(" ")
     });
     let l = (!p.attrs.large_communities.is_empty()).then(|| {
         p.attrs

@@ -13,9 +13,9 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::BgpRoutes { .. } => table,
     };
     let all = match request {
-        Request::BgpSummary { vrf } | Request::BgpNeighbors { vrf, .. } | Request::BgpRoutes { vrf, .. } => {
-            *vrf == VrfSelector::All
-        }
+        Request::BgpSummary { vrf }
+        | Request::BgpNeighbors { vrf, .. }
+        | Request::BgpRoutes { vrf, .. } => *vrf == VrfSelector::All,
     };
     if all {
         let mut out = String::new();
@@ -42,7 +42,12 @@ fn summary(v: &Value, _vrf: &str) -> String {
     for (key, title) in [("ipv4Unicast", "IPv4 Unicast"), ("ipv6Unicast", "IPv6 Unicast")] {
         let Some(f) = v.get(key) else { continue };
         let _ = writeln!(out, "{title} Summary (VRF {}):", s(&f["vrfName"]));
-        let _ = writeln!(out, "BGP router identifier {}, local AS number {} vrf-id 0", s(&f["routerId"]), s(&f["as"]));
+        let _ = writeln!(
+            out,
+            "BGP router identifier {}, local AS number {} vrf-id 0",
+            s(&f["routerId"]),
+            s(&f["as"])
+        );
         let _ = writeln!(out, "BGP table version 0");
         let _ = writeln!(out, "RIB entries {}", s(&f["ribCount"]));
         let _ = writeln!(out, "Peers {}\n", s(&f["peerCount"]));
@@ -51,7 +56,8 @@ fn summary(v: &Value, _vrf: &str) -> String {
             "Neighbor        V         AS   MsgRcvd   MsgSent   TblVer  InQ OutQ  Up/Down State/PfxRcd   PfxSnt Desc"
         );
         for (addr, p) in f["peers"].as_object().into_iter().flatten() {
-            let state = if s(&p["state"]) == "Established" { s(&p["pfxRcd"]) } else { s(&p["state"]) };
+            let state =
+                if s(&p["state"]) == "Established" { s(&p["pfxRcd"]) } else { s(&p["state"]) };
             let mut name = addr.clone();
             if name.len() > 15 {
                 let _ = writeln!(out, "{name}");
@@ -83,9 +89,20 @@ fn summary(v: &Value, _vrf: &str) -> String {
 fn neighbors(v: &Value, _vrf: &str) -> String {
     let mut out = String::new();
     for (addr, n) in v.as_object().into_iter().flatten() {
-        let kind = if n["nbrExternalLink"].as_bool().unwrap_or(true) { "external" } else { "internal" };
-        let _ = writeln!(out, "BGP neighbor is {addr}, remote AS {}, local AS {}, {kind} link", s(&n["remoteAs"]), s(&n["localAs"]));
-        let _ = writeln!(out, "  BGP version 4, remote router ID {}, local router ID {}", s(&n["remoteRouterId"]), s(&n["localRouterId"]));
+        let kind =
+            if n["nbrExternalLink"].as_bool().unwrap_or(true) { "external" } else { "internal" };
+        let _ = writeln!(
+            out,
+            "BGP neighbor is {addr}, remote AS {}, local AS {}, {kind} link",
+            s(&n["remoteAs"]),
+            s(&n["localAs"])
+        );
+        let _ = writeln!(
+            out,
+            "  BGP version 4, remote router ID {}, local router ID {}",
+            s(&n["remoteRouterId"]),
+            s(&n["localRouterId"])
+        );
         let up = match n["bgpTimerUpString"].as_str() {
             Some(t) => format!(", up for {t}"),
             None => String::new(),
@@ -140,12 +157,18 @@ fn neighbors(v: &Value, _vrf: &str) -> String {
         if let Some(local) = n["hostLocal"].as_str() {
             let _ = writeln!(out, "Local host: {local}");
         }
-        let _ = writeln!(out, "Foreign host: {}, Foreign port: {}\n", s(&n["hostForeign"]), s(&n["portForeign"]));
+        let _ = writeln!(
+            out,
+            "Foreign host: {}, Foreign port: {}\n",
+            s(&n["hostForeign"]),
+            s(&n["portForeign"])
+        );
     }
     out
 }
 
-const LEGEND: &str = "Status codes:  s suppressed, d damped, h history, * valid, > best, = multipath,
+const LEGEND: &str =
+    "Status codes:  s suppressed, d damped, h history, * valid, > best, = multipath,
                i internal, r RIB-failure, S Stale, R Removed
 Nexthop codes: @NNN nexthop's vrf id, < announce-nh-self
 Origin codes:  i - IGP, e - EGP, ? - incomplete
@@ -161,8 +184,14 @@ fn origin_code(o: &str) -> &'static str {
 
 fn table(v: &Value, _vrf: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "BGP table version is 0, local router ID is {}, vrf id 0", s(&v["routerId"]));
-    let _ = writeln!(out, "Default local pref {}, local AS {}", s(&v["defaultLocPrf"]), s(&v["localAS"]));
+    let _ =
+        writeln!(out, "BGP table version is 0, local router ID is {}, vrf id 0", s(&v["routerId"]));
+    let _ = writeln!(
+        out,
+        "Default local pref {}, local AS {}",
+        s(&v["defaultLocPrf"]),
+        s(&v["localAS"])
+    );
     out.push_str(LEGEND);
     let _ = writeln!(out, "\n   Network          Next Hop            Metric LocPrf Weight Path");
     let mut routes = 0;
@@ -173,7 +202,13 @@ fn table(v: &Value, _vrf: &str) -> String {
             paths += 1;
             let best = p["bestpath"].as_bool().unwrap_or(false);
             let multi = p["multipath"].as_bool().unwrap_or(false);
-            let mark = if best { ">" } else if multi { "=" } else { " " };
+            let mark = if best {
+                ">"
+            } else if multi {
+                "="
+            } else {
+                " "
+            };
             let internal = if s(&p["pathFrom"]) == "internal" { "i" } else { " " };
             let network = if i == 0 { prefix.as_str() } else { "" };
             let nh = s(&p["nexthops"][0]["ip"]);
@@ -206,7 +241,12 @@ fn single_route(v: &Value, _vrf: &str) -> String {
     for p in &list {
         let _ = writeln!(out, "  {}", s(&p["aspath"]["string"]));
         let nh = s(&p["nexthops"][0]["ip"]);
-        let _ = writeln!(out, "    {nh} from {} ({})", s(&p["peer"]["peerId"]), s(&p["peer"]["routerId"]));
+        let _ = writeln!(
+            out,
+            "    {nh} from {} ({})",
+            s(&p["peer"]["peerId"]),
+            s(&p["peer"]["routerId"])
+        );
         let mut flags = format!("      Origin {}", s(&p["origin"]));
         if let Some(m) = p["metric"].as_u64() {
             let _ = write!(flags, ", metric {m}");

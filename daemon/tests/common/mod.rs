@@ -57,7 +57,11 @@ pub fn try_run(args: &[&str]) -> (bool, String) {
     match Command::new(args[0]).args(&args[1..]).output() {
         Ok(out) => (
             out.status.success(),
-            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
         ),
         Err(e) => (false, e.to_string()),
     }
@@ -158,7 +162,10 @@ impl Lab {
         self.links += 1;
         let an = format!("v{}a{}", self.id, self.links);
         let bn = format!("v{}b{}", self.id, self.links);
-        run(&["ip", "link", "add", &an, "netns", &a.name, "type", "veth", "peer", "name", &bn, "netns", &b.name]);
+        run(&[
+            "ip", "link", "add", &an, "netns", &a.name, "type", "veth", "peer", "name", &bn,
+            "netns", &b.name,
+        ]);
         for (ns, ifname, addrs) in [(a, &an, a_addrs), (b, &bn, b_addrs)] {
             for addr in addrs {
                 ns.run(&["ip", "addr", "add", addr, "dev", ifname, "nodad"]);

@@ -152,7 +152,14 @@ impl Gobgp {
         let conf_path = lab.path(&format!("{label}.toml"));
         write_world_readable(&conf_path, conf_toml);
         let mut cmd = ns.command("gobgpd");
-        cmd.args(["-f", conf_path.to_str().unwrap(), "--api-hosts", "127.0.0.1:50051", "-l", "debug"]);
+        cmd.args([
+            "-f",
+            conf_path.to_str().unwrap(),
+            "--api-hosts",
+            "127.0.0.1:50051",
+            "-l",
+            "debug",
+        ]);
         lab.spawn(&label, cmd);
         Gobgp { ns: ns.clone(), label }
     }
@@ -198,7 +205,13 @@ impl Uplink {
     /// (Re)starts the daemon with the current config file.
     pub fn launch(&self, lab: &mut Lab) {
         let mut cmd = self.ns.command(uplink_bin());
-        cmd.args(["run", "--config", self.config.to_str().unwrap(), "--socket", self.socket.to_str().unwrap()]);
+        cmd.args([
+            "run",
+            "--config",
+            self.config.to_str().unwrap(),
+            "--socket",
+            self.socket.to_str().unwrap(),
+        ]);
         cmd.env("RUST_LOG", "uplink=debug");
         lab.spawn(&self.label, cmd);
     }
@@ -213,7 +226,11 @@ impl Uplink {
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
-            Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
         }
     }
 
@@ -221,7 +238,8 @@ impl Uplink {
         let mut full = args.to_vec();
         full.push("--json");
         let text = self.cli(&full)?;
-        serde_json::from_str(&text).map_err(|e| format!("bad JSON from uplink {args:?}: {e}: {text}"))
+        serde_json::from_str(&text)
+            .map_err(|e| format!("bad JSON from uplink {args:?}: {e}: {text}"))
     }
 
     /// The session state of `peer` per `show bgp summary --json` in the default VRF.

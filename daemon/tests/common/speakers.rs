@@ -183,7 +183,8 @@ pub fn bird_conf(spec: &SpeakerSpec) -> String {
 
 pub fn gobgp_conf(spec: &SpeakerSpec) -> String {
     let mut c = String::new();
-    let _ = writeln!(c, "[global.config]\n  as = {}\n  router-id = \"{}\"", spec.asn, spec.router_id);
+    let _ =
+        writeln!(c, "[global.config]\n  as = {}\n  router-id = \"{}\"", spec.asn, spec.router_id);
     for n in &spec.neighbors {
         let _ = writeln!(c, "\n[[neighbors]]\n  [neighbors.config]");
         let _ = writeln!(c, "    neighbor-address = \"{}\"\n    peer-as = {}", n.address, n.asn);
@@ -192,7 +193,10 @@ pub fn gobgp_conf(spec: &SpeakerSpec) -> String {
         }
         let _ = writeln!(c, "  [neighbors.timers.config]\n    connect-retry = 1");
         if let Some(ttl) = n.multihop {
-            let _ = writeln!(c, "  [neighbors.ebgp-multihop.config]\n    enabled = true\n    multihop-ttl = {ttl}");
+            let _ = writeln!(
+                c,
+                "  [neighbors.ebgp-multihop.config]\n    enabled = true\n    multihop-ttl = {ttl}"
+            );
         }
         if let Some(src) = &n.source {
             let _ = writeln!(c, "  [neighbors.transport.config]\n    local-address = \"{src}\"");

@@ -95,7 +95,10 @@ pub enum NextHop {
     #[default]
     Unspecified,
     V4(Ipv4Addr),
-    V6 { global: Ipv6Addr, link_local: Option<Ipv6Addr> },
+    V6 {
+        global: Ipv6Addr,
+        link_local: Option<Ipv6Addr>,
+    },
 }
 
 /// An attribute this speaker does not interpret, kept as received. Optional transitive ones are
@@ -198,9 +201,9 @@ impl AsPath {
             Some(first) if first.kind == SegmentKind::Sequence && first.asns.len() < 255 => {
                 first.asns.insert(0, asn);
             }
-            _ => self
-                .segments
-                .insert(0, AsSegment { kind: SegmentKind::Sequence, asns: vec![asn] }),
+            _ => {
+                self.segments.insert(0, AsSegment { kind: SegmentKind::Sequence, asns: vec![asn] })
+            }
         }
     }
 
