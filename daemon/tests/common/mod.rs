@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub mod peers;
 pub mod speakers;
 pub use peers::*;
+#[allow(unused_imports)] // not every test binary uses the speaker matrix
 pub use speakers::*;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
