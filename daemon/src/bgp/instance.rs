@@ -92,8 +92,13 @@ impl Instance {
             neighbors.push(NeighborHandle { config: n.clone(), stats, commands });
         }
 
-        let routes: Vec<(IpAddr, mpsc::Sender<SessionCommand>)> =
-            neighbors.iter().map(|n| (n.config.address, n.commands.clone())).collect();
+        let routes: Vec<(IpAddr, Option<u8>, mpsc::Sender<SessionCommand>)> = neighbors
+            .iter()
+            .map(|n| {
+                let min_ttl = transport_options(&n.config, &router.vrf).min_ttl;
+                (n.config.address, min_ttl, n.commands.clone())
+            })
+            .collect();
         let vrf = router.vrf.clone();
         let listener = tokio::spawn(async move {
             loop {
@@ -106,8 +111,18 @@ impl Instance {
                     }
                 };
                 let ip = canonical_ip(from.ip());
-                match routes.iter().find(|(addr, _)| *addr == ip) {
-                    Some((_, tx)) => {
+                // The kernel hands the saved SYN out once: read it for every connection.
+                let syn_ttl = transport::syn_ttl(stream.as_raw_fd());
+                match routes.iter().find(|(addr, _, _)| *addr == ip) {
+                    Some((_, Some(min_ttl), _)) if syn_ttl.is_none_or(|ttl| ttl < *min_ttl) => {
+                        // RFC 5082 §3: a GTSM peer's packets must arrive with TTL >= 256 - hops.
+                        warn!(
+                            vrf = %vrf,
+                            "refused connection from {ip}: its SYN arrived with TTL {syn_ttl:?}, \
+                             ttl_security requires at least {min_ttl} (RFC 5082)"
+                        );
+                    }
+                    Some((_, _, tx)) => {
                         debug!(vrf = %vrf, "accepted connection from {ip}");
                         let _ = tx.send(SessionCommand::Accepted(stream)).await;
                     }

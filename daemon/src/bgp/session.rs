@@ -103,6 +103,7 @@ pub fn spawn(
         conns: Vec::new(),
         connecting: None,
         connect_requested: false,
+        md5_hint_given: false,
         next_conn: 0,
         established: None,
         pending_out: false,
@@ -133,6 +134,8 @@ struct Session {
     connecting: Option<tokio::task::JoinHandle<()>>,
     /// The FSM asked for an outgoing connection; started after the current event.
     connect_requested: bool,
+    /// The "no answer" diagnosis was logged since the session was last up.
+    md5_hint_given: bool,
     next_conn: u64,
     established: Option<EstablishedState>,
     /// The RIB has announced pending Adj-RIB-Out changes for this peer.
@@ -218,16 +221,8 @@ impl Session {
                             self.apply(Event::TcpConnected(id)).await;
                         }
                         Err(e) => {
-                            if self.params.transport.md5_key.is_some()
-                                && e.kind() == std::io::ErrorKind::TimedOut
-                            {
-                                // RFC 2385: segments with a wrong or missing MD5 signature are
-                                // dropped without a reply, so a mismatch shows up as a timeout.
-                                warn!(
-                                    "connect to {} timed out; TCP-MD5 is configured for this neighbor, \
-                                     so a password mismatch on either side is the likely cause",
-                                    self.params.remote
-                                );
+                            if e.kind() == std::io::ErrorKind::TimedOut {
+                                self.no_answer();
                             } else {
                                 debug!("connect to {} failed: {e}", self.params.remote);
                             }
@@ -249,6 +244,7 @@ impl Session {
         // A new Connect supersedes an attempt still in flight.
         if let Some(old) = self.connecting.take() {
             old.abort();
+            self.no_answer();
         }
         let id = self.new_conn_id();
         let remote = self.params.remote;
@@ -257,6 +253,25 @@ impl Session {
         self.connecting = Some(tokio::spawn(async move {
             let _ = done.send((id, transport::connect(remote, &opts).await)).await;
         }));
+    }
+
+    /// An outgoing attempt got no answer at all (timed out, or was superseded by the next
+    /// retry). With TCP-MD5 that is the signature of a password mismatch: RFC 2385 segments
+    /// with a wrong or missing signature are dropped without a reply. Said once per outage.
+    fn no_answer(&mut self) {
+        if self.md5_hint_given {
+            return;
+        }
+        self.md5_hint_given = true;
+        if self.params.transport.md5_key.is_some() {
+            warn!(
+                "no answer from {} to our connection attempts; TCP-MD5 is configured for this \
+                 neighbor, so a password mismatch on either side is the likely cause",
+                self.params.remote
+            );
+        } else {
+            info!("no answer from {} to our connection attempts", self.params.remote);
+        }
     }
 
     fn new_conn_id(&mut self) -> ConnId {
@@ -459,6 +474,7 @@ impl Session {
             families: negotiated.families.clone(),
         };
         self.stats.established();
+        self.md5_hint_given = false;
         self.established = Some(EstablishedState {
             conn: id,
             link,

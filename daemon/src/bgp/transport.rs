@@ -59,7 +59,39 @@ pub fn listen(port: u16, vrf: &str) -> io::Result<TcpListener> {
     }
     // IPV6_V6ONLY defaults to 0 on Linux, so IPv4 peers arrive as v4-mapped addresses.
     socket.bind(SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), port))?;
+    // Keep each connection's SYN so GTSM can check the TTL it arrived with (see syn_ttl).
+    setsockopt_int(socket.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_SAVE_SYN, 1)?;
     socket.listen(128)
+}
+
+/// The TTL (IPv4) or hop limit (IPv6) of the SYN that opened an accepted connection.
+///
+/// RFC 5082 §3 wants every packet of a GTSM session checked, but IP_MINTTL can only be set on
+/// the accepted socket, after the peer's first segments may already be queued. Checking the
+/// SYN (kept by TCP_SAVE_SYN on the listener) closes that gap. Returns `None` when the kernel
+/// kept no SYN (it hands it out once).
+pub fn syn_ttl(fd: RawFd) -> Option<u8> {
+    let mut header = [0u8; 256];
+    let mut len = header.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `header`, which is that large.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_SAVED_SYN,
+            header.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let saved = header.get(..len as usize)?;
+    match saved.first()? >> 4 {
+        4 => saved.get(8).copied(), // IPv4 header: TTL at octet 8 (RFC 791 §3.1)
+        6 => saved.get(7).copied(), // IPv6 header: Hop Limit at octet 7 (RFC 8200 §3)
+        _ => None,
+    }
 }
 
 /// Applies TTL and GTSM options on an accepted (or about-to-connect) socket.

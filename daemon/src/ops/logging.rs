@@ -15,6 +15,10 @@ pub fn init() {
             return;
         }
     }
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(ansi);
     let _ = tracing_subscriber::registry().with(filter).with(fmt).try_init();
 }
