@@ -220,7 +220,8 @@ fn rfc7606_and_cve_inputs() {
 
     // MP_REACH_NLRI whose next-hop length runs past the attribute: the NLRI cannot be located,
     // so the session is reset with an UPDATE Message Error (RFC 7606 §7.11).
-    let mp = attr(0x80, 14, &[0, 2, 1, 200, 0x20, 0x01]);
+    // (IPv4 unicast, the family this session negotiated: other families are ignored.)
+    let mp = attr(0x80, 14, &[0, 1, 1, 200, 10, 0]);
     let lines = exchange(&b, &[update(&[], &[origin(), as_path(&[65102]), mp], &[])], || {});
     assert_eq!(notification(&lines).map(|n| n.0), Some(3), "{lines:?}");
 
@@ -229,6 +230,24 @@ fn rfc7606_and_cve_inputs() {
     body.extend_from_slice(&[0, 0]);
     let lines = exchange(&b, &[hex(&header(2, &body))], || {});
     assert_eq!(notification(&lines), Some((3, 1)), "{lines:?}");
+
+    // An OPEN whose capability length runs past its optional parameter: OPEN Message Error
+    // (RFC 4271 §6.2; RFC 5492 leaves malformed capabilities to it).
+    let mut open = vec![4, 0xfe, 0x4e, 0, 30, 10, 0, 1, 1];
+    open.extend_from_slice(&[4, 2, 2, 1, 40]); // a capability claiming 40 octets in a 2-octet parameter
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/raw_bgp.py");
+    let out = b.peer_ns.run(&[
+        "python3",
+        script,
+        "10.0.1.2",
+        "65102",
+        "10.0.1.1",
+        "1",
+        &format!("open:{}", hex(&header(1, &open))),
+    ]);
+    let lines: Vec<serde_json::Value> =
+        out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(notification(&lines).map(|n| n.0), Some(2), "{out}");
 
     // After all of it, the FRR session never flapped and the daemon still answers.
     others_unharmed(&b);

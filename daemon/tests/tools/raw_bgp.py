@@ -47,7 +47,10 @@ def read_message(sock):
 
 def main():
     host, asn, router_id, seconds = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
-    payloads = [bytes.fromhex(h) for h in sys.argv[5:]]
+    args = sys.argv[5:]
+    # "open:HEX" replaces our OPEN; the exchange then stops at whatever the peer answers.
+    custom_open = bytes.fromhex(args.pop(0)[5:]) if args and args[0].startswith("open:") else None
+    payloads = [bytes.fromhex(h) for h in args]
     deadline = time.time() + 20
     while True:
         try:
@@ -57,8 +60,22 @@ def main():
             if time.time() > deadline:
                 raise
             time.sleep(0.5)
-    sock.sendall(open_message(asn, router_id))
+    sock.sendall(custom_open or open_message(asn, router_id))
     got = read_message(sock)
+    if custom_open is not None:
+        # Report what the peer sent back (its OPEN, then a NOTIFICATION) and stop.
+        sock.settimeout(3)
+        while got is not None:
+            kind, body = got
+            line = {"type": kind}
+            if kind == 3 and len(body) >= 2:
+                line["code"], line["subcode"] = body[0], body[1]
+            print(json.dumps(line), flush=True)
+            try:
+                got = read_message(sock)
+            except OSError:
+                break
+        return
     if got is None or got[0] != 1:
         print(json.dumps({"error": "no OPEN", "got": got[0] if got else None}))
         return
