@@ -78,6 +78,13 @@ impl Instance {
 
         let mut neighbors = Vec::new();
         for (index, n) in router.neighbors.iter().enumerate() {
+            if let Some(profile) = &n.bfd_profile {
+                warn!(
+                    neighbor = %n.address,
+                    "bfd_profile {profile:?} is validated but BFD is not implemented yet: \
+                     the session relies on its hold timer alone"
+                );
+            }
             let stats = Arc::new(PeerStats::default());
             let fsm = Fsm::new(fsm_config(router, n, router_id, index as u64));
             let params = SessionParams {
