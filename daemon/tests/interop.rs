@@ -242,6 +242,7 @@ fn multihop_and_gtsm(kind: Kind) {
     };
     let peer = Speaker::start(kind, &mut lab, &peer_ns, &spec);
     let multihop = r#"ebgp_multihop = 3
+source_address = "10.0.1.2"
 to_receive = { allowed = { mode = "all" } }"#;
     let uplink = Uplink::start(
         &mut lab,
@@ -330,6 +331,55 @@ fn ecmp_two_peers(kind: Kind) {
         let hops = uplink.route_nexthops("198.51.100.0/24")?;
         (hops == ["10.0.2.1"]).then_some(()).ok_or(format!("next hops {hops:?}"))
     });
+}
+
+/// `max_prefixes`: one prefix too many closes the session with Cease/Maximum Number of
+/// Prefixes Reached (RFC 4486 §4), which the peer reports.
+#[test]
+fn frr_max_prefixes() {
+    let mut lab = Lab::new("maxpfx");
+    let node = lab.ns("node");
+    let peer_ns = lab.ns("peer");
+    lab.link(&node, &["10.0.1.2/24"], &peer_ns, &["10.0.1.1/24"]);
+    let spec = SpeakerSpec {
+        asn: 65102,
+        router_id: "10.0.1.1".into(),
+        neighbors: vec![NeighborSpec {
+            address: "10.0.1.2".into(),
+            asn: 65801,
+            ..Default::default()
+        }],
+        announce: vec![
+            "198.51.100.0/24".into(),
+            "198.51.101.0/24".into(),
+            "198.51.102.0/24".into(),
+        ],
+    };
+    let peer = Speaker::start(Kind::Frr, &mut lab, &peer_ns, &spec);
+    let Speaker::Frr(frr) = &peer else { unreachable!() };
+    let extra = r#"max_prefixes = 2
+to_receive = { allowed = { mode = "all" } }"#;
+    let uplink = Uplink::start(
+        &mut lab,
+        &node,
+        "uplink",
+        &uplink_config(
+            65801,
+            "10.0.1.2",
+            &[],
+            &[NodeNeighbor { address: "10.0.1.1", asn: 65102, extra }],
+        ),
+    );
+    wait_for("FRR reports our Cease/Maximum Number of Prefixes Reached", UP, || {
+        let v = frr.json("show bgp neighbors 10.0.1.2 json");
+        let reason =
+            v["10.0.1.2"]["lastNotificationReason"].as_str().unwrap_or_default().to_string()
+                + v["10.0.1.2"]["lastResetDueTo"].as_str().unwrap_or_default();
+        reason.contains("Maximum Number of Prefixes").then_some(()).ok_or(format!("{v}"))
+    });
+    let v = uplink.json(&["show", "bgp", "neighbors", "10.0.1.1"]).unwrap();
+    assert_ne!(v["10.0.1.1"]["bgpState"], "Established", "{v:#}");
+    assert!(!uplink_has(&uplink, "198.51.100.0/24"), "routes of a closed session must be gone");
 }
 
 macro_rules! per_implementation {

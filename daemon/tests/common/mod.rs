@@ -249,7 +249,7 @@ fn kill(p: Owned) {
     match p {
         Owned::Child(_, mut c) => {
             let pid = c.id().to_string();
-            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let _ = Command::new("kill").args(["-TERM", &pid]).stderr(Stdio::null()).status();
             let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -263,12 +263,12 @@ fn kill(p: Owned) {
         Owned::PidFile(_, path) => {
             if let Ok(pid) = std::fs::read_to_string(&path) {
                 let pid = pid.trim().to_string();
-                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+                let _ = Command::new("kill").args(["-TERM", &pid]).stderr(Stdio::null()).status();
                 let deadline = Instant::now() + Duration::from_secs(3);
                 while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                let _ = Command::new("kill").args(["-KILL", &pid]).stderr(Stdio::null()).status();
             }
         }
     }
@@ -286,7 +286,8 @@ impl Drop for Lab {
             // Kill anything left in the namespace, then delete it.
             let _ = Command::new("ip").args(["netns", "pids", &ns]).output().map(|o| {
                 for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                    let _ =
+                        Command::new("kill").args(["-KILL", pid]).stderr(Stdio::null()).status();
                 }
             });
             let _ = Command::new("ip").args(["netns", "del", &ns]).status();
