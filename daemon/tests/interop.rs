@@ -123,6 +123,19 @@ to_advertise = { allowed = { mode = "all" } }"#;
     let summary_text = uplink.cli(&["show", "bgp", "summary"]).unwrap();
     assert!(summary_text.contains("10.0.1.1") && summary_text.contains("65102"), "{summary_text}");
 
+    // ROUTE-REFRESH from the peer: uplink sends its routes again (RFC 2918 §4).
+    let updates_sent = |u: &Uplink| -> u64 {
+        let v = u.json(&["show", "bgp", "neighbors", "10.0.1.1"]).unwrap();
+        v["10.0.1.1"]["messageStats"]["updatesSent"].as_u64().unwrap_or(0)
+    };
+    let before = updates_sent(&uplink);
+    if peer.request_refresh("10.0.1.2") {
+        wait_for("uplink answers ROUTE-REFRESH with its routes", UP, || {
+            let now = updates_sent(&uplink);
+            (now > before).then_some(()).ok_or(format!("updatesSent still {now}"))
+        });
+    }
+
     // The peer restarts: its routes leave, the session comes back, they return.
     let label = peer.label();
     lab.stop(&label);

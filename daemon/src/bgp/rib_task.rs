@@ -34,6 +34,7 @@ enum RibCommand {
     PeerDown(PeerId),
     Updates(PeerId, Vec<DecodedUpdate>),
     TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
+    RouteRefresh(PeerId, Family),
     Summary(oneshot::Sender<RibSummary>),
     Routes(Family, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
@@ -106,6 +107,11 @@ impl PeerLink {
         let _ = self.tx.send(RibCommand::Updates(self.id, updates)).await;
     }
 
+    /// The peer sent ROUTE-REFRESH for `family`: queue its Adj-RIB-Out again.
+    pub async fn route_refresh(&self, family: Family) {
+        let _ = self.tx.send(RibCommand::RouteRefresh(self.id, family)).await;
+    }
+
     pub async fn peer_down(&self) {
         let _ = self.tx.send(RibCommand::PeerDown(self.id)).await;
     }
@@ -173,6 +179,13 @@ impl RibTask {
                     .filter_map(|f| self.rib.take_pending(id, f))
                     .collect();
                 let _ = reply.send(batches);
+            }
+            RibCommand::RouteRefresh(id, family) => {
+                if self.rib.route_refresh(id, family) {
+                    if let Some(side) = self.peers.get(&id) {
+                        side.notify.notify_one();
+                    }
+                }
             }
             RibCommand::Summary(reply) => {
                 let _ = reply.send(self.summary());

@@ -370,6 +370,9 @@ impl Session {
                     _ => {}
                 }
             }
+            if let Message::RouteRefresh(rr) = &message {
+                self.on_route_refresh(id, rr.afi, rr.safi).await;
+            }
             let is_update = matches!(message, Message::Update(_));
             self.apply_message(id, message).await;
             if !is_update {
@@ -378,6 +381,21 @@ impl Session {
             }
         }
         self.flush_updates(&mut updates).await;
+    }
+
+    /// RFC 2918 §4: re-advertise the Adj-RIB-Out of the requested family, if negotiated.
+    async fn on_route_refresh(&mut self, id: ConnId, afi: u16, safi: u8) {
+        let Some(est) = self.established.as_ref().filter(|e| e.conn == id) else { return };
+        let family =
+            est.families.iter().find(|f| f.afi as u16 == afi && f.safi as u8 == safi).copied();
+        match family {
+            Some(family) => {
+                info!("ROUTE-REFRESH for {family:?}: re-sending our routes");
+                est.link.route_refresh(family).await;
+            }
+            // RFC 2918 §4: ignore a refresh for a family that was not negotiated.
+            None => debug!("ignoring ROUTE-REFRESH for AFI {afi} SAFI {safi}: not negotiated"),
+        }
     }
 
     async fn flush_updates(&mut self, updates: &mut Vec<super::wire::update::DecodedUpdate>) {
@@ -537,17 +555,20 @@ impl Session {
     }
 }
 
+/// How much the reader asks the socket for at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// Reads the socket into frames: each event carries only complete messages.
 async fn read_frames(mut read: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<ReadEvent>) {
-    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     loop {
-        let mut chunk = vec![0u8; 64 * 1024];
-        match read.read(&mut chunk).await {
+        buf.reserve(READ_CHUNK);
+        match read.read_buf(&mut buf).await {
             Ok(0) => {
                 let _ = tx.send(ReadEvent::Closed("closed by peer".into())).await;
                 return;
             }
-            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+            Ok(_) => {}
             Err(e) => {
                 let _ = tx.send(ReadEvent::Closed(e.to_string())).await;
                 return;

@@ -90,6 +90,18 @@ impl Speaker {
         }
     }
 
+    /// Asks the speaker to send ROUTE-REFRESH to `neighbor` (RFC 2918): a soft inbound reset.
+    /// Returns false for GoBGP, whose soft reset re-reads its own Adj-RIB-In instead of asking.
+    pub fn request_refresh(&self, neighbor: &str) -> bool {
+        let out = match self {
+            Speaker::Frr(f) => f.vtysh(&format!("clear bgp {neighbor} soft in")),
+            Speaker::Bird(b) => b.birdc(&format!("reload in {}", bird_proto(neighbor))),
+            Speaker::Gobgp(..) => return false,
+        };
+        assert!(!out.to_lowercase().contains("error"), "refresh request failed: {out}");
+        true
+    }
+
     /// Whether the speaker has a route for exactly `prefix` (learned or its own).
     pub fn has_route(&self, prefix: &str) -> bool {
         self.route_text(prefix).is_some()

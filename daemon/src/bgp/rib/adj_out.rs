@@ -99,6 +99,14 @@ impl<P: Prefix> AdjRibOut<P> {
         })
     }
 
+    /// Queues everything already sent to be sent again (RFC 2918 §4: a ROUTE-REFRESH asks for
+    /// the whole Adj-RIB-Out of the family). Changes already pending win: they are newer.
+    pub(crate) fn resend_all(&mut self) {
+        for (prefix, attrs) in &self.sent {
+            self.pending.entry(*prefix).or_insert_with(|| Some(Arc::clone(attrs)));
+        }
+    }
+
     pub(crate) fn sent_prefixes(&self) -> impl Iterator<Item = P> + '_ {
         self.sent.keys().copied()
     }
@@ -115,6 +123,20 @@ mod tests {
 
     fn attrs(med: u32) -> Arc<PathAttributes> {
         Arc::new(PathAttributes { med: Some(med), ..Default::default() })
+    }
+
+    #[test]
+    fn resend_all_repeats_what_was_sent_and_keeps_newer_changes() {
+        let mut out = AdjRibOut::<Ipv4Net>::default();
+        out.set(p("10.0.0.0/24"), Some(attrs(1)));
+        out.set(p("10.0.1.0/24"), Some(attrs(1)));
+        assert!(out.take().is_some());
+        out.set(p("10.0.1.0/24"), None);
+        out.resend_all();
+        let batch = out.take().unwrap();
+        assert_eq!(batch.announce.len(), 1);
+        assert_eq!(batch.announce[0].1, vec![IpNet::V4(p("10.0.0.0/24"))]);
+        assert_eq!(batch.withdraw, vec![IpNet::V4(p("10.0.1.0/24"))]);
     }
 
     #[test]

@@ -601,6 +601,17 @@ impl Rib {
         }
     }
 
+    /// Queues the peer's whole Adj-RIB-Out of `family` again (RFC 2918 §4, ROUTE-REFRESH).
+    /// Returns whether the peer exists.
+    pub fn route_refresh(&mut self, peer: PeerId, family: Family) -> bool {
+        let Some(p) = self.peers.get_mut(&peer) else { return false };
+        match family.afi {
+            Afi::Ipv4 => p.out_v4.resend_all(),
+            Afi::Ipv6 => p.out_v6.resend_all(),
+        }
+        true
+    }
+
     pub fn has_pending(&self, peer: PeerId) -> bool {
         self.peers.get(&peer).is_some_and(|p| p.out_v4.has_pending() || p.out_v6.has_pending())
     }
