@@ -223,9 +223,9 @@ impl RibTask {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
                     accepted = Some(outcome.accepted_count);
-                    if !outcome.rejected.is_empty() {
-                        debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {} ({})",
-                            outcome.rejected.len(), outcome.rejected[0].0, outcome.rejected[0].1);
+                    if let Some((prefix, why)) = outcome.rejected.first() {
+                        debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
+                            outcome.rejected.len());
                     }
                 }
                 Err(e) => {

@@ -110,19 +110,6 @@ impl PeerStats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a buffer of back-to-back UPDATE messages.
-    pub fn count_sent_bulk(&self, mut buf: &[u8]) {
-        while let Some(len) = buf.get(16..18).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
-        {
-            if len < HEADER_LEN || len > buf.len() {
-                break;
-            }
-            let (frame, rest) = buf.split_at(len);
-            self.count_sent(frame);
-            buf = rest;
-        }
-    }
-
     pub fn add_bytes_sent(&self, n: usize) {
         self.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
     }
