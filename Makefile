@@ -8,7 +8,7 @@ STATIC_BIN := target/$(TARGET)/release/uplink
 LAB_PKGS := frr iproute2 procps
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench
 
 all: build
 
@@ -50,3 +50,10 @@ fuzz-smoke:
 
 fuzz:
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} ./scripts/fuzz $(FUZZ_TARGETS)
+
+# The BGP ingest benchmark (docs/BENCHMARKS.md): uplink, BIRD 2 and FRR bgpd under the same
+# injector, in network namespaces. Needs root. RUNS, V4_COUNT, V6_COUNT, DAEMONS tune it.
+bench:
+	@./scripts/apt-install frr bird2 jq iproute2
+	cargo build --release -p uplink --bin uplink -p uplink-inject
+	./bench/ingest.sh
