@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 TARGET := x86_64-unknown-linux-gnu
 STATIC_FLAGS := -C target-feature=+crt-static
-STATIC_BIN := target/$(TARGET)/release/uplink
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 # Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
 # that build the namespaces.
 LAB_PKGS := frr iproute2 procps

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use crate::bgp::rib::loc_rib::Prefix;
+use crate::bgp::rib::loc_rib::{Prefix, PrefixMap};
 use crate::bgp::wire::attributes::{Family, PathAttributes};
 
 /// Changes to send to one peer for one family.
@@ -23,14 +23,14 @@ pub struct OutboundBatch {
 #[derive(Debug)]
 pub(crate) struct AdjRibOut<P: Prefix> {
     /// What the peer has been sent (drained), per prefix.
-    sent: HashMap<P, Arc<PathAttributes>>,
+    sent: PrefixMap<P, Arc<PathAttributes>>,
     /// The desired state where it differs from `sent`: `Some` = announce, `None` = withdraw.
-    pending: HashMap<P, Option<Arc<PathAttributes>>>,
+    pending: PrefixMap<P, Option<Arc<PathAttributes>>>,
 }
 
 impl<P: Prefix> Default for AdjRibOut<P> {
     fn default() -> Self {
-        Self { sent: HashMap::new(), pending: HashMap::new() }
+        Self { sent: PrefixMap::default(), pending: PrefixMap::default() }
     }
 }
 

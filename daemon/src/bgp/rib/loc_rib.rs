@@ -174,14 +174,18 @@ pub(crate) enum Removal {
 }
 
 /// The routes of one family.
+/// Prefix-keyed map with a fast hasher (seeded per process; see Cargo.toml for why).
+pub(crate) type PrefixMap<P, V> = HashMap<P, V, foldhash::fast::RandomState>;
+
 #[derive(Debug)]
+
 pub(crate) struct Table<P: Prefix> {
-    pub(crate) map: HashMap<P, Destination>,
+    pub(crate) map: PrefixMap<P, Destination>,
 }
 
 impl<P: Prefix> Default for Table<P> {
     fn default() -> Self {
-        Self { map: HashMap::new() }
+        Self { map: PrefixMap::default() }
     }
 }
 

@@ -24,6 +24,7 @@ use crate::bgp::wire::attributes::{Afi, AsPath, Family, NextHop, Origin, PathAtt
 use adj_out::AdjRibOut;
 use decision::{Candidate, MultipathConfig};
 use loc_rib::{Destination, Removal, Table};
+use std::collections::hash_map::Entry;
 
 /// A peer of this RIB, allocated by [`Rib::peer_up`]. Ids are never reused within one RIB, so
 /// a stale id from a session that went down refers to nothing.
@@ -296,43 +297,48 @@ impl<P: RibFamily> Parts<'_, P> {
     /// Applies one change to one prefix, reruns the decision, and records FIB and export
     /// consequences in `changes`.
     fn change_path(&mut self, prefix: P, change: PathChange, changes: &mut Changes) -> PathDelta {
-        let old_best = best_of(self.table.map.get(&prefix));
-        let old_hops =
-            self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
         let mut delta = PathDelta::default();
-        match change {
-            PathChange::Upsert(path) => match self.table.map.get_mut(&prefix) {
-                Some(dest) => {
-                    delta.added = !dest.paths().iter().any(|p| p.peer == path.peer);
-                    dest.upsert(path);
-                }
-                None => {
-                    delta.added = true;
-                    self.table.map.insert(prefix, Destination::One(path));
-                }
-            },
-            PathChange::Remove(peer) => {
-                let Some(dest) = self.table.map.get_mut(&prefix) else { return delta };
-                match dest.remove(peer) {
-                    Removal::NotPresent => return delta,
-                    Removal::Removed => {}
-                    Removal::LastPath => {
-                        self.table.map.remove(&prefix);
-                    }
-                }
-                delta.removed = true;
+        // One hash lookup per change: everything below works on this entry.
+        let (old_best, old_hops, new_best, new_hops) = match self.table.map.entry(prefix) {
+            Entry::Vacant(slot) => {
+                let PathChange::Upsert(path) = change else { return delta };
+                delta.added = true;
+                let dest = slot.insert(Destination::One(path));
+                decide(dest, self.peers, self.config);
+                (None, Vec::new(), best_of(Some(dest)), dest.fib_next_hops())
             }
-            PathChange::Recompute => {}
-        }
-        if let Some(dest) = self.table.map.get_mut(&prefix) {
-            decide(dest, self.peers, self.config);
-        }
-        let new_hops =
-            self.table.map.get(&prefix).map(Destination::fib_next_hops).unwrap_or_default();
+            Entry::Occupied(mut slot) => {
+                let old_best = best_of(Some(slot.get()));
+                let old_hops = slot.get().fib_next_hops();
+                let removal = match change {
+                    PathChange::Upsert(path) => {
+                        let dest = slot.get_mut();
+                        delta.added = !dest.paths().iter().any(|p| p.peer == path.peer);
+                        dest.upsert(path);
+                        Removal::NotPresent
+                    }
+                    PathChange::Remove(peer) => match slot.get_mut().remove(peer) {
+                        Removal::NotPresent => return delta,
+                        removal => {
+                            delta.removed = true;
+                            removal
+                        }
+                    },
+                    PathChange::Recompute => Removal::NotPresent,
+                };
+                if removal == Removal::LastPath {
+                    slot.remove();
+                    (old_best, old_hops, None, Vec::new())
+                } else {
+                    let dest = slot.into_mut();
+                    decide(dest, self.peers, self.config);
+                    (old_best, old_hops, best_of(Some(dest)), dest.fib_next_hops())
+                }
+            }
+        };
         if new_hops != old_hops {
             changes.fib.push(FibChange { prefix: prefix.into(), next_hops: new_hops });
         }
-        let new_best = best_of(self.table.map.get(&prefix));
         if !same_best(&old_best, &new_best) {
             self.export_to_all(prefix, new_best, changes);
         }
