@@ -7,7 +7,7 @@ use ipnet::IpNet;
 
 use super::attributes::{
     flags, type_code, Afi, Aggregator, AsPath, AsSegment, Family, NextHop, Origin, PathAttributes,
-    RawAttribute, Safi, SegmentKind,
+    RawAttribute, SegmentKind,
 };
 use super::nlri::{decode_prefixes, encode_prefix};
 use super::rfc7606::{Problems, UpdateError, UpdateErrorSubcode};
@@ -625,20 +625,6 @@ fn is_martian_v4(a: Ipv4Addr) -> bool {
     a.octets()[0] == 0 || a.is_loopback() || a.is_multicast() || a.octets()[0] >= 240
 }
 
-/// AFI/SAFI this codec parses, or `None` (its NLRI encoding is unknown here).
-fn family_of(afi: u16, safi: u8) -> Option<Family> {
-    let afi = match afi {
-        1 => Afi::Ipv4,
-        2 => Afi::Ipv6,
-        _ => return None,
-    };
-    let safi = match safi {
-        1 => Safi::Unicast,
-        _ => return None,
-    };
-    Some(Family { afi, safi })
-}
-
 /// Checks that `family` can be accepted; if not, records why the attribute is ignored.
 /// RFC 4760 §6 has a speaker use only families both sides advertised, and the attribute's
 /// length is reliable, so one for another family is skipped rather than reset the session.
@@ -649,7 +635,7 @@ fn accept_family(
     code: u8,
     problems: &mut Problems,
 ) -> Option<Family> {
-    match family_of(afi, safi) {
+    match Family::from_wire(afi, safi) {
         Some(f) if ctx.families.contains(&f) => Some(f),
         _ => {
             problems.discard(

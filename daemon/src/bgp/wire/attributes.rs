@@ -28,6 +28,21 @@ pub struct Family {
 impl Family {
     pub const IPV4_UNICAST: Family = Family { afi: Afi::Ipv4, safi: Safi::Unicast };
     pub const IPV6_UNICAST: Family = Family { afi: Afi::Ipv6, safi: Safi::Unicast };
+
+    /// The family of a wire AFI/SAFI pair (RFC 4760 §3), or `None` for one this speaker does
+    /// not know.
+    pub fn from_wire(afi: u16, safi: u8) -> Option<Family> {
+        let afi = match afi {
+            1 => Afi::Ipv4,
+            2 => Afi::Ipv6,
+            _ => return None,
+        };
+        let safi = match safi {
+            1 => Safi::Unicast,
+            _ => return None,
+        };
+        Some(Family { afi, safi })
+    }
 }
 
 /// ORIGIN (RFC 4271 §5.1.1). The order is the preference order of §9.1.2.2 c).

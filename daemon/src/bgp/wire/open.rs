@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::attributes::{Afi, Family, Safi};
+use super::attributes::Family;
 use super::message::MessageError;
 use super::notification::{code, open_subcode, Notification, UNSPECIFIC};
 
@@ -287,19 +287,6 @@ fn decode_capabilities(mut buf: &[u8], out: &mut Vec<Capability>) -> Result<(), 
     Ok(())
 }
 
-fn family_from_wire(afi: u16, safi: u8) -> Option<Family> {
-    let afi = match afi {
-        1 => Afi::Ipv4,
-        2 => Afi::Ipv6,
-        _ => return None,
-    };
-    let safi = match safi {
-        1 => Safi::Unicast,
-        _ => return None,
-    };
-    Some(Family { afi, safi })
-}
-
 /// One capability value. A known code with a malformed value is kept as `Unknown`: nothing
 /// in RFC 5492 makes it fatal, and the FSM then simply does not see the capability.
 fn decode_capability(code: u8, value: &[u8]) -> Capability {
@@ -307,7 +294,7 @@ fn decode_capability(code: u8, value: &[u8]) -> Capability {
     match (code, value) {
         // RFC 4760 §8: AFI (2), Reserved (1), SAFI (1).
         (capability_code::MULTIPROTOCOL, &[a0, a1, _, safi]) => {
-            family_from_wire(u16::from_be_bytes([a0, a1]), safi)
+            Family::from_wire(u16::from_be_bytes([a0, a1]), safi)
                 .map_or_else(unknown, Capability::MultiProtocol)
         }
         (capability_code::ROUTE_REFRESH, []) => Capability::RouteRefresh,
@@ -333,9 +320,8 @@ fn decode_graceful_restart(value: &[u8]) -> Option<Capability> {
     let families = tuples
         .chunks_exact(4)
         .filter_map(|t| match *t {
-            [a0, a1, safi, flags] => {
-                family_from_wire(u16::from_be_bytes([a0, a1]), safi).map(|f| (f, flags & 0x80 != 0))
-            }
+            [a0, a1, safi, flags] => Family::from_wire(u16::from_be_bytes([a0, a1]), safi)
+                .map(|f| (f, flags & 0x80 != 0)),
             _ => None,
         })
         .collect();
