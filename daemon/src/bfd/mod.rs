@@ -2,4 +2,5 @@
 //! runtime thread that owns the UDP sockets (RFC 5881 single hop, RFC 5883 multihop).
 
 pub mod packet;
+pub mod runtime;
 pub mod session;
