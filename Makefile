@@ -8,7 +8,7 @@ STATIC_BIN := target/$(TARGET)/release/uplink
 LAB_PKGS := frr iproute2 procps
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench-bfd
 
 all: build
 
@@ -50,3 +50,10 @@ fuzz-smoke:
 
 fuzz:
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} ./scripts/fuzz $(FUZZ_TARGETS)
+
+# BFD detection time, uplink vs FRR bfdd, and a 10-minute hold under CPU load (root; not part
+# of `make test`). TRIALS, INTERVALS and HOLD_SECONDS tune it; see bench/bfd.sh.
+bench-bfd: deps-test
+	cargo build -p uplink --bin uplink
+	cp $${CARGO_TARGET_DIR:-target}/debug/uplink /tmp/uplink-bench-bfd
+	./bench/bfd.sh /tmp/uplink-bench-bfd
