@@ -9,7 +9,7 @@ STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 LAB_PKGS := frr iproute2 procps
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd
 
 all: build
 
@@ -58,3 +58,10 @@ bench:
 	@./scripts/apt-install frr bird2 jq iproute2
 	cargo build --release -p uplink --bin uplink -p uplink-inject
 	./bench/ingest.sh
+
+# BFD detection time, uplink vs FRR bfdd, and a 10-minute hold under CPU load (root; not part
+# of `make test`). TRIALS, INTERVALS and HOLD_SECONDS tune it; see bench/bfd.sh.
+bench-bfd: deps-test
+	cargo build -p uplink --bin uplink
+	cp $${CARGO_TARGET_DIR:-target}/debug/uplink /tmp/uplink-bench-bfd
+	./bench/bfd.sh /tmp/uplink-bench-bfd

@@ -45,6 +45,20 @@ enum Show {
         #[command(subcommand)]
         what: ShowBgp,
     },
+    /// BFD state.
+    Bfd {
+        #[command(subcommand)]
+        what: ShowBfd,
+    },
+}
+
+#[derive(Subcommand)]
+enum ShowBfd {
+    /// BFD sessions, like `show bfd peers` (every VRF unless --vrf).
+    Peers {
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 #[derive(Args)]
@@ -115,6 +129,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Show { what: Show::Bfd { what: ShowBfd::Peers { common } } } => {
+            let vrf = match common.vrf.as_deref() {
+                None => VrfSelector::All,
+                some => VrfSelector::parse(some),
+            };
+            show(&cli.socket, &Request::BfdPeers { vrf }, common.json)
+        }
         Command::Show { what: Show::Bgp { what } } => {
             let (request, json) = match what {
                 ShowBgp::Summary { common } => (
@@ -140,20 +161,25 @@ fn main() -> ExitCode {
                     common.json,
                 ),
             };
-            match client::call(&cli.socket, &request) {
-                Ok(value) => {
-                    if json {
-                        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
-                    } else {
-                        print!("{}", render::text(&request, &value));
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("uplink: {e}");
-                    ExitCode::FAILURE
-                }
+            show(&cli.socket, &request, json)
+        }
+    }
+}
+
+/// Sends a `show` request and prints the answer as text or JSON.
+fn show(socket: &std::path::Path, request: &Request, json: bool) -> ExitCode {
+    match client::call(socket, request) {
+        Ok(value) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            } else {
+                print!("{}", render::text(request, &value));
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("uplink: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -8,12 +8,16 @@ use super::session::{self, canonical_ip, SessionCommand, SessionParams};
 use super::stats::PeerStats;
 use super::transport::{self, TransportOptions};
 use super::wire::attributes::{Family, LargeCommunity};
-use crate::config::{self, AddressFamily, AllowMode, Community, Neighbor, RemoteAsn, Router};
+use crate::bfd::runtime::{BfdLink, BfdRuntime, Hop, PeerSpec};
+use crate::bfd::session::SessionConfig;
+use crate::config::{
+    self, AddressFamily, AllowMode, BfdProfile, Community, Neighbor, RemoteAsn, Router,
+};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 /// The BGP port (RFC 4271 §8.2.1).
@@ -36,6 +40,8 @@ pub struct Instance {
     pub rib: RibHandle,
     pub neighbors: Vec<NeighborHandle>,
     listener: tokio::task::JoinHandle<()>,
+    /// The BFD thread, when a neighbor has a `bfd_profile`.
+    pub bfd: Option<BfdRuntime>,
 }
 
 impl Drop for Instance {
@@ -76,15 +82,17 @@ impl Instance {
             }
         }
 
+        // RFC 5880: one BFD thread per instance, only when some neighbor asks for BFD.
+        let bfd = if router.neighbors.iter().any(|n| n.bfd_profile.is_some()) {
+            Some(
+                BfdRuntime::start(&router.vrf)
+                    .map_err(|e| format!("cannot start the BFD thread: {e}"))?,
+            )
+        } else {
+            None
+        };
         let mut neighbors = Vec::new();
         for (index, n) in router.neighbors.iter().enumerate() {
-            if let Some(profile) = &n.bfd_profile {
-                warn!(
-                    neighbor = %n.address,
-                    "bfd_profile {profile:?} is validated but BFD is not implemented yet: \
-                     the session relies on its hold timer alone"
-                );
-            }
             let stats = Arc::new(PeerStats::default());
             let fsm = Fsm::new(fsm_config(router, n, router_id, index as u64));
             let params = SessionParams {
@@ -96,6 +104,14 @@ impl Instance {
                 export: export_policy(n),
             };
             let commands = session::spawn(params, fsm, rib.clone(), stats.clone());
+            if let (Some(runtime), Some(name)) = (&bfd, &n.bfd_profile) {
+                let profile =
+                    config.bgp.bfd_profiles.iter().find(|p| &p.name == name).ok_or_else(|| {
+                        format!("neighbor {}: no BFD profile {name:?}", n.address)
+                    })?;
+                let link = runtime.add_peer(bfd_peer(n, profile))?;
+                tokio::spawn(follow_bfd(link, commands.clone()));
+            }
             neighbors.push(NeighborHandle { config: n.clone(), stats, commands });
         }
 
@@ -146,6 +162,7 @@ impl Instance {
             rib,
             neighbors,
             listener,
+            bfd,
         })
     }
 
@@ -156,6 +173,42 @@ impl Instance {
                 .commands
                 .send(SessionCommand::Stop { subcode: 2, reason: "uplink is shutting down".into() })
                 .await;
+        }
+    }
+}
+
+/// The BFD session of a neighbor: single hop (RFC 5881) unless the neighbor is eBGP
+/// multihop, then multihop (RFC 5883).
+fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> PeerSpec {
+    PeerSpec {
+        peer: n.address,
+        local: n.source_address,
+        hop: if n.ebgp_multihop.is_some() { Hop::Multi } else { Hop::Single },
+        config: SessionConfig {
+            desired_min_tx: profile.transmit_interval,
+            required_min_rx: profile.receive_interval,
+            detect_mult: profile.detect_multiplier,
+            passive: profile.passive_mode,
+        },
+        minimum_ttl: profile.minimum_ttl,
+        profile: profile.name.clone(),
+    }
+}
+
+/// Carries a neighbor's BFD state to its session task (RFC 5882 §4.3): every Down is
+/// delivered, even when BFD is already Up again by the time this task runs.
+async fn follow_bfd(mut link: watch::Receiver<BfdLink>, session: mpsc::Sender<SessionCommand>) {
+    let mut downs_seen = 0;
+    while link.changed().await.is_ok() {
+        let now = *link.borrow_and_update();
+        if now.downs > downs_seen {
+            downs_seen = now.downs;
+            if session.send(SessionCommand::BfdState { up: false }).await.is_err() {
+                return;
+            }
+        }
+        if now.up && session.send(SessionCommand::BfdState { up: true }).await.is_err() {
+            return;
         }
     }
 }

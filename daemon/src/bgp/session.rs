@@ -35,7 +35,13 @@ pub enum SessionCommand {
     Accepted(TcpStream),
     /// Stop the session with a Cease NOTIFICATION of this subcode (RFC 4486).
     Stop { subcode: u8, reason: String },
+    /// The neighbor's BFD session changed (RFC 5882 §4.3): Down stops BGP at once with
+    /// Cease/"BFD Down" (RFC 9384) and holds it down; Up lets it start again.
+    BfdState { up: bool },
 }
+
+/// RFC 9384 §2: Cease subcode 10, "BFD Down".
+pub const CEASE_BFD_DOWN: u8 = 10;
 
 /// What a connection's reader task reports.
 enum ReadEvent {
@@ -104,6 +110,7 @@ pub fn spawn(
         connecting: None,
         connect_requested: false,
         md5_hint_given: false,
+        held_by_bfd: false,
         next_conn: 0,
         established: None,
         pending_out: false,
@@ -136,6 +143,8 @@ struct Session {
     connect_requested: bool,
     /// The "no answer" diagnosis was logged since the session was last up.
     md5_hint_given: bool,
+    /// Stopped because BFD went Down; started again when it is Up.
+    held_by_bfd: bool,
     next_conn: u64,
     established: Option<EstablishedState>,
     /// The RIB has announced pending Adj-RIB-Out changes for this peer.
@@ -205,6 +214,17 @@ impl Session {
                 }
                 Wake::Command(Some(SessionCommand::Stop { subcode, reason })) => {
                     self.apply(Event::ManualStop { subcode, reason }).await;
+                }
+                Wake::Command(Some(SessionCommand::BfdState { up })) => {
+                    if !up && !self.held_by_bfd {
+                        self.held_by_bfd = true;
+                        info!("BFD down: closing the session (Cease/BFD Down, RFC 9384)");
+                        let reason = "BFD Down".to_string();
+                        self.apply(Event::ManualStop { subcode: CEASE_BFD_DOWN, reason }).await;
+                    } else if up && std::mem::take(&mut self.held_by_bfd) {
+                        info!("BFD up again: restarting the session");
+                        self.apply(Event::ManualStart).await;
+                    }
                 }
                 Wake::Read(i, ev) => self.on_read(i, ev).await,
                 Wake::Deadline => self.apply(Event::Tick).await,

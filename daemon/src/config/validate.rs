@@ -740,6 +740,17 @@ impl Checker<'_, '_> {
         let minimum_ttl = raw.minimum_ttl.as_ref().map_or(Some(DEFAULT_BFD_MINIMUM_TTL), |value| {
             self.int_in::<u8>(value, &format!("{field}.minimum_ttl"), 1..=254, "TTL")
         });
+        // uplink runs asynchronous mode only (RFC 5880 §6.1); the Echo function (§6.4) is not
+        // implemented, so a profile asking for it would silently not get it.
+        if let Some(echo) = raw.echo_mode.as_ref().filter(|v| *v.get_ref()) {
+            self.fail(
+                echo,
+                &format!("{field}.echo_mode"),
+                "the BFD Echo function is not supported by uplink: remove echo_mode or set it to \
+                 false (asynchronous mode still detects failures within transmit_interval × \
+                 detect_multiplier)",
+            );
+        }
         if name.is_empty() {
             return None;
         }
@@ -1610,15 +1621,22 @@ mod tests {
             "bgp.bfd_profiles[0].name",
             "non-empty name",
         );
+        assert_error(
+            &with("echo_mode = true"),
+            3,
+            13,
+            "bgp.bfd_profiles[0].echo_mode",
+            "Echo function is not supported",
+        );
         let config = load_str(
             "t",
-            &with("echo_mode = true\npassive_mode = true\nreceive_interval = \"1s\""),
+            &with("echo_mode = false\npassive_mode = true\nreceive_interval = \"1s\""),
         )
         .unwrap();
         let profile = &config.bgp.bfd_profiles[0];
         assert_eq!(
             (profile.echo_mode, profile.passive_mode, profile.receive_interval),
-            (true, true, Duration::from_secs(1))
+            (false, true, Duration::from_secs(1))
         );
     }
 

@@ -11,11 +11,13 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::BgpNeighbors { .. } => neighbors,
         Request::BgpRoutes { prefix: Some(_), .. } => single_route,
         Request::BgpRoutes { .. } => table,
+        Request::BfdPeers { .. } => return bfd_peers(value),
     };
     let all = match request {
         Request::BgpSummary { vrf }
         | Request::BgpNeighbors { vrf, .. }
-        | Request::BgpRoutes { vrf, .. } => *vrf == VrfSelector::All,
+        | Request::BgpRoutes { vrf, .. }
+        | Request::BfdPeers { vrf } => *vrf == VrfSelector::All,
     };
     if all {
         let mut out = String::new();
@@ -273,4 +275,106 @@ fn single_route(v: &Value, _vrf: &str) -> String {
         }
     }
     out
+}
+
+/// FRR's `show bfd peers` text.
+fn bfd_peers(v: &Value) -> String {
+    let mut out = String::from("BFD Peers:\n");
+    for p in v.as_array().into_iter().flatten() {
+        let hop = if p["multihop"].as_bool() == Some(true) { " multihop" } else { "" };
+        let local = p.get("local").map(|l| format!(" local-address {}", s(l))).unwrap_or_default();
+        let _ = writeln!(out, "\tpeer {}{hop}{local} vrf {}", s(&p["peer"]), s(&p["vrf"]));
+        let _ = writeln!(out, "\t\tID: {}", s(&p["id"]));
+        let _ = writeln!(out, "\t\tRemote ID: {}", s(&p["remote-id"]));
+        let mode = if p["passive-mode"].as_bool() == Some(true) { "Passive" } else { "Active" };
+        let _ = writeln!(out, "\t\t{mode} mode");
+        if let Some(ttl) = p.get("minimum-ttl") {
+            let _ = writeln!(out, "\t\tMinimum TTL: {}", s(ttl));
+        }
+        let _ = writeln!(out, "\t\tStatus: {}", s(&p["status"]));
+        for (key, title) in [("uptime", "Uptime"), ("downtime", "Downtime")] {
+            if let Some(secs) = p.get(key).and_then(Value::as_u64) {
+                let _ = writeln!(out, "\t\t{title}: {}", frr_duration(secs));
+            }
+        }
+        let _ = writeln!(out, "\t\tDiagnostics: {}", s(&p["diagnostic"]));
+        let _ = writeln!(out, "\t\tRemote diagnostics: {}", s(&p["remote-diagnostic"]));
+        let _ = writeln!(out, "\t\tPeer Type: configured (profile {})", s(&p["profile"]));
+        for (title, prefix) in [("Local timers", ""), ("Remote timers", "remote-")] {
+            let _ = writeln!(out, "\t\t{title}:");
+            let _ = writeln!(
+                out,
+                "\t\t\tDetect-multiplier: {}",
+                s(&p[format!("{prefix}detect-multiplier")])
+            );
+            let _ = writeln!(
+                out,
+                "\t\t\tReceive interval: {}ms",
+                s(&p[format!("{prefix}receive-interval")])
+            );
+            let _ = writeln!(
+                out,
+                "\t\t\tTransmission interval: {}ms",
+                s(&p[format!("{prefix}transmit-interval")])
+            );
+        }
+        if let Some(tx) = p.get("negotiated-transmit-interval") {
+            let _ = writeln!(out, "\t\tNegotiated transmission interval: {}ms", s(tx));
+        }
+        if let Some(detect) = p.get("detection-time") {
+            let _ = writeln!(out, "\t\tDetection time: {}ms", s(detect));
+        }
+        let _ = writeln!(
+            out,
+            "\t\tCounters: control input {}, output {}, session up {}, down {}",
+            s(&p["control-packet-input"]),
+            s(&p["control-packet-output"]),
+            s(&p["session-up"]),
+            s(&p["session-down"])
+        );
+        out.push('\n');
+    }
+    out
+}
+
+/// FRR's `N hour(s), N minute(s), N second(s)`, leading zero units left out.
+fn frr_duration(secs: u64) -> String {
+    let (days, hours, minutes, seconds) =
+        (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    let mut parts = Vec::new();
+    for (n, unit) in [(days, "day"), (hours, "hour"), (minutes, "minute")] {
+        if n > 0 || !parts.is_empty() {
+            parts.push(format!("{n} {unit}(s)"));
+        }
+    }
+    parts.push(format!("{seconds} second(s)"));
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod bfd_tests {
+    use super::*;
+
+    #[test]
+    fn bfd_peers_text_follows_frr() {
+        let v = serde_json::json!([{
+            "multihop": false, "peer": "10.0.1.1", "local": "10.0.1.2", "vrf": "default",
+            "id": 1, "remote-id": 2, "passive-mode": false, "status": "up", "uptime": 3723,
+            "diagnostic": "ok", "remote-diagnostic": "ok", "profile": "tor",
+            "detect-multiplier": 3, "receive-interval": 300, "transmit-interval": 300,
+            "remote-detect-multiplier": 3, "remote-receive-interval": 300,
+            "remote-transmit-interval": 300, "control-packet-input": 5,
+            "control-packet-output": 6, "session-up": 1, "session-down": 0
+        }]);
+        let text = text(&Request::BfdPeers { vrf: VrfSelector::All }, &v);
+        assert!(
+            text.starts_with("BFD Peers:\n\tpeer 10.0.1.1 local-address 10.0.1.2 vrf default\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\t\tStatus: up\n\t\tUptime: 1 hour(s), 2 minute(s), 3 second(s)\n"),
+            "{text}"
+        );
+        assert!(text.contains("\t\tRemote timers:\n\t\t\tDetect-multiplier: 3\n"), "{text}");
+    }
 }

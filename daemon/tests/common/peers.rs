@@ -24,6 +24,17 @@ pub struct Frr {
 impl Frr {
     /// Starts zebra and bgpd with `conf` (an frr.conf body). `log file` is added.
     pub fn start(lab: &mut Lab, ns: &Ns, conf: &str) -> Frr {
+        Frr::start_daemons(lab, ns, conf, &["zebra", "bgpd"])
+    }
+
+    /// Starts zebra, bfdd and bgpd: for configs with `bfd` blocks or `neighbor X bfd`.
+    pub fn start_with_bfd(lab: &mut Lab, ns: &Ns, conf: &str) -> Frr {
+        require_tool("/usr/lib/frr/bfdd");
+        Frr::start_daemons(lab, ns, conf, &["zebra", "bfdd", "bgpd"])
+    }
+
+    /// Starts the named FRR daemons, in order, in one `-N` pathspace.
+    pub fn start_daemons(lab: &mut Lab, ns: &Ns, conf: &str, daemons: &[&str]) -> Frr {
         require_tool("/usr/lib/frr/bgpd");
         require_tool("vtysh");
         open_lab_dir(lab);
@@ -36,7 +47,7 @@ impl Frr {
         run(&["chown", "frr:frr", log.to_str().unwrap()]);
         let conf_path = lab.path(&format!("{label}.conf"));
         write_world_readable(&conf_path, &format!("log file {}\n{conf}", log.display()));
-        for daemon in ["zebra", "bgpd"] {
+        for daemon in daemons {
             let pid = lab.path(&format!("{label}-{daemon}.pid"));
             ns.run(&[
                 &format!("/usr/lib/frr/{daemon}"),
@@ -185,8 +196,13 @@ pub struct Uplink {
     pub socket: PathBuf,
 }
 
+/// The binary under test; `UPLINK_BIN` overrides it (several worktrees share one target
+/// directory, so a copy taken right after the build is safe from the next build).
 pub fn uplink_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_uplink")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("UPLINK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_uplink").to_string())
+    })
 }
 
 impl Uplink {
