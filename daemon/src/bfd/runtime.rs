@@ -155,6 +155,9 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
+        if let Err(e) = crate::ops::realtime::raise_current_thread() {
+            warn!("BFD thread keeps normal priority: {e}; under CPU load packets may be late");
+        }
         loop {
             let now = Instant::now();
             for index in 0..self.peers.len() {
@@ -404,6 +407,8 @@ fn ttl_filter(ipv4: bool, minimum: u8) -> [SockFilter; 4] {
 
 /// The receive loop of one listening socket.
 fn receive(socket: UdpSocket, hop: Hop, input: mpsc::Sender<Input>, stop: Arc<AtomicBool>) {
+    // The BFD thread has said whether real-time priority is available; no second warning.
+    let _ = crate::ops::realtime::raise_current_thread();
     let mut buf = [0u8; 512];
     while !stop.load(Ordering::Relaxed) {
         let (len, from) = match socket.recv_from(&mut buf) {

@@ -1,4 +1,5 @@
 //! Operating-system integration: logging, systemd notification.
 
 pub mod logging;
+pub mod realtime;
 pub mod systemd;
