@@ -62,10 +62,13 @@ fn wait_both_up(lab: &Lab, uplink: &Uplink, peer: &str, peer_bfd_up: impl Fn() -
 }
 
 /// Drops every BFD packet the peer namespace sends (single hop, RFC 5881 port 3784).
+/// Drops every BFD packet arriving in `ns` (uplink's namespace): to uplink the peer has gone
+/// silent. Dropping on the peer's output instead makes its sendmsg fail with EPERM, which
+/// BIRD treats as a socket error it does not recover from.
 fn silence(ns: &Ns) {
     ns.run(&["nft", "add", "table", "inet", "bfdtest"]);
-    ns.run(&["nft", "add chain inet bfdtest out { type filter hook output priority 0 ; }"]);
-    ns.run(&["nft", "add", "rule", "inet", "bfdtest", "out", "udp", "dport", "3784", "drop"]);
+    ns.run(&["nft", "add chain inet bfdtest in { type filter hook input priority 0 ; }"]);
+    ns.run(&["nft", "add", "rule", "inet", "bfdtest", "in", "udp", "dport", "3784", "drop"]);
 }
 
 fn unsilence(ns: &Ns) {
@@ -74,9 +77,9 @@ fn unsilence(ns: &Ns) {
 
 /// Silences the peer and returns how long uplink took to report BFD Down and BGP not
 /// Established (polled through the CLI, so this over-estimates by the polling cost).
-fn silence_and_wait_down(lab: &Lab, uplink: &Uplink, peer_ns: &Ns, peer: &str) -> Duration {
+fn silence_and_wait_down(lab: &Lab, uplink: &Uplink, node_ns: &Ns, peer: &str) -> Duration {
     let start = Instant::now();
-    silence(peer_ns);
+    silence(node_ns);
     wait_for("BFD and BGP Down after the peer went silent", Duration::from_secs(10), || {
         let ours = bfd_peer(uplink, peer)?;
         let bgp = bgp_state(uplink, peer);
@@ -201,7 +204,7 @@ router bgp 65102
     wait_both_up(&lab, &uplink, "10.0.1.1", || frr_bfd_status(&frr) == "up");
 
     // Silence FRR's BFD: Down within the detection time (300 ms now) and BGP with it.
-    let took = silence_and_wait_down(&lab, &uplink, &peer_ns, "10.0.1.1");
+    let took = silence_and_wait_down(&lab, &uplink, &node, "10.0.1.1");
     assert!(took < Duration::from_millis(300 + 700), "detection took {took:?}");
     let p = bfd_peer(&uplink, "10.0.1.1").unwrap();
     assert_eq!(p["diagnostic"], "control detection time expired", "{p}");
@@ -223,7 +226,7 @@ router bgp 65102
     assert_ne!(frr.peer_state("ipv4Unicast", "10.0.1.2"), "Established");
 
     // Packets flow again: BFD Up, then BGP.
-    unsilence(&peer_ns);
+    unsilence(&node);
     wait_both_up(&lab, &uplink, "10.0.1.1", || frr_bfd_status(&frr) == "up");
     wait_for("FRR learns 192.0.2.10/32 again", UP, || {
         (!frr.route_nexthops("192.0.2.10/32").is_empty()).then_some(()).ok_or("absent".into())
@@ -250,6 +253,8 @@ protocol bgp uplink {
   neighbor 10.0.1.2 as 65001;
   bfd on;
   connect retry time 1;
+  # BIRD waits 60-300 s after a session error by default; our Cease/BFD Down is one.
+  error wait time 1, 5;
   ipv4 { import all; export none; };
 }
 "#,
@@ -264,11 +269,11 @@ protocol bgp uplink {
             .ok_or(format!("{p}"))
     });
 
-    let took = silence_and_wait_down(&lab, &uplink, &peer_ns, "10.0.1.1");
+    let took = silence_and_wait_down(&lab, &uplink, &node, "10.0.1.1");
     assert!(took < Duration::from_millis(150 + 700), "detection took {took:?}");
     std::thread::sleep(Duration::from_secs(3));
     assert_ne!(bgp_state(&uplink, "10.0.1.1"), "Established", "BGP came back while BFD is Down");
 
-    unsilence(&peer_ns);
+    unsilence(&node);
     wait_both_up(&lab, &uplink, "10.0.1.1", || bird_bfd_up(&bird) && bird.established("uplink"));
 }
