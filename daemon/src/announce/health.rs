@@ -1,0 +1,1 @@
+//! Health checks (filled in by step 3).
