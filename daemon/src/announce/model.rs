@@ -169,6 +169,7 @@ pub enum ProbeKind {
 /// A service's health check, run against each endpoint this node needs to know about.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HealthCheck {
+    #[serde(flatten)]
     pub probe: ProbeKind,
     #[serde(serialize_with = "duration::serialize")]
     pub interval: Duration,

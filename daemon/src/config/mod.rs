@@ -43,10 +43,12 @@
 //! 50ms, `detect_multiplier` 3, `minimum_ttl` 254. `password_file` is read at load time, relative
 //! to the directory of the file that names it, with one trailing newline removed.
 
+mod announce;
 pub mod community;
 pub mod duration;
 mod error;
 mod load;
+mod manifest;
 mod merge;
 mod model;
 mod raw;
