@@ -29,3 +29,22 @@ pub use compute::{
 };
 pub use model::AnnounceConfig;
 pub use readiness::HealthStates;
+
+/// What [`compute`] needs to know of the configured BGP routers.
+pub fn router_inputs(config: &crate::config::Config) -> Vec<RouterInput> {
+    config
+        .bgp
+        .routers
+        .iter()
+        .map(|r| RouterInput {
+            vrf: r.vrf.clone(),
+            neighbors: r.neighbors.iter().map(|n| n.address).collect(),
+            imports: r.imports.clone(),
+        })
+        .collect()
+}
+
+/// [`compute`] for a whole loaded config.
+pub fn compute_config(config: &crate::config::Config, runtime: RuntimeState<'_>) -> Announcements {
+    compute(&config.announce, &router_inputs(config), runtime)
+}

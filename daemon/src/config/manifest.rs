@@ -852,4 +852,295 @@ mod tests {
         assert_eq!(document_start_lines("a: 1\n---\nb: 2\n---\nc: 3\n"), vec![1, 3, 5]);
         assert_eq!(document_start_lines("# c\n---\na: 1\n---\nb: 1\n"), vec![3, 5]);
     }
+
+    use std::net::IpAddr;
+    use std::path::PathBuf;
+
+    use ipnet::IpNet;
+
+    use super::super::load::load_sources;
+    use super::super::model::{AddressFamily, AllowMode, Config, RemoteAsn};
+    use super::super::ConfigErrors;
+    use crate::announce::{compute_config, PeerSet, RuntimeState};
+
+    fn fixture(name: &str) -> (PathBuf, String) {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifests").join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        (path, text)
+    }
+
+    fn load(toml: &str, yaml: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
+        let mut sources = vec![(PathBuf::from("uplink.toml"), toml.to_string())];
+        sources.extend(yaml.iter().cloned());
+        load_sources(&sources)
+    }
+
+    fn net(text: &str) -> IpNet {
+        text.parse().unwrap()
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    /// wk3 of the deck: its slice of the default pod network and its EgressIP.
+    const WK3: &str = r#"
+[node]
+name = "wk3"
+labels = { "node-role.kubernetes.io/worker" = "" }
+
+[[networks]]
+name = "default"
+topology = "layer3"
+subnet = "10.128.0.0/16"
+host_subnet = "10.128.7.0/24"
+egress_ips = ["172.18.20.201"]
+"#;
+
+    #[test]
+    fn deck_default_pod_network_and_egress_ip() {
+        let config = load(WK3, &[fixture("deck-default-pod-network.yaml")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let router = &config.bgp.routers[0];
+        assert_eq!((router.asn, router.vrf.as_str()), (65801, ""));
+        let neighbor = &router.neighbors[0];
+        assert_eq!(neighbor.address, ip("172.18.20.1"));
+        assert_eq!(neighbor.remote_asn, RemoteAsn::Fixed(65102));
+        assert_eq!(neighbor.families, vec![AddressFamily::Ipv4Unicast], "disableMP: true");
+        assert_eq!(neighbor.to_receive.mode, AllowMode::All);
+        let result = compute_config(&config, RuntimeState::default());
+        // Slide 20's running-config: `network 10.128.7.0/24`, `network 172.18.20.201/32`, both
+        // permitted out to 172.18.20.1.
+        let default = result.router("").unwrap();
+        let prefixes: Vec<IpNet> = default.originate.keys().copied().collect();
+        assert_eq!(prefixes, vec![net("10.128.7.0/24"), net("172.18.20.201/32")]);
+        for route in default.originate.values() {
+            assert_eq!(route.peers, PeerSet::Only([ip("172.18.20.1")].into()));
+        }
+    }
+
+    #[test]
+    fn deck_layer2_cudn_from_every_node_with_leaking() {
+        let config = load("[node]\nname = \"wk3\"\n", &[fixture("deck-cudn-layer2.yaml")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let network = &config.announce.networks[0];
+        assert_eq!((network.name.as_str(), network.vrf.as_str()), ("cudn2", "cudn2"));
+        assert_eq!(network.subnets, vec![net("172.22.0.0/16")]);
+        let result = compute_config(&config, RuntimeState::default());
+        let default = result.router("").unwrap();
+        assert_eq!(
+            default.originate.keys().copied().collect::<Vec<_>>(),
+            vec![net("172.22.0.0/16")]
+        );
+        // Slide 34: `import vrf cudn2` in the default router, `import vrf default` in cudn2's.
+        assert!(default.imports.contains("cudn2"));
+        assert!(result.router("cudn2").unwrap().imports.contains(""));
+    }
+
+    #[test]
+    fn deck_vrf_lite_layer3_and_layer2() {
+        let node = "[node]\nname = \"wk3\"\n[[networks]]\nname = \"cudn3\"\nhost_subnet = \"172.23.5.0/24\"\n";
+        let config = load(node, &[fixture("deck-vrf-lite.yaml")]).unwrap_or_else(|e| panic!("{e}"));
+        let vrfs: Vec<&str> = config.bgp.routers.iter().map(|r| r.vrf.as_str()).collect();
+        assert_eq!(vrfs, vec!["cudn3", "cudn4"]);
+        let result = compute_config(&config, RuntimeState::default());
+        let cudn3 = result.router("cudn3").unwrap();
+        assert_eq!(cudn3.originate.keys().copied().collect::<Vec<_>>(), vec![net("172.23.5.0/24")]);
+        assert_eq!(
+            cudn3.originate[&net("172.23.5.0/24")].peers,
+            PeerSet::Only([ip("172.19.23.1")].into())
+        );
+        let cudn4 = result.router("cudn4").unwrap();
+        assert_eq!(cudn4.originate.keys().copied().collect::<Vec<_>>(), vec![net("172.24.0.0/16")]);
+        assert!(cudn3.imports.is_empty() && cudn4.imports.is_empty());
+    }
+
+    #[test]
+    fn all_three_deck_files_load_together() {
+        let config = load(
+            WK3,
+            &[
+                fixture("deck-cudn-layer2.yaml"),
+                fixture("deck-default-pod-network.yaml"),
+                fixture("deck-vrf-lite.yaml"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // receive-all is in two files, identically: one router, one neighbor.
+        assert_eq!(config.bgp.routers.len(), 3);
+        assert_eq!(config.bgp.routers[0].neighbors.len(), 1);
+    }
+
+    #[test]
+    fn metallb_objects_map_onto_the_model() {
+        let yaml = r#"
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata:
+  name: vips
+  namespace: metallb-system
+  labels: {expose: "yes"}
+spec:
+  addresses: ["192.0.2.0/28", "192.0.2.100-192.0.2.110"]
+  autoAssign: false
+  avoidBuggyIPs: true
+  serviceAllocation:
+    priority: 5
+    namespaces: [web]
+---
+apiVersion: metallb.io/v1beta1
+kind: Community
+metadata: {name: communities}
+spec:
+  communities:
+  - name: vip
+    value: "65000:300"
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: adv}
+spec:
+  ipAddressPoolSelectors:
+  - matchLabels: {expose: "yes"}
+  aggregationLengthV6: 64
+  communities: [vip]
+  localPref: 120
+  peers: [tor]
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: tor}
+spec:
+  myASN: 65801
+  peerASN: 65102
+  peerAddress: 172.18.20.1
+  holdTime: 30s
+  bfdProfile: fast
+  ebgpMultiHop: true
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: elsewhere}
+spec:
+  myASN: 65801
+  peerASN: 65102
+  peerAddress: 172.18.20.9
+  nodeSelectors:
+  - matchLabels: {kubernetes.io/hostname: wk9}
+---
+apiVersion: metallb.io/v1beta1
+kind: BFDProfile
+metadata: {name: fast}
+spec:
+  receiveInterval: 100
+  transmitInterval: 100
+  detectMultiplier: 5
+"#;
+        let config = load(
+            "[node]\nname = \"wk1\"\n",
+            &[(PathBuf::from("conf.d/metallb.yaml"), yaml.to_string())],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let pool = &config.announce.pools[0];
+        assert_eq!((pool.auto_assign, pool.avoid_buggy_ips), (false, true));
+        assert_eq!(pool.labels.get("expose").map(String::as_str), Some("yes"));
+        assert_eq!(pool.service_allocation.as_ref().unwrap().priority, Some(5));
+        let adv = &config.announce.advertisements[0];
+        assert_eq!(adv.communities, vec![crate::config::Community::Standard(65000 << 16 | 300)]);
+        assert_eq!(
+            (adv.aggregation_length, adv.aggregation_length_v6, adv.local_pref),
+            (32, 64, Some(120))
+        );
+        let router = &config.bgp.routers[0];
+        assert_eq!(router.neighbors.len(), 1, "the peer for wk9 is not applied on wk1");
+        let neighbor = &router.neighbors[0];
+        assert_eq!(neighbor.hold_time, std::time::Duration::from_secs(30));
+        assert_eq!(neighbor.bfd_profile.as_deref(), Some("fast"));
+        assert_eq!(neighbor.families.len(), 2, "no disableMP: both families");
+        assert_eq!(
+            config.bgp.bfd_profiles[0].receive_interval,
+            std::time::Duration::from_millis(100)
+        );
+        assert_eq!(config.announce.peer_names[0].address, ip("172.18.20.1"));
+    }
+
+    #[test]
+    fn errors_name_file_document_and_field_path() {
+        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
+        let errors =
+            load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.to_string())]).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let error = &errors[0];
+        assert_eq!((error.file.as_path(), error.line), (Path::new("conf.d/frr.yaml"), 9));
+        assert_eq!(error.field, "documents[1].spec.raw");
+        assert!(
+            error
+                .message
+                .starts_with("FRRConfiguration \"two\": unknown or unsupported field `raw`"),
+            "{}",
+            error.message
+        );
+
+        let yaml = yaml.replace("  raw:\n    rawConfig: x\n", "");
+        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap_err().0;
+        assert_eq!(
+            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].enableGracefulRestart",
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("unknown field `enableGracefulRestart`"),
+            "{}",
+            errors[0].message
+        );
+
+        let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
+        let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[0].kind");
+        assert!(
+            errors[0].message.contains("not supported here; supported: FRRConfiguration"),
+            "{}",
+            errors[0].message
+        );
+        let hold = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: p}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  holdTime: 90\n";
+        let errors = load("", &[(PathBuf::from("x.yaml"), hold.to_string())]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[0].spec.holdTime", "{errors:?}");
+        assert!(errors[0].message.contains("\"90s\""), "{}", errors[0].message);
+    }
+
+    #[test]
+    fn yaml_and_toml_conflicts_reject_the_config() {
+        let toml = "[[bgp.routers]]\nasn = 65999\n[[pools]]\nname = \"vips\"\naddresses = [\"10.0.0.0/24\"]\n";
+        let yaml = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips}\nspec:\n  addresses: [10.9.0.0/24]\n";
+        let mut sources = vec![fixture("deck-default-pod-network.yaml")];
+        sources.push((PathBuf::from("pool.yaml"), yaml.to_string()));
+        let errors = load(toml, &sources).unwrap_err().0;
+        let found: Vec<(String, String)> = errors
+            .iter()
+            .map(|e| (e.file.file_name().unwrap().to_string_lossy().into_owned(), e.field.clone()))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("deck-default-pod-network.yaml".to_string(), "bgp.routers[0].asn".to_string()),
+                ("pool.yaml".to_string(), "pools[0].name".to_string()),
+            ],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("asn = 65801 here but asn = 65999 at uplink.toml:2:7"),
+            "{}",
+            errors[0].message
+        );
+    }
+
+    #[test]
+    fn yaml_syntax_errors_have_a_position() {
+        let errors = load("", &[(PathBuf::from("x.yaml"), "kind: [\n".to_string())]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[0]");
+        assert!(
+            errors[0].line >= 1 && errors[0].message.starts_with("not valid YAML"),
+            "{errors:?}"
+        );
+    }
 }
