@@ -17,6 +17,7 @@ pub mod compute;
 pub mod health;
 pub mod model;
 pub mod readiness;
+pub mod runtime;
 pub mod selector;
 
 #[cfg(test)]

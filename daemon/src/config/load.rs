@@ -32,7 +32,8 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/uplink/uplink.toml";
 /// The fragment directory's name, next to the main file.
 pub const FRAGMENT_DIR: &str = "conf.d";
 
-/// The files that make up the config: `main_path`, then every `*.toml` in the `conf.d/`
+/// The files that make up the config: `main_path`, then every `*.toml` and Kubernetes manifest
+/// (`*.yaml`, `*.yml`, see `manifest`) in the `conf.d/`
 /// directory next to it, sorted by file name (byte order, like `ls` in the C locale). Hidden
 /// files (leading `.`, e.g. editor swap files) are skipped. A missing `conf.d/` is fine.
 pub fn config_files(main_path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
