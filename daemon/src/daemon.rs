@@ -37,6 +37,11 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             ribs,
         );
         let config = Arc::new(config);
+        crate::announce::runtime::reload_on_sighup(
+            config_path.to_path_buf(),
+            config.clone(),
+            announcer.clone(),
+        );
         let instances = Arc::new(instances);
         let handler_instances = instances.clone();
         let _control = crate::control::server::serve(socket, move |request: Request| {

@@ -105,6 +105,33 @@ fn established(tor: &Frr, peer: &str) -> bool {
     tor.peer_state("ipv4Unicast", peer) == "Established"
 }
 
+/// How many times the tor's session with `peer` has come up: unchanged means no reset.
+fn connections(tor: &Frr, peer: &str) -> u64 {
+    tor.json(&format!("show bgp neighbors {peer} json"))[peer]["connectionsEstablished"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// Like `Uplink::start`, but returns the daemon's pid too (for SIGHUP).
+fn start_uplink(lab: &mut Lab, ns: &Ns, label: &str, config: &str) -> (Uplink, u32) {
+    let dir = lab.path(label);
+    std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+    let config_path = dir.join("uplink.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let socket = dir.join("uplink.sock");
+    let mut cmd = ns.command(uplink_bin());
+    cmd.args([
+        "run",
+        "--config",
+        config_path.to_str().unwrap(),
+        "--socket",
+        socket.to_str().unwrap(),
+    ]);
+    cmd.env("RUST_LOG", "uplink=debug");
+    let pid = lab.spawn(label, cmd);
+    (Uplink { ns: ns.clone(), label: label.to_string(), config: config_path, socket }, pid)
+}
+
 #[test]
 fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
     let mut lab = Lab::new("vip");
@@ -116,8 +143,8 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
     http_server(&mut lab, &n1, "http-node1", "10.0.1.2", 18080);
     http_server(&mut lab, &n2, "http-node2", "10.0.2.2", 18080);
     let tor = Frr::start(&mut lab, &tor_ns, TOR_IBGP);
-    let node1 =
-        Uplink::start(&mut lab, &n1, "uplink1", &node_config("node1", "10.0.1.2", "10.0.1.1"));
+    let (node1, node1_pid) =
+        start_uplink(&mut lab, &n1, "uplink1", &node_config("node1", "10.0.1.2", "10.0.1.1"));
     let node2 =
         Uplink::start(&mut lab, &n2, "uplink2", &node_config("node2", "10.0.2.2", "10.0.2.1"));
     wait_for("both sessions Established on the tor", UP, || {
@@ -164,6 +191,8 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
     assert!(tor.route_nexthops("198.51.100.3/32").is_empty(), "members must not be announced");
 
     // Fail node2's health check: one next hop remains; the session stays up.
+    let (sessions1, sessions2) = (connections(&tor, "10.0.1.2"), connections(&tor, "10.0.2.2"));
+    assert!(sessions1 >= 1 && sessions2 >= 1);
     lab.stop("http-node2");
     wait_for("192.0.2.5/32 via node1 only", Duration::from_secs(15), || {
         let hops = tor.route_nexthops("192.0.2.5/32");
@@ -197,9 +226,69 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
             Err(format!("next hops {hops:?}"))
         }
     });
+    assert_eq!(connections(&tor, "10.0.2.2"), sessions2, "health changes must not reset sessions");
+
+    // A config change (SIGHUP) adds a service: announced without resetting the session.
+    let mut config = node_config("node1", "10.0.1.2", "10.0.1.1");
+    config.push_str(
+        "\n[[services]]\nname = \"late\"\nnamespace = \"demo\"\nload_balancer_ip = \"192.0.2.9\"\n",
+    );
+    std::fs::write(&node1.config, config).unwrap();
+    run(&["kill", "-HUP", &node1_pid.to_string()]);
+    wait_for("192.0.2.9/32 after reload", Duration::from_secs(15), || {
+        let hops = tor.route_nexthops("192.0.2.9/32");
+        if hops == ["10.0.1.2"] {
+            Ok(())
+        } else {
+            Err(format!("next hops {hops:?}\n{}", lab.dump_logs()))
+        }
+    });
+    assert_eq!(connections(&tor, "10.0.1.2"), sessions1, "a reload must not reset sessions");
     let running = node1.json(&["show", "running-config"]).unwrap();
-    assert_eq!(running["announce"]["services"][0]["name"], "web", "{running}");
-    drop(node1);
+    let names: Vec<&str> = running["announce"]["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert!(names.contains(&"web") && names.contains(&"late"), "{running}");
+}
+
+/// `uplink check` says which services collide on a home slot (allocation is a pure function
+/// of the config, so this is known before anything runs).
+#[test]
+fn check_reports_allocation_collisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("uplink.toml");
+    // FNV-1a puts default/s0 and default/s4 on slot 0 of a four-address pool (default/s1 on
+    // slot 3); a one-address pool for two services leaves one without an address.
+    let mut text = String::from(
+        "[[pools]]\nname = \"four\"\naddresses = [\"192.0.2.1-192.0.2.4\"]\n\
+         [[pools]]\nname = \"one\"\naddresses = [\"192.0.2.9/32\"]\nauto_assign = false\n",
+    );
+    for name in ["s0", "s1", "s4"] {
+        text.push_str(&format!("[[services]]\nname = \"{name}\"\naddress_pool = \"four\"\n"));
+    }
+    for name in ["x", "y"] {
+        text.push_str(&format!("[[services]]\nname = \"{name}\"\naddress_pool = \"one\"\n"));
+    }
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(uplink_bin())
+        .args(["check", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains(
+            "note: service default/s4 hashes to 192.0.2.1 in pool four, held by default/s0; it got 192.0.2.2 instead"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning: service default/y gets no address: pool exhausted (one)"),
+        "{stdout}"
+    );
 }
 
 /// The deck's r2: eBGP AS 65102 on 172.18.20.1, nodes wk3 (.113) and wk4 (.114) on one segment.

@@ -30,9 +30,15 @@ enum Event {
 pub struct AnnouncerHandle {
     tx: mpsc::Sender<Event>,
     latest: watch::Receiver<Arc<Announcements>>,
+    config: watch::Receiver<Arc<AnnounceConfig>>,
 }
 
 impl AnnouncerHandle {
+    /// The announcement config in force (changes on reload).
+    pub fn config(&self) -> Arc<AnnounceConfig> {
+        self.config.borrow().clone()
+    }
+
     /// The last computed announcements.
     pub fn current(&self) -> Arc<Announcements> {
         self.latest.borrow().clone()
@@ -75,6 +81,7 @@ struct Announcer {
     checks: Vec<JoinHandle<()>>,
     verdicts: mpsc::Sender<Event>,
     latest: watch::Sender<Arc<Announcements>>,
+    config_out: watch::Sender<Arc<AnnounceConfig>>,
 }
 
 impl Announcer {
@@ -128,6 +135,7 @@ impl Announcer {
                 Event::Config(config, routers) => {
                     self.config = *config;
                     self.routers = routers;
+                    let _ = self.config_out.send(Arc::new(self.config.clone()));
                     self.start_checks();
                 }
             }
@@ -145,6 +153,7 @@ pub fn spawn(
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
     let initial = compute(&config, &routers, RuntimeState::default());
     let (latest_tx, latest_rx) = watch::channel(Arc::new(initial));
+    let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
     let announcer = Announcer {
         config,
         routers,
@@ -154,7 +163,38 @@ pub fn spawn(
         checks: Vec::new(),
         verdicts: tx.clone(),
         latest: latest_tx,
+        config_out: config_tx,
     };
     tokio::spawn(announcer.run(rx));
-    AnnouncerHandle { tx, latest: latest_rx }
+    AnnouncerHandle { tx, latest: latest_rx, config: config_rx }
+}
+
+/// Re-reads the config on SIGHUP and hands its announcement part to the announcer, so pools,
+/// services, advertisements and networks change without touching any BGP session. Changes to
+/// routers and neighbors need a restart until the daemon applies BGP diffs; they are reported.
+pub fn reload_on_sighup(
+    config_path: std::path::PathBuf,
+    running: Arc<crate::config::Config>,
+    announcer: AnnouncerHandle,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        warn!("cannot install the SIGHUP handler; announcements reload only on restart");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match crate::config::load(&config_path) {
+                Ok(config) => {
+                    if config.bgp != running.bgp {
+                        warn!("reload: router and neighbor changes apply after a restart; announcements are updated now");
+                    }
+                    info!("reload: announcements updated from {}", config_path.display());
+                    let routers = super::router_inputs(&running);
+                    announcer.replace_config(config.announce, routers).await;
+                }
+                Err(errors) => warn!("reload rejected, the running config stays:\n{errors}"),
+            }
+        }
+    });
 }

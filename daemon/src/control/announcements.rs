@@ -22,7 +22,13 @@ pub fn handle(
 ) -> Result<Value, String> {
     match request {
         Request::Announcements { vrf } => Ok(announcements_json(&announcer.current(), vrf)),
-        Request::RunningConfig => serde_json::to_value(config).map_err(|e| e.to_string()),
+        Request::RunningConfig => {
+            // The announcement part may have been reloaded (SIGHUP) since the daemon started.
+            let mut value = serde_json::to_value(config).map_err(|e| e.to_string())?;
+            value["announce"] =
+                serde_json::to_value(&*announcer.config()).map_err(|e| e.to_string())?;
+            Ok(value)
+        }
         _ => Err("not an announcement request".into()),
     }
 }
