@@ -1453,4 +1453,29 @@ target_vrf = "blue"
         );
         assert!(errors[0].message.contains("also defined at a.toml:2:8"), "{}", errors[0].message);
     }
+
+    /// The example in docs/announcements.md must load and mean what it says.
+    #[test]
+    fn documented_example_loads() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/announcements.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let start = doc.find("```toml\n").unwrap() + "```toml\n".len();
+        let end = start + doc[start..].find("```").unwrap();
+        // The example ends with its [[bgp.routers]] table: give it a neighbor.
+        let text = format!(
+            "{}[[bgp.routers.neighbors]]\naddress = \"172.18.20.1\"\nasn = 65102\n",
+            &doc[start..end]
+        );
+        let config = load_str("announcements.md", &text).unwrap_or_else(|e| panic!("{e}"));
+        let a = &config.announce;
+        assert_eq!((a.pools.len(), a.services.len(), a.advertisements.len()), (1, 1, 1));
+        assert_eq!(a.route_advertisements[0].network_selectors.len(), 2);
+        let result = crate::announce::compute_config(&config, Default::default());
+        // The service has a health check and no verdict yet: withdrawn, with the reason.
+        assert!(result.candidates.iter().any(|c| c.prefix == Some(net("192.0.2.5/32"))));
+        let default = result.router("").unwrap();
+        assert!(default.originate.contains_key(&net("10.128.7.0/24")));
+        assert!(default.originate.contains_key(&net("172.18.20.201/32")));
+    }
 }
