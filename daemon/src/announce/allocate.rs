@@ -175,8 +175,8 @@ impl Span {
         }
         // Count of x in [0, n] with x % 256 == r.
         let upto = |n: Option<u128>, r: u128| match n {
-            Some(n) if n >= r => (n - r) / 256 + 1,
-            _ => 0,
+            Some(n) => n.checked_sub(r).map_or(0, |d| (d / 256).saturating_add(1)),
+            None => 0,
         };
         let below = self.lo.checked_sub(1);
         [0u128, 255].iter().map(|r| upto(Some(self.hi), *r).saturating_sub(upto(below, *r))).sum()
@@ -214,7 +214,7 @@ impl<'a> Slots<'a> {
             if rest < span.len() {
                 return span.address(rest);
             }
-            rest -= span.len();
+            rest = rest.saturating_sub(span.len());
         }
         None
     }
@@ -364,7 +364,8 @@ fn place(
         keys.iter().map(|k| (k.clone(), slots.home(k))).collect();
     let mut home_count: HashMap<u128, usize> = HashMap::new();
     for home in homes.iter().filter_map(|(_, h)| *h) {
-        *home_count.entry(home).or_default() += 1;
+        let count = home_count.entry(home).or_default();
+        *count = count.saturating_add(1);
     }
     let mut probing = Vec::new();
     for (key, home) in &homes {
@@ -522,12 +523,8 @@ mod tests {
         let mut more = services.clone();
         more.push(service("ns", "newcomer"));
         let after = allocate(&pools, &more);
-        let newcomer_home = pools[0]
-            .addresses
-            .first()
-            .and_then(|_| Slots::new(&pools[0]).home("ns/newcomer"))
-            .and_then(|h| Slots::new(&pools[0]).address(h))
-            .unwrap();
+        let slots = Slots::new(&pools[0]);
+        let newcomer_home = slots.address(slots.home("ns/newcomer").unwrap()).unwrap();
         for (key, result) in &before.services {
             let old = result.as_ref().unwrap();
             let new = after.services.get(key).unwrap().as_ref().unwrap();

@@ -287,6 +287,9 @@ impl RibTask {
     /// Originates what is new or changed, withdraws what is gone (unless configured), then
     /// re-derives every peer's export policy so each prefix reaches its peers.
     fn set_announced(&mut self, announced: AnnouncedSet) {
+        if announced == self.announced {
+            return;
+        }
         let mut outbound = BTreeSet::new();
         for prefix in self.announced.keys() {
             if !announced.contains_key(prefix) && !self.configured.contains(prefix) {
@@ -304,6 +307,10 @@ impl RibTask {
         for (id, address) in peers {
             let Some(base) = self.base_export.get(&id) else { continue };
             let export = effective_export(base, &self.announced, address);
+            // Re-exporting walks the whole table: only for peers whose policy changed.
+            if self.rib.peer_info(id).is_some_and(|info| info.export == export) {
+                continue;
+            }
             match self.rib.set_export_policy(id, export) {
                 Ok(changes) => outbound.extend(changes.outbound),
                 Err(e) => warn!("announced routes for peer {address}: {e}"),
