@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Map, Value};
 
 use super::protocol::{Request, VrfSelector};
-use crate::announce::compute::{Announcements, Candidate, State};
+use crate::announce::compute::{Announcements, Candidate, PeerSet, State};
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 
@@ -21,7 +21,9 @@ pub fn handle(
     request: &Request,
 ) -> Result<Value, String> {
     match request {
-        Request::Announcements { vrf } => Ok(announcements_json(&announcer.current(), vrf)),
+        Request::Announcements { vrf } => {
+            Ok(announcements_json(&announcer.current(), vrf, Some(config)))
+        }
         Request::RunningConfig => {
             // The announcement part may have been reloaded (SIGHUP) since the daemon started.
             let mut value = serde_json::to_value(config).map_err(|e| e.to_string())?;
@@ -41,9 +43,24 @@ fn vrf_key(vrf: &str) -> &str {
     }
 }
 
-fn candidate_json(c: &Candidate) -> Value {
+/// The neighbors "all peers" means for the router in `vrf`.
+fn peer_list(config: Option<&Config>, vrf: Option<&str>, peers: &PeerSet) -> String {
+    let router = config.and_then(|c| c.bgp.routers.iter().find(|r| Some(r.vrf.as_str()) == vrf));
+    match (peers, router) {
+        (PeerSet::All, Some(router)) => {
+            let list: Vec<String> =
+                router.neighbors.iter().map(|n| n.address.to_string()).collect();
+            list.join(", ")
+        }
+        _ => peers.to_string(),
+    }
+}
+
+fn candidate_json(c: &Candidate, config: Option<&Config>) -> Value {
     let (state, detail) = match &c.state {
-        State::Announced { peers } => ("announced", json!(peers.to_string())),
+        State::Announced { peers } => {
+            ("announced", json!(peer_list(config, c.vrf.as_deref(), peers)))
+        }
         State::Withdrawn { reason } => ("withdrawn", json!(reason.to_string())),
     };
     json!({
@@ -57,7 +74,11 @@ fn candidate_json(c: &Candidate) -> Value {
 
 /// `{"vrfs": {NAME: {"originate": {...}, "imports": [...], "imported": {...}}}, "candidates":
 /// [...], "collisions": [...]}`; candidates without a VRF (no address at all) are always shown.
-pub fn announcements_json(a: &Announcements, selector: &VrfSelector) -> Value {
+pub fn announcements_json(
+    a: &Announcements,
+    selector: &VrfSelector,
+    config: Option<&Config>,
+) -> Value {
     let mut vrfs = Map::new();
     for router in a.routers.iter().filter(|r| selector.matches(&r.vrf)) {
         let mut originate = Map::new();
@@ -69,7 +90,7 @@ pub fn announcements_json(a: &Announcements, selector: &VrfSelector) -> Value {
                 json!({
                     "communities": communities,
                     "localPref": route.local_pref,
-                    "peers": route.peers.to_string(),
+                    "peers": peer_list(config, Some(&router.vrf), &route.peers),
                     "origins": route.origins,
                 }),
             );
@@ -86,7 +107,7 @@ pub fn announcements_json(a: &Announcements, selector: &VrfSelector) -> Value {
         .candidates
         .iter()
         .filter(|c| c.vrf.as_deref().is_none_or(|v| selector.matches(v)))
-        .map(candidate_json)
+        .map(|c| candidate_json(c, config))
         .collect();
     json!({
         "vrfs": vrfs,
@@ -166,4 +187,52 @@ fn announcements_text(value: &Value) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::announce::compute_config;
+    use crate::config::load_str;
+
+    #[test]
+    fn announcements_render_with_reasons_and_peers() {
+        let text = r#"
+[node]
+name = "wk1"
+[[bgp.routers]]
+asn = 65801
+[[bgp.routers.neighbors]]
+address = "172.18.20.1"
+asn = 65102
+[[pools]]
+name = "vips"
+addresses = ["192.0.2.0/28"]
+[[advertisements]]
+name = "all"
+communities = ["65000:1"]
+[[services]]
+name = "up"
+load_balancer_ip = "192.0.2.1"
+[[services]]
+name = "elsewhere"
+load_balancer_ip = "192.0.2.2"
+traffic_policy = "local"
+endpoints = [{ address = "10.0.0.9", node = "wk9" }]
+"#;
+        let config = load_str("t.toml", text).unwrap();
+        let result = compute_config(&config, Default::default());
+        let json = announcements_json(&result, &VrfSelector::Default, Some(&config));
+        let route = &json["vrfs"]["default"]["originate"]["192.0.2.1/32"];
+        assert_eq!(route["peers"], "172.18.20.1");
+        assert_eq!(route["communities"][0], "65000:1");
+        let text = text_of(&json);
+        assert!(text.contains("VRF default:"), "{text}");
+        assert!(text.contains("192.0.2.2/32") && text.contains("no local endpoint"), "{text}");
+        assert!(text.contains("announced") && text.contains("service default/up"), "{text}");
+    }
+
+    fn text_of(value: &Value) -> String {
+        text(&Request::Announcements { vrf: VrfSelector::Default }, value)
+    }
 }
