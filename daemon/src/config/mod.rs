@@ -3,9 +3,10 @@
 //! The daemon reads `/etc/uplink/uplink.toml` and then every `*.toml`, `*.yaml` and `*.yml` in
 //! `/etc/uplink/conf.d/`, in sorted file-name order ([`load`]). YAML files hold Kubernetes
 //! manifests (frr-k8s, MetalLB, OVN-Kubernetes kinds) that are translated onto the same TOML
-//! structures (`manifest`); the announcement sections are in `announce`. TOML field names are the snake_case of frr-k8s's
-//! `FRRConfiguration.spec.bgp` fields. Each file is parsed with spans (`raw`), validated on its
-//! own with defaults applied (`validate`), and the files are then merged (`merge`). Every error
+//! structures (`manifest`); the announcement sections are in `announce`. TOML field names are
+//! the snake_case of frr-k8s's `FRRConfiguration.spec.bgp` fields. Each file is parsed with
+//! spans (`raw`), validated on its own with defaults applied (`validate`), and the files are
+//! then merged (`merge`). Every error
 //! names the file, line, column and dotted field path, and says what would be valid
 //! ([`ConfigError`]); all errors across all files are returned together ([`ConfigErrors`]).
 //!

@@ -43,23 +43,11 @@ pub enum FamilyArg {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "kebab-case")]
 pub enum Request {
-    BgpSummary {
-        vrf: VrfSelector,
-    },
-    BgpNeighbors {
-        vrf: VrfSelector,
-        address: Option<String>,
-    },
-    BgpRoutes {
-        vrf: VrfSelector,
-        family: Option<FamilyArg>,
-        prefix: Option<String>,
-    },
-    /// `show announcements`: answered by `control::announcements`.
-    Announcements {
-        vrf: VrfSelector,
-    },
-    /// `show running-config`: answered by `control::announcements`.
+    BgpSummary { vrf: VrfSelector },
+    BgpNeighbors { vrf: VrfSelector, address: Option<String> },
+    BgpRoutes { vrf: VrfSelector, family: Option<FamilyArg>, prefix: Option<String> },
+    // `show announcements` and `show running-config`, answered by `control::announcements`.
+    Announcements { vrf: VrfSelector },
     RunningConfig,
 }
 
