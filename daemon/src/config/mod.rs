@@ -7,7 +7,8 @@
 //! the snake_case of frr-k8s's `FRRConfiguration.spec.bgp` fields. Each file is parsed with
 //! spans (`raw`), validated on its own with defaults applied (`validate`), and the files are
 //! then merged (`merge`). Every error names the file, line, column and dotted field path, and
-//! says what would be valid ([`ConfigError`]); all errors across all files are returned together ([`ConfigErrors`]).
+//! says what would be valid ([`ConfigError`]); all errors across all files are returned
+//! together ([`ConfigErrors`]).
 //!
 //! # Merge rule
 //!
