@@ -30,11 +30,29 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             })?;
             instances.push(instance);
         }
+        let ribs = instances.iter().map(|i| (i.vrf.clone(), i.rib.clone())).collect();
+        let announcer = crate::announce::runtime::spawn(
+            config.announce.clone(),
+            crate::announce::router_inputs(&config),
+            ribs,
+        );
+        let config = Arc::new(config);
+        crate::announce::runtime::reload_on_sighup(
+            config_path.to_path_buf(),
+            config.clone(),
+            announcer.clone(),
+        );
         let instances = Arc::new(instances);
         let handler_instances = instances.clone();
         let _control = crate::control::server::serve(socket, move |request: Request| {
             let instances = handler_instances.clone();
-            async move { crate::control::handler::handle(&instances, request).await }
+            let (announcer, config) = (announcer.clone(), config.clone());
+            async move {
+                if crate::control::announcements::handles(&request) {
+                    return crate::control::announcements::handle(&announcer, &config, &request);
+                }
+                crate::control::handler::handle(&instances, request).await
+            }
         })
         .map_err(|e| format!("cannot open the control socket {}: {e}", socket.display()))?;
         info!(socket = %socket.display(), "uplink running with {} routing instance(s)", instances.len());

@@ -1,5 +1,6 @@
 //! uplink: one process that connects a bare-metal node to its data-centre fabric.
 
+pub mod announce;
 pub mod bfd;
 pub mod bgp;
 pub mod config;

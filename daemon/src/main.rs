@@ -50,6 +50,17 @@ enum Show {
         #[command(subcommand)]
         what: ShowBfd,
     },
+    /// Every prefix this node could originate: announced to which peers, or why not.
+    Announcements {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The merged, effective config after all fragments and manifests, with source files.
+    RunningConfig {
+        /// Print JSON instead of YAML-like text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -122,6 +133,21 @@ fn main() -> ExitCode {
                     model.files.len(),
                     model.bgp.routers.len()
                 );
+                // Allocation is a pure function of the config: say which services share a home
+                // slot, since adding or removing one of them moves the other.
+                let allocation =
+                    uplink::announce::allocate(&model.announce.pools, &model.announce.services);
+                for c in &allocation.collisions {
+                    println!(
+                        "note: service {} hashes to {} in pool {}, held by {}; it got {} instead",
+                        c.service, c.home, c.pool, c.holder, c.got
+                    );
+                }
+                for (service, result) in &allocation.services {
+                    if let Err(e) = result {
+                        println!("warning: service {service} gets no address: {e}");
+                    }
+                }
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -135,6 +161,14 @@ fn main() -> ExitCode {
                 some => VrfSelector::parse(some),
             };
             show(&cli.socket, &Request::BfdPeers { vrf }, common.json)
+        }
+        Command::Show { what: Show::Announcements { common } } => show(
+            &cli.socket,
+            &Request::Announcements { vrf: VrfSelector::parse(common.vrf.as_deref()) },
+            common.json,
+        ),
+        Command::Show { what: Show::RunningConfig { json } } => {
+            show(&cli.socket, &Request::RunningConfig, json)
         }
         Command::Show { what: Show::Bgp { what } } => {
             let (request, json) = match what {

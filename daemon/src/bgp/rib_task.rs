@@ -3,6 +3,8 @@
 //! waits on a session — it only wakes them (`Notify`) when their Adj-RIB-Out has output, and
 //! they pull it when their socket has room.
 
+use super::announced::{effective_export, AnnouncedSet};
+use super::policy::ExportPolicy;
 use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::session::SessionCommand;
 use super::view::{PathSource, PathView, PeerCounts, RibSummary, RouteView};
@@ -10,7 +12,7 @@ use super::wire::attributes::{Family, PathAttributes};
 use super::wire::update::DecodedUpdate;
 use crate::control::handler::Lookup;
 use ipnet::IpNet;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -30,7 +32,11 @@ pub struct RibSetup {
 }
 
 enum RibCommand {
-    PeerUp { info: PeerInfo, link: PeerSide, reply: oneshot::Sender<PeerId> },
+    PeerUp {
+        info: PeerInfo,
+        link: PeerSide,
+        reply: oneshot::Sender<PeerId>,
+    },
     PeerDown(PeerId),
     Updates(PeerId, Vec<DecodedUpdate>),
     TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
@@ -38,6 +44,8 @@ enum RibCommand {
     Summary(oneshot::Sender<RibSummary>),
     Routes(Family, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
+    /// Replace the announced set (`crate::announce`): originate/withdraw the difference.
+    SetAnnounced(AnnouncedSet),
 }
 
 /// What the RIB task keeps of each session.
@@ -98,6 +106,11 @@ impl RibHandle {
     pub async fn lookup(&self, lookup: Lookup) -> Result<Option<RouteView>, String> {
         self.ask(|r| RibCommand::Lookup(lookup, r)).await
     }
+
+    /// Replaces the announced routes; sessions are not reset, peers get UPDATEs for the change.
+    pub async fn set_announced(&self, announced: AnnouncedSet) -> Result<(), String> {
+        self.tx.send(RibCommand::SetAnnounced(announced)).await.map_err(|_| GONE.to_string())
+    }
 }
 
 impl PeerLink {
@@ -139,16 +152,25 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
         let _ = rib.originate(*prefix, &PathAttributes::default());
     }
     let span = tracing::info_span!("rib", vrf = %setup.vrf);
-    tokio::spawn(tracing::Instrument::instrument(
-        RibTask { rib, peers: HashMap::new() }.run(rx),
-        span,
-    ));
+    let task = RibTask {
+        rib,
+        peers: HashMap::new(),
+        configured: setup.originate.iter().copied().collect(),
+        announced: AnnouncedSet::new(),
+        base_export: HashMap::new(),
+    };
+    tokio::spawn(tracing::Instrument::instrument(task.run(rx), span));
     RibHandle { tx }
 }
 
 struct RibTask {
     rib: Rib,
     peers: HashMap<PeerId, PeerSide>,
+    /// The router's configured `prefixes`: originated for good, never withdrawn by announcements.
+    configured: BTreeSet<IpNet>,
+    announced: AnnouncedSet,
+    /// Each peer's configured export policy, before announcements widen it.
+    base_export: HashMap<PeerId, ExportPolicy>,
 }
 
 impl RibTask {
@@ -160,8 +182,11 @@ impl RibTask {
 
     fn handle(&mut self, cmd: RibCommand) {
         match cmd {
-            RibCommand::PeerUp { info, link, reply } => {
+            RibCommand::PeerUp { mut info, link, reply } => {
+                let base = info.export.clone();
+                info.export = effective_export(&base, &self.announced, info.address);
                 let id = self.rib.peer_up(info);
+                self.base_export.insert(id, base);
                 // The initial advertisement is queued by peer_up: wake the session for it.
                 link.notify.notify_one();
                 self.peers.insert(id, link);
@@ -169,10 +194,12 @@ impl RibTask {
             }
             RibCommand::PeerDown(id) => {
                 self.peers.remove(&id);
+                self.base_export.remove(&id);
                 let changes = self.rib.peer_down(id);
                 self.wake(&changes.outbound);
             }
             RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
+            RibCommand::SetAnnounced(announced) => self.set_announced(announced),
             RibCommand::TakePending(id, reply) => {
                 let batches = [Family::IPV4_UNICAST, Family::IPV6_UNICAST]
                     .into_iter()
@@ -255,6 +282,41 @@ impl RibTask {
                 }
             }
         }
+    }
+
+    /// Originates what is new or changed, withdraws what is gone (unless configured), then
+    /// re-derives every peer's export policy so each prefix reaches its peers.
+    fn set_announced(&mut self, announced: AnnouncedSet) {
+        if announced == self.announced {
+            return;
+        }
+        let mut outbound = BTreeSet::new();
+        for prefix in self.announced.keys() {
+            if !announced.contains_key(prefix) && !self.configured.contains(prefix) {
+                outbound.extend(self.rib.withdraw_local(*prefix).outbound);
+            }
+        }
+        for prefix in announced.keys() {
+            if !self.announced.contains_key(prefix) && !self.configured.contains(prefix) {
+                outbound.extend(self.rib.originate(*prefix, &PathAttributes::default()).outbound);
+            }
+        }
+        self.announced = announced;
+        let peers: Vec<(PeerId, IpAddr)> =
+            self.rib.peers().map(|(id, info)| (id, info.address)).collect();
+        for (id, address) in peers {
+            let Some(base) = self.base_export.get(&id) else { continue };
+            let export = effective_export(base, &self.announced, address);
+            // Re-exporting walks the whole table: only for peers whose policy changed.
+            if self.rib.peer_info(id).is_some_and(|info| info.export == export) {
+                continue;
+            }
+            match self.rib.set_export_policy(id, export) {
+                Ok(changes) => outbound.extend(changes.outbound),
+                Err(e) => warn!("announced routes for peer {address}: {e}"),
+            }
+        }
+        self.wake(&outbound);
     }
 
     fn wake(&self, peers: &std::collections::BTreeSet<PeerId>) {

@@ -3,11 +3,28 @@
 use std::path::{Path, PathBuf};
 
 use super::error::{ConfigError, ConfigErrors, Loc};
+use super::manifest;
 use super::merge::merge;
 use super::model::Config;
 use super::raw::RawFile;
 use super::source::SourceText;
-use super::validate::validate_file;
+use super::validate::{validate_file, Fragment};
+use crate::announce::model::Labels;
+
+/// The node's labels as the TOML fragments give them (plus `kubernetes.io/hostname`), for
+/// manifests' `nodeSelector`s. Conflicts are reported later, by the merge.
+fn node_labels<'a>(fragments: impl Iterator<Item = &'a Fragment>) -> Labels {
+    let mut node = crate::announce::model::Node::default();
+    for fragment in fragments {
+        if node.name.is_none() {
+            node.name = fragment.announce.node_name.as_ref().map(|n| n.item.clone());
+        }
+        for label in &fragment.announce.node_labels {
+            node.labels.entry(label.item.0.clone()).or_insert_with(|| label.item.1.clone());
+        }
+    }
+    node.effective_labels()
+}
 
 /// Where the main config file lives unless `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/uplink/uplink.toml";
@@ -15,7 +32,8 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/uplink/uplink.toml";
 /// The fragment directory's name, next to the main file.
 pub const FRAGMENT_DIR: &str = "conf.d";
 
-/// The files that make up the config: `main_path`, then every `*.toml` in the `conf.d/`
+/// The files that make up the config: `main_path`, then every `*.toml` and Kubernetes manifest
+/// (`*.yaml`, `*.yml`, see `manifest`) in the `conf.d/`
 /// directory next to it, sorted by file name (byte order, like `ls` in the C locale). Hidden
 /// files (leading `.`, e.g. editor swap files) are skipped. A missing `conf.d/` is fine.
 pub fn config_files(main_path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
@@ -37,7 +55,7 @@ pub fn config_files(main_path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
         })?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with('.') || !name.ends_with(".toml") {
+        if name.starts_with('.') || !(name.ends_with(".toml") || is_manifest(Path::new(name))) {
             continue;
         }
         // Follows symlinks, so a fragment may link to a file managed elsewhere.
@@ -83,17 +101,39 @@ pub fn load_str(name: &str, text: &str) -> Result<Config, ConfigErrors> {
     load_sources(&[(PathBuf::from(name), text.to_string())])
 }
 
+/// Kubernetes manifests (`*.yaml`, `*.yml`) rather than TOML.
+fn is_manifest(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
 /// Loads several files' texts, merged in the given order.
+///
+/// TOML files are read first, because a manifest's `nodeSelector` is matched against the node
+/// labels that TOML `[node]` sections give; the fragments still merge in file order.
 pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
     let mut errors: Vec<ConfigError> = Vec::new();
-    let mut fragments = Vec::with_capacity(sources.len());
+    let mut slots: Vec<Vec<Fragment>> = Vec::with_capacity(sources.len());
     for (path, text) in sources {
         let source = SourceText::new(path, text);
+        if is_manifest(path) {
+            slots.push(Vec::new());
+            continue;
+        }
         match toml::from_str::<RawFile>(text) {
-            Ok(raw) => fragments.push(validate_file(&source, raw, &mut errors)),
-            Err(error) => errors.push(source.toml_error(&error)),
+            Ok(raw) => slots.push(vec![validate_file(&source, raw, &mut errors)]),
+            Err(error) => {
+                errors.push(source.toml_error(&error));
+                slots.push(Vec::new());
+            }
         }
     }
+    let node_labels = node_labels(slots.iter().flatten());
+    for ((path, text), slot) in sources.iter().zip(slots.iter_mut()) {
+        if is_manifest(path) {
+            *slot = manifest::fragments(path, text, &node_labels, &mut errors);
+        }
+    }
+    let fragments: Vec<Fragment> = slots.into_iter().flatten().collect();
     let check_references = errors.is_empty();
     let config = merge(fragments, check_references, &mut errors);
     if errors.is_empty() {
@@ -242,6 +282,7 @@ mod tests {
                 maximum_paths: 64,
                 multipath_relax: true,
                 neighbors: vec![neighbor],
+                imports: vec![],
                 sources: vec![path.clone()],
             }],
             bfd_profiles: vec![BfdProfile {

@@ -32,7 +32,9 @@ pub(crate) fn merge(
     let mut routers: Vec<MergedRouter> = Vec::new();
     let mut profiles: Vec<BfdProfileFragment> = Vec::new();
     let mut always_block = BTreeSet::new();
-    for fragment in fragments {
+    let mut announce = Vec::with_capacity(fragments.len());
+    for mut fragment in fragments {
+        announce.push((fragment.file.clone(), std::mem::take(&mut fragment.announce)));
         always_block.extend(fragment.always_block);
         for profile in fragment.bfd_profiles {
             merge_bfd_profile(&mut profiles, profile, errors);
@@ -51,6 +53,7 @@ pub(crate) fn merge(
         bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
         always_block: always_block.into_iter().collect(),
         files,
+        announce: super::announce::merge(announce, errors),
     }
 }
 
@@ -115,6 +118,7 @@ struct MergedRouter {
     /// Where each contributing file's router table starts, for "not one of the router's prefixes".
     prefix_locs: Vec<(Loc, String)>,
     neighbors: Vec<NeighborFragment>,
+    imports: BTreeSet<String>,
     sources: Vec<PathBuf>,
 }
 
@@ -131,6 +135,7 @@ impl MergedRouter {
             multipath_relax: router.multipath_relax,
             prefixes: router.prefixes.into_iter().collect(),
             neighbors: router.neighbors,
+            imports: router.imports.into_iter().collect(),
             sources: vec![file.to_path_buf()],
         }
     }
@@ -171,6 +176,7 @@ impl MergedRouter {
             errors,
         );
         self.prefixes.extend(router.prefixes);
+        self.imports.extend(router.imports);
         self.prefix_locs.push((router.prefixes_loc, router.field));
         for neighbor in router.neighbors {
             match self
@@ -218,6 +224,7 @@ impl MergedRouter {
                 .multipath_relax
                 .map_or(super::validate::DEFAULT_MULTIPATH_RELAX, |(v, _)| v),
             neighbors,
+            imports: self.imports.into_iter().collect(),
             sources: self.sources,
         }
     }

@@ -1,11 +1,14 @@
 //! Config files → a validated, merged model.
 //!
-//! The daemon reads `/etc/uplink/uplink.toml` and then every `*.toml` in `/etc/uplink/conf.d/`,
-//! in sorted file-name order ([`load`]). TOML field names are the snake_case of frr-k8s's
-//! `FRRConfiguration.spec.bgp` fields. Each file is parsed with spans (`raw`), validated on its
-//! own with defaults applied (`validate`), and the files are then merged (`merge`). Every error
-//! names the file, line, column and dotted field path, and says what would be valid
-//! ([`ConfigError`]); all errors across all files are returned together ([`ConfigErrors`]).
+//! The daemon reads `/etc/uplink/uplink.toml` and then every `*.toml`, `*.yaml` and `*.yml` in
+//! `/etc/uplink/conf.d/`, in sorted file-name order ([`load`]). YAML files hold Kubernetes
+//! manifests (frr-k8s, MetalLB, OVN-Kubernetes kinds) that are translated onto the same TOML
+//! structures (`manifest`); the announcement sections are in `announce`. TOML field names are
+//! the snake_case of frr-k8s's `FRRConfiguration.spec.bgp` fields. Each file is parsed with
+//! spans (`raw`), validated on its own with defaults applied (`validate`), and the files are
+//! then merged (`merge`). Every error names the file, line, column and dotted field path, and
+//! says what would be valid ([`ConfigError`]); all errors across all files are returned
+//! together ([`ConfigErrors`]).
 //!
 //! # Merge rule
 //!
@@ -43,10 +46,12 @@
 //! 50ms, `detect_multiplier` 3, `minimum_ttl` 254. `password_file` is read at load time, relative
 //! to the directory of the file that names it, with one trailing newline removed.
 
+mod announce;
 pub mod community;
 pub mod duration;
 mod error;
 mod load;
+mod manifest;
 mod merge;
 mod model;
 mod raw;

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::community::Community;
 use super::duration;
+use crate::announce::AnnounceConfig;
 
 /// The whole node configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -23,6 +24,8 @@ pub struct Config {
     pub always_block: Vec<IpNet>,
     /// The files this config was loaded from, in merge order.
     pub files: Vec<PathBuf>,
+    /// What the node announces besides router `prefixes` (`crate::announce`).
+    pub announce: AnnounceConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -47,6 +50,8 @@ pub struct Router {
     /// Whether paths from neighbours in different ASes may form one ECMP set.
     pub multipath_relax: bool,
     pub neighbors: Vec<Neighbor>,
+    /// VRFs whose routes this router imports (route leaking, frr-k8s `imports`).
+    pub imports: Vec<String>,
     /// Files that define or extend this router, in merge order.
     pub sources: Vec<PathBuf>,
 }

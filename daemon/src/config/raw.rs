@@ -11,6 +11,11 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::announce::{
+    RawAdvertisement, RawCommunityAlias, RawImport, RawNetwork, RawNode, RawPool,
+    RawRouteAdvertisement, RawService,
+};
+
 pub(crate) type S<T> = Spanned<T>;
 
 #[derive(Debug, Deserialize)]
@@ -19,6 +24,20 @@ pub(crate) struct RawFile {
     pub bgp: Option<RawBgp>,
     #[serde(default)]
     pub always_block: Vec<S<String>>,
+    // Announcement sections (`config::announce`).
+    pub node: Option<S<RawNode>>,
+    #[serde(default)]
+    pub pools: Vec<S<RawPool>>,
+    #[serde(default)]
+    pub services: Vec<S<RawService>>,
+    #[serde(default)]
+    pub advertisements: Vec<S<RawAdvertisement>>,
+    #[serde(default)]
+    pub communities: Vec<S<RawCommunityAlias>>,
+    #[serde(default)]
+    pub networks: Vec<S<RawNetwork>>,
+    #[serde(default)]
+    pub route_advertisements: Vec<S<RawRouteAdvertisement>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +61,9 @@ pub(crate) struct RawRouter {
     pub multipath_relax: Option<S<bool>>,
     #[serde(default)]
     pub neighbors: Vec<S<RawNeighbor>>,
+    /// Route leaking: VRFs whose routes this router imports.
+    #[serde(default)]
+    pub imports: Vec<S<RawImport>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use super::announce::{AnnounceFragment, RawAnnounce};
 use super::community::Community;
 use super::duration::{bare_number_hint, format_duration, parse_duration};
 use super::error::{ConfigError, Loc};
@@ -48,6 +49,7 @@ pub(crate) struct Fragment {
     pub routers: Vec<RouterFragment>,
     pub bfd_profiles: Vec<BfdProfileFragment>,
     pub always_block: Vec<IpNet>,
+    pub announce: AnnounceFragment,
 }
 
 #[derive(Debug)]
@@ -65,6 +67,7 @@ pub(crate) struct RouterFragment {
     pub prefixes: Vec<IpNet>,
     pub prefixes_loc: Loc,
     pub neighbors: Vec<NeighborFragment>,
+    pub imports: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -133,7 +136,18 @@ pub(crate) fn validate_file(
         routers: Vec::new(),
         bfd_profiles: Vec::new(),
         always_block: Vec::new(),
+        announce: AnnounceFragment::default(),
     };
+    let announce = RawAnnounce {
+        node: raw.node,
+        pools: raw.pools,
+        services: raw.services,
+        advertisements: raw.advertisements,
+        communities: raw.communities,
+        networks: raw.networks,
+        route_advertisements: raw.route_advertisements,
+    };
+    fragment.announce = super::announce::validate(source, announce, &mut *check.errors);
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
             fragment.always_block.push(prefix);
@@ -238,6 +252,17 @@ impl Checker<'_, '_> {
                 prefixes.insert(prefix);
             }
         }
+        let mut imports = Vec::new();
+        for (index, import) in raw.imports.iter().enumerate() {
+            let name = format!("{field}.imports[{index}].vrf");
+            let vrf = import.get_ref().vrf.get_ref();
+            // `""` or "default" name the default VRF, as in frr-k8s.
+            if vrf.is_empty() || vrf == "default" {
+                imports.push(String::new());
+            } else if let Some(vrf) = self.vrf_name(&import.get_ref().vrf, &name) {
+                imports.push(vrf);
+            }
+        }
         let mut neighbors: Vec<NeighborFragment> = Vec::new();
         for (index, neighbor) in raw.neighbors.iter().enumerate() {
             let neighbor_field = format!("{field}.neighbors[{index}]");
@@ -265,6 +290,7 @@ impl Checker<'_, '_> {
             prefixes: prefixes.into_iter().collect(),
             prefixes_loc: header,
             neighbors,
+            imports,
         })
     }
 

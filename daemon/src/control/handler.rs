@@ -32,6 +32,9 @@ pub async fn handle(instances: &[Instance], request: Request) -> Result<Value, S
             per_vrf(instances, &vrf, move |i| Box::pin(routes(i, family, lookup))).await
         }
         Request::BfdPeers { vrf } => bfd_peers(instances, &vrf).await,
+        Request::Announcements { .. } | Request::RunningConfig => {
+            Err("answered by the announcer, not the routing instances".into())
+        }
     }
 }
 

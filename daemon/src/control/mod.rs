@@ -1,6 +1,7 @@
 //! The operator interface: a root-only Unix socket that answers `show` requests with JSON in
 //! FRR's key names, and the renderers that turn that JSON into vtysh-like text.
 
+pub mod announcements;
 pub mod client;
 pub mod handler;
 pub mod protocol;

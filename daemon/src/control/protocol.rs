@@ -59,6 +59,11 @@ pub enum Request {
     BfdPeers {
         vrf: VrfSelector,
     },
+    // `show announcements` and `show running-config`, answered by `control::announcements`.
+    Announcements {
+        vrf: VrfSelector,
+    },
+    RunningConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,18 +6,23 @@ use serde_json::Value;
 use std::fmt::Write as _;
 
 pub fn text(request: &Request, value: &Value) -> String {
+    if super::announcements::handles(request) {
+        return super::announcements::text(request, value);
+    }
     let render: fn(&Value, &str) -> String = match request {
         Request::BgpSummary { .. } => summary,
         Request::BgpNeighbors { .. } => neighbors,
         Request::BgpRoutes { prefix: Some(_), .. } => single_route,
         Request::BgpRoutes { .. } => table,
         Request::BfdPeers { .. } => return bfd_peers(value),
+        Request::Announcements { .. } | Request::RunningConfig => return String::new(),
     };
     let all = match request {
         Request::BgpSummary { vrf }
         | Request::BgpNeighbors { vrf, .. }
         | Request::BgpRoutes { vrf, .. }
         | Request::BfdPeers { vrf } => *vrf == VrfSelector::All,
+        Request::Announcements { .. } | Request::RunningConfig => false,
     };
     if all {
         let mut out = String::new();

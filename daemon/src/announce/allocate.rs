@@ -1,0 +1,729 @@
+//! Deterministic VIP allocation: a pure function of the config, so every node computes the same
+//! address for a service without talking to the others.
+//!
+//! # Algorithm
+//!
+//! 1. **Manual addresses first.** Services are taken in `namespace/name` order. A service with
+//!    `load_balancer_ip` gets that address if it lies in its `address_pool` (when named) or in
+//!    any pool, and no earlier service holds it. Manual addresses are taken before any automatic
+//!    one, so they always win.
+//! 2. **Candidate pools.** A service without a manual address and with `address_pool` may use
+//!    only that pool (naming a pool is an explicit request, so `auto_assign = false` pools serve
+//!    it). Otherwise its candidates are the `auto_assign` pools whose `service_allocation` lets
+//!    it in (namespace listed or matched by a namespace selector; service matched by a service
+//!    selector): first the pools with a `service_allocation`, by ascending `priority` (unset
+//!    last), then the pools without, each group by name — MetalLB's order.
+//! 3. **Slots.** A pool's addresses, in the order written, form slots `0..size`. A service's
+//!    *home slot* in a pool is `fnv1a64("namespace/name") mod size` (FNV-1a, 64 bit: fixed
+//!    constants, so the result never changes with the Rust version, unlike `DefaultHasher`).
+//! 4. **Placement, round by round.** Round *r* places every still unplaced service in its *r*-th
+//!    candidate pool. Within a pool, first every service whose home slot no other service of the
+//!    round shares, and that is free, gets it; then the others, in `namespace/name` order, probe
+//!    linearly from their home slot (wrapping) to the first free slot. With `avoid_buggy_ips`,
+//!    IPv4 addresses ending in `.0` or `.255` are never handed out. A full pool sends the
+//!    service on to its next candidate; after the last it is *exhausted*.
+//!
+//! Adding or removing one service therefore moves no other service unless its home slot is the
+//! same as another service's (or a probe landed on it): every service that was at its home slot
+//! stays there. Such services are reported as [`Collision`]s, and `uplink check` prints them.
+//!
+//! Dual-stack services are not modelled: a service gets one address, from its pool's slots in
+//! the order the pool lists them (IPv4 and IPv6 alike).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+use super::model::{AddressRange, Pool, Service};
+use super::selector::any_matches;
+
+/// Upper bound on linear probing within one pool, so a huge, nearly full pool cannot stall.
+const MAX_PROBES: u128 = 1 << 24;
+
+/// FNV-1a, 64 bit (offset basis and prime from the FNV reference).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// How a service got its address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum How {
+    /// `load_balancer_ip`.
+    Manual,
+    /// Its home slot.
+    Home,
+    /// Its home slot was taken; it probed to the next free one.
+    Probed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Assigned {
+    pub address: IpAddr,
+    pub pool: String,
+    pub how: How,
+}
+
+/// Why a service has no address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllocError {
+    /// `address_pool` names a pool that does not exist.
+    UnknownPool(String),
+    /// The manual address is in no pool (or not in the named one).
+    NotInPool { address: IpAddr, pool: Option<String> },
+    /// The manual address is held by another service.
+    AddressInUse { address: IpAddr, by: String },
+    /// No pool may serve this service (auto-assign off, or `service_allocation` excludes it).
+    NoPool,
+    /// Every candidate pool is full.
+    PoolExhausted { pools: Vec<String> },
+}
+
+impl std::fmt::Display for AllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UnknownPool(pool) => write!(f, "address_pool \"{pool}\" does not exist"),
+            Self::NotInPool { address, pool: Some(pool) } => {
+                write!(f, "load_balancer_ip {address} is not in pool \"{pool}\"")
+            }
+            Self::NotInPool { address, pool: None } => {
+                write!(f, "load_balancer_ip {address} is in no pool")
+            }
+            Self::AddressInUse { address, by } => write!(f, "{address} is already used by {by}"),
+            Self::NoPool => f.write_str("no pool may serve this service"),
+            Self::PoolExhausted { pools } => write!(f, "pool exhausted ({})", pools.join(", ")),
+        }
+    }
+}
+
+/// A service that did not get its home slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Collision {
+    pub service: String,
+    pub pool: String,
+    pub home: IpAddr,
+    /// Who holds the home slot (a service key), or why it is unusable.
+    pub holder: String,
+    pub got: IpAddr,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Allocation {
+    /// By service key (`namespace/name`).
+    pub services: BTreeMap<String, Result<Assigned, AllocError>>,
+    pub collisions: Vec<Collision>,
+}
+
+impl Allocation {
+    pub fn address_of(&self, key: &str) -> Option<IpAddr> {
+        self.services.get(key).and_then(|r| r.as_ref().ok()).map(|a| a.address)
+    }
+}
+
+/// One range as numbers of one family.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    v4: bool,
+    lo: u128,
+    hi: u128,
+}
+
+impl Span {
+    fn of(range: &AddressRange) -> Option<Self> {
+        let (v4, lo, hi) = match (range.first, range.last) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                (true, u128::from(u32::from(a)), u128::from(u32::from(b)))
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => (false, u128::from(a), u128::from(b)),
+            _ => return None,
+        };
+        (lo <= hi).then_some(Self { v4, lo, hi })
+    }
+
+    fn len(&self) -> u128 {
+        self.hi.saturating_sub(self.lo).saturating_add(1)
+    }
+
+    fn address(&self, offset: u128) -> Option<IpAddr> {
+        let n = self.lo.checked_add(offset).filter(|n| *n <= self.hi)?;
+        Some(if self.v4 {
+            IpAddr::V4(Ipv4Addr::from(u32::try_from(n).ok()?))
+        } else {
+            IpAddr::V6(Ipv6Addr::from(n))
+        })
+    }
+
+    fn contains(&self, address: IpAddr) -> bool {
+        match address {
+            IpAddr::V4(a) if self.v4 => (self.lo..=self.hi).contains(&u128::from(u32::from(a))),
+            IpAddr::V6(a) if !self.v4 => (self.lo..=self.hi).contains(&u128::from(a)),
+            _ => false,
+        }
+    }
+
+    /// How many addresses in the span end in `.0` or `.255` (IPv4 only).
+    fn buggy_count(&self) -> u128 {
+        if !self.v4 {
+            return 0;
+        }
+        // Count of x in [0, n] with x % 256 == r.
+        let upto = |n: Option<u128>, r: u128| match n {
+            Some(n) => n.checked_sub(r).map_or(0, |d| (d / 256).saturating_add(1)),
+            None => 0,
+        };
+        let below = self.lo.checked_sub(1);
+        [0u128, 255].iter().map(|r| upto(Some(self.hi), *r).saturating_sub(upto(below, *r))).sum()
+    }
+}
+
+/// True for IPv4 addresses ending in `.0` or `.255`.
+pub fn is_buggy(address: IpAddr) -> bool {
+    matches!(address, IpAddr::V4(a) if matches!(a.octets()[3], 0 | 255))
+}
+
+/// A pool's slot space.
+struct Slots<'a> {
+    pool: &'a Pool,
+    spans: Vec<Span>,
+    size: u128,
+    capacity: u128,
+}
+
+impl<'a> Slots<'a> {
+    fn new(pool: &'a Pool) -> Self {
+        let spans: Vec<Span> = pool.addresses.iter().filter_map(Span::of).collect();
+        let size = spans.iter().fold(0u128, |acc, s| acc.saturating_add(s.len()));
+        let buggy = if pool.avoid_buggy_ips {
+            spans.iter().fold(0u128, |acc, s| acc.saturating_add(s.buggy_count()))
+        } else {
+            0
+        };
+        Self { pool, spans, size, capacity: size.saturating_sub(buggy) }
+    }
+
+    fn address(&self, slot: u128) -> Option<IpAddr> {
+        let mut rest = slot;
+        for span in &self.spans {
+            if rest < span.len() {
+                return span.address(rest);
+            }
+            rest = rest.saturating_sub(span.len());
+        }
+        None
+    }
+
+    fn contains(&self, address: IpAddr) -> bool {
+        self.spans.iter().any(|s| s.contains(address))
+    }
+
+    fn usable(&self, address: IpAddr) -> bool {
+        !(self.pool.avoid_buggy_ips && is_buggy(address))
+    }
+
+    fn home(&self, key: &str) -> Option<u128> {
+        (self.size > 0).then(|| u128::from(fnv1a64(key.as_bytes())) % self.size)
+    }
+}
+
+/// Whether `pool`'s `service_allocation` admits `service` (no `service_allocation`: everyone).
+pub fn pool_admits(pool: &Pool, service: &Service) -> bool {
+    let Some(alloc) = &pool.service_allocation else { return true };
+    let mut namespace_labels = service.namespace_labels.clone();
+    namespace_labels
+        .entry("kubernetes.io/metadata.name".to_string())
+        .or_insert_with(|| service.namespace.clone());
+    let namespace_ok = (alloc.namespaces.is_empty() && alloc.namespace_selectors.is_empty())
+        || alloc.namespaces.contains(&service.namespace)
+        || alloc.namespace_selectors.iter().any(|s| s.matches(&namespace_labels));
+    namespace_ok && any_matches(&alloc.service_selectors, &service.labels)
+}
+
+/// The pools a service without a manual address may draw from, in the order they are tried.
+fn candidates(pools: &[Pool], service: &Service) -> Result<Vec<usize>, AllocError> {
+    if let Some(name) = &service.address_pool {
+        return pools
+            .iter()
+            .position(|p| &p.name == name)
+            .map(|i| vec![i])
+            .ok_or_else(|| AllocError::UnknownPool(name.clone()));
+    }
+    let mut list: Vec<usize> = (0..pools.len())
+        .filter(|i| pools.get(*i).is_some_and(|p| p.auto_assign && pool_admits(p, service)))
+        .collect();
+    list.sort_by_key(|i| {
+        let pool = pools.get(*i);
+        let alloc = pool.and_then(|p| p.service_allocation.as_ref());
+        (
+            alloc.is_none(),
+            alloc.and_then(|a| a.priority).unwrap_or(i32::MAX),
+            pool.map(|p| p.name.clone()).unwrap_or_default(),
+        )
+    });
+    if list.is_empty() {
+        Err(AllocError::NoPool)
+    } else {
+        Ok(list)
+    }
+}
+
+/// Allocates an address to every service. Pure and deterministic: see the module doc.
+pub fn allocate(pools: &[Pool], services: &[Service]) -> Allocation {
+    let mut out = Allocation::default();
+    let mut order: Vec<&Service> = services.iter().collect();
+    order.sort_by_key(|s| s.key());
+    let slots: Vec<Slots<'_>> = pools.iter().map(Slots::new).collect();
+    let mut taken: HashMap<IpAddr, String> = HashMap::new();
+
+    // 1. Manual addresses.
+    for service in order.iter().filter(|s| s.load_balancer_ip.is_some()) {
+        let Some(address) = service.load_balancer_ip else { continue };
+        let key = service.key();
+        let pool = match &service.address_pool {
+            Some(name) => match slots.iter().find(|s| &s.pool.name == name) {
+                None => Err(AllocError::UnknownPool(name.clone())),
+                Some(s) if s.contains(address) => Ok(s.pool.name.clone()),
+                Some(_) => Err(AllocError::NotInPool { address, pool: Some(name.clone()) }),
+            },
+            None => {
+                let mut holders: Vec<&str> = slots
+                    .iter()
+                    .filter(|s| s.contains(address))
+                    .map(|s| s.pool.name.as_str())
+                    .collect();
+                holders.sort_unstable();
+                holders
+                    .first()
+                    .map(|p| p.to_string())
+                    .ok_or(AllocError::NotInPool { address, pool: None })
+            }
+        };
+        let result = pool.and_then(|pool| match taken.get(&address) {
+            Some(by) => Err(AllocError::AddressInUse { address, by: by.clone() }),
+            None => {
+                taken.insert(address, key.clone());
+                Ok(Assigned { address, pool, how: How::Manual })
+            }
+        });
+        out.services.insert(key, result);
+    }
+
+    // 2.-4. Automatic addresses, round by round.
+    let mut pending: Vec<(String, Vec<usize>)> = Vec::new();
+    for service in order.iter().filter(|s| s.load_balancer_ip.is_none()) {
+        match candidates(pools, service) {
+            Ok(list) => pending.push((service.key(), list)),
+            Err(error) => {
+                out.services.insert(service.key(), Err(error));
+            }
+        }
+    }
+    let mut round = 0usize;
+    while !pending.is_empty() {
+        let mut groups: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        let mut next = Vec::new();
+        for (key, list) in pending {
+            match list.get(round) {
+                Some(pool) => {
+                    groups.entry(*pool).or_default().push(key.clone());
+                    next.push((key, list));
+                }
+                None => {
+                    let pools =
+                        list.iter().filter_map(|i| pools.get(*i)).map(|p| p.name.clone()).collect();
+                    out.services.insert(key, Err(AllocError::PoolExhausted { pools }));
+                }
+            }
+        }
+        for (pool, keys) in groups {
+            let Some(slots) = slots.get(pool) else { continue };
+            place(slots, &keys, &mut taken, &mut out);
+        }
+        pending = next.into_iter().filter(|(key, _)| !out.services.contains_key(key)).collect();
+        round = round.saturating_add(1);
+    }
+    out.collisions.sort_by(|a, b| a.service.cmp(&b.service));
+    out
+}
+
+/// Places `keys` (in key order) in one pool: uncontested home slots first, then probing.
+fn place(
+    slots: &Slots<'_>,
+    keys: &[String],
+    taken: &mut HashMap<IpAddr, String>,
+    out: &mut Allocation,
+) {
+    let mut used = taken.keys().filter(|a| slots.contains(**a)).count() as u128;
+    let homes: Vec<(String, Option<u128>)> =
+        keys.iter().map(|k| (k.clone(), slots.home(k))).collect();
+    let mut home_count: HashMap<u128, usize> = HashMap::new();
+    for home in homes.iter().filter_map(|(_, h)| *h) {
+        let count = home_count.entry(home).or_default();
+        *count = count.saturating_add(1);
+    }
+    let mut probing = Vec::new();
+    for (key, home) in &homes {
+        let address = home.and_then(|h| slots.address(h));
+        match (home, address) {
+            (Some(h), Some(address))
+                if home_count.get(h) == Some(&1)
+                    && !taken.contains_key(&address)
+                    && slots.usable(address) =>
+            {
+                taken.insert(address, key.clone());
+                used = used.saturating_add(1);
+                let assigned = Assigned { address, pool: slots.pool.name.clone(), how: How::Home };
+                out.services.insert(key.clone(), Ok(assigned));
+            }
+            _ => probing.push((key.clone(), *home)),
+        }
+    }
+    for (key, home) in probing {
+        let Some(home) = home else { continue };
+        if used >= slots.capacity {
+            continue; // Full: the caller tries the next candidate pool.
+        }
+        let home_address = slots.address(home);
+        let limit = slots.size.min(MAX_PROBES);
+        let mut step: u128 = 0;
+        while step < limit {
+            let slot = home.checked_add(step).map_or(0, |s| s % slots.size);
+            step = step.saturating_add(1);
+            let Some(address) = slots.address(slot) else { continue };
+            if taken.contains_key(&address) || !slots.usable(address) {
+                continue;
+            }
+            let holder = match home_address {
+                Some(h) if h == address => None,
+                Some(h) => Some(taken.get(&h).cloned().unwrap_or_else(|| {
+                    if slots.usable(h) {
+                        "another service of the same home slot".to_string()
+                    } else {
+                        format!("{h} is never handed out (avoid_buggy_ips)")
+                    }
+                })),
+                None => None,
+            };
+            let how = match (&holder, home_address) {
+                (Some(holder), Some(home)) => {
+                    out.collisions.push(Collision {
+                        service: key.clone(),
+                        pool: slots.pool.name.clone(),
+                        home,
+                        holder: holder.clone(),
+                        got: address,
+                    });
+                    How::Probed
+                }
+                _ => How::Home,
+            };
+            taken.insert(address, key.clone());
+            used = used.saturating_add(1);
+            out.services
+                .insert(key.clone(), Ok(Assigned { address, pool: slots.pool.name.clone(), how }));
+            break;
+        }
+    }
+}
+
+/// Builders shared by the unit tests of the `announce` modules.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::super::model::{AddressRange, Pool, Service, TrafficPolicy};
+
+    pub(crate) fn range(text: &str) -> AddressRange {
+        match text.split_once('-') {
+            Some((a, b)) => {
+                AddressRange { first: a.parse().unwrap(), last: b.parse().unwrap(), cidr: None }
+            }
+            None => {
+                let net: ipnet::IpNet = text.parse().unwrap();
+                AddressRange { first: net.network(), last: net.broadcast(), cidr: Some(net) }
+            }
+        }
+    }
+
+    pub(crate) fn pool(name: &str, ranges: &[&str]) -> Pool {
+        Pool {
+            name: name.into(),
+            labels: Default::default(),
+            addresses: ranges.iter().map(|r| range(r)).collect(),
+            auto_assign: true,
+            avoid_buggy_ips: false,
+            service_allocation: None,
+            sources: vec![],
+        }
+    }
+
+    pub(crate) fn service(namespace: &str, name: &str) -> Service {
+        Service {
+            name: name.into(),
+            namespace: namespace.into(),
+            labels: Default::default(),
+            namespace_labels: Default::default(),
+            address_pool: None,
+            load_balancer_ip: None,
+            traffic_policy: TrafficPolicy::Cluster,
+            endpoints: vec![],
+            health: None,
+            sources: vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::ServiceAllocation;
+    use super::super::selector::LabelSelector;
+    use super::tests_support::{pool, service};
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn fnv1a64_reference_vectors() {
+        // From the FNV reference test suite.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn allocation_is_deterministic_and_order_independent() {
+        let pools = vec![pool("p", &["10.0.0.0/24"])];
+        let services: Vec<Service> = (0..40).map(|i| service("ns", &format!("svc{i}"))).collect();
+        let first = allocate(&pools, &services);
+        let mut reversed = services.clone();
+        reversed.reverse();
+        assert_eq!(allocate(&pools, &reversed), first);
+        let addresses: std::collections::BTreeSet<IpAddr> =
+            first.services.values().map(|r| r.as_ref().unwrap().address).collect();
+        assert_eq!(addresses.len(), 40, "every service gets its own address");
+        // The home slot is the documented hash.
+        let a = first.services.get("ns/svc0").unwrap().as_ref().unwrap();
+        if a.how == How::Home {
+            let slot = fnv1a64(b"ns/svc0") % 256;
+            assert_eq!(a.address, IpAddr::V4(Ipv4Addr::new(10, 0, 0, slot as u8)));
+        }
+    }
+
+    #[test]
+    fn adding_a_service_moves_only_colliding_ones() {
+        let pools = vec![pool("p", &["10.0.0.0/22"])];
+        let services: Vec<Service> = (0..30).map(|i| service("ns", &format!("s{i}"))).collect();
+        let before = allocate(&pools, &services);
+        let mut more = services.clone();
+        more.push(service("ns", "newcomer"));
+        let after = allocate(&pools, &more);
+        let slots = Slots::new(&pools[0]);
+        let newcomer_home = slots.address(slots.home("ns/newcomer").unwrap()).unwrap();
+        for (key, result) in &before.services {
+            let old = result.as_ref().unwrap();
+            let new = after.services.get(key).unwrap().as_ref().unwrap();
+            if old.address != new.address {
+                assert_eq!(old.address, newcomer_home, "{key} moved without a collision");
+            }
+        }
+        assert!(after.services.get("ns/newcomer").unwrap().is_ok());
+    }
+
+    #[test]
+    fn collisions_are_reported_and_resolved_by_probing() {
+        // A pool of 2 slots and 2 services: whatever the hashes, both get one address, and if
+        // they share a home one of them is reported.
+        let pools = vec![pool("tiny", &["192.0.2.10-192.0.2.11"])];
+        let services = vec![service("a", "x"), service("b", "y")];
+        let out = allocate(&pools, &services);
+        let got: Vec<IpAddr> = out.services.values().map(|r| r.as_ref().unwrap().address).collect();
+        assert_ne!(got[0], got[1]);
+        let same_home = fnv1a64(b"a/x") % 2 == fnv1a64(b"b/y") % 2;
+        assert_eq!(out.collisions.len(), usize::from(same_home));
+        // Five services whose keys hash anywhere in a 1-slot pool: one gets it, four collide
+        // and find the pool exhausted.
+        let pools = vec![pool("one", &["192.0.2.1/32"])];
+        let services: Vec<Service> = (0..5).map(|i| service("ns", &format!("s{i}"))).collect();
+        let out = allocate(&pools, &services);
+        assert_eq!(out.services.values().filter(|r| r.is_ok()).count(), 1);
+        let exhausted = out
+            .services
+            .values()
+            .filter(|r| matches!(r, Err(AllocError::PoolExhausted { pools }) if pools == &vec!["one".to_string()]))
+            .count();
+        assert_eq!(exhausted, 4);
+    }
+
+    #[test]
+    fn manual_addresses_win_and_conflicts_are_named() {
+        let pools = vec![pool("p", &["10.0.0.0/30"]), {
+            let mut p = pool("manual", &["10.9.0.0/24"]);
+            p.auto_assign = false;
+            p
+        }];
+        let mut a = service("ns", "a");
+        a.load_balancer_ip = Some(ip("10.9.0.7"));
+        let mut b = service("ns", "b");
+        b.load_balancer_ip = Some(ip("10.9.0.7"));
+        let mut c = service("ns", "c");
+        c.load_balancer_ip = Some(ip("192.168.1.1"));
+        let mut d = service("ns", "d");
+        d.load_balancer_ip = Some(ip("10.0.0.1"));
+        d.address_pool = Some("manual".into());
+        let out = allocate(&pools, &[a, b, c, d]);
+        assert_eq!(
+            out.services["ns/a"],
+            Ok(Assigned { address: ip("10.9.0.7"), pool: "manual".into(), how: How::Manual })
+        );
+        assert_eq!(
+            out.services["ns/b"],
+            Err(AllocError::AddressInUse { address: ip("10.9.0.7"), by: "ns/a".into() })
+        );
+        assert_eq!(
+            out.services["ns/c"],
+            Err(AllocError::NotInPool { address: ip("192.168.1.1"), pool: None })
+        );
+        assert_eq!(
+            out.services["ns/d"],
+            Err(AllocError::NotInPool { address: ip("10.0.0.1"), pool: Some("manual".into()) })
+        );
+    }
+
+    #[test]
+    fn manual_address_is_never_given_to_an_automatic_service() {
+        // One-slot pool: the manual holder keeps it, the automatic one is exhausted.
+        let pools = vec![pool("p", &["10.0.0.5/32"])];
+        let mut manual = service("z", "manual");
+        manual.load_balancer_ip = Some(ip("10.0.0.5"));
+        let out = allocate(&pools, &[service("a", "auto"), manual]);
+        assert_eq!(out.address_of("z/manual"), Some(ip("10.0.0.5")));
+        assert!(matches!(out.services["a/auto"], Err(AllocError::PoolExhausted { .. })));
+    }
+
+    #[test]
+    fn auto_assign_false_serves_only_explicit_requests() {
+        let mut reserved = pool("reserved", &["10.1.0.0/24"]);
+        reserved.auto_assign = false;
+        let pools = vec![reserved];
+        let mut asks = service("ns", "asks");
+        asks.address_pool = Some("reserved".into());
+        let out = allocate(&pools, &[service("ns", "plain"), asks]);
+        assert_eq!(out.services["ns/plain"], Err(AllocError::NoPool));
+        assert_eq!(out.services["ns/asks"].as_ref().unwrap().pool, "reserved");
+        let mut unknown = service("ns", "typo");
+        unknown.address_pool = Some("nope".into());
+        assert_eq!(
+            allocate(&pools, &[unknown]).services["ns/typo"],
+            Err(AllocError::UnknownPool("nope".into()))
+        );
+    }
+
+    #[test]
+    fn pools_are_tried_by_priority_then_spill_over() {
+        let with_priority = |name: &str, ranges: &[&str], priority: Option<i32>| {
+            let mut p = pool(name, ranges);
+            p.service_allocation = Some(ServiceAllocation { priority, ..Default::default() });
+            p
+        };
+        let pools = vec![
+            pool("plain", &["10.3.0.0/24"]),
+            with_priority("low", &["10.2.0.0/24"], Some(50)),
+            with_priority("high", &["10.1.0.1/32"], Some(10)),
+        ];
+        let out = allocate(&pools, &[service("ns", "a"), service("ns", "b"), service("ns", "c")]);
+        let by_pool =
+            |p: &str| out.services.values().filter(|r| r.as_ref().unwrap().pool == p).count();
+        // The one-address high-priority pool takes one service, the next priority the rest;
+        // the pool without service_allocation is last.
+        assert_eq!((by_pool("high"), by_pool("low"), by_pool("plain")), (1, 2, 0));
+    }
+
+    #[test]
+    fn service_allocation_filters_namespaces_and_services() {
+        let mut p = pool("team", &["10.5.0.0/24"]);
+        p.service_allocation = Some(ServiceAllocation {
+            priority: None,
+            namespaces: vec!["allowed".into()],
+            namespace_selectors: vec![LabelSelector {
+                match_labels: [("tier".to_string(), "gold".to_string())].into(),
+                match_expressions: vec![],
+            }],
+            service_selectors: vec![],
+        });
+        let mut by_label = service("other", "labelled");
+        by_label.namespace_labels.insert("tier".into(), "gold".into());
+        let out = allocate(
+            &[p.clone()],
+            &[service("allowed", "a"), service("other", "b"), by_label.clone()],
+        );
+        assert!(out.services["allowed/a"].is_ok());
+        assert_eq!(out.services["other/b"], Err(AllocError::NoPool));
+        assert!(out.services["other/labelled"].is_ok());
+        p.service_allocation = Some(ServiceAllocation {
+            service_selectors: vec![LabelSelector {
+                match_labels: [("app".to_string(), "web".to_string())].into(),
+                match_expressions: vec![],
+            }],
+            ..Default::default()
+        });
+        let mut web = service("x", "web");
+        web.labels.insert("app".into(), "web".into());
+        let out = allocate(&[p], &[web, service("x", "db")]);
+        assert!(out.services["x/web"].is_ok());
+        assert_eq!(out.services["x/db"], Err(AllocError::NoPool));
+    }
+
+    #[test]
+    fn ipv6_pools_and_ranges() {
+        let pools = vec![pool("v6", &["2001:db8::/120", "2001:db8:1::10-2001:db8:1::1f"])];
+        let services: Vec<Service> = (0..20).map(|i| service("ns", &format!("s{i}"))).collect();
+        let out = allocate(&pools, &services);
+        for result in out.services.values() {
+            let address = result.as_ref().unwrap().address;
+            assert!(pools[0].addresses.iter().any(|r| Span::of(r).unwrap().contains(address)));
+            assert!(address.is_ipv6());
+        }
+        // A /64 has more slots than u64 — the hash still lands inside it.
+        let big = vec![pool("big", &["2001:db8:2::/64"])];
+        let out = allocate(&big, &[service("ns", "x")]);
+        let address = out.address_of("ns/x").unwrap();
+        assert!("2001:db8:2::/64".parse::<ipnet::IpNet>().unwrap().contains(&address));
+    }
+
+    #[test]
+    fn avoid_buggy_ips_skips_dot_zero_and_dot_255() {
+        let mut p = pool("p", &["10.0.0.255-10.0.1.0"]);
+        p.avoid_buggy_ips = true;
+        let span = Span::of(&p.addresses[0]).unwrap();
+        assert_eq!(span.buggy_count(), 2);
+        assert_eq!(Slots::new(&p).capacity, 0);
+        let out = allocate(&[p], &[service("ns", "a")]);
+        assert!(matches!(out.services["ns/a"], Err(AllocError::PoolExhausted { .. })));
+
+        let mut p = pool("p", &["10.0.0.0/24"]);
+        p.avoid_buggy_ips = true;
+        assert_eq!(Slots::new(&p).capacity, 254);
+        let services: Vec<Service> = (0..254).map(|i| service("ns", &format!("s{i}"))).collect();
+        let out = allocate(&[p], &services);
+        for result in out.services.values() {
+            assert!(!is_buggy(result.as_ref().unwrap().address));
+        }
+    }
+
+    #[test]
+    fn exhaustion_of_every_candidate() {
+        let pools = vec![pool("a", &["10.0.0.1/32"]), pool("b", &["10.0.0.2/32"])];
+        let out = allocate(&pools, &[service("ns", "1"), service("ns", "2"), service("ns", "3")]);
+        assert_eq!(out.services.values().filter(|r| r.is_ok()).count(), 2);
+        assert!(out
+            .services
+            .values()
+            .any(|r| r == &Err(AllocError::PoolExhausted { pools: vec!["a".into(), "b".into()] })));
+    }
+}

@@ -1,0 +1,623 @@
+//! (config, health states) → per router (VRF): the prefixes to originate, with their
+//! communities, LOCAL_PREF and peers, plus a "why / why not" for every candidate prefix.
+//!
+//! Pure: the daemon calls [`compute`] whenever the config or a health verdict changes and hands
+//! each router's set to its RIB task, which originates and withdraws the difference.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::allocate::{allocate, AllocError, Allocation};
+use super::model::{
+    AdvertisementKind, AnnounceConfig, Network, NetworkSelector, RouteAdvertisement, TargetVrf,
+    Topology,
+};
+use super::readiness::{readiness, HealthStates, Readiness};
+use super::selector::any_matches;
+use crate::config::Community;
+
+/// The node label that excludes a node from announcing LoadBalancer addresses (Kubernetes
+/// well-known label, honoured by MetalLB's speaker).
+pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// What compute needs to know about one configured BGP router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterInput {
+    pub vrf: String,
+    pub neighbors: Vec<IpAddr>,
+    /// VRFs this router imports routes from (`imports = [{ vrf = "…" }]`).
+    pub imports: Vec<String>,
+}
+
+/// Which of a router's neighbors get a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerSet {
+    All,
+    Only(BTreeSet<IpAddr>),
+}
+
+impl PeerSet {
+    fn union(&mut self, other: &PeerSet) {
+        match (&mut *self, other) {
+            (PeerSet::All, _) => {}
+            (_, PeerSet::All) => *self = PeerSet::All,
+            (PeerSet::Only(a), PeerSet::Only(b)) => a.extend(b.iter().copied()),
+        }
+    }
+
+    pub fn contains(&self, address: &IpAddr) -> bool {
+        match self {
+            PeerSet::All => true,
+            PeerSet::Only(set) => set.contains(address),
+        }
+    }
+}
+
+impl fmt::Display for PeerSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerSet::All => f.write_str("all peers"),
+            PeerSet::Only(set) => {
+                let list: Vec<String> = set.iter().map(|a| a.to_string()).collect();
+                f.write_str(&list.join(", "))
+            }
+        }
+    }
+}
+
+/// One prefix a router originates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Route {
+    pub communities: BTreeSet<Community>,
+    /// Sent to iBGP peers only (RFC 4271 §5.1.5).
+    pub local_pref: Option<u32>,
+    pub peers: PeerSet,
+    /// What asked for it, e.g. `service ns/web` or `PodNetwork of default (RouteAdvertisements default)`.
+    pub origins: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RouterAnnouncements {
+    pub vrf: String,
+    /// False for a VRF that only a route advertisement implies (no router configured there).
+    pub configured: bool,
+    pub originate: BTreeMap<IpNet, Route>,
+    /// VRFs this router imports from: configured `imports` plus those `target_vrf = "default"`
+    /// implies.
+    pub imports: BTreeSet<String>,
+    /// Routes originated in another VRF that this router imports, with that VRF. Their next hop
+    /// stays in the VRF they came from.
+    pub imported: BTreeMap<IpNet, String>,
+}
+
+/// What asked for a candidate prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Origin {
+    Service { service: String, advertisement: Option<String> },
+    Aggregate { advertisement: String },
+    PodNetwork { network: String, route_advertisement: String },
+    EgressIp { network: String, route_advertisement: String },
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Service { service, advertisement: Some(adv) } => {
+                write!(f, "service {service} (advertisement {adv})")
+            }
+            Origin::Service { service, advertisement: None } => write!(f, "service {service}"),
+            Origin::Aggregate { advertisement } => {
+                write!(f, "aggregate (advertisement {advertisement})")
+            }
+            Origin::PodNetwork { network, route_advertisement } => {
+                write!(f, "PodNetwork of {network} (route advertisement {route_advertisement})")
+            }
+            Origin::EgressIp { network, route_advertisement } => {
+                write!(f, "EgressIP of {network} (route advertisement {route_advertisement})")
+            }
+        }
+    }
+}
+
+/// Why a candidate is not announced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Reason {
+    NoAddress { error: AllocError },
+    NotReady { readiness: Readiness },
+    NoAdvertisement { pool: String },
+    NodeNotSelected { by: String },
+    NodeExcluded,
+    AggregatedInto { aggregate: IpNet },
+    Drained,
+    NoRouter { vrf: String },
+    NoHostSubnet,
+    UnknownPeers { peers: Vec<String> },
+    NoMatchingRouter { vrf: String },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NoAddress { error } => write!(f, "no address: {error}"),
+            Reason::NotReady { readiness } => f.write_str(match readiness {
+                Readiness::Ready => "ready",
+                Readiness::NoHealthyEndpoint => "no healthy endpoint",
+                Readiness::NoLocalEndpoint => "no local endpoint (traffic_policy local)",
+                Readiness::NoHealthyLocalEndpoint => {
+                    "no healthy local endpoint (traffic_policy local)"
+                }
+            }),
+            Reason::NoAdvertisement { pool } => write!(f, "no advertisement selects pool {pool}"),
+            Reason::NodeNotSelected { by } => write!(f, "node not selected by {by}"),
+            Reason::NodeExcluded => write!(f, "node is labelled {EXCLUDE_LABEL}"),
+            Reason::AggregatedInto { aggregate } => write!(f, "aggregated into {aggregate}"),
+            Reason::Drained => f.write_str("drained"),
+            Reason::NoRouter { vrf } => write!(f, "no router in VRF {}", vrf_name(vrf)),
+            Reason::NoHostSubnet => f.write_str("layer3 network without a host_subnet"),
+            Reason::UnknownPeers { peers } => write!(f, "unknown peers {}", peers.join(", ")),
+            Reason::NoMatchingRouter { vrf } => write!(
+                f,
+                "no FRRConfiguration selected by frr_configuration_selector has a router in VRF {}",
+                vrf_name(vrf)
+            ),
+        }
+    }
+}
+
+fn vrf_name(vrf: &str) -> &str {
+    if vrf.is_empty() {
+        "default"
+    } else {
+        vrf
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum State {
+    Announced { peers: PeerSet },
+    Withdrawn { reason: Reason },
+}
+
+/// One prefix this node could originate, and whether and why it does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Candidate {
+    /// `None` when there is no prefix at all (e.g. a service without an address).
+    pub prefix: Option<IpNet>,
+    /// The VRF of the router it is (or would be) originated from.
+    pub vrf: Option<String>,
+    pub origin: Origin,
+    pub state: State,
+}
+
+/// The whole result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Announcements {
+    /// Sorted by VRF; the default VRF (`""`) first.
+    pub routers: Vec<RouterAnnouncements>,
+    pub candidates: Vec<Candidate>,
+    pub allocation: Allocation,
+}
+
+impl Announcements {
+    pub fn router(&self, vrf: &str) -> Option<&RouterAnnouncements> {
+        self.routers.iter().find(|r| r.vrf == vrf)
+    }
+}
+
+/// Runtime inputs besides the config.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeState<'a> {
+    pub health: Option<&'a HealthStates>,
+    /// `uplink drain`: service addresses are withdrawn (pod networks stay, so running pods stay
+    /// reachable until they are evicted).
+    pub drained: bool,
+}
+
+struct Builder<'a> {
+    routers: BTreeMap<String, RouterAnnouncements>,
+    inputs: &'a [RouterInput],
+    candidates: Vec<Candidate>,
+}
+
+impl Builder<'_> {
+    fn withdraw(
+        &mut self,
+        prefix: Option<IpNet>,
+        vrf: Option<&str>,
+        origin: Origin,
+        reason: Reason,
+    ) {
+        self.candidates.push(Candidate {
+            prefix,
+            vrf: vrf.map(str::to_string),
+            origin,
+            state: State::Withdrawn { reason },
+        });
+    }
+
+    /// Originates `prefix` from the router in `vrf` (which must be configured, or implied).
+    fn announce(&mut self, prefix: IpNet, vrf: &str, origin: Origin, route: Route) {
+        let router = self
+            .routers
+            .entry(vrf.to_string())
+            .or_insert_with(|| RouterAnnouncements { vrf: vrf.to_string(), ..Default::default() });
+        match router.originate.get_mut(&prefix) {
+            Some(existing) => {
+                existing.communities.extend(route.communities.iter().copied());
+                existing.local_pref = existing.local_pref.max(route.local_pref);
+                existing.peers.union(&route.peers);
+                for o in &route.origins {
+                    if !existing.origins.contains(o) {
+                        existing.origins.push(o.clone());
+                    }
+                }
+            }
+            None => {
+                router.originate.insert(prefix, route.clone());
+            }
+        }
+        self.candidates.push(Candidate {
+            prefix: Some(prefix),
+            vrf: Some(vrf.to_string()),
+            origin,
+            state: State::Announced { peers: route.peers },
+        });
+    }
+
+    fn has_router(&self, vrf: &str) -> bool {
+        self.inputs.iter().any(|r| r.vrf == vrf)
+    }
+}
+
+/// Computes every router's announcements. See the module doc.
+pub fn compute(
+    config: &AnnounceConfig,
+    routers: &[RouterInput],
+    runtime: RuntimeState<'_>,
+) -> Announcements {
+    let empty = HealthStates::new();
+    let health = runtime.health.unwrap_or(&empty);
+    let mut builder = Builder {
+        routers: routers
+            .iter()
+            .map(|r| {
+                let router = RouterAnnouncements {
+                    vrf: r.vrf.clone(),
+                    configured: true,
+                    imports: r.imports.iter().cloned().collect(),
+                    ..Default::default()
+                };
+                (r.vrf.clone(), router)
+            })
+            .collect(),
+        inputs: routers,
+        candidates: Vec::new(),
+    };
+    let allocation = allocate(&config.pools, &config.services);
+    services(config, &allocation, health, runtime.drained, &mut builder);
+    networks(config, &mut builder);
+
+    // Imported routes: what the source VRF's router originates.
+    let originated: BTreeMap<String, Vec<IpNet>> = builder
+        .routers
+        .iter()
+        .map(|(vrf, r)| (vrf.clone(), r.originate.keys().copied().collect()))
+        .collect();
+    for router in builder.routers.values_mut() {
+        for from in &router.imports {
+            if from == &router.vrf {
+                continue;
+            }
+            for prefix in originated.get(from).into_iter().flatten() {
+                router.imported.entry(*prefix).or_insert_with(|| from.clone());
+            }
+        }
+    }
+    Announcements {
+        routers: builder.routers.into_values().collect(),
+        candidates: builder.candidates,
+        allocation,
+    }
+}
+
+fn services(
+    config: &AnnounceConfig,
+    allocation: &Allocation,
+    health: &HealthStates,
+    drained: bool,
+    builder: &mut Builder<'_>,
+) {
+    let node_labels = config.node.effective_labels();
+    let node_name = config.node.name.clone().unwrap_or_default();
+    let mut aggregates: BTreeMap<(IpNet, String), (Route, String)> = BTreeMap::new();
+    let mut order: Vec<_> = config.services.iter().collect();
+    order.sort_by_key(|s| s.key());
+    for service in order {
+        let key = service.key();
+        let plain = Origin::Service { service: key.clone(), advertisement: None };
+        let assigned = match allocation.services.get(&key) {
+            Some(Ok(assigned)) => assigned,
+            Some(Err(error)) => {
+                builder.withdraw(None, None, plain, Reason::NoAddress { error: error.clone() });
+                continue;
+            }
+            None => continue,
+        };
+        let host = IpNet::from(assigned.address);
+        let ready = readiness(service, &node_name, health);
+        if !ready.is_ready() {
+            builder.withdraw(Some(host), None, plain, Reason::NotReady { readiness: ready });
+            continue;
+        }
+        if drained {
+            builder.withdraw(Some(host), None, plain, Reason::Drained);
+            continue;
+        }
+        if node_labels.contains_key(EXCLUDE_LABEL) {
+            builder.withdraw(Some(host), None, plain, Reason::NodeExcluded);
+            continue;
+        }
+        let Some(pool) = config.pools.iter().find(|p| p.name == assigned.pool) else { continue };
+        let advertisements: Vec<_> = config
+            .advertisements
+            .iter()
+            .filter(|a| {
+                let by_name = a.ip_address_pools.contains(&pool.name);
+                let by_label = a.ip_address_pool_selectors.iter().any(|s| s.matches(&pool.labels));
+                // MetalLB: an advertisement that names no pool at all applies to every pool.
+                let all = a.ip_address_pools.is_empty() && a.ip_address_pool_selectors.is_empty();
+                by_name || by_label || all
+            })
+            .collect();
+        if advertisements.is_empty() {
+            builder.withdraw(
+                Some(host),
+                None,
+                plain,
+                Reason::NoAdvertisement { pool: pool.name.clone() },
+            );
+            continue;
+        }
+        for adv in advertisements {
+            let origin =
+                Origin::Service { service: key.clone(), advertisement: Some(adv.name.clone()) };
+            if !any_matches(&adv.node_selectors, &node_labels) {
+                builder.withdraw(
+                    Some(host),
+                    None,
+                    origin,
+                    Reason::NodeNotSelected { by: format!("advertisement {}", adv.name) },
+                );
+                continue;
+            }
+            let length = match assigned.address {
+                IpAddr::V4(_) => adv.aggregation_length,
+                IpAddr::V6(_) => adv.aggregation_length_v6,
+            };
+            let prefix = IpNet::new(assigned.address, length).map(|n| n.trunc()).unwrap_or(host);
+            let targets = match peer_targets(config, builder.inputs, &adv.peers) {
+                Ok(targets) => targets,
+                Err(reason) => {
+                    builder.withdraw(Some(host), None, origin, reason);
+                    continue;
+                }
+            };
+            let route = Route {
+                communities: adv.communities.iter().copied().collect(),
+                local_pref: adv.local_pref,
+                peers: PeerSet::All,
+                origins: vec![origin.to_string()],
+            };
+            for (vrf, peers) in targets {
+                let route = Route { peers, ..route.clone() };
+                if prefix == host {
+                    builder.announce(prefix, &vrf, origin.clone(), route);
+                } else {
+                    builder.withdraw(
+                        Some(host),
+                        Some(&vrf),
+                        origin.clone(),
+                        Reason::AggregatedInto { aggregate: prefix },
+                    );
+                    let agg_route =
+                        Route { origins: vec![format!("aggregate of service {key}")], ..route };
+                    match aggregates.get_mut(&(prefix, vrf.clone())) {
+                        Some((existing, _)) => {
+                            existing.communities.extend(agg_route.communities.iter().copied());
+                            existing.local_pref = existing.local_pref.max(agg_route.local_pref);
+                            existing.peers.union(&agg_route.peers);
+                            existing.origins.extend(agg_route.origins);
+                        }
+                        None => {
+                            aggregates.insert((prefix, vrf), (agg_route, adv.name.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for ((prefix, vrf), (route, advertisement)) in aggregates {
+        builder.announce(prefix, &vrf, Origin::Aggregate { advertisement }, route);
+    }
+}
+
+/// Routers (by VRF) and peers an advertisement's `peers` list means. Empty: every router with
+/// neighbors, to all of them.
+fn peer_targets(
+    config: &AnnounceConfig,
+    routers: &[RouterInput],
+    peers: &[String],
+) -> Result<Vec<(String, PeerSet)>, Reason> {
+    if peers.is_empty() {
+        let targets: Vec<(String, PeerSet)> = routers
+            .iter()
+            .filter(|r| !r.neighbors.is_empty())
+            .map(|r| (r.vrf.clone(), PeerSet::All))
+            .collect();
+        return if targets.is_empty() {
+            Err(Reason::NoRouter { vrf: String::new() })
+        } else {
+            Ok(targets)
+        };
+    }
+    let mut by_vrf: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
+    let mut unknown = Vec::new();
+    for peer in peers {
+        let mut found = false;
+        if let Ok(address) = peer.parse::<IpAddr>() {
+            for router in routers.iter().filter(|r| r.neighbors.contains(&address)) {
+                by_vrf.entry(router.vrf.clone()).or_default().insert(address);
+                found = true;
+            }
+        }
+        for named in config.peer_names.iter().filter(|p| &p.name == peer) {
+            if routers.iter().any(|r| r.vrf == named.vrf && r.neighbors.contains(&named.address)) {
+                by_vrf.entry(named.vrf.clone()).or_default().insert(named.address);
+                found = true;
+            }
+        }
+        if !found {
+            unknown.push(peer.clone());
+        }
+    }
+    if by_vrf.is_empty() {
+        return Err(Reason::UnknownPeers { peers: unknown });
+    }
+    Ok(by_vrf.into_iter().map(|(vrf, set)| (vrf, PeerSet::Only(set))).collect())
+}
+
+fn selected_networks<'a>(config: &'a AnnounceConfig, ra: &RouteAdvertisement) -> Vec<&'a Network> {
+    let mut out: Vec<&Network> = Vec::new();
+    for selector in &ra.network_selectors {
+        for network in &config.networks {
+            let hit = match selector {
+                NetworkSelector::DefaultNetwork => network.is_default(),
+                NetworkSelector::ClusterUserDefinedNetworks { network_selector } => {
+                    !network.is_default() && network_selector.matches(&network.labels)
+                }
+            };
+            if hit && !out.iter().any(|n| n.name == network.name) {
+                out.push(network);
+            }
+        }
+    }
+    out
+}
+
+fn networks(config: &AnnounceConfig, builder: &mut Builder<'_>) {
+    let node_labels = config.node.effective_labels();
+    for ra in &config.route_advertisements {
+        for network in selected_networks(config, ra) {
+            let target = match ra.target_vrf {
+                TargetVrf::Default => String::new(),
+                TargetVrf::Auto => network.vrf.clone(),
+            };
+            for kind in &ra.advertisements {
+                let origin = match kind {
+                    AdvertisementKind::PodNetwork => Origin::PodNetwork {
+                        network: network.name.clone(),
+                        route_advertisement: ra.name.clone(),
+                    },
+                    AdvertisementKind::EgressIp => Origin::EgressIp {
+                        network: network.name.clone(),
+                        route_advertisement: ra.name.clone(),
+                    },
+                };
+                let prefixes: Vec<IpNet> = match kind {
+                    AdvertisementKind::PodNetwork => match network.topology {
+                        // Each node announces only its own slice (deck slide 19).
+                        Topology::Layer3 => network.host_subnets.clone(),
+                        // One segment: every node announces the whole subnet (slides 29-33).
+                        Topology::Layer2 => network.subnets.clone(),
+                    },
+                    AdvertisementKind::EgressIp => {
+                        network.egress_ips.iter().map(|a| IpNet::from(*a)).collect()
+                    }
+                };
+                if prefixes.is_empty() {
+                    if *kind == AdvertisementKind::PodNetwork {
+                        builder.withdraw(None, Some(&target), origin, Reason::NoHostSubnet);
+                    }
+                    continue;
+                }
+                let verdict = if !ra.node_selector.matches(&node_labels) {
+                    Err(Reason::NodeNotSelected { by: format!("route advertisement {}", ra.name) })
+                } else if !builder.has_router(&target) {
+                    Err(Reason::NoRouter { vrf: target.clone() })
+                } else {
+                    network_peers(config, builder.inputs, ra, &target)
+                };
+                for prefix in prefixes {
+                    match &verdict {
+                        Ok(peers) => {
+                            let route = Route {
+                                communities: BTreeSet::new(),
+                                local_pref: None,
+                                peers: peers.clone(),
+                                origins: vec![origin.to_string()],
+                            };
+                            builder.announce(prefix, &target, origin.clone(), route);
+                        }
+                        Err(reason) => builder.withdraw(
+                            Some(prefix),
+                            Some(&target),
+                            origin.clone(),
+                            reason.clone(),
+                        ),
+                    }
+                }
+                // `target_vrf = "default"` for a network in its own VRF: leak both ways, as
+                // OVN-Kubernetes renders `import vrf` in both routers (deck slide 34).
+                if verdict.is_ok() && ra.target_vrf == TargetVrf::Default && !network.vrf.is_empty()
+                {
+                    builder
+                        .routers
+                        .entry(String::new())
+                        .or_default()
+                        .imports
+                        .insert(network.vrf.clone());
+                    let other = builder.routers.entry(network.vrf.clone()).or_insert_with(|| {
+                        RouterAnnouncements { vrf: network.vrf.clone(), ..Default::default() }
+                    });
+                    other.imports.insert(String::new());
+                }
+            }
+        }
+    }
+}
+
+/// The peers of the router in `vrf` that a route advertisement's `frr_configuration_selector`
+/// picks: all of them for an empty selector, else the neighbors that selected
+/// `FRRConfiguration`s define in that VRF.
+fn network_peers(
+    config: &AnnounceConfig,
+    routers: &[RouterInput],
+    ra: &RouteAdvertisement,
+    vrf: &str,
+) -> Result<PeerSet, Reason> {
+    if ra.frr_configuration_selector.is_empty() {
+        return Ok(PeerSet::All);
+    }
+    let configured: BTreeSet<IpAddr> =
+        routers.iter().filter(|r| r.vrf == vrf).flat_map(|r| r.neighbors.iter().copied()).collect();
+    let set: BTreeSet<IpAddr> = config
+        .router_labels
+        .iter()
+        .filter(|r| r.vrf == vrf && ra.frr_configuration_selector.matches(&r.labels))
+        .flat_map(|r| r.neighbors.iter().copied())
+        .filter(|a| configured.contains(a))
+        .collect();
+    if set.is_empty() {
+        Err(Reason::NoMatchingRouter { vrf: vrf.to_string() })
+    } else {
+        Ok(PeerSet::Only(set))
+    }
+}

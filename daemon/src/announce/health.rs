@@ -1,0 +1,277 @@
+//! Health checks: one tokio task per (service, endpoint) this node must watch, each probing on
+//! its `interval` and reporting a verdict only when it changes.
+//!
+//! The rise/fall logic ([`Tracker`]) is sans-IO. The probes:
+//! - `tcp`: a TCP connection to `address:port` completes within `timeout`;
+//! - `http`: `GET path HTTP/1.0` answers with a status line carrying `expected_status`;
+//! - `https`: the crate has no TLS implementation, so an `https` check only verifies that the
+//!   TCP connection to the port completes (a warning says so when the check starts);
+//! - `exec`: the command exits 0 within `timeout` (`{address}` in its arguments is replaced by
+//!   the endpoint's address); it is killed when the timeout passes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::model::{HealthCheck, ProbeKind};
+
+/// Consecutive-result counting: `rise` successes make an endpoint healthy, `fall` failures make
+/// it unhealthy. Until the first verdict it is unknown (readiness treats that as unhealthy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracker {
+    rise: u32,
+    fall: u32,
+    healthy: Option<bool>,
+    successes: u32,
+    failures: u32,
+}
+
+impl Tracker {
+    pub fn new(rise: u32, fall: u32) -> Self {
+        Self { rise: rise.max(1), fall: fall.max(1), healthy: None, successes: 0, failures: 0 }
+    }
+
+    pub fn healthy(&self) -> Option<bool> {
+        self.healthy
+    }
+
+    /// Records one probe result; returns the new verdict when it changes.
+    pub fn record(&mut self, ok: bool) -> Option<bool> {
+        if ok {
+            self.successes = self.successes.saturating_add(1);
+            self.failures = 0;
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            self.successes = 0;
+        }
+        let verdict = if self.successes >= self.rise {
+            Some(true)
+        } else if self.failures >= self.fall {
+            Some(false)
+        } else {
+            None
+        };
+        match verdict {
+            Some(v) if self.healthy != Some(v) => {
+                self.healthy = Some(v);
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A changed verdict for one endpoint of one service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub service: String,
+    pub address: IpAddr,
+    pub healthy: bool,
+}
+
+/// Runs one probe.
+pub async fn probe(check: &HealthCheck, address: IpAddr) -> bool {
+    match &check.probe {
+        ProbeKind::Tcp { port } | ProbeKind::Http { port, tls: true, .. } => {
+            tcp_connect(SocketAddr::new(address, *port), check.timeout).await.is_some()
+        }
+        ProbeKind::Http { port, path, expected_status, tls: false } => {
+            let attempt = http_status(SocketAddr::new(address, *port), path);
+            matches!(tokio::time::timeout(check.timeout, attempt).await, Ok(Some(s)) if s == *expected_status)
+        }
+        ProbeKind::Exec { command } => {
+            let command: Vec<String> =
+                command.iter().map(|a| a.replace("{address}", &address.to_string())).collect();
+            let timeout = check.timeout;
+            tokio::task::spawn_blocking(move || exec(&command, timeout)).await.unwrap_or(false)
+        }
+    }
+}
+
+async fn tcp_connect(to: SocketAddr, timeout: Duration) -> Option<TcpStream> {
+    tokio::time::timeout(timeout, TcpStream::connect(to)).await.ok()?.ok()
+}
+
+/// The status code of `GET path`, or `None` when there is no well-formed status line.
+async fn http_status(to: SocketAddr, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(to).await.ok()?;
+    let host = match to {
+        SocketAddr::V4(a) => a.ip().to_string(),
+        SocketAddr::V6(a) => format!("[{}]", a.ip()),
+    };
+    let request =
+        format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: uplink-health\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut buffer = vec![0u8; 256];
+    let mut filled = 0usize;
+    while filled < buffer.len() {
+        let rest = buffer.get_mut(filled..)?;
+        let n = stream.read(rest).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        filled = filled.saturating_add(n);
+        if buffer.get(..filled)?.contains(&b'\n') {
+            break;
+        }
+    }
+    parse_status_line(buffer.get(..filled)?)
+}
+
+/// `HTTP/1.1 200 OK` → 200.
+pub fn parse_status_line(bytes: &[u8]) -> Option<u16> {
+    let line = std::str::from_utf8(bytes).ok()?.lines().next()?;
+    let mut parts = line.split_whitespace();
+    let version = parts.next()?;
+    if !version.starts_with("HTTP/") {
+        return None;
+    }
+    parts.next()?.parse().ok()
+}
+
+fn exec(command: &[String], timeout: Duration) -> bool {
+    let Some((program, args)) = command.split_first() else { return false };
+    let Ok(mut child) = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return false;
+    };
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.success(),
+            Ok(None) if started.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
+    }
+}
+
+/// Starts the probe task for one endpoint. It reports each verdict change on `verdicts` and
+/// stops when the receiver is gone or the handle is aborted.
+pub fn spawn(
+    service: String,
+    address: IpAddr,
+    check: HealthCheck,
+    verdicts: mpsc::Sender<Verdict>,
+) -> JoinHandle<()> {
+    if matches!(check.probe, ProbeKind::Http { tls: true, .. }) {
+        warn!(%service, %address, "https check: no TLS here, only the TCP connection is checked");
+    }
+    tokio::spawn(async move {
+        let mut tracker = Tracker::new(check.rise, check.fall);
+        let mut ticker = tokio::time::interval(check.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let ok = probe(&check, address).await;
+            if let Some(healthy) = tracker.record(ok) {
+                info!(%service, %address, healthy, "health check verdict changed");
+                let verdict = Verdict { service: service.clone(), address, healthy };
+                if verdicts.send(verdict).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rise_and_fall_need_consecutive_results() {
+        let mut t = Tracker::new(2, 3);
+        assert_eq!(t.healthy(), None);
+        assert_eq!(t.record(true), None);
+        assert_eq!(t.record(true), Some(true));
+        assert_eq!(t.record(true), None, "no change, no report");
+        assert_eq!(t.record(false), None);
+        assert_eq!(t.record(false), None);
+        assert_eq!(t.record(true), None, "a success resets the failure count");
+        assert_eq!((t.record(false), t.record(false)), (None, None));
+        assert_eq!(t.record(false), Some(false));
+        assert_eq!(t.record(true), None);
+        assert_eq!(t.record(true), Some(true));
+        // From unknown, failures give an explicit verdict too.
+        let mut t = Tracker::new(1, 1);
+        assert_eq!(t.record(false), Some(false));
+    }
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(parse_status_line(b"HTTP/1.1 204 No Content\r\n"), Some(204));
+        assert_eq!(parse_status_line(b"HTTP/1.0 200\r\n"), Some(200));
+        assert_eq!(parse_status_line(b"SSH-2.0-OpenSSH\r\n"), None);
+        assert_eq!(parse_status_line(b""), None);
+    }
+
+    fn check(probe: ProbeKind) -> HealthCheck {
+        HealthCheck {
+            probe,
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_millis(500),
+            rise: 1,
+            fall: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn tcp_and_http_probes_against_a_local_listener() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut buffer = [0u8; 512];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream.write_all(b"HTTP/1.0 204 No Content\r\n\r\n").await;
+            }
+        });
+        let local = IpAddr::from([127, 0, 0, 1]);
+        assert!(probe(&check(ProbeKind::Tcp { port }), local).await);
+        let http = |expected_status| ProbeKind::Http {
+            port,
+            path: "/".into(),
+            expected_status,
+            tls: false,
+        };
+        assert!(probe(&check(http(204)), local).await);
+        assert!(!probe(&check(http(200)), local).await);
+        server.abort();
+        // Nothing listens on a port we just closed.
+        let closed =
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        assert!(!probe(&check(ProbeKind::Tcp { port: closed }), local).await);
+    }
+
+    #[tokio::test]
+    async fn exec_probe_uses_exit_status_and_timeout() {
+        let local = IpAddr::from([127, 0, 0, 1]);
+        assert!(probe(&check(ProbeKind::Exec { command: vec!["true".into()] }), local).await);
+        assert!(!probe(&check(ProbeKind::Exec { command: vec!["false".into()] }), local).await);
+        let echo =
+            vec!["sh".into(), "-c".into(), "test \"$0\" = 127.0.0.1".into(), "{address}".into()];
+        assert!(probe(&check(ProbeKind::Exec { command: echo }), local).await);
+        let slow = vec!["sleep".into(), "5".into()];
+        let started = Instant::now();
+        assert!(!probe(&check(ProbeKind::Exec { command: slow }), local).await);
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,305 @@
+//! The announcement part of the configuration as plain values: the node, MetalLB-style pools,
+//! services and advertisements, OVN-Kubernetes-style networks and route advertisements.
+//!
+//! Field names are the snake_case of the upstream Kubernetes fields (`IPAddressPool`,
+//! `BGPAdvertisement`, `Community`, `RouteAdvertisements`, `ClusterUserDefinedNetwork`), so a
+//! manifest maps onto these types field by field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::selector::LabelSelector;
+use crate::config::duration;
+use crate::config::Community;
+
+pub type Labels = BTreeMap<String, String>;
+
+/// Everything that decides what this node announces, besides the BGP routers themselves.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AnnounceConfig {
+    pub node: Node,
+    pub pools: Vec<Pool>,
+    pub services: Vec<Service>,
+    pub advertisements: Vec<Advertisement>,
+    pub communities: Vec<CommunityAlias>,
+    pub networks: Vec<Network>,
+    pub route_advertisements: Vec<RouteAdvertisement>,
+    /// Named BGP peers (MetalLB `BGPPeer` objects), so `peers = ["name"]` can refer to them.
+    pub peer_names: Vec<PeerName>,
+    /// Label sets of the `FRRConfiguration` objects that define routers, for
+    /// `frr_configuration_selector`.
+    pub router_labels: Vec<RouterLabels>,
+}
+
+impl AnnounceConfig {
+    /// True when nothing here asks for any announcement.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty() && self.networks.is_empty() && self.route_advertisements.is_empty()
+    }
+}
+
+/// The node uplink runs on: what `node_selector`s match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Node {
+    /// `None` until a file sets it; selectors on `kubernetes.io/hostname` see this name.
+    pub name: Option<String>,
+    pub labels: Labels,
+}
+
+impl Node {
+    /// The labels selectors see: the configured ones plus `kubernetes.io/hostname`, as the
+    /// kubelet sets it.
+    pub fn effective_labels(&self) -> Labels {
+        let mut labels = self.labels.clone();
+        if let Some(name) = &self.name {
+            labels.entry("kubernetes.io/hostname".to_string()).or_insert_with(|| name.clone());
+        }
+        labels
+    }
+}
+
+/// An inclusive address range; a CIDR is stored as its first and last address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AddressRange {
+    pub first: IpAddr,
+    pub last: IpAddr,
+    /// Set when written as a CIDR (kept for display and aggregation checks).
+    pub cidr: Option<IpNet>,
+}
+
+impl fmt::Display for AddressRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.cidr {
+            Some(net) => write!(f, "{net}"),
+            None => write!(f, "{}-{}", self.first, self.last),
+        }
+    }
+}
+
+impl Serialize for AddressRange {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// MetalLB `IPAddressPool`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pool {
+    pub name: String,
+    pub labels: Labels,
+    pub addresses: Vec<AddressRange>,
+    /// `false`: only services that ask for this pool or for an address in it get one.
+    pub auto_assign: bool,
+    /// Never hand out IPv4 addresses ending in `.0` or `.255` (old equipment drops them).
+    pub avoid_buggy_ips: bool,
+    pub service_allocation: Option<ServiceAllocation>,
+    pub sources: Vec<PathBuf>,
+}
+
+/// MetalLB `IPAddressPool.spec.serviceAllocation`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ServiceAllocation {
+    /// Lower values are tried first (MetalLB); pools without a priority come last.
+    pub priority: Option<i32>,
+    pub namespaces: Vec<String>,
+    pub namespace_selectors: Vec<LabelSelector>,
+    pub service_selectors: Vec<LabelSelector>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrafficPolicy {
+    /// Announce from every selected node while any endpoint anywhere is healthy.
+    #[default]
+    Cluster,
+    /// Announce only from nodes that have a healthy endpoint of their own.
+    Local,
+}
+
+/// A LoadBalancer Service.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Service {
+    pub name: String,
+    pub namespace: String,
+    pub labels: Labels,
+    /// Labels of the service's namespace, for `namespace_selectors`.
+    pub namespace_labels: Labels,
+    /// The `metallb.io/address-pool` annotation.
+    pub address_pool: Option<String>,
+    /// `spec.loadBalancerIP`: a manual address.
+    pub load_balancer_ip: Option<IpAddr>,
+    pub traffic_policy: TrafficPolicy,
+    pub endpoints: Vec<Endpoint>,
+    pub health: Option<HealthCheck>,
+    pub sources: Vec<PathBuf>,
+}
+
+impl Service {
+    /// `namespace/name`, the key allocation hashes and health states are kept under.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Endpoint {
+    pub address: IpAddr,
+    /// The node the endpoint runs on.
+    pub node: String,
+}
+
+/// How an endpoint is probed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ProbeKind {
+    /// A TCP connection to the endpoint's port succeeds.
+    Tcp { port: u16 },
+    /// An HTTP GET answers with `expected_status`. `tls` marks `https` (see `health.rs`).
+    Http { port: u16, path: String, expected_status: u16, tls: bool },
+    /// A command exits 0; `{address}` in its arguments is replaced by the endpoint's address.
+    Exec { command: Vec<String> },
+}
+
+/// A service's health check, run against each endpoint this node needs to know about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthCheck {
+    #[serde(flatten)]
+    pub probe: ProbeKind,
+    #[serde(serialize_with = "duration::serialize")]
+    pub interval: Duration,
+    #[serde(serialize_with = "duration::serialize")]
+    pub timeout: Duration,
+    /// Consecutive successes before an endpoint counts as healthy.
+    pub rise: u32,
+    /// Consecutive failures before an endpoint counts as unhealthy.
+    pub fall: u32,
+}
+
+/// MetalLB `BGPAdvertisement`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Advertisement {
+    pub name: String,
+    pub ip_address_pools: Vec<String>,
+    pub ip_address_pool_selectors: Vec<LabelSelector>,
+    /// Defaults to 32.
+    pub aggregation_length: u8,
+    /// Defaults to 128.
+    pub aggregation_length_v6: u8,
+    /// Resolved communities (aliases already replaced by their values).
+    pub communities: Vec<Community>,
+    pub local_pref: Option<u32>,
+    /// Peer names or addresses; empty means every peer.
+    pub peers: Vec<String>,
+    pub node_selectors: Vec<LabelSelector>,
+    pub sources: Vec<PathBuf>,
+}
+
+/// MetalLB `Community`: a name for a community value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommunityAlias {
+    pub name: String,
+    pub value: Community,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// Each node owns a slice of the subnet (`host_subnet`) and announces that slice.
+    Layer3,
+    /// One segment across the cluster: every node announces the whole subnet.
+    Layer2,
+}
+
+/// A pod network: the cluster default (`name = "default"`) or a ClusterUserDefinedNetwork.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Network {
+    pub name: String,
+    pub labels: Labels,
+    pub topology: Topology,
+    pub subnets: Vec<IpNet>,
+    /// This node's slices of the subnets (layer3 only).
+    pub host_subnets: Vec<IpNet>,
+    /// The VRF the network lives in: `""` for the default network, its name otherwise.
+    pub vrf: String,
+    /// EgressIPs currently assigned to this node.
+    pub egress_ips: Vec<IpAddr>,
+    pub sources: Vec<PathBuf>,
+}
+
+impl Network {
+    pub fn is_default(&self) -> bool {
+        self.name == DEFAULT_NETWORK
+    }
+}
+
+/// The name of the cluster's default pod network.
+pub const DEFAULT_NETWORK: &str = "default";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum AdvertisementKind {
+    PodNetwork,
+    #[serde(rename = "EgressIP")]
+    EgressIp,
+}
+
+impl fmt::Display for AdvertisementKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::PodNetwork => "PodNetwork",
+            Self::EgressIp => "EgressIP",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "network_selection_type")]
+pub enum NetworkSelector {
+    DefaultNetwork,
+    ClusterUserDefinedNetworks { network_selector: LabelSelector },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetVrf {
+    /// Announce from the default-VRF router; leak between it and the network's VRF both ways.
+    #[default]
+    Default,
+    /// Announce from the router in the network's own VRF (VRF-lite).
+    Auto,
+}
+
+/// OVN-Kubernetes `RouteAdvertisements`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RouteAdvertisement {
+    pub name: String,
+    pub advertisements: Vec<AdvertisementKind>,
+    pub network_selectors: Vec<NetworkSelector>,
+    pub node_selector: LabelSelector,
+    pub target_vrf: TargetVrf,
+    /// Which FRRConfigurations' routers (and their neighbors) carry the routes.
+    pub frr_configuration_selector: LabelSelector,
+    pub sources: Vec<PathBuf>,
+}
+
+/// A named peer (MetalLB `BGPPeer`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeerName {
+    pub name: String,
+    pub vrf: String,
+    pub address: IpAddr,
+}
+
+/// The labels of one `FRRConfiguration` and the routers/neighbors it defines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RouterLabels {
+    pub config_name: String,
+    pub labels: Labels,
+    pub vrf: String,
+    pub neighbors: Vec<IpAddr>,
+}

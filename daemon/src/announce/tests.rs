@@ -1,0 +1,426 @@
+//! Tests of [`compute`](super::compute): what each router originates and why.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::allocate::tests_support::{pool, service};
+use super::compute::{compute, PeerSet, Reason, RouterInput, RuntimeState, State};
+use super::model::*;
+use super::readiness::{HealthStates, Readiness};
+use super::selector::LabelSelector;
+use crate::config::Community;
+
+fn net(text: &str) -> IpNet {
+    text.parse().unwrap()
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn router(vrf: &str, neighbors: &[&str]) -> RouterInput {
+    RouterInput {
+        vrf: vrf.into(),
+        neighbors: neighbors.iter().map(|n| ip(n)).collect(),
+        imports: vec![],
+    }
+}
+
+fn advertisement(name: &str) -> Advertisement {
+    Advertisement {
+        name: name.into(),
+        ip_address_pools: vec![],
+        ip_address_pool_selectors: vec![],
+        aggregation_length: 32,
+        aggregation_length_v6: 128,
+        communities: vec![],
+        local_pref: None,
+        peers: vec![],
+        node_selectors: vec![],
+        sources: vec![],
+    }
+}
+
+fn node(name: &str, node_labels: &[(&str, &str)]) -> Node {
+    Node { name: Some(name.into()), labels: labels(node_labels) }
+}
+
+/// One pool, one manual VIP, one advertisement: the node's default router originates the VIP.
+fn vip_config(vip: &str) -> AnnounceConfig {
+    let mut svc = service("ns", "web");
+    svc.load_balancer_ip = Some(ip(vip));
+    AnnounceConfig {
+        node: node("wk1", &[]),
+        pools: vec![pool("vips", &["172.18.20.200/29"])],
+        services: vec![svc],
+        advertisements: vec![advertisement("all")],
+        ..Default::default()
+    }
+}
+
+fn originated(result: &super::Announcements, vrf: &str) -> Vec<IpNet> {
+    result.router(vrf).map(|r| r.originate.keys().copied().collect()).unwrap_or_default()
+}
+
+fn tcp_check() -> HealthCheck {
+    HealthCheck {
+        probe: ProbeKind::Tcp { port: 8080 },
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+        rise: 1,
+        fall: 1,
+    }
+}
+
+#[test]
+fn vip_is_originated_to_all_peers_of_every_router() {
+    let config = vip_config("172.18.20.201");
+    let routers =
+        [router("", &["172.18.20.1"]), router("blue", &["10.9.0.1"]), router("idle", &[])];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
+    assert_eq!(originated(&result, "blue"), vec![net("172.18.20.201/32")]);
+    assert!(originated(&result, "idle").is_empty(), "a router without neighbors gets nothing");
+    let route = &result.router("").unwrap().originate[&net("172.18.20.201/32")];
+    assert_eq!(route.peers, PeerSet::All);
+    assert_eq!(route.origins, vec!["service ns/web (advertisement all)".to_string()]);
+}
+
+#[test]
+fn unhealthy_service_is_withdrawn_with_the_reason() {
+    let mut config = vip_config("172.18.20.201");
+    config.services[0].health = Some(tcp_check());
+    config.services[0].endpoints = vec![Endpoint { address: ip("10.128.1.5"), node: "wk2".into() }];
+    let routers = [router("", &["172.18.20.1"])];
+    let mut health = HealthStates::new();
+    health.insert(("ns/web".into(), ip("10.128.1.5")), false);
+    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    assert!(originated(&result, "").is_empty());
+    assert_eq!(
+        result.candidates[0].state,
+        State::Withdrawn { reason: Reason::NotReady { readiness: Readiness::NoHealthyEndpoint } }
+    );
+    assert_eq!(result.candidates[0].prefix, Some(net("172.18.20.201/32")));
+    health.insert(("ns/web".into(), ip("10.128.1.5")), true);
+    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
+
+    // local: only the node with the endpoint announces.
+    config.services[0].traffic_policy = TrafficPolicy::Local;
+    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    assert!(originated(&result, "").is_empty());
+    config.node = node("wk2", &[]);
+    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
+}
+
+#[test]
+fn drained_and_excluded_nodes_withdraw_vips() {
+    let config = vip_config("172.18.20.201");
+    let routers = [router("", &["172.18.20.1"])];
+    let result = compute(&config, &routers, RuntimeState { health: None, drained: true });
+    assert!(originated(&result, "").is_empty());
+    assert_eq!(result.candidates[0].state, State::Withdrawn { reason: Reason::Drained });
+    let mut excluded = config.clone();
+    excluded.node.labels.insert(super::compute::EXCLUDE_LABEL.into(), String::new());
+    let result = compute(&excluded, &routers, RuntimeState::default());
+    assert_eq!(result.candidates[0].state, State::Withdrawn { reason: Reason::NodeExcluded });
+}
+
+#[test]
+fn node_selectors_pick_the_announcing_nodes() {
+    let mut config = vip_config("172.18.20.201");
+    config.advertisements[0].node_selectors = vec![LabelSelector {
+        match_labels: labels(&[("kubernetes.io/hostname", "wk3")]),
+        match_expressions: vec![],
+    }];
+    let routers = [router("", &["172.18.20.1"])];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert!(originated(&result, "").is_empty());
+    assert_eq!(
+        result.candidates[0].state,
+        State::Withdrawn { reason: Reason::NodeNotSelected { by: "advertisement all".into() } }
+    );
+    config.node = node("wk3", &[]);
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
+}
+
+#[test]
+fn advertisements_select_pools_by_name_or_label() {
+    let mut config = vip_config("172.18.20.201");
+    config.pools[0].labels = labels(&[("expose", "yes")]);
+    config.advertisements[0].ip_address_pools = vec!["other".into()];
+    let routers = [router("", &["172.18.20.1"])];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(
+        result.candidates[0].state,
+        State::Withdrawn { reason: Reason::NoAdvertisement { pool: "vips".into() } }
+    );
+    config.advertisements[0].ip_address_pool_selectors = vec![LabelSelector {
+        match_labels: labels(&[("expose", "yes")]),
+        match_expressions: vec![],
+    }];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
+}
+
+#[test]
+fn communities_local_pref_and_peers_are_carried_per_prefix() {
+    let mut config = vip_config("172.18.20.201");
+    config.advertisements[0].communities = vec![Community::Standard(0xFDE8_0064)];
+    config.advertisements[0].local_pref = Some(200);
+    config.advertisements[0].peers = vec!["tor-b".into()];
+    config.peer_names = vec![
+        PeerName { name: "tor-a".into(), vrf: String::new(), address: ip("172.18.20.1") },
+        PeerName { name: "tor-b".into(), vrf: String::new(), address: ip("172.18.20.2") },
+    ];
+    let mut second = advertisement("second");
+    second.communities = vec![Community::Large(65801, 0, 1)];
+    second.peers = vec!["172.18.20.3".into()];
+    config.advertisements.push(second);
+    let routers = [router("", &["172.18.20.1", "172.18.20.2", "172.18.20.3"])];
+    let result = compute(&config, &routers, RuntimeState::default());
+    let route = &result.router("").unwrap().originate[&net("172.18.20.201/32")];
+    let expected: BTreeSet<Community> =
+        [Community::Standard(0xFDE8_0064), Community::Large(65801, 0, 1)].into();
+    assert_eq!(route.communities, expected);
+    assert_eq!(route.local_pref, Some(200));
+    assert_eq!(route.peers, PeerSet::Only([ip("172.18.20.2"), ip("172.18.20.3")].into()));
+
+    config.advertisements[0].peers = vec!["nobody".into()];
+    config.advertisements.truncate(1);
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(
+        result.candidates[0].state,
+        State::Withdrawn { reason: Reason::UnknownPeers { peers: vec!["nobody".into()] } }
+    );
+}
+
+#[test]
+fn aggregation_announces_the_aggregate_and_explains_the_members() {
+    let mut config = vip_config("172.18.20.201");
+    let mut second = service("ns", "api");
+    second.load_balancer_ip = Some(ip("172.18.20.202"));
+    config.services.push(second);
+    config.advertisements[0].aggregation_length = 24;
+    config.advertisements[0].communities = vec![Community::Standard(1)];
+    let routers = [router("", &["172.18.20.1"])];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.0/24")]);
+    let route = &result.router("").unwrap().originate[&net("172.18.20.0/24")];
+    assert_eq!(route.origins.len(), 2);
+    assert!(route.communities.contains(&Community::Standard(1)));
+    let members: Vec<_> = result
+        .candidates
+        .iter()
+        .filter(|c| c.prefix.is_some_and(|p| p.prefix_len() == 32))
+        .map(|c| c.state.clone())
+        .collect();
+    assert_eq!(members.len(), 2);
+    for state in members {
+        assert_eq!(
+            state,
+            State::Withdrawn {
+                reason: Reason::AggregatedInto { aggregate: net("172.18.20.0/24") }
+            }
+        );
+    }
+    // IPv6 uses aggregation_length_v6.
+    let mut v6 = vip_config("2001:db8::1");
+    v6.pools = vec![pool("v6", &["2001:db8::/64"])];
+    v6.advertisements[0].aggregation_length_v6 = 64;
+    let result = compute(&v6, &[router("", &["2001:db8::ff"])], RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("2001:db8::/64")]);
+}
+
+#[test]
+fn allocation_failures_are_explained() {
+    let mut config = vip_config("192.0.2.1");
+    config.services[0].load_balancer_ip = Some(ip("192.0.2.1"));
+    let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
+    assert!(matches!(
+        &result.candidates[0].state,
+        State::Withdrawn { reason: Reason::NoAddress { .. } }
+    ));
+    assert_eq!(result.candidates[0].prefix, None);
+}
+
+/// The deck's default pod network: wk3 has 10.128.7.0/24 and EgressIP 172.18.20.201.
+fn deck_default_network() -> AnnounceConfig {
+    AnnounceConfig {
+        node: node("wk3", &[("node-role.kubernetes.io/worker", "")]),
+        networks: vec![Network {
+            name: DEFAULT_NETWORK.into(),
+            labels: Labels::new(),
+            topology: Topology::Layer3,
+            subnets: vec![net("10.128.0.0/16")],
+            host_subnets: vec![net("10.128.7.0/24")],
+            vrf: String::new(),
+            egress_ips: vec![ip("172.18.20.201")],
+            sources: vec![],
+        }],
+        route_advertisements: vec![RouteAdvertisement {
+            name: "default".into(),
+            advertisements: vec![AdvertisementKind::PodNetwork, AdvertisementKind::EgressIp],
+            network_selectors: vec![NetworkSelector::DefaultNetwork],
+            node_selector: LabelSelector::default(),
+            target_vrf: TargetVrf::Default,
+            frr_configuration_selector: LabelSelector {
+                match_labels: labels(&[("routeAdvertisements", "receive-all")]),
+                match_expressions: vec![],
+            },
+            sources: vec![],
+        }],
+        router_labels: vec![RouterLabels {
+            config_name: "receive-all".into(),
+            labels: labels(&[("routeAdvertisements", "receive-all")]),
+            vrf: String::new(),
+            neighbors: vec![ip("172.18.20.1")],
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn deck_pod_network_and_egress_ip() {
+    let config = deck_default_network();
+    let routers = [router("", &["172.18.20.1", "172.18.20.9"])];
+    let result = compute(&config, &routers, RuntimeState::default());
+    // Slide 20: `network 10.128.7.0/24` and `network 172.18.20.201/32`, to 172.18.20.1 only.
+    assert_eq!(originated(&result, ""), vec![net("10.128.7.0/24"), net("172.18.20.201/32")]);
+    for route in result.router("").unwrap().originate.values() {
+        assert_eq!(route.peers, PeerSet::Only([ip("172.18.20.1")].into()));
+    }
+    // A selector that matches no FRRConfiguration explains itself.
+    let mut other = config.clone();
+    other.router_labels[0].labels = labels(&[("routeAdvertisements", "other")]);
+    let result = compute(&other, &routers, RuntimeState::default());
+    assert!(originated(&result, "").is_empty());
+    assert_eq!(
+        result.candidates[0].state,
+        State::Withdrawn { reason: Reason::NoMatchingRouter { vrf: String::new() } }
+    );
+    // node_selector excludes this node.
+    let mut elsewhere = config;
+    elsewhere.route_advertisements[0].node_selector = LabelSelector {
+        match_labels: labels(&[("kubernetes.io/hostname", "wk4")]),
+        match_expressions: vec![],
+    };
+    let result = compute(&elsewhere, &routers, RuntimeState::default());
+    assert!(originated(&result, "").is_empty());
+    assert!(matches!(
+        &result.candidates[0].state,
+        State::Withdrawn { reason: Reason::NodeNotSelected { .. } }
+    ));
+}
+
+fn cudn(name: &str, topology: Topology, subnet: &str, host: Option<&str>) -> Network {
+    Network {
+        name: name.into(),
+        labels: labels(&[("export", "true")]),
+        topology,
+        subnets: vec![net(subnet)],
+        host_subnets: host.map(net).into_iter().collect(),
+        vrf: name.into(),
+        egress_ips: vec![],
+        sources: vec![],
+    }
+}
+
+fn cudn_advertisement(name: &str, target_vrf: TargetVrf) -> RouteAdvertisement {
+    RouteAdvertisement {
+        name: name.into(),
+        advertisements: vec![AdvertisementKind::PodNetwork],
+        network_selectors: vec![NetworkSelector::ClusterUserDefinedNetworks {
+            network_selector: LabelSelector {
+                match_labels: labels(&[("export", "true")]),
+                match_expressions: vec![],
+            },
+        }],
+        node_selector: LabelSelector::default(),
+        target_vrf,
+        frr_configuration_selector: LabelSelector::default(),
+        sources: vec![],
+    }
+}
+
+#[test]
+fn deck_layer2_cudn_is_announced_whole_from_the_default_vrf_with_leaking() {
+    let config = AnnounceConfig {
+        node: node("wk3", &[]),
+        networks: vec![cudn("cudn2", Topology::Layer2, "172.22.0.0/16", None)],
+        route_advertisements: vec![cudn_advertisement("adv-cudn1", TargetVrf::Default)],
+        ..Default::default()
+    };
+    let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
+    // Slide 34: `network 172.22.0.0/16` in the default router, `import vrf cudn2` there and
+    // `import vrf default` in cudn2's.
+    assert_eq!(originated(&result, ""), vec![net("172.22.0.0/16")]);
+    let default = result.router("").unwrap();
+    assert_eq!(default.imports, ["cudn2".to_string()].into());
+    let cudn2 = result.router("cudn2").unwrap();
+    assert!(!cudn2.configured);
+    assert_eq!(cudn2.imports, [String::new()].into());
+    assert_eq!(cudn2.imported.get(&net("172.22.0.0/16")), Some(&String::new()));
+}
+
+#[test]
+fn deck_vrf_lite_layer3_and_layer2_from_their_own_vrfs() {
+    let config = AnnounceConfig {
+        node: node("wk3", &[]),
+        networks: vec![
+            cudn("cudn3", Topology::Layer3, "172.23.0.0/16", Some("172.23.5.0/24")),
+            cudn("cudn4", Topology::Layer2, "172.24.0.0/16", None),
+            cudn("cudn5", Topology::Layer3, "172.25.0.0/16", None),
+        ],
+        route_advertisements: vec![cudn_advertisement("advertise-vrf-lite", TargetVrf::Auto)],
+        ..Default::default()
+    };
+    let routers = [
+        router("", &["172.18.20.1"]),
+        router("cudn3", &["172.19.23.1"]),
+        router("cudn4", &["172.19.24.1"]),
+    ];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert!(originated(&result, "").is_empty());
+    assert_eq!(originated(&result, "cudn3"), vec![net("172.23.5.0/24")]);
+    assert_eq!(originated(&result, "cudn4"), vec![net("172.24.0.0/16")]);
+    // No leaking with VRF-lite.
+    assert!(result.router("cudn3").unwrap().imports.is_empty());
+    let reasons: Vec<&Reason> = result
+        .candidates
+        .iter()
+        .filter_map(|c| match &c.state {
+            State::Withdrawn { reason } => Some(reason),
+            State::Announced { .. } => None,
+        })
+        .collect();
+    assert_eq!(reasons, vec![&Reason::NoHostSubnet]);
+    // Without the router in the network's VRF, the reason says so.
+    let result = compute(&config, &routers[..1], RuntimeState::default());
+    assert!(result
+        .candidates
+        .iter()
+        .any(|c| c.state == State::Withdrawn { reason: Reason::NoRouter { vrf: "cudn3".into() } }));
+}
+
+#[test]
+fn router_imports_list_the_routes_of_the_other_vrf() {
+    let mut config = vip_config("172.18.20.201");
+    config.advertisements[0].peers = vec!["172.18.20.1".into()];
+    let mut blue = router("blue", &["10.9.0.1"]);
+    blue.imports = vec![String::new()];
+    let routers = [router("", &["172.18.20.1"]), blue];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert!(originated(&result, "blue").is_empty());
+    let blue = result.router("blue").unwrap();
+    assert_eq!(blue.imported.get(&net("172.18.20.201/32")), Some(&String::new()));
+}

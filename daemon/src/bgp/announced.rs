@@ -1,0 +1,143 @@
+//! Announced routes (`crate::announce`) as the RIB task applies them: which prefixes the router
+//! originates on top of its configured `prefixes`, and how each peer's export policy is widened
+//! so that a prefix reaches exactly the peers it is meant for, with its communities and
+//! LOCAL_PREF.
+//!
+//! This is how frr-k8s renders MetalLB and OVN-Kubernetes announcements: the prefix is added
+//! to the neighbor's allowed `toAdvertise` prefixes, and `withCommunity` / `withLocalPref`
+//! entries carry the attributes. A neighbor whose configured `to_advertise` is `mode = "all"`
+//! already sends every local prefix (frr-k8s: the more permissive filter wins).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::policy::{AdvertiseFilter, Community, CommunityRule, ExportPolicy, LocalPrefRule};
+use super::wire::attributes::LargeCommunity;
+use crate::config;
+
+/// One announced prefix with its attributes and audience.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnouncedRoute {
+    pub communities: Vec<config::Community>,
+    /// RFC 4271 §5.1.5: only sent to internal peers (the export policy enforces that).
+    pub local_pref: Option<u32>,
+    /// `None`: every peer of the router.
+    pub peers: Option<BTreeSet<IpAddr>>,
+}
+
+pub type AnnouncedSet = BTreeMap<IpNet, AnnouncedRoute>;
+
+fn to_policy(community: config::Community) -> Community {
+    match community {
+        config::Community::Standard(value) => Community::Standard(value),
+        config::Community::Large(global_admin, local_data1, local_data2) => {
+            Community::Large(LargeCommunity { global_admin, local_data1, local_data2 })
+        }
+    }
+}
+
+/// `base` (the neighbor's configured policy) widened by what is announced to `peer`.
+pub fn effective_export(
+    base: &ExportPolicy,
+    announced: &AnnouncedSet,
+    peer: IpAddr,
+) -> ExportPolicy {
+    let mut out = base.clone();
+    for (prefix, route) in announced {
+        if route.peers.as_ref().is_some_and(|set| !set.contains(&peer)) {
+            continue;
+        }
+        match &mut out.to_advertise {
+            AdvertiseFilter::All => {}
+            AdvertiseFilter::Filtered(list) => {
+                if !list.contains(prefix) {
+                    list.push(*prefix);
+                }
+            }
+            none @ AdvertiseFilter::None => *none = AdvertiseFilter::Filtered(vec![*prefix]),
+        }
+        for community in &route.communities {
+            let community = to_policy(*community);
+            match out.with_community.iter_mut().find(|r| r.community == community) {
+                Some(rule) if !rule.prefixes.contains(prefix) => rule.prefixes.push(*prefix),
+                Some(_) => {}
+                None => {
+                    out.with_community.push(CommunityRule { community, prefixes: vec![*prefix] })
+                }
+            }
+        }
+        // A configured `with_local_pref` for the prefix wins over the announcement's.
+        if let Some(local_pref) = route.local_pref {
+            if !out.with_local_pref.iter().any(|r| r.prefixes.contains(prefix)) {
+                match out.with_local_pref.iter_mut().find(|r| r.local_pref == local_pref) {
+                    Some(rule) => rule.prefixes.push(*prefix),
+                    None => out
+                        .with_local_pref
+                        .push(LocalPrefRule { local_pref, prefixes: vec![*prefix] }),
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(text: &str) -> IpNet {
+        text.parse().unwrap()
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn announced_prefixes_widen_only_the_selected_peers() {
+        let mut announced = AnnouncedSet::new();
+        announced.insert(
+            net("192.0.2.1/32"),
+            AnnouncedRoute {
+                communities: vec![
+                    config::Community::Standard(100),
+                    config::Community::Large(1, 2, 3),
+                ],
+                local_pref: Some(200),
+                peers: Some([ip("10.0.0.1")].into()),
+            },
+        );
+        announced.insert(
+            net("10.128.7.0/24"),
+            AnnouncedRoute { communities: vec![], local_pref: None, peers: None },
+        );
+        let base = ExportPolicy::default();
+        let one = effective_export(&base, &announced, ip("10.0.0.1"));
+        assert_eq!(
+            one.to_advertise,
+            AdvertiseFilter::Filtered(vec![net("10.128.7.0/24"), net("192.0.2.1/32")])
+        );
+        assert_eq!(one.with_community.len(), 2);
+        assert_eq!(
+            one.with_local_pref,
+            vec![LocalPrefRule { local_pref: 200, prefixes: vec![net("192.0.2.1/32")] }]
+        );
+        let other = effective_export(&base, &announced, ip("10.0.0.2"));
+        assert_eq!(other.to_advertise, AdvertiseFilter::Filtered(vec![net("10.128.7.0/24")]));
+        assert!(other.with_community.is_empty() && other.with_local_pref.is_empty());
+        // mode = "all" stays all; a configured local_pref wins.
+        let base = ExportPolicy {
+            to_advertise: AdvertiseFilter::All,
+            with_local_pref: vec![LocalPrefRule {
+                local_pref: 50,
+                prefixes: vec![net("192.0.2.1/32")],
+            }],
+            with_community: vec![],
+        };
+        let all = effective_export(&base, &announced, ip("10.0.0.1"));
+        assert_eq!(all.to_advertise, AdvertiseFilter::All);
+        assert_eq!(all.with_local_pref, base.with_local_pref);
+    }
+}

@@ -1,0 +1,1146 @@
+//! Kubernetes manifests in `conf.d/*.yaml`: the objects operators already have — frr-k8s
+//! `FRRConfiguration`, MetalLB `IPAddressPool`, `BGPAdvertisement`, `BGPPeer`, `BFDProfile`,
+//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork` — mapped
+//! onto the same model as the TOML sections.
+//!
+//! Each document is translated into the equivalent TOML table (keys from camelCase to the
+//! snake_case the TOML sections use) and then parsed and validated by exactly the code that
+//! reads TOML files, so both kinds of file mean the same thing and merge under the same rules.
+//! Errors are then rewritten to name the YAML file, the line where the document starts, the
+//! document index and the field path in the manifest's own spelling
+//! (`documents[1].spec.bgp.routers[0].neighbors[0].holdTime`). A field uplink does not implement
+//! is rejected by name, never silently ignored; a document whose `nodeSelector` does not match
+//! this node (its `[node]` labels) is skipped, as the controller would not apply it here.
+//!
+//! Mapping notes:
+//! - `FRRConfiguration`: `spec.bgp` is `[bgp]`. `disableMP: true` keeps a neighbor to its own
+//!   address family; without it frr-k8s runs both families over one session, so the neighbor
+//!   gets `families = ["ipv4-unicast", "ipv6-unicast"]`. The object's labels are kept for
+//!   `RouteAdvertisements.frrConfigurationSelector`.
+//! - BFD intervals are integers of milliseconds in both APIs; they become `"<n>ms"`.
+//! - `BGPPeer` becomes a router (`myASN`, `vrf`, `routerID`) with one neighbor, named by the
+//!   object's name for `BGPAdvertisement.peers`.
+//! - `ClusterUserDefinedNetwork` becomes a `[[networks]]` entry in the VRF of its name;
+//!   `namespaceSelector`, `role` and `ipam.lifecycle` decide which pods use the network, not
+//!   what is announced, and are accepted. The node's own `host_subnet` (OVN-Kubernetes assigns
+//!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_norway::{Mapping, Value};
+
+use super::error::ConfigError;
+use super::raw::RawFile;
+use super::source::SourceText;
+use super::validate::{validate_file, Fragment};
+use crate::announce::model::{Labels, PeerName, RouterLabels};
+use crate::announce::selector::{LabelSelector, Operator, Requirement};
+
+/// The kinds understood, with their API groups.
+const KINDS: [(&str, &str); 8] = [
+    ("FRRConfiguration", "frrk8s.metallb.io"),
+    ("IPAddressPool", "metallb.io"),
+    ("BGPAdvertisement", "metallb.io"),
+    ("BGPPeer", "metallb.io"),
+    ("BFDProfile", "metallb.io"),
+    ("Community", "metallb.io"),
+    ("RouteAdvertisements", "k8s.ovn.org"),
+    ("ClusterUserDefinedNetwork", "k8s.ovn.org"),
+];
+
+/// Keys whose snake_case is not the mechanical one.
+const RENAMES: [(&str, &str); 6] = [
+    ("ebgpMultiHop", "ebgp_multihop"),
+    ("dynamicASN", "dynamic_asn"),
+    ("avoidBuggyIPs", "avoid_buggy_ips"),
+    ("targetVRF", "target_vrf"),
+    ("routerID", "id"),
+    ("minimumTtl", "minimum_ttl"),
+];
+
+/// Maps whose keys are label names, copied as written.
+const VERBATIM: [&str; 3] = ["matchLabels", "labels", "namespaceLabels"];
+
+/// One manifest file → one fragment per applicable document.
+pub(crate) fn fragments(
+    path: &Path,
+    text: &str,
+    node_labels: &Labels,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<Fragment> {
+    let starts = document_start_lines(text);
+    let mut out = Vec::new();
+    for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let line = starts.get(index).copied().unwrap_or(1);
+        let value = match Value::deserialize(document) {
+            Ok(value) => value,
+            Err(error) => {
+                let (line, column) = error.location().map_or((line, 1), |l| (l.line(), l.column()));
+                errors.push(ConfigError {
+                    file: path.to_path_buf(),
+                    line,
+                    column,
+                    field: format!("documents[{index}]"),
+                    message: format!("not valid YAML: {error}"),
+                });
+                // The YAML parser cannot continue past a syntax error.
+                break;
+            }
+        };
+        if value.is_null() {
+            continue; // An empty document, e.g. after a trailing `---`.
+        }
+        let mut doc = Document {
+            path,
+            index,
+            line,
+            kind: String::new(),
+            name: String::new(),
+            errors: Vec::new(),
+        };
+        if let Some(fragment) = doc.translate(value, node_labels) {
+            out.push(fragment);
+        }
+        errors.append(&mut doc.errors);
+    }
+    out
+}
+
+/// The 1-based line each document starts on (its first content line), in the order the YAML
+/// parser yields documents. An empty document between two `---` starts after the first one.
+fn document_start_lines(text: &str) -> Vec<usize> {
+    let mut starts = Vec::new();
+    // (start line, has content, opened by a separator)
+    let mut current: (usize, bool, bool) = (1, false, false);
+    for (number, line) in text.lines().enumerate() {
+        let number = number.saturating_add(1);
+        if line.starts_with("---") {
+            if current.1 || current.2 {
+                starts.push(current.0);
+            }
+            current = (number.saturating_add(1), false, true);
+            continue;
+        }
+        let trimmed = line.trim();
+        if !current.1 && !trimmed.is_empty() && !trimmed.starts_with('#') {
+            current = (number, true, current.2);
+        }
+    }
+    if current.1 {
+        starts.push(current.0);
+    }
+    starts
+}
+
+struct Document<'a> {
+    path: &'a Path,
+    index: usize,
+    line: usize,
+    kind: String,
+    name: String,
+    errors: Vec<ConfigError>,
+}
+
+impl Document<'_> {
+    fn fail(&mut self, field: &str, message: impl Into<String>) {
+        let what = if self.name.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{} \"{}\"", self.kind, self.name)
+        };
+        let field = if field.is_empty() {
+            format!("documents[{}]", self.index)
+        } else {
+            format!("documents[{}].{field}", self.index)
+        };
+        let message = message.into();
+        let message = if what.is_empty() { message } else { format!("{what}: {message}") };
+        self.errors.push(ConfigError {
+            file: self.path.to_path_buf(),
+            line: self.line,
+            column: 1,
+            field,
+            message,
+        });
+    }
+
+    fn translate(&mut self, value: Value, node_labels: &Labels) -> Option<Fragment> {
+        let Value::Mapping(mut top) = value else {
+            self.fail(
+                "",
+                "a manifest document must be a mapping with apiVersion, kind, metadata and spec",
+            );
+            return None;
+        };
+        let kind = take_str(&mut top, "kind");
+        let api_version = take_str(&mut top, "apiVersion");
+        let metadata = top.remove("metadata");
+        let spec = top.remove("spec").unwrap_or(Value::Mapping(Mapping::new()));
+        let Some(kind) = kind else {
+            self.fail("kind", "missing; every document needs apiVersion and kind");
+            return None;
+        };
+        self.kind = kind.clone();
+        let Some((_, group)) = KINDS.iter().find(|(k, _)| *k == kind) else {
+            let known: Vec<&str> = KINDS.iter().map(|(k, _)| *k).collect();
+            self.fail(
+                "kind",
+                format!("kind \"{kind}\" is not supported here; supported: {}", known.join(", ")),
+            );
+            return None;
+        };
+        match api_version.as_deref().and_then(|v| v.split_once('/')) {
+            Some((g, _)) if g == *group => {}
+            _ => {
+                self.fail(
+                    "apiVersion",
+                    format!(
+                        "expected {group}/<version> for {kind}, found {:?}",
+                        api_version.unwrap_or_default()
+                    ),
+                );
+                return None;
+            }
+        }
+        if let Some((key, _)) = top.iter().next() {
+            let key = key.as_str().unwrap_or("?").to_string();
+            self.fail(
+                &key,
+                format!(
+                    "unknown top-level field `{key}`; expected apiVersion, kind, metadata, spec"
+                ),
+            );
+            return None;
+        }
+        let (name, labels) = self.metadata(metadata)?;
+        self.name = name.clone();
+        let Value::Mapping(mut spec) = spec else {
+            self.fail("spec", "must be a mapping");
+            return None;
+        };
+        match kind.as_str() {
+            "FRRConfiguration" => self.frr_configuration(spec, name, labels, node_labels),
+            "BGPPeer" => self.bgp_peer(spec, name, node_labels),
+            "BFDProfile" => {
+                spec.insert(Value::from("name"), Value::from(name));
+                self.emit(
+                    "bgp",
+                    wrap("bfd_profiles", list(Value::Mapping(spec))),
+                    "bgp.bfd_profiles[0]",
+                    "spec",
+                    None,
+                )
+            }
+            "IPAddressPool" => {
+                spec.insert(Value::from("name"), Value::from(name));
+                spec.insert(Value::from("labels"), labels_value(&labels));
+                self.emit("pools", list(Value::Mapping(spec)), "pools[0]", "spec", None)
+            }
+            "BGPAdvertisement" => {
+                spec.insert(Value::from("name"), Value::from(name));
+                self.emit(
+                    "advertisements",
+                    list(Value::Mapping(spec)),
+                    "advertisements[0]",
+                    "spec",
+                    None,
+                )
+            }
+            "Community" => {
+                let communities = spec.remove("communities").unwrap_or(Value::Sequence(Vec::new()));
+                if let Some((key, _)) = spec.iter().next() {
+                    let key = key.as_str().unwrap_or("?").to_string();
+                    self.fail(
+                        &format!("spec.{key}"),
+                        format!("unknown field `{key}`; expected communities"),
+                    );
+                    return None;
+                }
+                self.emit("communities", communities, "communities", "spec.communities", None)
+            }
+            "RouteAdvertisements" => {
+                spec.insert(Value::from("name"), Value::from(name));
+                self.emit(
+                    "route_advertisements",
+                    list(Value::Mapping(spec)),
+                    "route_advertisements[0]",
+                    "spec",
+                    None,
+                )
+            }
+            "ClusterUserDefinedNetwork" => self.cudn(spec, name, labels),
+            _ => None,
+        }
+    }
+
+    fn metadata(&mut self, metadata: Option<Value>) -> Option<(String, Labels)> {
+        let Some(Value::Mapping(mut metadata)) = metadata else {
+            self.fail("metadata", "missing; every object needs metadata.name");
+            return None;
+        };
+        let name = take_str(&mut metadata, "name");
+        let labels = match metadata.remove("labels") {
+            None | Some(Value::Null) => Labels::new(),
+            Some(value) => match string_map(&value) {
+                Some(labels) => labels,
+                None => {
+                    self.fail("metadata.labels", "must map label names to strings");
+                    return None;
+                }
+            },
+        };
+        // Which namespace an object lives in and its annotations do not change what it means.
+        metadata.remove("namespace");
+        metadata.remove("annotations");
+        if let Some((key, _)) = metadata.iter().next() {
+            let key = key.as_str().unwrap_or("?").to_string();
+            self.fail(
+                &format!("metadata.{key}"),
+                format!("unknown field `{key}`; expected name, namespace, labels, annotations"),
+            );
+            return None;
+        }
+        let Some(name) = name.filter(|n| !n.is_empty()) else {
+            self.fail("metadata.name", "missing");
+            return None;
+        };
+        Some((name, labels))
+    }
+
+    /// `nodeSelector` (a single selector): does it select this node?
+    fn selected(
+        &mut self,
+        selector: Option<Value>,
+        field: &str,
+        node_labels: &Labels,
+    ) -> Option<bool> {
+        match selector {
+            None | Some(Value::Null) => Some(true),
+            Some(value) => match selector_of(&value) {
+                Ok(selector) => Some(selector.matches(node_labels)),
+                Err(message) => {
+                    self.fail(field, message);
+                    None
+                }
+            },
+        }
+    }
+
+    fn frr_configuration(
+        &mut self,
+        mut spec: Mapping,
+        name: String,
+        labels: Labels,
+        node_labels: &Labels,
+    ) -> Option<Fragment> {
+        if !self.selected(spec.remove("nodeSelector"), "spec.nodeSelector", node_labels)? {
+            return None;
+        }
+        let bgp = spec.remove("bgp").unwrap_or(Value::Mapping(Mapping::new()));
+        if let Some((key, _)) = spec.iter().next() {
+            let key = key.as_str().unwrap_or("?").to_string();
+            self.fail(
+                &format!("spec.{key}"),
+                format!("unknown or unsupported field `{key}`; expected nodeSelector, bgp"),
+            );
+            return None;
+        }
+        let Value::Mapping(mut bgp) = bgp else {
+            self.fail("spec.bgp", "must be a mapping");
+            return None;
+        };
+        let mut router_labels = Vec::new();
+        if let Some(Value::Sequence(routers)) = bgp.get_mut("routers") {
+            for router in routers.iter_mut() {
+                let Value::Mapping(router) = router else { continue };
+                let vrf = router.get("vrf").and_then(Value::as_str).unwrap_or("").to_string();
+                let mut neighbors = Vec::new();
+                if let Some(Value::Sequence(list)) = router.get_mut("neighbors") {
+                    for neighbor in list.iter_mut() {
+                        let Value::Mapping(neighbor) = neighbor else { continue };
+                        if let Some(address) = neighbor
+                            .get("address")
+                            .and_then(Value::as_str)
+                            .and_then(|a| a.parse().ok())
+                        {
+                            neighbors.push(address);
+                        }
+                        disable_mp(neighbor);
+                    }
+                }
+                router_labels.push(RouterLabels {
+                    config_name: name.clone(),
+                    labels: labels.clone(),
+                    vrf,
+                    neighbors,
+                });
+            }
+        }
+        let mut fragment = self.emit("bgp", Value::Mapping(bgp), "bgp", "spec.bgp", None)?;
+        fragment.announce.router_labels = router_labels;
+        Some(fragment)
+    }
+
+    fn bgp_peer(
+        &mut self,
+        mut spec: Mapping,
+        name: String,
+        node_labels: &Labels,
+    ) -> Option<Fragment> {
+        match spec.remove("nodeSelectors") {
+            None | Some(Value::Null) => {}
+            Some(Value::Sequence(list)) if list.is_empty() => {}
+            Some(Value::Sequence(list)) => {
+                let mut any = false;
+                for (i, value) in list.iter().enumerate() {
+                    match selector_of(value) {
+                        Ok(s) => any |= s.matches(node_labels),
+                        Err(message) => {
+                            self.fail(&format!("spec.nodeSelectors[{i}]"), message);
+                            return None;
+                        }
+                    }
+                }
+                if !any {
+                    return None;
+                }
+            }
+            Some(_) => {
+                self.fail("spec.nodeSelectors", "must be a list of label selectors");
+                return None;
+            }
+        }
+        let mut router = Mapping::new();
+        for (from, to) in [("myASN", "asn"), ("vrf", "vrf"), ("routerID", "id")] {
+            if let Some(value) = spec.remove(from) {
+                router.insert(Value::from(to), value);
+            }
+        }
+        let mut neighbor = Mapping::new();
+        for (from, to) in [("peerAddress", "address"), ("peerASN", "asn"), ("peerPort", "port")] {
+            if let Some(value) = spec.remove(from) {
+                neighbor.insert(Value::from(to), value);
+            }
+        }
+        let vrf = router.get("vrf").and_then(Value::as_str).unwrap_or("").to_string();
+        let address = neighbor.get("address").and_then(Value::as_str).and_then(|a| a.parse().ok());
+        // The rest are neighbor settings under their own names (sourceAddress, holdTime, ...).
+        for (key, value) in spec {
+            neighbor.insert(key, value);
+        }
+        disable_mp(&mut neighbor);
+        router.insert(Value::from("neighbors"), list(Value::Mapping(neighbor)));
+        let mut fragment = self.emit(
+            "bgp",
+            wrap("routers", list(Value::Mapping(router))),
+            "bgp.routers[0]",
+            "spec",
+            Some("bgp.routers[0].neighbors[0]"),
+        )?;
+        if let Some(address) = address {
+            fragment.announce.peer_names.push(super::announce::Placed {
+                item: PeerName { name, vrf, address },
+                loc: super::error::Loc {
+                    file: self.path.to_path_buf(),
+                    line: self.line,
+                    column: 1,
+                },
+                field: format!("documents[{}].metadata.name", self.index),
+            });
+        }
+        Some(fragment)
+    }
+
+    fn cudn(&mut self, mut spec: Mapping, name: String, labels: Labels) -> Option<Fragment> {
+        // Which namespaces use the network does not change what is announced.
+        spec.remove("namespaceSelector");
+        let network = spec.remove("network");
+        if let Some((key, _)) = spec.iter().next() {
+            let key = key.as_str().unwrap_or("?").to_string();
+            self.fail(
+                &format!("spec.{key}"),
+                format!(
+                    "unknown or unsupported field `{key}`; expected namespaceSelector, network"
+                ),
+            );
+            return None;
+        }
+        let Some(Value::Mapping(mut network)) = network else {
+            self.fail("spec.network", "missing; a ClusterUserDefinedNetwork needs spec.network");
+            return None;
+        };
+        let topology = take_str(&mut network, "topology");
+        let (key, topology) = match topology.as_deref() {
+            Some("Layer3") => ("layer3", "layer3"),
+            Some("Layer2") => ("layer2", "layer2"),
+            other => {
+                self.fail(
+                    "spec.network.topology",
+                    format!("{other:?} is not supported; valid: Layer3, Layer2"),
+                );
+                return None;
+            }
+        };
+        let Some(Value::Mapping(mut layer)) = network.remove(key) else {
+            self.fail(
+                &format!("spec.network.{key}"),
+                format!("missing; topology {topology} needs spec.network.{key}"),
+            );
+            return None;
+        };
+        if let Some((other, _)) = network.iter().next() {
+            let other = other.as_str().unwrap_or("?").to_string();
+            self.fail(
+                &format!("spec.network.{other}"),
+                format!("unknown or unsupported field `{other}`"),
+            );
+            return None;
+        }
+        // role (Primary/Secondary) and ipam.lifecycle decide how pods attach, not what is announced.
+        layer.remove("role");
+        if let Some(Value::Mapping(mut ipam)) = layer.remove("ipam") {
+            ipam.remove("lifecycle");
+            if let Some((other, _)) = ipam.iter().next() {
+                let other = other.as_str().unwrap_or("?").to_string();
+                self.fail(
+                    &format!("spec.network.{key}.ipam.{other}"),
+                    format!("unknown or unsupported field `{other}`"),
+                );
+                return None;
+            }
+        }
+        let mut subnets = Vec::new();
+        if let Some(Value::Sequence(list)) = layer.remove("subnets") {
+            for (i, subnet) in list.into_iter().enumerate() {
+                match subnet {
+                    Value::String(cidr) => subnets.push(Value::String(cidr)),
+                    // Layer3: { cidr, hostSubnet }; the host subnet length is OVN-Kubernetes's
+                    // business, this node's slice comes from `[[networks]] host_subnet`.
+                    Value::Mapping(mut m) => {
+                        m.remove("hostSubnet");
+                        match m.remove("cidr") {
+                            Some(cidr) => subnets.push(cidr),
+                            None => {
+                                self.fail(
+                                    &format!("spec.network.{key}.subnets[{i}].cidr"),
+                                    "missing",
+                                );
+                                return None;
+                            }
+                        }
+                    }
+                    _ => {
+                        self.fail(
+                            &format!("spec.network.{key}.subnets[{i}]"),
+                            "must be a CIDR string or { cidr, hostSubnet }",
+                        );
+                        return None;
+                    }
+                }
+            }
+        }
+        if let Some((other, _)) = layer.iter().next() {
+            let other = other.as_str().unwrap_or("?").to_string();
+            self.fail(
+                &format!("spec.network.{key}.{other}"),
+                format!("unknown or unsupported field `{other}`"),
+            );
+            return None;
+        }
+        let mut entry = Mapping::new();
+        entry.insert(Value::from("name"), Value::from(name));
+        entry.insert(Value::from("labels"), labels_value(&labels));
+        entry.insert(Value::from("topology"), Value::from(topology));
+        entry.insert(Value::from("subnet"), Value::Sequence(subnets));
+        self.emit("networks", list(Value::Mapping(entry)), "networks[0]", "spec.network", None)
+    }
+
+    /// Validates `value` as the TOML table `key = value`, as if a TOML file held it.
+    /// `toml_prefix` is the field path that corresponds to `yaml_prefix` in error messages.
+    fn emit(
+        &mut self,
+        key: &str,
+        value: Value,
+        toml_prefix: &str,
+        yaml_prefix: &str,
+        alt_prefix: Option<&str>,
+    ) -> Option<Fragment> {
+        let table = match to_toml(&value, true) {
+            Ok(table) => table,
+            Err(message) => {
+                self.fail(yaml_prefix, message);
+                return None;
+            }
+        };
+        // One line, preceded by as many newlines as the document's start line needs, so every
+        // position validation records points at the document in the YAML file.
+        let text = format!("{}{key} = {table}\n", "\n".repeat(self.line.saturating_sub(1)));
+        let source = SourceText::new(self.path, &text);
+        let mut errors = Vec::new();
+        let fragment = match toml::from_str::<RawFile>(&text) {
+            Ok(raw) => Some(validate_file(&source, raw, &mut errors)),
+            Err(error) => {
+                errors.push(source.toml_error(&error));
+                None
+            }
+        };
+        for error in errors {
+            let field = yaml_path(&error.field, toml_prefix, yaml_prefix, alt_prefix);
+            self.fail(&field, camel_case_message(&error.message));
+        }
+        fragment
+    }
+}
+
+/// `disableMP: true` → the neighbor's own family; absent or false → both families (frr-k8s
+/// runs IPv4 and IPv6 over one multiprotocol session unless told not to).
+fn disable_mp(neighbor: &mut Mapping) {
+    let disabled = matches!(neighbor.remove("disableMP"), Some(Value::Bool(true)));
+    if !disabled && !neighbor.contains_key("families") {
+        neighbor.insert(
+            Value::from("families"),
+            Value::Sequence(vec![Value::from("ipv4-unicast"), Value::from("ipv6-unicast")]),
+        );
+    }
+}
+
+fn take_str(map: &mut Mapping, key: &str) -> Option<String> {
+    map.remove(key).and_then(|v| v.as_str().map(str::to_string))
+}
+
+fn list(value: Value) -> Value {
+    Value::Sequence(vec![value])
+}
+
+fn wrap(key: &str, value: Value) -> Value {
+    let mut map = Mapping::new();
+    map.insert(Value::from(key), value);
+    Value::Mapping(map)
+}
+
+fn labels_value(labels: &Labels) -> Value {
+    let mut map = Mapping::new();
+    for (k, v) in labels {
+        map.insert(Value::from(k.as_str()), Value::from(v.as_str()));
+    }
+    Value::Mapping(map)
+}
+
+fn string_map(value: &Value) -> Option<Labels> {
+    let Value::Mapping(map) = value else { return None };
+    map.iter()
+        .map(|(k, v)| {
+            let value = match v {
+                Value::String(s) => s.clone(),
+                Value::Bool(b) => b.to_string(),
+                Value::Number(n) => n.to_string(),
+                Value::Null => String::new(),
+                _ => return None,
+            };
+            Some((k.as_str()?.to_string(), value))
+        })
+        .collect()
+}
+
+/// A YAML label selector (`matchLabels`, `matchExpressions`).
+fn selector_of(value: &Value) -> Result<LabelSelector, String> {
+    let Value::Mapping(map) = value else { return Err("must be a label selector mapping".into()) };
+    let mut selector = LabelSelector::default();
+    for (key, value) in map {
+        match key.as_str() {
+            Some("matchLabels") => {
+                selector.match_labels =
+                    string_map(value).ok_or("matchLabels must map label names to strings")?;
+            }
+            Some("matchExpressions") => {
+                let Value::Sequence(list) = value else {
+                    return Err("matchExpressions must be a list".into());
+                };
+                for item in list {
+                    let key = item
+                        .get("key")
+                        .and_then(Value::as_str)
+                        .ok_or("each matchExpressions entry needs a key")?;
+                    let operator = item
+                        .get("operator")
+                        .and_then(Value::as_str)
+                        .and_then(Operator::parse)
+                        .ok_or("operator must be In, NotIn, Exists or DoesNotExist")?;
+                    let values = match item.get("values") {
+                        Some(Value::Sequence(v)) => {
+                            v.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+                        }
+                        _ => Vec::new(),
+                    };
+                    selector.match_expressions.push(Requirement {
+                        key: key.to_string(),
+                        operator,
+                        values,
+                    });
+                }
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unknown selector field `{other}`; expected matchLabels, matchExpressions"
+                ))
+            }
+            None => return Err("selector keys must be strings".into()),
+        }
+    }
+    Ok(selector)
+}
+
+/// camelCase → snake_case, with the few upstream names that do not follow the pattern.
+fn snake_case(key: &str) -> String {
+    if let Some((_, to)) = RENAMES.iter().find(|(from, _)| *from == key) {
+        return to.to_string();
+    }
+    let mut out = String::with_capacity(key.len().saturating_add(4));
+    let mut previous_lower = false;
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            if previous_lower {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+            previous_lower = false;
+        } else {
+            out.push(c);
+            previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        }
+    }
+    out
+}
+
+/// snake_case → the manifest's camelCase, for error messages.
+fn camel_case(key: &str) -> String {
+    if let Some((from, _)) = RENAMES.iter().find(|(_, to)| *to == key) {
+        return from.to_string();
+    }
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Rewrites a TOML field path as the manifest's: swap the prefix, camelCase each key.
+fn yaml_path(
+    field: &str,
+    toml_prefix: &str,
+    yaml_prefix: &str,
+    alt_prefix: Option<&str>,
+) -> String {
+    let rest = [alt_prefix, Some(toml_prefix)]
+        .into_iter()
+        .flatten()
+        .find_map(|p| field.strip_prefix(p))
+        .unwrap_or(field);
+    let camel: Vec<String> = rest
+        .split('.')
+        .map(|part| match part.split_once('[') {
+            Some((key, index)) => format!("{}[{index}", camel_case(key)),
+            None => camel_case(part),
+        })
+        .collect();
+    let rest = camel.join(".");
+    if rest.is_empty() || rest.starts_with('[') || rest.starts_with('.') {
+        format!("{yaml_prefix}{rest}")
+    } else {
+        format!("{yaml_prefix}.{rest}")
+    }
+}
+
+/// Field names in backticks (serde's "unknown field `x`, expected one of `y`, `z`") in the
+/// manifest's spelling.
+fn camel_case_message(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for (i, part) in message.split('`').enumerate() {
+        if i > 0 {
+            out.push('`');
+        }
+        if i % 2 == 1 {
+            out.push_str(&camel_case(part));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// YAML → TOML, renaming keys to snake_case except inside label maps. BFD intervals, integers
+/// of milliseconds in the Kubernetes APIs, become duration strings.
+fn to_toml(value: &Value, rename: bool) -> Result<toml::Value, String> {
+    Ok(match value {
+        Value::Null => return Err("null values are not supported; leave the field out".into()),
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => toml::Value::Integer(i),
+            (None, Some(f)) => toml::Value::Float(f),
+            _ => return Err(format!("number {n} is out of range")),
+        },
+        Value::String(s) => toml::Value::String(s.clone()),
+        Value::Sequence(items) => {
+            toml::Value::Array(items.iter().map(|v| to_toml(v, rename)).collect::<Result<_, _>>()?)
+        }
+        Value::Mapping(map) => {
+            let mut table = toml::map::Map::new();
+            for (key, value) in map {
+                let Some(key) = key.as_str() else {
+                    return Err("mapping keys must be strings".into());
+                };
+                if value.is_null() {
+                    continue; // `field: ~` is the same as leaving it out, as in Kubernetes.
+                }
+                let name = if rename { snake_case(key) } else { key.to_string() };
+                let converted = match (name.as_str(), value) {
+                    (
+                        "receive_interval" | "transmit_interval" | "echo_interval",
+                        Value::Number(n),
+                    ) if rename => toml::Value::String(format!("{n}ms")),
+                    _ => to_toml(value, rename && !VERBATIM.contains(&key))?,
+                };
+                table.insert(name, converted);
+            }
+            toml::Value::Table(table)
+        }
+        Value::Tagged(tagged) => to_toml(&tagged.value, rename)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_map_both_ways() {
+        for (camel, snake) in [
+            ("holdTime", "hold_time"),
+            ("toAdvertise", "to_advertise"),
+            ("aggregationLengthV6", "aggregation_length_v6"),
+            ("ipAddressPoolSelectors", "ip_address_pool_selectors"),
+            ("ebgpMultiHop", "ebgp_multihop"),
+            ("avoidBuggyIPs", "avoid_buggy_ips"),
+            ("targetVRF", "target_vrf"),
+            ("frrConfigurationSelector", "frr_configuration_selector"),
+        ] {
+            assert_eq!(snake_case(camel), snake);
+            assert_eq!(camel_case(snake), camel);
+        }
+        assert_eq!(
+            yaml_path("bgp.routers[0].neighbors[1].hold_time", "bgp", "spec.bgp", None),
+            "spec.bgp.routers[0].neighbors[1].holdTime"
+        );
+        assert_eq!(yaml_path("pools[0].auto_assign", "pools[0]", "spec", None), "spec.autoAssign");
+        assert_eq!(
+            camel_case_message("unknown field `log_level`, expected `hold_time`"),
+            "unknown field `logLevel`, expected `holdTime`"
+        );
+    }
+
+    #[test]
+    fn document_start_lines_follow_separators() {
+        assert_eq!(document_start_lines("a: 1\n---\nb: 2\n---\nc: 3\n"), vec![1, 3, 5]);
+        assert_eq!(document_start_lines("# c\n---\na: 1\n---\nb: 1\n"), vec![3, 5]);
+    }
+
+    use std::net::IpAddr;
+    use std::path::PathBuf;
+
+    use ipnet::IpNet;
+
+    use super::super::load::load_sources;
+    use super::super::model::{AddressFamily, AllowMode, Config, RemoteAsn};
+    use super::super::ConfigErrors;
+    use crate::announce::{compute_config, PeerSet, RuntimeState};
+
+    fn fixture(name: &str) -> (PathBuf, String) {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifests").join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        (path, text)
+    }
+
+    fn load(toml: &str, yaml: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
+        let mut sources = vec![(PathBuf::from("uplink.toml"), toml.to_string())];
+        sources.extend(yaml.iter().cloned());
+        load_sources(&sources)
+    }
+
+    fn net(text: &str) -> IpNet {
+        text.parse().unwrap()
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    /// wk3 of the deck: its slice of the default pod network and its EgressIP.
+    const WK3: &str = r#"
+[node]
+name = "wk3"
+labels = { "node-role.kubernetes.io/worker" = "" }
+
+[[networks]]
+name = "default"
+topology = "layer3"
+subnet = "10.128.0.0/16"
+host_subnet = "10.128.7.0/24"
+egress_ips = ["172.18.20.201"]
+"#;
+
+    #[test]
+    fn deck_default_pod_network_and_egress_ip() {
+        let config = load(WK3, &[fixture("deck-default-pod-network.yaml")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let router = &config.bgp.routers[0];
+        assert_eq!((router.asn, router.vrf.as_str()), (65801, ""));
+        let neighbor = &router.neighbors[0];
+        assert_eq!(neighbor.address, ip("172.18.20.1"));
+        assert_eq!(neighbor.remote_asn, RemoteAsn::Fixed(65102));
+        assert_eq!(neighbor.families, vec![AddressFamily::Ipv4Unicast], "disableMP: true");
+        assert_eq!(neighbor.to_receive.mode, AllowMode::All);
+        let result = compute_config(&config, RuntimeState::default());
+        // Slide 20's running-config: `network 10.128.7.0/24`, `network 172.18.20.201/32`, both
+        // permitted out to 172.18.20.1.
+        let default = result.router("").unwrap();
+        let prefixes: Vec<IpNet> = default.originate.keys().copied().collect();
+        assert_eq!(prefixes, vec![net("10.128.7.0/24"), net("172.18.20.201/32")]);
+        for route in default.originate.values() {
+            assert_eq!(route.peers, PeerSet::Only([ip("172.18.20.1")].into()));
+        }
+    }
+
+    #[test]
+    fn deck_layer2_cudn_from_every_node_with_leaking() {
+        let config = load("[node]\nname = \"wk3\"\n", &[fixture("deck-cudn-layer2.yaml")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let network = &config.announce.networks[0];
+        assert_eq!((network.name.as_str(), network.vrf.as_str()), ("cudn2", "cudn2"));
+        assert_eq!(network.subnets, vec![net("172.22.0.0/16")]);
+        let result = compute_config(&config, RuntimeState::default());
+        let default = result.router("").unwrap();
+        assert_eq!(
+            default.originate.keys().copied().collect::<Vec<_>>(),
+            vec![net("172.22.0.0/16")]
+        );
+        // Slide 34: `import vrf cudn2` in the default router, `import vrf default` in cudn2's.
+        assert!(default.imports.contains("cudn2"));
+        assert!(result.router("cudn2").unwrap().imports.contains(""));
+    }
+
+    #[test]
+    fn deck_vrf_lite_layer3_and_layer2() {
+        let node = "[node]\nname = \"wk3\"\n[[networks]]\nname = \"cudn3\"\nhost_subnet = \"172.23.5.0/24\"\n";
+        let config = load(node, &[fixture("deck-vrf-lite.yaml")]).unwrap_or_else(|e| panic!("{e}"));
+        let vrfs: Vec<&str> = config.bgp.routers.iter().map(|r| r.vrf.as_str()).collect();
+        assert_eq!(vrfs, vec!["cudn3", "cudn4"]);
+        let result = compute_config(&config, RuntimeState::default());
+        let cudn3 = result.router("cudn3").unwrap();
+        assert_eq!(cudn3.originate.keys().copied().collect::<Vec<_>>(), vec![net("172.23.5.0/24")]);
+        assert_eq!(
+            cudn3.originate[&net("172.23.5.0/24")].peers,
+            PeerSet::Only([ip("172.19.23.1")].into())
+        );
+        let cudn4 = result.router("cudn4").unwrap();
+        assert_eq!(cudn4.originate.keys().copied().collect::<Vec<_>>(), vec![net("172.24.0.0/16")]);
+        assert!(cudn3.imports.is_empty() && cudn4.imports.is_empty());
+    }
+
+    #[test]
+    fn all_three_deck_files_load_together() {
+        let config = load(
+            WK3,
+            &[
+                fixture("deck-cudn-layer2.yaml"),
+                fixture("deck-default-pod-network.yaml"),
+                fixture("deck-vrf-lite.yaml"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // receive-all is in two files, identically: one router, one neighbor.
+        assert_eq!(config.bgp.routers.len(), 3);
+        assert_eq!(config.bgp.routers[0].neighbors.len(), 1);
+    }
+
+    #[test]
+    fn metallb_objects_map_onto_the_model() {
+        let yaml = r#"
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata:
+  name: vips
+  namespace: metallb-system
+  labels: {expose: "yes"}
+spec:
+  addresses: ["192.0.2.0/28", "192.0.2.100-192.0.2.110"]
+  autoAssign: false
+  avoidBuggyIPs: true
+  serviceAllocation:
+    priority: 5
+    namespaces: [web]
+---
+apiVersion: metallb.io/v1beta1
+kind: Community
+metadata: {name: communities}
+spec:
+  communities:
+  - name: vip
+    value: "65000:300"
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: adv}
+spec:
+  ipAddressPoolSelectors:
+  - matchLabels: {expose: "yes"}
+  aggregationLengthV6: 64
+  communities: [vip]
+  localPref: 120
+  peers: [tor]
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: tor}
+spec:
+  myASN: 65801
+  peerASN: 65102
+  peerAddress: 172.18.20.1
+  holdTime: 30s
+  bfdProfile: fast
+  ebgpMultiHop: true
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: elsewhere}
+spec:
+  myASN: 65801
+  peerASN: 65102
+  peerAddress: 172.18.20.9
+  nodeSelectors:
+  - matchLabels: {kubernetes.io/hostname: wk9}
+---
+apiVersion: metallb.io/v1beta1
+kind: BFDProfile
+metadata: {name: fast}
+spec:
+  receiveInterval: 100
+  transmitInterval: 100
+  detectMultiplier: 5
+"#;
+        let config = load(
+            "[node]\nname = \"wk1\"\n",
+            &[(PathBuf::from("conf.d/metallb.yaml"), yaml.to_string())],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let pool = &config.announce.pools[0];
+        assert_eq!((pool.auto_assign, pool.avoid_buggy_ips), (false, true));
+        assert_eq!(pool.labels.get("expose").map(String::as_str), Some("yes"));
+        assert_eq!(pool.service_allocation.as_ref().unwrap().priority, Some(5));
+        let adv = &config.announce.advertisements[0];
+        assert_eq!(adv.communities, vec![crate::config::Community::Standard(65000 << 16 | 300)]);
+        assert_eq!(
+            (adv.aggregation_length, adv.aggregation_length_v6, adv.local_pref),
+            (32, 64, Some(120))
+        );
+        let router = &config.bgp.routers[0];
+        assert_eq!(router.neighbors.len(), 1, "the peer for wk9 is not applied on wk1");
+        let neighbor = &router.neighbors[0];
+        assert_eq!(neighbor.hold_time, std::time::Duration::from_secs(30));
+        assert_eq!(neighbor.bfd_profile.as_deref(), Some("fast"));
+        assert_eq!(neighbor.families.len(), 2, "no disableMP: both families");
+        assert_eq!(
+            config.bgp.bfd_profiles[0].receive_interval,
+            std::time::Duration::from_millis(100)
+        );
+        assert_eq!(config.announce.peer_names[0].address, ip("172.18.20.1"));
+    }
+
+    #[test]
+    fn errors_name_file_document_and_field_path() {
+        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
+        let errors =
+            load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.to_string())]).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let error = &errors[0];
+        assert_eq!((error.file.as_path(), error.line), (Path::new("conf.d/frr.yaml"), 9));
+        assert_eq!(error.field, "documents[1].spec.raw");
+        assert!(
+            error
+                .message
+                .starts_with("FRRConfiguration \"two\": unknown or unsupported field `raw`"),
+            "{}",
+            error.message
+        );
+
+        let yaml = yaml.replace("  raw:\n    rawConfig: x\n", "");
+        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap_err().0;
+        assert_eq!(
+            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].enableGracefulRestart",
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("unknown field `enableGracefulRestart`"),
+            "{}",
+            errors[0].message
+        );
+
+        let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
+        let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[0].kind");
+        assert!(
+            errors[0].message.contains("not supported here; supported: FRRConfiguration"),
+            "{}",
+            errors[0].message
+        );
+        let hold = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: p}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  holdTime: 90\n";
+        let errors = load("", &[(PathBuf::from("x.yaml"), hold.to_string())]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[0].spec.holdTime", "{errors:?}");
+        assert!(errors[0].message.contains("\"90s\""), "{}", errors[0].message);
+    }
+
+    #[test]
+    fn yaml_and_toml_conflicts_reject_the_config() {
+        let toml = "[[bgp.routers]]\nasn = 65999\n[[pools]]\nname = \"vips\"\naddresses = [\"10.0.0.0/24\"]\n";
+        let yaml = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips}\nspec:\n  addresses: [10.9.0.0/24]\n";
+        let mut sources = vec![fixture("deck-default-pod-network.yaml")];
+        sources.push((PathBuf::from("pool.yaml"), yaml.to_string()));
+        let errors = load(toml, &sources).unwrap_err().0;
+        let found: Vec<(String, String)> = errors
+            .iter()
+            .map(|e| (e.file.file_name().unwrap().to_string_lossy().into_owned(), e.field.clone()))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                ("deck-default-pod-network.yaml".to_string(), "bgp.routers[0].asn".to_string()),
+                ("pool.yaml".to_string(), "pools[0].name".to_string()),
+            ],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("asn = 65801 here but asn = 65999 at uplink.toml:2:7"),
+            "{}",
+            errors[0].message
+        );
+    }
+
+    #[test]
+    fn yaml_syntax_errors_have_a_position() {
+        let errors = load("", &[(PathBuf::from("x.yaml"), "kind: [\n".to_string())]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[0]");
+        assert!(
+            errors[0].line >= 1 && errors[0].message.starts_with("not valid YAML"),
+            "{errors:?}"
+        );
+    }
+}

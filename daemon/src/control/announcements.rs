@@ -1,0 +1,238 @@
+//! `show announcements` and `show running-config`: answered from the announcer and the loaded
+//! config rather than from the routing instances.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Map, Value};
+
+use super::protocol::{Request, VrfSelector};
+use crate::announce::compute::{Announcements, Candidate, PeerSet, State};
+use crate::announce::runtime::AnnouncerHandle;
+use crate::config::Config;
+
+/// Whether this module answers `request`.
+pub fn handles(request: &Request) -> bool {
+    matches!(request, Request::Announcements { .. } | Request::RunningConfig)
+}
+
+pub fn handle(
+    announcer: &AnnouncerHandle,
+    config: &Config,
+    request: &Request,
+) -> Result<Value, String> {
+    match request {
+        Request::Announcements { vrf } => {
+            Ok(announcements_json(&announcer.current(), vrf, Some(config)))
+        }
+        Request::RunningConfig => {
+            // The announcement part may have been reloaded (SIGHUP) since the daemon started.
+            let mut value = serde_json::to_value(config).map_err(|e| e.to_string())?;
+            value["announce"] =
+                serde_json::to_value(&*announcer.config()).map_err(|e| e.to_string())?;
+            Ok(value)
+        }
+        _ => Err("not an announcement request".into()),
+    }
+}
+
+fn vrf_key(vrf: &str) -> &str {
+    if vrf.is_empty() {
+        "default"
+    } else {
+        vrf
+    }
+}
+
+/// The neighbors "all peers" means for the router in `vrf`.
+fn peer_list(config: Option<&Config>, vrf: Option<&str>, peers: &PeerSet) -> String {
+    let router = config.and_then(|c| c.bgp.routers.iter().find(|r| Some(r.vrf.as_str()) == vrf));
+    match (peers, router) {
+        (PeerSet::All, Some(router)) => {
+            let list: Vec<String> =
+                router.neighbors.iter().map(|n| n.address.to_string()).collect();
+            list.join(", ")
+        }
+        _ => peers.to_string(),
+    }
+}
+
+fn candidate_json(c: &Candidate, config: Option<&Config>) -> Value {
+    let (state, detail) = match &c.state {
+        State::Announced { peers } => {
+            ("announced", json!(peer_list(config, c.vrf.as_deref(), peers)))
+        }
+        State::Withdrawn { reason } => ("withdrawn", json!(reason.to_string())),
+    };
+    json!({
+        "prefix": c.prefix.map(|p| p.to_string()),
+        "vrf": c.vrf.as_deref().map(vrf_key),
+        "origin": c.origin.to_string(),
+        "state": state,
+        "detail": detail,
+    })
+}
+
+/// `{"vrfs": {NAME: {"originate": {...}, "imports": [...], "imported": {...}}}, "candidates":
+/// [...], "collisions": [...]}`; candidates without a VRF (no address at all) are always shown.
+pub fn announcements_json(
+    a: &Announcements,
+    selector: &VrfSelector,
+    config: Option<&Config>,
+) -> Value {
+    let mut vrfs = Map::new();
+    for router in a.routers.iter().filter(|r| selector.matches(&r.vrf)) {
+        let mut originate = Map::new();
+        for (prefix, route) in &router.originate {
+            let communities: Vec<String> =
+                route.communities.iter().map(|c| c.to_string()).collect();
+            originate.insert(
+                prefix.to_string(),
+                json!({
+                    "communities": communities,
+                    "localPref": route.local_pref,
+                    "peers": peer_list(config, Some(&router.vrf), &route.peers),
+                    "origins": route.origins,
+                }),
+            );
+        }
+        let imported: Map<String, Value> =
+            router.imported.iter().map(|(p, from)| (p.to_string(), json!(vrf_key(from)))).collect();
+        let imports: Vec<&str> = router.imports.iter().map(|v| vrf_key(v)).collect();
+        vrfs.insert(
+            vrf_key(&router.vrf).to_string(),
+            json!({ "configured": router.configured, "originate": originate, "imports": imports, "imported": imported }),
+        );
+    }
+    let candidates: Vec<Value> = a
+        .candidates
+        .iter()
+        .filter(|c| c.vrf.as_deref().is_none_or(|v| selector.matches(v)))
+        .map(|c| candidate_json(c, config))
+        .collect();
+    json!({
+        "vrfs": vrfs,
+        "candidates": candidates,
+        "collisions": serde_json::to_value(&a.allocation.collisions).unwrap_or(Value::Null),
+    })
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Operator text for the two requests.
+pub fn text(request: &Request, value: &Value) -> String {
+    match request {
+        Request::RunningConfig => serde_norway::to_string(value).unwrap_or_default(),
+        _ => announcements_text(value),
+    }
+}
+
+fn announcements_text(value: &Value) -> String {
+    let mut out = String::new();
+    for (vrf, router) in value["vrfs"].as_object().into_iter().flatten() {
+        let _ = writeln!(out, "VRF {vrf}:");
+        let imports: Vec<String> =
+            router["imports"].as_array().into_iter().flatten().map(s).collect();
+        if !imports.is_empty() {
+            let _ = writeln!(out, "  imports from VRF {}", imports.join(", "));
+        }
+        let _ = writeln!(out, "  {:<22} {:<28} {:<12} Attributes", "Originated", "Peers", "LocPrf");
+        for (prefix, route) in router["originate"].as_object().into_iter().flatten() {
+            let communities: Vec<String> =
+                route["communities"].as_array().into_iter().flatten().map(s).collect();
+            let _ = writeln!(
+                out,
+                "  {:<22} {:<28} {:<12} {}",
+                prefix,
+                s(&route["peers"]),
+                s(&route["localPref"]),
+                communities.join(" ")
+            );
+        }
+        for (prefix, from) in router["imported"].as_object().into_iter().flatten() {
+            let _ = writeln!(out, "  {:<22} imported from VRF {}", prefix, s(from));
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "{:<22} {:<9} {:<10} {:<44} Origin",
+        "Prefix", "VRF", "State", "Peers / reason"
+    );
+    for c in value["candidates"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "{:<22} {:<9} {:<10} {:<44} {}",
+            s(&c["prefix"]),
+            s(&c["vrf"]),
+            s(&c["state"]),
+            s(&c["detail"]),
+            s(&c["origin"])
+        );
+    }
+    for c in value["collisions"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "collision: {} wanted {} in pool {} (held by {}), got {}",
+            s(&c["service"]),
+            s(&c["home"]),
+            s(&c["pool"]),
+            s(&c["holder"]),
+            s(&c["got"])
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::announce::compute_config;
+    use crate::config::load_str;
+
+    #[test]
+    fn announcements_render_with_reasons_and_peers() {
+        let text = r#"
+[node]
+name = "wk1"
+[[bgp.routers]]
+asn = 65801
+[[bgp.routers.neighbors]]
+address = "172.18.20.1"
+asn = 65102
+[[pools]]
+name = "vips"
+addresses = ["192.0.2.0/28"]
+[[advertisements]]
+name = "all"
+communities = ["65000:1"]
+[[services]]
+name = "up"
+load_balancer_ip = "192.0.2.1"
+[[services]]
+name = "elsewhere"
+load_balancer_ip = "192.0.2.2"
+traffic_policy = "local"
+endpoints = [{ address = "10.0.0.9", node = "wk9" }]
+"#;
+        let config = load_str("t.toml", text).unwrap();
+        let result = compute_config(&config, Default::default());
+        let json = announcements_json(&result, &VrfSelector::Default, Some(&config));
+        let route = &json["vrfs"]["default"]["originate"]["192.0.2.1/32"];
+        assert_eq!(route["peers"], "172.18.20.1");
+        assert_eq!(route["communities"][0], "65000:1");
+        let text = text_of(&json);
+        assert!(text.contains("VRF default:"), "{text}");
+        assert!(text.contains("192.0.2.2/32") && text.contains("no local endpoint"), "{text}");
+        assert!(text.contains("announced") && text.contains("service default/up"), "{text}");
+    }
+
+    fn text_of(value: &Value) -> String {
+        text(&Request::Announcements { vrf: VrfSelector::Default }, value)
+    }
+}
