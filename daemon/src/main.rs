@@ -45,6 +45,11 @@ enum Show {
         #[command(subcommand)]
         what: ShowBgp,
     },
+    /// The routes uplink installs in the kernel: next hops, nexthop group, state.
+    Fib {
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 #[derive(Args)]
@@ -115,30 +120,35 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Show { what: Show::Bgp { what } } => {
+        Command::Show { what } => {
             let (request, json) = match what {
-                ShowBgp::Summary { common } => (
-                    Request::BgpSummary { vrf: VrfSelector::parse(common.vrf.as_deref()) },
-                    common.json,
-                ),
-                ShowBgp::Neighbors { address, common } => (
-                    Request::BgpNeighbors {
-                        vrf: VrfSelector::parse(common.vrf.as_deref()),
-                        address,
-                    },
-                    common.json,
-                ),
-                ShowBgp::Routes { family, prefix, common } => (
-                    Request::BgpRoutes {
-                        vrf: VrfSelector::parse(common.vrf.as_deref()),
-                        family: family.map(|f| match f {
-                            Family::Ipv4 => FamilyArg::Ipv4,
-                            Family::Ipv6 => FamilyArg::Ipv6,
-                        }),
-                        prefix,
-                    },
-                    common.json,
-                ),
+                Show::Fib { common } => {
+                    (Request::Fib { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)
+                }
+                Show::Bgp { what } => match what {
+                    ShowBgp::Summary { common } => (
+                        Request::BgpSummary { vrf: VrfSelector::parse(common.vrf.as_deref()) },
+                        common.json,
+                    ),
+                    ShowBgp::Neighbors { address, common } => (
+                        Request::BgpNeighbors {
+                            vrf: VrfSelector::parse(common.vrf.as_deref()),
+                            address,
+                        },
+                        common.json,
+                    ),
+                    ShowBgp::Routes { family, prefix, common } => (
+                        Request::BgpRoutes {
+                            vrf: VrfSelector::parse(common.vrf.as_deref()),
+                            family: family.map(|f| match f {
+                                Family::Ipv4 => FamilyArg::Ipv4,
+                                Family::Ipv6 => FamilyArg::Ipv6,
+                            }),
+                            prefix,
+                        },
+                        common.json,
+                    ),
+                },
             };
             match client::call(&cli.socket, &request) {
                 Ok(value) => {

@@ -3,12 +3,13 @@
 //! waits on a session — it only wakes them (`Notify`) when their Adj-RIB-Out has output, and
 //! they pull it when their socket has room.
 
-use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
+use super::rib::{FibChange, OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::session::SessionCommand;
 use super::view::{PathSource, PathView, PeerCounts, RibSummary, RouteView};
 use super::wire::attributes::{Family, PathAttributes};
 use super::wire::update::DecodedUpdate;
 use crate::control::handler::Lookup;
+use crate::fib::FibSender;
 use ipnet::IpNet;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -27,6 +28,8 @@ pub struct RibSetup {
     pub multipath_relax: bool,
     pub originate: Vec<IpNet>,
     pub always_block: Vec<IpNet>,
+    /// Where Loc-RIB changes go to be installed in the kernel; `None` with `install = false`.
+    pub fib: Option<FibSender>,
 }
 
 enum RibCommand {
@@ -134,7 +137,7 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     }
     let span = tracing::info_span!("rib", vrf = %setup.vrf);
     tokio::spawn(tracing::Instrument::instrument(
-        RibTask { rib, peers: HashMap::new() }.run(rx),
+        RibTask { rib, peers: HashMap::new(), fib: setup.fib, fib_out: Vec::new() }.run(rx),
         span,
     ));
     RibHandle { tx }
@@ -143,12 +146,18 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
 struct RibTask {
     rib: Rib,
     peers: HashMap<PeerId, PeerSide>,
+    fib: Option<FibSender>,
+    /// Changes for the FIB writer, sent after each command.
+    fib_out: Vec<FibChange>,
 }
 
 impl RibTask {
     async fn run(mut self, mut rx: mpsc::Receiver<RibCommand>) {
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
+            if let Some(fib) = &self.fib {
+                fib.send(std::mem::take(&mut self.fib_out)).await;
+            }
         }
     }
 
@@ -165,6 +174,7 @@ impl RibTask {
                 self.peers.remove(&id);
                 let changes = self.rib.peer_down(id);
                 self.wake(&changes.outbound);
+                self.fib_out.extend(changes.fib);
             }
             RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
             RibCommand::TakePending(id, reply) => {
@@ -209,6 +219,7 @@ impl RibTask {
             match self.rib.apply_update(id, &announced, &attrs, &withdrawn) {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
+                    self.fib_out.extend(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                     if !outcome.rejected.is_empty() {
                         debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {} ({})",
@@ -225,6 +236,7 @@ impl RibTask {
                 mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
                     outbound.extend(outcome.changes.outbound);
+                    self.fib_out.extend(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                 }
             }

@@ -43,9 +43,22 @@ pub enum FamilyArg {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "kebab-case")]
 pub enum Request {
-    BgpSummary { vrf: VrfSelector },
-    BgpNeighbors { vrf: VrfSelector, address: Option<String> },
-    BgpRoutes { vrf: VrfSelector, family: Option<FamilyArg>, prefix: Option<String> },
+    BgpSummary {
+        vrf: VrfSelector,
+    },
+    BgpNeighbors {
+        vrf: VrfSelector,
+        address: Option<String>,
+    },
+    BgpRoutes {
+        vrf: VrfSelector,
+        family: Option<FamilyArg>,
+        prefix: Option<String>,
+    },
+    /// The routes the FIB writer holds for the kernel, with their state.
+    Fib {
+        vrf: VrfSelector,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
