@@ -221,8 +221,9 @@ pub fn del_route(out: &mut Vec<u8>, seq: u32, key: &RouteKey) {
     m.finish();
 }
 
-fn nhmsg(m: &mut MsgBuilder<'_>, family: u8) {
-    m.bytes(&[family, 0, RTPROT_BGP, 0]);
+/// `struct nhmsg`; the kernel refuses a protocol on delete and get requests.
+fn nhmsg(m: &mut MsgBuilder<'_>, family: u8, protocol: u8) {
+    m.bytes(&[family, 0, protocol, 0]);
     m.bytes(&0u32.to_ne_bytes());
 }
 
@@ -231,7 +232,7 @@ pub fn new_nexthop(out: &mut Vec<u8>, seq: u32, id: u32, hop: &Hop) {
     let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWNEXTHOP, flags, seq);
     let family = if hop.gateway.is_ipv4() { AF_INET } else { AF_INET6 };
-    nhmsg(&mut m, family);
+    nhmsg(&mut m, family, RTPROT_BGP);
     m.attr_u32(NHA_ID, id);
     m.attr_u32(NHA_OIF, hop.ifindex);
     m.attr(NHA_GATEWAY, &ip_bytes(&hop.gateway));
@@ -243,7 +244,7 @@ pub fn new_nexthop(out: &mut Vec<u8>, seq: u32, id: u32, hop: &Hop) {
 pub fn new_group(out: &mut Vec<u8>, seq: u32, id: u32, members: &[u32]) {
     let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWNEXTHOP, flags, seq);
-    nhmsg(&mut m, AF_UNSPEC);
+    nhmsg(&mut m, AF_UNSPEC, RTPROT_BGP);
     m.attr_u32(NHA_ID, id);
     let mut group = Vec::with_capacity(members.len() * 8);
     for member in members {
@@ -257,7 +258,7 @@ pub fn new_group(out: &mut Vec<u8>, seq: u32, id: u32, members: &[u32]) {
 
 pub fn del_nexthop(out: &mut Vec<u8>, seq: u32, id: u32) {
     let mut m = MsgBuilder::begin(out, RTM_DELNEXTHOP, NLM_F_REQUEST | NLM_F_ACK, seq);
-    nhmsg(&mut m, AF_UNSPEC);
+    nhmsg(&mut m, AF_UNSPEC, 0);
     m.attr_u32(NHA_ID, id);
     m.finish();
 }
@@ -270,7 +271,7 @@ pub fn dump(out: &mut Vec<u8>, seq: u32, kind: u16, family: u8) {
             m.bytes(&[family, 0, 0, 0]);
             m.bytes(&[0; 12]);
         }
-        RTM_GETNEXTHOP => nhmsg(&mut m, family),
+        RTM_GETNEXTHOP => nhmsg(&mut m, family, 0),
         _ => {
             m.bytes(&[family, 0, 0, 0, 0, 0, 0, 0]);
             m.bytes(&0u32.to_ne_bytes());
@@ -558,6 +559,8 @@ mod tests {
         del_route(&mut buf, 3, &RouteKey { table: 254, prefix: net("0.0.0.0/0"), metric: 20 });
         del_nexthop(&mut buf, 4, 501);
         let msgs: Vec<_> = messages(&buf).collect();
+        // The kernel refuses a delete with a protocol in the header.
+        assert_eq!(parse_nexthop(msgs[3].payload).unwrap(), KernelNexthop { id: 501, protocol: 0 });
         assert_eq!(msgs.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
         assert_eq!(
             parse_nexthop(msgs[0].payload).unwrap(),
