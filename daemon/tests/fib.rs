@@ -35,7 +35,11 @@ fn spec(asn: u32, id: &str, node: &str, announce: &[&str]) -> SpeakerSpec {
 
 /// `ip -j route show proto bgp` in `table`, keyed by destination.
 fn bgp_routes(ns: &Ns, table: &str) -> Vec<Value> {
-    let out = ns.run(&["ip", "-j", "route", "show", "table", table, "proto", "bgp"]);
+    // A table that does not exist yet has no routes.
+    let (ok, out) = ns.try_run(&["ip", "-j", "route", "show", "table", table, "proto", "bgp"]);
+    if !ok {
+        return vec![];
+    }
     serde_json::from_str::<Value>(if out.trim().is_empty() { "[]" } else { &out })
         .unwrap_or(Value::Null)
         .as_array()
