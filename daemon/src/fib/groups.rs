@@ -93,7 +93,7 @@ impl Registry {
                 self.wrapped = true;
                 FIRST_ID
             });
-            if !self.foreign.contains(&id) && !(self.wrapped && self.owns(id)) {
+            if !(self.foreign.contains(&id) || self.wrapped && self.owns(id)) {
                 return id;
             }
         }

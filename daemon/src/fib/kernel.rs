@@ -216,7 +216,7 @@ impl Monitor {
     }
 
     /// The next datagram of notifications; `Err` with ENOBUFS when some were lost.
-    pub fn next(&mut self) -> io::Result<&[u8]> {
+    pub fn next_datagram(&mut self) -> io::Result<&[u8]> {
         loop {
             self.rx.clear();
             match self.socket.recv(&mut self.rx, 0) {

@@ -89,7 +89,7 @@ pub fn start(instances: Vec<FibInstanceConfig>) -> Result<Fib, String> {
     std::thread::Builder::new()
         .name("uplink-fib-monitor".into())
         .spawn(move || loop {
-            let command = match monitor.next() {
+            let command = match monitor.next_datagram() {
                 Ok(datagram) => {
                     let events = writer::events(datagram, own_pid);
                     if events.is_empty() {

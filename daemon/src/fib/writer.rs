@@ -675,7 +675,7 @@ impl Writer {
             });
         }
         for view in &mut out {
-            view.routes.sort_by(|a, b| a.prefix.cmp(&b.prefix));
+            view.routes.sort_by_key(|r| r.prefix);
         }
         out
     }
