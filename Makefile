@@ -8,7 +8,7 @@ STATIC_BIN := target/$(TARGET)/release/uplink
 LAB_PKGS := frr iproute2 procps
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench-fib
 
 all: build
 
@@ -50,3 +50,9 @@ fuzz-smoke:
 
 fuzz:
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} ./scripts/fuzz $(FUZZ_TARGETS)
+
+# FIB install/remove rates against `ip -batch` and BIRD 2's kernel protocol (needs root; a few
+# minutes; not part of `make test`). FIB_COUNTS overrides the route counts.
+FIB_COUNTS ?= 100000 500000 1000000
+bench-fib: deps-test
+	./bench/fib.sh $(FIB_COUNTS)

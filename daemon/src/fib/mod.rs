@@ -127,6 +127,13 @@ impl Fib {
         Some(FibSender { tx: self.tx.clone(), instance })
     }
 
+    /// Returns once every change sent before this call has been written to the kernel.
+    pub async fn flush(&self) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::Flush(reply)).await.map_err(|_| "the FIB writer has stopped")?;
+        rx.await.map_err(|_| "the FIB writer has stopped".to_string())
+    }
+
     /// Every instance's routes and their state.
     pub async fn show(&self) -> Result<Vec<FibInstanceView>, String> {
         let (reply, rx) = oneshot::channel();

@@ -27,6 +27,13 @@ pub(super) enum Command {
     /// The monitor lost notifications: resynchronise with a dump.
     Overflow,
     Show(oneshot::Sender<Vec<FibInstanceView>>),
+    /// Answered once everything sent before it is in the kernel.
+    Flush(oneshot::Sender<()>),
+}
+
+enum Reply {
+    Show(oneshot::Sender<Vec<FibInstanceView>>),
+    Flush(oneshot::Sender<()>),
 }
 
 /// A kernel notification that is not our own echo.
@@ -156,7 +163,8 @@ impl Writer {
                         }
                     }
                     Command::Overflow => self.resync = true,
-                    Command::Show(reply) => shows.push(reply),
+                    Command::Show(reply) => shows.push(Reply::Show(reply)),
+                    Command::Flush(reply) => shows.push(Reply::Flush(reply)),
                 }
                 drained += 1;
                 if drained < MAX_COMMANDS_PER_BATCH {
@@ -176,7 +184,14 @@ impl Writer {
                 self.reconcile(false);
             }
             for reply in shows {
-                let _ = reply.send(self.views());
+                match reply {
+                    Reply::Show(reply) => {
+                        let _ = reply.send(self.views());
+                    }
+                    Reply::Flush(reply) => {
+                        let _ = reply.send(());
+                    }
+                }
             }
         }
     }
