@@ -36,7 +36,8 @@ fresh_ns() {
 }
 
 count_routes() { # proto
-  ip -n "$NS" -4 route show proto "$1" | wc -l
+  # Multipath routes print one line per next hop after their first line.
+  ip -n "$NS" -4 route show proto "$1" | awk '/^[0-9]/ { n++ } END { print n + 0 }'
 }
 
 prefix() { # index -> a.b.c.0/24, as fib_bench numbers them
@@ -51,7 +52,7 @@ gen_routes() { # count ecmp verb -> ip -batch lines
     if (ecmp > 1) { via = ""; for (k = 0; k < ecmp; k++) via = via " nexthop via 10.99.0." (2 + k) }
     for (i = 0; i < n; i++) {
       p = (16 + int(i / 65536)) "." (int(i / 256) % 256) "." (i % 256) ".0/24"
-      if (verb == "add") print "route add " p " proto bgp metric 20" via
+      if (verb == "add") print "route add " p " proto bgp metric 20 " via
       else print "route del " p " proto bgp metric 20"
     }
   }'

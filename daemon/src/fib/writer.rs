@@ -179,10 +179,6 @@ impl Writer {
                 }
             }
             self.execute(plan);
-            if std::mem::take(&mut self.resync) {
-                info!("kernel notifications were lost: resynchronising with a dump");
-                self.reconcile(false);
-            }
             for reply in shows {
                 match reply {
                     Reply::Show(reply) => {
@@ -192,6 +188,13 @@ impl Writer {
                         let _ = reply.send(());
                     }
                 }
+            }
+            // Notifications lost in a burst (mostly our own echoes) are made up for with one
+            // dump once the burst is over, not one per overflow.
+            if self.resync && rx.is_empty() {
+                self.resync = false;
+                info!("kernel notifications were lost: resynchronising with a dump");
+                self.reconcile(false);
             }
         }
     }
