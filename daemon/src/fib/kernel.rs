@@ -78,7 +78,8 @@ impl Kernel {
     }
 
     /// Sends `count` requests, `encode(index, seq, buffer)` appending request `index`, as few
-    /// `sendmsg` calls as fit, and returns each request's outcome in order.
+    /// `sendmsg` calls as fit, and returns each request's outcome in order (matched by
+    /// sequence number). Only the last request of each `sendmsg` asks for an ACK.
     pub fn execute(
         &mut self,
         count: usize,
@@ -91,31 +92,31 @@ impl Kernel {
             buf.clear();
             let first_seq = self.seq;
             let start = next;
+            let mut last_message = 0;
             while next < count && buf.len() < CHUNK_BYTES && next - start < self.max_per_chunk {
                 let seq = self.next_seq();
+                last_message = buf.len();
                 encode(next, seq, &mut buf);
                 next += 1;
             }
+            msg::request_ack(&mut buf, last_message);
+            let last_index = next - start - 1;
             let mut chunk: Vec<Option<Result<(), KernelError>>> = vec![None; next - start];
             if let Err(e) = self.socket.send(&buf, 0) {
                 let errno = e.raw_os_error().unwrap_or(libc_eio());
                 results.extend((start..next).map(|_| Err(KernelError { errno, message: None })));
                 continue;
             }
-            let mut missing = chunk.len();
-            while missing > 0 {
+            // Failed requests answer with an error; the last one answers in any case, and
+            // after all the others (the kernel handles one sendmsg in order).
+            let mut answered = false;
+            while !answered {
                 self.rx.clear();
                 match self.socket.recv(&mut self.rx, 0) {
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        // ENOBUFS: ACKs were dropped; the caller resynchronises with a dump.
-                        let errno = e.raw_os_error().unwrap_or(ENOBUFS);
-                        for slot in chunk.iter_mut().filter(|s| s.is_none()) {
-                            *slot = Some(Err(KernelError { errno, message: None }));
-                        }
-                        break;
-                    }
+                    // ENOBUFS: replies were dropped; what they said is unknown.
+                    Err(_) => break,
                 }
                 for m in msg::messages(&self.rx) {
                     let Some(ack) = msg::parse_ack(&m) else { continue };
@@ -126,15 +127,18 @@ impl Kernel {
                         } else {
                             Err(KernelError { errno: ack.errno, message: ack.message })
                         });
-                        missing -= 1;
+                    }
+                    if index == last_index {
+                        answered = true;
                     }
                 }
             }
-            results.extend(
-                chunk
-                    .into_iter()
-                    .map(|r| r.unwrap_or(Err(KernelError { errno: ENOBUFS, message: None }))),
-            );
+            // No error reply before the last request's ACK means success.
+            results.extend(chunk.into_iter().map(|r| match r {
+                Some(r) => r,
+                None if answered => Ok(()),
+                None => Err(KernelError { errno: ENOBUFS, message: None }),
+            }));
         }
         results
     }

@@ -122,6 +122,17 @@ impl<'a> MsgBuilder<'a> {
     }
 }
 
+/// Asks for an ACK on the message that starts at `start`. Requests are sent without one: the
+/// kernel answers a failed request anyway (netlink(7)), so only the last request of a batch
+/// asks, and its ACK says that every request before it has been processed.
+pub fn request_ack(buf: &mut [u8], start: usize) {
+    if let Some(flags) = buf.get_mut(start + 6..start + 8) {
+        if let Ok(bytes) = <[u8; 2]>::try_from(&*flags) {
+            flags.copy_from_slice(&(u16::from_ne_bytes(bytes) | NLM_F_ACK).to_ne_bytes());
+        }
+    }
+}
+
 fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
     match ip {
         IpAddr::V4(a) => a.octets().to_vec(),
@@ -181,7 +192,7 @@ fn rtmsg(m: &mut MsgBuilder<'_>, key: &RouteKey, rtype: u8) {
 
 /// RTM_NEWROUTE with NLM_F_CREATE|NLM_F_REPLACE: idempotent add-or-replace of our route.
 pub fn new_route(out: &mut Vec<u8>, seq: u32, key: &RouteKey, target: &RouteTarget) {
-    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+    let flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWROUTE, flags, seq);
     rtmsg(&mut m, key, RTN_UNICAST);
     match target {
@@ -216,7 +227,7 @@ pub fn new_route(out: &mut Vec<u8>, seq: u32, key: &RouteKey, target: &RouteTarg
 }
 
 pub fn del_route(out: &mut Vec<u8>, seq: u32, key: &RouteKey) {
-    let mut m = MsgBuilder::begin(out, RTM_DELROUTE, NLM_F_REQUEST | NLM_F_ACK, seq);
+    let mut m = MsgBuilder::begin(out, RTM_DELROUTE, NLM_F_REQUEST, seq);
     rtmsg(&mut m, key, RTN_UNICAST);
     m.finish();
 }
@@ -229,7 +240,7 @@ fn nhmsg(m: &mut MsgBuilder<'_>, family: u8, protocol: u8) {
 
 /// RTM_NEWNEXTHOP for one gateway on one interface, created or replaced in place.
 pub fn new_nexthop(out: &mut Vec<u8>, seq: u32, id: u32, hop: &Hop) {
-    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+    let flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWNEXTHOP, flags, seq);
     let family = if hop.gateway.is_ipv4() { AF_INET } else { AF_INET6 };
     nhmsg(&mut m, family, RTPROT_BGP);
@@ -242,7 +253,7 @@ pub fn new_nexthop(out: &mut Vec<u8>, seq: u32, id: u32, hop: &Hop) {
 /// RTM_NEWNEXTHOP for a multipath group of equal weights. With NLM_F_REPLACE the kernel swaps
 /// the members under every route that uses the group.
 pub fn new_group(out: &mut Vec<u8>, seq: u32, id: u32, members: &[u32]) {
-    let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE;
+    let flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWNEXTHOP, flags, seq);
     nhmsg(&mut m, AF_UNSPEC, RTPROT_BGP);
     m.attr_u32(NHA_ID, id);
@@ -257,7 +268,7 @@ pub fn new_group(out: &mut Vec<u8>, seq: u32, id: u32, members: &[u32]) {
 }
 
 pub fn del_nexthop(out: &mut Vec<u8>, seq: u32, id: u32) {
-    let mut m = MsgBuilder::begin(out, RTM_DELNEXTHOP, NLM_F_REQUEST | NLM_F_ACK, seq);
+    let mut m = MsgBuilder::begin(out, RTM_DELNEXTHOP, NLM_F_REQUEST, seq);
     nhmsg(&mut m, AF_UNSPEC, 0);
     m.attr_u32(NHA_ID, id);
     m.finish();
@@ -523,7 +534,11 @@ mod tests {
         let msgs: Vec<_> = messages(&buf).collect();
         assert_eq!(msgs.len(), 1);
         assert_eq!((msgs[0].kind, msgs[0].seq), (RTM_NEWROUTE, 7));
-        assert_eq!(msgs[0].flags, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE);
+        assert_eq!(msgs[0].flags, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE);
+        let mut acked = buf.clone();
+        request_ack(&mut acked, 0);
+        let msg = messages(&acked).next().unwrap();
+        assert_eq!(msg.flags, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE);
         // 16 header + 12 rtmsg + 4 attributes of 8 bytes.
         assert_eq!(buf.len(), 16 + 12 + 8 * 4);
         let route = parse_route(msgs[0].payload).unwrap();

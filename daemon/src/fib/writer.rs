@@ -750,3 +750,48 @@ pub(super) fn events(datagram: &[u8], own_pid: u32) -> Vec<Event> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fib::msg::Hop;
+
+    fn route_notification(buf: &mut Vec<u8>, kind: u16, pid: u32, protocol: u8) {
+        // A notification as the kernel sends it: our own request bytes with the sender's pid.
+        let mut request = Vec::new();
+        let key = RouteKey { table: 254, prefix: "10.1.0.0/24".parse().unwrap(), metric: 20 };
+        let target =
+            RouteTarget::Inline(vec![Hop { gateway: "10.0.0.1".parse().unwrap(), ifindex: 2 }]);
+        if kind == msg::RTM_NEWROUTE {
+            msg::new_route(&mut request, 1, &key, &target);
+        } else {
+            msg::del_route(&mut request, 1, &key);
+        }
+        request[12..16].copy_from_slice(&pid.to_ne_bytes());
+        request[16 + 5] = protocol;
+        buf.extend_from_slice(&request);
+    }
+
+    #[test]
+    fn own_echoes_are_dropped_and_others_kept() {
+        let mut buf = Vec::new();
+        route_notification(&mut buf, msg::RTM_NEWROUTE, 4242, RTPROT_BGP);
+        route_notification(&mut buf, msg::RTM_DELROUTE, 4242, RTPROT_BGP);
+        route_notification(&mut buf, msg::RTM_DELROUTE, 77, RTPROT_BGP);
+        route_notification(&mut buf, msg::RTM_NEWROUTE, 77, RTPROT_BGP);
+        route_notification(&mut buf, msg::RTM_NEWROUTE, 77, 4);
+        let events = events(&buf, 4242);
+        assert_eq!(events.len(), 2, "{events:?}");
+        // Someone else deleted a BGP route: reported, so it can be restored.
+        assert!(matches!(&events[0], Event::DelRoute(r) if r.protocol == RTPROT_BGP));
+        // Someone else's BGP route does not matter; a static one feeds resolution.
+        assert!(matches!(&events[1], Event::NewRoute(r) if r.protocol == 4));
+    }
+
+    #[test]
+    fn next_hops_are_normalized_into_one_group_key() {
+        let a = NextHop::V4("10.0.0.2".parse().unwrap());
+        let b = NextHop::V4("10.0.0.1".parse().unwrap());
+        assert_eq!(normalize(vec![a, NextHop::Unspecified, b, a]), vec![b, a]);
+    }
+}
