@@ -15,6 +15,25 @@ use std::collections::{HashMap, HashSet};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+/// Route requests from which a plan is sent in scattered order (see `scatter`).
+const SCATTER_FROM: usize = 1024;
+
+/// A well-mixed 64-bit key of a prefix (splitmix64 finalizer), to order requests away from
+/// address order.
+fn scatter(prefix: &IpNet) -> u64 {
+    let bits = match prefix.network() {
+        std::net::IpAddr::V4(a) => u64::from(u32::from(a)),
+        std::net::IpAddr::V6(a) => {
+            let v = u128::from(a);
+            (v as u64) ^ ((v >> 64) as u64)
+        }
+    };
+    let mut z = (bits ^ u64::from(prefix.prefix_len())).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Commands drained per batch before the plan is sent.
 const MAX_COMMANDS_PER_BATCH: usize = 256;
 
@@ -463,8 +482,18 @@ impl Writer {
         if plan.is_empty() {
             return;
         }
-        let ops: Vec<Op> =
-            plan.objects.into_iter().chain(plan.routes).chain(plan.cleanup).collect();
+        let mut routes = plan.routes;
+        if routes.len() >= SCATTER_FROM {
+            // The kernel's FIB trie resizes a node at a time: adding or deleting neighbouring
+            // prefixes in address order makes it grow and halve the same nodes over and over.
+            // A scattered order is measurably faster (bench/fib.sh). The sort is stable and
+            // keyed by prefix, so two requests for one prefix keep their order.
+            routes.sort_by_cached_key(|op| match op {
+                Op::Route { key, .. } | Op::DelRoute(key) => scatter(&key.prefix),
+                _ => 0,
+            });
+        }
+        let ops: Vec<Op> = plan.objects.into_iter().chain(routes).chain(plan.cleanup).collect();
         let results = self.kernel.execute(ops.len(), |index, seq, buf| {
             let Some(op) = ops.get(index) else { return };
             match op {
@@ -786,6 +815,24 @@ mod tests {
         assert!(matches!(&events[0], Event::DelRoute(r) if r.protocol == RTPROT_BGP));
         // Someone else's BGP route does not matter; a static one feeds resolution.
         assert!(matches!(&events[1], Event::NewRoute(r) if r.protocol == 4));
+    }
+
+    #[test]
+    fn scatter_spreads_neighbouring_prefixes_and_is_stable_per_prefix() {
+        let a: IpNet = "16.0.0.0/24".parse().unwrap();
+        let b: IpNet = "16.0.1.0/24".parse().unwrap();
+        assert_eq!(scatter(&a), scatter(&a));
+        assert_ne!(scatter(&a), scatter(&b));
+        assert_ne!(scatter(&a), scatter(&"16.0.0.0/23".parse().unwrap()));
+        // Sorted by the key, 1,000 consecutive /24s rarely stay next to their neighbours.
+        let mut prefixes: Vec<u32> = (0..1000).collect();
+        prefixes.sort_by_cached_key(|i| {
+            scatter(
+                &IpNet::new(std::net::Ipv4Addr::from(0x1000_0000 + i * 256).into(), 24).unwrap(),
+            )
+        });
+        let adjacent = prefixes.windows(2).filter(|w| w[0].abs_diff(w[1]) == 1).count();
+        assert!(adjacent < 20, "{adjacent} neighbours stayed adjacent");
     }
 
     #[test]
