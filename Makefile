@@ -9,7 +9,7 @@ STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 LAB_PKGS := frr iproute2 procps
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib
 
 all: build
 
@@ -65,3 +65,9 @@ bench-bfd: deps-test
 	cargo build -p uplink --bin uplink
 	cp $${CARGO_TARGET_DIR:-target}/debug/uplink /tmp/uplink-bench-bfd
 	./bench/bfd.sh /tmp/uplink-bench-bfd
+
+# FIB install/remove rates against `ip -batch` and BIRD 2's kernel protocol (needs root; a few
+# minutes; not part of `make test`). FIB_COUNTS overrides the route counts.
+FIB_COUNTS ?= 100000 500000 1000000
+bench-fib: deps-test
+	./bench/fib.sh $(FIB_COUNTS)

@@ -23,9 +23,13 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
+        // The FIB writer starts first: it purges stale routes before any session is up.
+        let fib_instances =
+            config.bgp.routers.iter().map(crate::fib::FibInstanceConfig::of).collect();
+        let fib = crate::fib::start(fib_instances)?;
         let mut instances = Vec::new();
         for router in &config.bgp.routers {
-            let instance = Instance::start(router, &config).await.map_err(|e| {
+            let instance = Instance::start(router, &config, Some(&fib)).await.map_err(|e| {
                 format!("router {} (vrf {:?}): {e}", router.asn, router.vrf)
             })?;
             instances.push(instance);
@@ -46,12 +50,15 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         let handler_instances = instances.clone();
         let _control = crate::control::server::serve(socket, move |request: Request| {
             let instances = handler_instances.clone();
-            let (announcer, config) = (announcer.clone(), config.clone());
+            let (announcer, config, fib) = (announcer.clone(), config.clone(), fib.clone());
             async move {
                 if crate::control::announcements::handles(&request) {
                     return crate::control::announcements::handle(&announcer, &config, &request);
                 }
-                crate::control::handler::handle(&instances, request).await
+                match request {
+                    Request::Fib { vrf } => crate::control::handler::fib(&fib, &vrf).await,
+                    other => crate::control::handler::handle(&instances, other).await,
+                }
             }
         })
         .map_err(|e| format!("cannot open the control socket {}: {e}", socket.display()))?;

@@ -6,4 +6,5 @@ pub mod bgp;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod fib;
 pub mod ops;

@@ -61,6 +61,11 @@ enum Show {
         #[arg(long)]
         json: bool,
     },
+    /// The routes uplink installs in the kernel: next hops, nexthop group, state.
+    Fib {
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 #[derive(Subcommand)]
@@ -155,45 +160,48 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Show { what: Show::Bfd { what: ShowBfd::Peers { common } } } => {
-            let vrf = match common.vrf.as_deref() {
-                None => VrfSelector::All,
-                some => VrfSelector::parse(some),
-            };
-            show(&cli.socket, &Request::BfdPeers { vrf }, common.json)
-        }
-        Command::Show { what: Show::Announcements { common } } => show(
-            &cli.socket,
-            &Request::Announcements { vrf: VrfSelector::parse(common.vrf.as_deref()) },
-            common.json,
-        ),
-        Command::Show { what: Show::RunningConfig { json } } => {
-            show(&cli.socket, &Request::RunningConfig, json)
-        }
-        Command::Show { what: Show::Bgp { what } } => {
+        Command::Show { what } => {
             let (request, json) = match what {
-                ShowBgp::Summary { common } => (
-                    Request::BgpSummary { vrf: VrfSelector::parse(common.vrf.as_deref()) },
+                Show::Bfd { what: ShowBfd::Peers { common } } => {
+                    // Every VRF unless one is named, like FRR's `show bfd peers`.
+                    let vrf = match common.vrf.as_deref() {
+                        None => VrfSelector::All,
+                        some => VrfSelector::parse(some),
+                    };
+                    (Request::BfdPeers { vrf }, common.json)
+                }
+                Show::Announcements { common } => (
+                    Request::Announcements { vrf: VrfSelector::parse(common.vrf.as_deref()) },
                     common.json,
                 ),
-                ShowBgp::Neighbors { address, common } => (
-                    Request::BgpNeighbors {
-                        vrf: VrfSelector::parse(common.vrf.as_deref()),
-                        address,
-                    },
-                    common.json,
-                ),
-                ShowBgp::Routes { family, prefix, common } => (
-                    Request::BgpRoutes {
-                        vrf: VrfSelector::parse(common.vrf.as_deref()),
-                        family: family.map(|f| match f {
-                            Family::Ipv4 => FamilyArg::Ipv4,
-                            Family::Ipv6 => FamilyArg::Ipv6,
-                        }),
-                        prefix,
-                    },
-                    common.json,
-                ),
+                Show::RunningConfig { json } => (Request::RunningConfig, json),
+                Show::Fib { common } => {
+                    (Request::Fib { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)
+                }
+                Show::Bgp { what } => match what {
+                    ShowBgp::Summary { common } => (
+                        Request::BgpSummary { vrf: VrfSelector::parse(common.vrf.as_deref()) },
+                        common.json,
+                    ),
+                    ShowBgp::Neighbors { address, common } => (
+                        Request::BgpNeighbors {
+                            vrf: VrfSelector::parse(common.vrf.as_deref()),
+                            address,
+                        },
+                        common.json,
+                    ),
+                    ShowBgp::Routes { family, prefix, common } => (
+                        Request::BgpRoutes {
+                            vrf: VrfSelector::parse(common.vrf.as_deref()),
+                            family: family.map(|f| match f {
+                                Family::Ipv4 => FamilyArg::Ipv4,
+                                Family::Ipv6 => FamilyArg::Ipv6,
+                            }),
+                            prefix,
+                        },
+                        common.json,
+                    ),
+                },
             };
             show(&cli.socket, &request, json)
         }

@@ -51,7 +51,11 @@ impl Drop for Instance {
 }
 
 impl Instance {
-    pub async fn start(router: &Router, config: &config::Config) -> Result<Instance, String> {
+    pub async fn start(
+        router: &Router,
+        config: &config::Config,
+        fib: Option<&crate::fib::Fib>,
+    ) -> Result<Instance, String> {
         let router_id = match router.id {
             Some(id) => id,
             None => derive_router_id(router).ok_or(
@@ -66,6 +70,7 @@ impl Instance {
             multipath_relax: router.multipath_relax,
             originate: router.prefixes.clone(),
             always_block: config.always_block.clone(),
+            fib: fib.and_then(|f| f.sender(&router.vrf)),
         });
 
         let listener = transport::listen(BGP_PORT, &router.vrf)

@@ -5,12 +5,13 @@
 
 use super::announced::{effective_export, AnnouncedSet};
 use super::policy::ExportPolicy;
-use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
+use super::rib::{FibChange, OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::session::SessionCommand;
 use super::view::{PathSource, PathView, PeerCounts, RibSummary, RouteView};
 use super::wire::attributes::{Family, PathAttributes};
 use super::wire::update::DecodedUpdate;
 use crate::control::handler::Lookup;
+use crate::fib::FibSender;
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -29,6 +30,8 @@ pub struct RibSetup {
     pub multipath_relax: bool,
     pub originate: Vec<IpNet>,
     pub always_block: Vec<IpNet>,
+    /// Where Loc-RIB changes go to be installed in the kernel; `None` with `install = false`.
+    pub fib: Option<FibSender>,
 }
 
 enum RibCommand {
@@ -158,6 +161,8 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
         configured: setup.originate.iter().copied().collect(),
         announced: AnnouncedSet::new(),
         base_export: HashMap::new(),
+        fib: setup.fib,
+        fib_out: Vec::new(),
     };
     tokio::spawn(tracing::Instrument::instrument(task.run(rx), span));
     RibHandle { tx }
@@ -171,12 +176,18 @@ struct RibTask {
     announced: AnnouncedSet,
     /// Each peer's configured export policy, before announcements widen it.
     base_export: HashMap<PeerId, ExportPolicy>,
+    fib: Option<FibSender>,
+    /// Changes for the FIB writer, sent after each command.
+    fib_out: Vec<FibChange>,
 }
 
 impl RibTask {
     async fn run(mut self, mut rx: mpsc::Receiver<RibCommand>) {
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
+            if let Some(fib) = &self.fib {
+                fib.send(std::mem::take(&mut self.fib_out)).await;
+            }
         }
     }
 
@@ -197,6 +208,7 @@ impl RibTask {
                 self.base_export.remove(&id);
                 let changes = self.rib.peer_down(id);
                 self.wake(&changes.outbound);
+                self.fib_out.extend(changes.fib);
             }
             RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
             RibCommand::SetAnnounced(announced) => self.set_announced(announced),
@@ -249,6 +261,7 @@ impl RibTask {
             match self.rib.apply_update(id, &announced, &attrs, &withdrawn) {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
+                    self.fib_out.extend(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                     if let Some((prefix, why)) = outcome.rejected.first() {
                         debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
@@ -265,6 +278,7 @@ impl RibTask {
                 mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
                     outbound.extend(outcome.changes.outbound);
+                    self.fib_out.extend(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                 }
             }
@@ -293,12 +307,17 @@ impl RibTask {
         let mut outbound = BTreeSet::new();
         for prefix in self.announced.keys() {
             if !announced.contains_key(prefix) && !self.configured.contains(prefix) {
-                outbound.extend(self.rib.withdraw_local(*prefix).outbound);
+                let changes = self.rib.withdraw_local(*prefix);
+                outbound.extend(changes.outbound);
+                // A learned path may now be best for a prefix we stopped originating.
+                self.fib_out.extend(changes.fib);
             }
         }
         for prefix in announced.keys() {
             if !self.announced.contains_key(prefix) && !self.configured.contains(prefix) {
-                outbound.extend(self.rib.originate(*prefix, &PathAttributes::default()).outbound);
+                let changes = self.rib.originate(*prefix, &PathAttributes::default());
+                outbound.extend(changes.outbound);
+                self.fib_out.extend(changes.fib);
             }
         }
         self.announced = announced;

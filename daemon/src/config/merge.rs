@@ -114,6 +114,9 @@ struct MergedRouter {
     id: Option<(Ipv4Addr, Loc)>,
     maximum_paths: Option<(u16, Loc)>,
     multipath_relax: Option<(bool, Loc)>,
+    install: Option<(bool, Loc)>,
+    table: Option<(u32, Loc)>,
+    metric: Option<(u32, Loc)>,
     prefixes: BTreeSet<IpNet>,
     /// Where each contributing file's router table starts, for "not one of the router's prefixes".
     prefix_locs: Vec<(Loc, String)>,
@@ -133,6 +136,9 @@ impl MergedRouter {
             id: router.id,
             maximum_paths: router.maximum_paths,
             multipath_relax: router.multipath_relax,
+            install: router.install,
+            table: router.table,
+            metric: router.metric,
             prefixes: router.prefixes.into_iter().collect(),
             neighbors: router.neighbors,
             imports: router.imports.into_iter().collect(),
@@ -172,6 +178,21 @@ impl MergedRouter {
             &mut self.multipath_relax,
             router.multipath_relax,
             &format!("{field}.multipath_relax"),
+            &vrf,
+            errors,
+        );
+        adopt_or_conflict(
+            &mut self.install,
+            router.install,
+            &format!("{field}.install"),
+            &vrf,
+            errors,
+        );
+        adopt_or_conflict(&mut self.table, router.table, &format!("{field}.table"), &vrf, errors);
+        adopt_or_conflict(
+            &mut self.metric,
+            router.metric,
+            &format!("{field}.metric"),
             &vrf,
             errors,
         );
@@ -223,6 +244,9 @@ impl MergedRouter {
             multipath_relax: self
                 .multipath_relax
                 .map_or(super::validate::DEFAULT_MULTIPATH_RELAX, |(v, _)| v),
+            install: self.install.map_or(super::validate::DEFAULT_INSTALL, |(v, _)| v),
+            table: self.table.map(|(v, _)| v),
+            metric: self.metric.map_or(super::validate::DEFAULT_METRIC, |(v, _)| v),
             neighbors,
             imports: self.imports.into_iter().collect(),
             sources: self.sources,
@@ -640,6 +664,32 @@ bfd_profile = "tor"
         let config =
             load_two(&A.replace("asn = 65801\n", "asn = 65801\nmaximum_paths = 8\n"), B).unwrap();
         assert_eq!(config.bgp.routers[0].maximum_paths, 8);
+    }
+
+    #[test]
+    fn fib_settings_adopt_or_conflict() {
+        let error = only_error(
+            &A.replace("asn = 65801\n", "asn = 65801\nmetric = 20\n"),
+            &B.replace("asn = 65801\n", "asn = 65801\nmetric = 30\n"),
+        );
+        assert_at(
+            &error,
+            "b.toml",
+            4,
+            10,
+            "bgp.routers[0].metric",
+            &["metric = 30 here but metric = 20 at a.toml:5:10"],
+        );
+        let error = only_error(
+            &A.replace("asn = 65801\n", "asn = 65801\ninstall = true\n"),
+            &B.replace("asn = 65801\n", "asn = 65801\ninstall = false\n"),
+        );
+        assert_eq!(error.field, "bgp.routers[0].install");
+        let config =
+            load_two(A, &B.replace("asn = 65801\n", "asn = 65801\ntable = 100\ninstall = true\n"))
+                .unwrap();
+        let router = &config.bgp.routers[0];
+        assert_eq!((router.install, router.table, router.metric), (true, Some(100), 20));
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //! and the old one stays (seed deck, slide 76; frr-k8s `internal/controller/merge.go`). Here:
 //!
 //! - **Routers** are identified by `vrf` (`""` is the default VRF). A different `asn` is a
-//!   conflict. `id`, `maximum_paths` and `multipath_relax` follow frr-k8s's router-id rule: a file
+//!   conflict. `id`, `maximum_paths`, `multipath_relax`, `install`, `table` and `metric` follow
+//!   frr-k8s's router-id rule: a file
 //!   that leaves one out takes the other file's value; two different explicit values conflict.
 //!   `prefixes` are unioned. Two routers with one `vrf` in the same file is an error.
 //! - **Neighbors** are identified by `address` within a router (frr-k8s keys them by address and
@@ -41,7 +42,8 @@
 //! skipped while other errors exist, so a value already rejected does not also show as dangling.
 //!
 //! Defaults: `port` 179, `hold_time` 90s, `keepalive_time` hold/3, `connect_time` 5s,
-//! `maximum_paths` 64, `multipath_relax` true, `families` the family of `address`, filters
+//! `maximum_paths` 64, `multipath_relax` true, `install` true, `table` none (main for the default
+//! VRF, the VRF device's table otherwise), `metric` 20 (FRR's), `families` the family of `address`, filters
 //! `mode = "filtered"` with nothing listed (send and accept nothing). BFD: intervals 300ms, echo
 //! 50ms, `detect_multiplier` 3, `minimum_ttl` 254. `password_file` is read at load time, relative
 //! to the directory of the file that names it, with one trailing newline removed.

@@ -49,6 +49,13 @@ pub struct Router {
     pub maximum_paths: u16,
     /// Whether paths from neighbours in different ASes may form one ECMP set.
     pub multipath_relax: bool,
+    /// Whether the best paths are installed into the kernel FIB.
+    pub install: bool,
+    /// Kernel routing table for the routes; `None`: main for the default VRF, else the VRF
+    /// device's table.
+    pub table: Option<u32>,
+    /// Kernel route metric (priority) of installed routes.
+    pub metric: u32,
     pub neighbors: Vec<Neighbor>,
     /// VRFs whose routes this router imports (route leaking, frr-k8s `imports`).
     pub imports: Vec<String>,

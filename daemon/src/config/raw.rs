@@ -59,6 +59,9 @@ pub(crate) struct RawRouter {
     pub prefixes: Vec<S<String>>,
     pub maximum_paths: Option<S<i64>>,
     pub multipath_relax: Option<S<bool>>,
+    pub install: Option<S<bool>>,
+    pub table: Option<S<i64>>,
+    pub metric: Option<S<i64>>,
     #[serde(default)]
     pub neighbors: Vec<S<RawNeighbor>>,
     /// Route leaking: VRFs whose routes this router imports.

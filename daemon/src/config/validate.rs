@@ -33,6 +33,9 @@ pub(crate) const DEFAULT_HOLD_TIME: Duration = Duration::from_secs(90);
 pub(crate) const DEFAULT_CONNECT_TIME: Duration = Duration::from_secs(5);
 pub(crate) const DEFAULT_MAXIMUM_PATHS: u16 = 64;
 pub(crate) const DEFAULT_MULTIPATH_RELAX: bool = true;
+pub(crate) const DEFAULT_INSTALL: bool = true;
+/// FRR's default metric for BGP routes in the kernel.
+pub(crate) const DEFAULT_METRIC: u32 = 20;
 pub(crate) const DEFAULT_BFD_INTERVAL: Duration = Duration::from_millis(300);
 pub(crate) const DEFAULT_BFD_ECHO_INTERVAL: Duration = Duration::from_millis(50);
 pub(crate) const DEFAULT_BFD_DETECT_MULTIPLIER: u8 = 3;
@@ -64,6 +67,9 @@ pub(crate) struct RouterFragment {
     pub id: Option<(Ipv4Addr, Loc)>,
     pub maximum_paths: Option<(u16, Loc)>,
     pub multipath_relax: Option<(bool, Loc)>,
+    pub install: Option<(bool, Loc)>,
+    pub table: Option<(u32, Loc)>,
+    pub metric: Option<(u32, Loc)>,
     pub prefixes: Vec<IpNet>,
     pub prefixes_loc: Loc,
     pub neighbors: Vec<NeighborFragment>,
@@ -246,6 +252,26 @@ impl Checker<'_, '_> {
         });
         let multipath_relax =
             raw.multipath_relax.as_ref().map(|value| (*value.get_ref(), self.loc(value)));
+        let install = raw.install.as_ref().map(|value| (*value.get_ref(), self.loc(value)));
+        let table = raw.table.as_ref().and_then(|value| {
+            let name = format!("{field}.table");
+            // rtnetlink.h: 0 is RT_TABLE_UNSPEC, 253 default, 255 local — not ours to fill.
+            if matches!(*value.get_ref(), 0 | 253 | 255) {
+                self.fail(value, &name, format!("table {} is reserved by the kernel (0 unspec, 253 default, 255 local); use 254 for main or a table of your own such as 100", value.get_ref()));
+                return None;
+            }
+            let table = self.int_in::<u32>(value, &name, 1..=i64::from(u32::MAX), "routing table ids")?;
+            Some((table, self.loc(value)))
+        });
+        let metric = raw.metric.as_ref().and_then(|value| {
+            let metric = self.int_in::<u32>(
+                value,
+                &format!("{field}.metric"),
+                0..=i64::from(u32::MAX),
+                "route metrics",
+            )?;
+            Some((metric, self.loc(value)))
+        });
         let mut prefixes = BTreeSet::new();
         for (index, text) in raw.prefixes.iter().enumerate() {
             if let Some(prefix) = self.prefix(text, &format!("{field}.prefixes[{index}]")) {
@@ -287,6 +313,9 @@ impl Checker<'_, '_> {
             id,
             maximum_paths,
             multipath_relax,
+            install,
+            table,
+            metric,
             prefixes: prefixes.into_iter().collect(),
             prefixes_loc: header,
             neighbors,
@@ -1142,6 +1171,48 @@ mod tests {
             17,
             "always_block[0]",
             "is not a CIDR prefix",
+        );
+    }
+
+    #[test]
+    fn fib_settings_defaults_ranges_and_reserved_tables() {
+        let config = load_str("t", "[[bgp.routers]]\nasn = 1\n").unwrap();
+        let router = &config.bgp.routers[0];
+        assert_eq!((router.install, router.table, router.metric), (true, None, 20));
+        let config =
+            load_str("t", "[[bgp.routers]]\nasn = 1\ninstall = false\ntable = 100\nmetric = 0\n")
+                .unwrap();
+        let router = &config.bgp.routers[0];
+        assert_eq!((router.install, router.table, router.metric), (false, Some(100), 0));
+        for reserved in ["0", "253", "255"] {
+            assert_error(
+                &format!("[[bgp.routers]]\nasn = 1\ntable = {reserved}\n"),
+                3,
+                9,
+                "bgp.routers[0].table",
+                "reserved by the kernel",
+            );
+        }
+        assert_error(
+            "[[bgp.routers]]\nasn = 1\ntable = 4294967296\n",
+            3,
+            9,
+            "bgp.routers[0].table",
+            "1..=4294967295",
+        );
+        assert_error(
+            "[[bgp.routers]]\nasn = 1\nmetric = -1\n",
+            3,
+            10,
+            "bgp.routers[0].metric",
+            "0..=4294967295",
+        );
+        assert_error(
+            "[[bgp.routers]]\nasn = 1\ninstall = 1\n",
+            3,
+            11,
+            "bgp.routers[0].install",
+            "boolean",
         );
     }
 

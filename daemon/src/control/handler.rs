@@ -35,6 +35,64 @@ pub async fn handle(instances: &[Instance], request: Request) -> Result<Value, S
         Request::Announcements { .. } | Request::RunningConfig => {
             Err("answered by the announcer, not the routing instances".into())
         }
+        // Answered by `fib` when the daemon runs a FIB writer.
+        Request::Fib { .. } => Err("the FIB writer is not running".into()),
+    }
+}
+
+/// `show fib`: per prefix, FRR's `show ip route json` keys (`prefix`, `protocol`, `installed`,
+/// `table`, `metric`, `nexthopGroupId`, `nexthops[].ip/interfaceName/active`) plus `state`
+/// (installed, pending, failed), `error` (the kernel's) and the BGP next hops.
+pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value, String> {
+    let views = fib.show().await?;
+    let chosen: Vec<&crate::fib::FibInstanceView> =
+        views.iter().filter(|v| selector.matches(&v.vrf)).collect();
+    let one = |v: &crate::fib::FibInstanceView| {
+        let mut out = Map::new();
+        for r in &v.routes {
+            let nexthops: Vec<Value> = r
+                .via
+                .iter()
+                .map(|h| {
+                    json!({
+                        "ip": h.gateway.to_string(),
+                        "afi": if h.gateway.is_ipv4() { "ipv4" } else { "ipv6" },
+                        "interfaceName": h.interface,
+                        "nexthopId": h.nexthop_id,
+                        "active": r.state == "installed",
+                    })
+                })
+                .collect();
+            out.insert(
+                r.prefix.to_string(),
+                json!([{
+                    "prefix": r.prefix.to_string(),
+                    "protocol": "bgp",
+                    "vrfName": vrf_name(&v.vrf),
+                    "installed": r.state == "installed",
+                    "state": r.state,
+                    "error": r.error,
+                    "table": v.table,
+                    "metric": v.metric,
+                    "nexthopGroupId": r.nexthop_group,
+                    "bgpNexthops": r.next_hops,
+                    "nexthops": nexthops,
+                }]),
+            );
+        }
+        Value::Object(out)
+    };
+    match selector {
+        VrfSelector::All => Ok(Value::Object(
+            chosen.iter().map(|v| (vrf_name(&v.vrf).to_string(), one(v))).collect(),
+        )),
+        _ => match chosen.first() {
+            Some(v) => Ok(one(v)),
+            None => Err(match selector {
+                VrfSelector::Named(name) => format!("no routing instance in VRF {name}"),
+                _ => "no routing instance in the default VRF".into(),
+            }),
+        },
     }
 }
 

@@ -64,6 +64,10 @@ pub enum Request {
         vrf: VrfSelector,
     },
     RunningConfig,
+    /// The routes the FIB writer holds for the kernel, with their state.
+    Fib {
+        vrf: VrfSelector,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -16,12 +16,14 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::BgpRoutes { .. } => table,
         Request::BfdPeers { .. } => return bfd_peers(value),
         Request::Announcements { .. } | Request::RunningConfig => return String::new(),
+        Request::Fib { .. } => fib,
     };
     let all = match request {
         Request::BgpSummary { vrf }
         | Request::BgpNeighbors { vrf, .. }
         | Request::BgpRoutes { vrf, .. }
-        | Request::BfdPeers { vrf } => *vrf == VrfSelector::All,
+        | Request::BfdPeers { vrf }
+        | Request::Fib { vrf } => *vrf == VrfSelector::All,
         Request::Announcements { .. } | Request::RunningConfig => false,
     };
     if all {
@@ -237,6 +239,44 @@ fn table(v: &Value, _vrf: &str) -> String {
         }
     }
     let _ = writeln!(out, "\nDisplayed  {routes} routes and {paths} total paths");
+    out
+}
+
+/// Like `show ip route bgp`: one line per prefix, its next hops below, the group and state.
+fn fib(v: &Value, _vrf: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Codes: * installed, p pending, f failed (kernel error follows)\n");
+    for (prefix, list) in v.as_object().into_iter().flatten() {
+        let r = &list[0];
+        let code = match s(&r["state"]).as_str() {
+            "installed" => "*",
+            "failed" => "f",
+            _ => "p",
+        };
+        let group = match r["nexthopGroupId"].as_u64() {
+            Some(id) => format!(" nhg {id}"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "B>{code} {prefix} [table {}, metric {}]{group} {}",
+            s(&r["table"]),
+            s(&r["metric"]),
+            s(&r["state"])
+        );
+        let hops = r["nexthops"].as_array().map(Vec::as_slice).unwrap_or_default();
+        for h in hops {
+            let _ = writeln!(out, "  {code} via {}, {}", s(&h["ip"]), s(&h["interfaceName"]));
+        }
+        if hops.is_empty() {
+            let bgp: Vec<String> =
+                r["bgpNexthops"].as_array().into_iter().flatten().map(s).collect();
+            let _ = writeln!(out, "    unresolved: {}", bgp.join(", "));
+        }
+        if let Some(e) = r["error"].as_str() {
+            let _ = writeln!(out, "    error: {e}");
+        }
+    }
     out
 }
 

@@ -1,0 +1,237 @@
+//! The writer's rtnetlink socket: many requests per `sendmsg`, ACKs matched to requests by
+//! sequence number, and dumps. Blocking; it lives on the FIB writer's own thread (model: FRR
+//! `zebra/kernel_netlink.c` batching).
+
+use super::msg::{self, Message};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
+use std::fmt;
+use std::io;
+
+/// Bytes of requests per `sendmsg`; well under the socket's send buffer (netlink refuses a
+/// message larger than `sk_sndbuf`).
+const CHUNK_BYTES: usize = 96 * 1024;
+/// Asked for; the kernel caps it at `net.core.rmem_max` (doubled).
+const RECV_BUFFER: usize = 8 * 1024 * 1024;
+/// Room for the largest datagram a dump sends back.
+const DATAGRAM: usize = 256 * 1024;
+/// Worst-case bytes of one ACK with an extended error message, to keep the ACKs of one chunk
+/// within the receive buffer.
+const ACK_BYTES: usize = 160;
+
+/// The kernel refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelError {
+    pub errno: i32,
+    pub message: Option<String>,
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", io::Error::from_raw_os_error(self.errno))?;
+        if let Some(m) = &self.message {
+            write!(f, ": {m}")?;
+        }
+        Ok(())
+    }
+}
+
+pub const ENOENT: i32 = 2;
+pub const ESRCH: i32 = 3;
+const ENOBUFS: i32 = 105;
+
+pub struct Kernel {
+    socket: Socket,
+    pid: u32,
+    seq: u32,
+    rx: Vec<u8>,
+    /// Requests per chunk, so that their ACKs fit the receive buffer.
+    max_per_chunk: usize,
+}
+
+impl Kernel {
+    pub fn open() -> io::Result<Kernel> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        let address = socket.bind_auto()?;
+        // Errors carry the kernel's text; ACKs do not echo the request back.
+        let _ = socket.set_ext_ack(true);
+        let _ = socket.set_cap_ack(true);
+        let _ = socket.set_rx_buf_sz(RECV_BUFFER);
+        let rcvbuf = socket.get_rx_buf_sz().unwrap_or(200 * 1024);
+        Ok(Kernel {
+            socket,
+            pid: address.port_number(),
+            seq: 1,
+            rx: Vec::with_capacity(DATAGRAM),
+            max_per_chunk: (rcvbuf / 2 / ACK_BYTES).max(16),
+        })
+    }
+
+    /// The port id the kernel gives our requests' notifications, to recognise our own echoes.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        let seq = self.seq;
+        self.seq = self.seq.wrapping_add(1);
+        seq
+    }
+
+    /// Sends `count` requests, `encode(index, seq, buffer)` appending request `index`, as few
+    /// `sendmsg` calls as fit, and returns each request's outcome in order (matched by
+    /// sequence number). Only the last request of each `sendmsg` asks for an ACK.
+    pub fn execute(
+        &mut self,
+        count: usize,
+        mut encode: impl FnMut(usize, u32, &mut Vec<u8>),
+    ) -> Vec<Result<(), KernelError>> {
+        let mut results = Vec::with_capacity(count);
+        let mut buf = Vec::with_capacity(CHUNK_BYTES + 4096);
+        let mut next = 0;
+        while next < count {
+            buf.clear();
+            let first_seq = self.seq;
+            let start = next;
+            let mut last_message = 0;
+            while next < count && buf.len() < CHUNK_BYTES && next - start < self.max_per_chunk {
+                let seq = self.next_seq();
+                last_message = buf.len();
+                encode(next, seq, &mut buf);
+                next += 1;
+            }
+            msg::request_ack(&mut buf, last_message);
+            let last_index = next - start - 1;
+            let mut chunk: Vec<Option<Result<(), KernelError>>> = vec![None; next - start];
+            if let Err(e) = self.socket.send(&buf, 0) {
+                let errno = e.raw_os_error().unwrap_or(libc_eio());
+                results.extend((start..next).map(|_| Err(KernelError { errno, message: None })));
+                continue;
+            }
+            // Failed requests answer with an error; the last one answers in any case, and
+            // after all the others (the kernel handles one sendmsg in order).
+            let mut answered = false;
+            while !answered {
+                self.rx.clear();
+                match self.socket.recv(&mut self.rx, 0) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    // ENOBUFS: replies were dropped; what they said is unknown.
+                    Err(_) => break,
+                }
+                for m in msg::messages(&self.rx) {
+                    let Some(ack) = msg::parse_ack(&m) else { continue };
+                    let index = ack.seq.wrapping_sub(first_seq) as usize;
+                    if let Some(slot) = chunk.get_mut(index).filter(|s| s.is_none()) {
+                        *slot = Some(if ack.errno == 0 {
+                            Ok(())
+                        } else {
+                            Err(KernelError { errno: ack.errno, message: ack.message })
+                        });
+                    }
+                    if index == last_index {
+                        answered = true;
+                    }
+                }
+            }
+            // No error reply before the last request's ACK means success.
+            results.extend(chunk.into_iter().map(|r| match r {
+                Some(r) => r,
+                None if answered => Ok(()),
+                None => Err(KernelError { errno: ENOBUFS, message: None }),
+            }));
+        }
+        results
+    }
+
+    /// Dumps `kind` (RTM_GETLINK, RTM_GETROUTE, RTM_GETNEXTHOP) of `family`, calling `each`
+    /// with every reply message.
+    pub fn dump(
+        &mut self,
+        kind: u16,
+        family: u8,
+        mut each: impl FnMut(&Message<'_>),
+    ) -> Result<(), KernelError> {
+        let seq = self.next_seq();
+        let mut buf = Vec::new();
+        msg::dump(&mut buf, seq, kind, family);
+        self.socket.send(&buf, 0).map_err(|e| KernelError {
+            errno: e.raw_os_error().unwrap_or(libc_eio()),
+            message: None,
+        })?;
+        loop {
+            self.rx.clear();
+            match self.socket.recv(&mut self.rx, 0) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(KernelError {
+                        errno: e.raw_os_error().unwrap_or(libc_eio()),
+                        message: None,
+                    })
+                }
+            }
+            for m in msg::messages(&self.rx) {
+                if m.seq != seq {
+                    continue;
+                }
+                match m.kind {
+                    msg::NLMSG_DONE => return Ok(()),
+                    msg::NLMSG_ERROR => {
+                        if let Some(ack) = msg::parse_ack(&m) {
+                            if ack.errno != 0 {
+                                return Err(KernelError { errno: ack.errno, message: ack.message });
+                            }
+                        }
+                        return Ok(());
+                    }
+                    _ => each(&m),
+                }
+            }
+        }
+    }
+}
+
+fn libc_eio() -> i32 {
+    5
+}
+
+/// A socket subscribed to link, address, route and nexthop notifications.
+pub struct Monitor {
+    socket: Socket,
+    rx: Vec<u8>,
+}
+
+impl Monitor {
+    pub fn open() -> io::Result<Monitor> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        let _ = socket.set_rx_buf_sz(RECV_BUFFER);
+        for group in [
+            msg::RTNLGRP_LINK,
+            msg::RTNLGRP_IPV4_IFADDR,
+            msg::RTNLGRP_IPV6_IFADDR,
+            msg::RTNLGRP_IPV4_ROUTE,
+            msg::RTNLGRP_IPV6_ROUTE,
+            msg::RTNLGRP_NEXTHOP,
+        ] {
+            socket.add_membership(group)?;
+        }
+        Ok(Monitor { socket, rx: Vec::with_capacity(DATAGRAM) })
+    }
+
+    /// The next datagram of notifications; `Err` with ENOBUFS when some were lost.
+    pub fn next_datagram(&mut self) -> io::Result<&[u8]> {
+        loop {
+            self.rx.clear();
+            match self.socket.recv(&mut self.rx, 0) {
+                Ok(_) => return Ok(&self.rx),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+pub fn is_overflow(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(ENOBUFS)
+}

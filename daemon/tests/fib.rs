@@ -1,0 +1,322 @@
+//! FIB tier: uplink installs what it learns from real FRR and BIRD into the kernel of its
+//! namespace — ECMP through nexthop groups, groups that shrink and grow in place, routes that
+//! leave and return with their peers, routes restored after `ip route del`, stale routes purged
+//! after a SIGKILL and a restart, 100,000 routes in and out, and installs into another table.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const UP: Duration = Duration::from_secs(60);
+const DEFAULT: &str = "default";
+const PREFIX: &str = "198.51.100.0/24";
+
+fn uplink_config(extra_router: &str, neighbors: &[(&str, u32)], receive: &str) -> String {
+    let mut c = format!("[[bgp.routers]]\nasn = 65001\nid = \"10.0.0.9\"\n{extra_router}\n");
+    for (address, asn) in neighbors {
+        c.push_str(&format!(
+            "\n[[bgp.routers.neighbors]]\naddress = \"{address}\"\nasn = {asn}\nconnect_time = \"1s\"\n{receive}\n"
+        ));
+    }
+    c
+}
+
+const RECEIVE_ALL: &str = r#"to_receive = { allowed = { mode = "all" } }"#;
+
+fn spec(asn: u32, id: &str, node: &str, announce: &[&str]) -> SpeakerSpec {
+    SpeakerSpec {
+        asn,
+        router_id: id.into(),
+        neighbors: vec![NeighborSpec { address: node.into(), asn: 65001, ..Default::default() }],
+        announce: announce.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// `ip -j route show proto bgp` in `table`, keyed by destination.
+fn bgp_routes(ns: &Ns, table: &str) -> Vec<Value> {
+    // A table that does not exist yet has no routes.
+    let (ok, out) = ns.try_run(&["ip", "-j", "route", "show", "table", table, "proto", "bgp"]);
+    if !ok {
+        return vec![];
+    }
+    serde_json::from_str::<Value>(if out.trim().is_empty() { "[]" } else { &out })
+        .unwrap_or(Value::Null)
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn route<'a>(routes: &'a [Value], dst: &str) -> Option<&'a Value> {
+    routes.iter().find(|r| r["dst"] == dst)
+}
+
+/// The gateways of nexthop object `id` (a group: its members' gateways), sorted.
+fn group_gateways(ns: &Ns, id: u64) -> Result<Vec<String>, String> {
+    let out = ns.run(&["ip", "-j", "nexthop", "show", "id", &id.to_string()]);
+    let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+    let nh = v.as_array().and_then(|a| a.first()).ok_or(format!("no nexthop {id}: {out}"))?;
+    let mut gateways = vec![];
+    match nh["group"].as_array() {
+        Some(members) => {
+            for m in members {
+                let member = m["id"].as_u64().ok_or("member without id")?;
+                let out = ns.run(&["ip", "-j", "nexthop", "show", "id", &member.to_string()]);
+                let mv: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+                gateways.push(mv[0]["gateway"].as_str().unwrap_or("?").to_string());
+            }
+        }
+        None => gateways.push(nh["gateway"].as_str().unwrap_or("?").to_string()),
+    }
+    gateways.sort();
+    Ok(gateways)
+}
+
+/// Waits until both prefixes point at one group whose members are exactly `gateways`; returns
+/// the group id.
+fn wait_group(lab: &Lab, ns: &Ns, gateways: &[&str]) -> u64 {
+    wait_for(&format!("routes via a group of {gateways:?}"), UP, || {
+        let routes = bgp_routes(ns, "main");
+        let mut ids = vec![];
+        for dst in [DEFAULT, PREFIX] {
+            let r = route(&routes, dst).ok_or(format!("no {dst} in {routes:?}"))?;
+            assert_eq!(r["metric"], 20, "metric 20 by default: {r}");
+            ids.push(r["nhid"].as_u64().ok_or(format!("{dst} has no nexthop id: {r}"))?);
+        }
+        if ids[0] != ids[1] {
+            return Err(format!("two groups {ids:?}"));
+        }
+        let got = group_gateways(ns, ids[0])?;
+        if got == gateways {
+            Ok(ids[0])
+        } else {
+            Err(format!("group {} has {got:?}\n{}", ids[0], lab.dump_logs()))
+        }
+    })
+}
+
+fn wait_no_bgp_routes(ns: &Ns, table: &str) {
+    wait_for("no proto bgp routes", UP, || {
+        let routes = bgp_routes(ns, table);
+        if routes.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{routes:?}"))
+        }
+    });
+}
+
+/// FRR and BIRD both announce a default route and a /24: one group with both next hops; the
+/// group shrinks and grows in place as peers leave and return; `ip route del` is undone.
+#[test]
+fn ecmp_group_follows_the_peers() {
+    let mut lab = Lab::new("fibecmp");
+    let node = lab.ns("node");
+    let frr_ns = lab.ns("frr");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.1.2/24"], &frr_ns, &["10.0.1.1/24"]);
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    let announce = ["0.0.0.0/0", PREFIX];
+    let _frr = Speaker::start(
+        Kind::Frr,
+        &mut lab,
+        &frr_ns,
+        &spec(65101, "10.0.1.1", "10.0.1.2", &announce),
+    );
+    let bird_spec = spec(65102, "10.0.2.1", "10.0.2.2", &announce);
+    let _bird = Speaker::start(Kind::Bird, &mut lab, &bird_ns, &bird_spec);
+    let uplink = Uplink::start(
+        &mut lab,
+        &node,
+        "uplink",
+        &uplink_config("", &[("10.0.1.1", 65101), ("10.0.2.1", 65102)], RECEIVE_ALL),
+    );
+
+    let group = wait_group(&lab, &node, &["10.0.1.1", "10.0.2.1"]);
+
+    // show fib agrees with the kernel.
+    let fib = uplink.json(&["show", "fib"]).unwrap();
+    let entry = &fib[PREFIX][0];
+    assert_eq!(entry["state"], "installed", "{fib}");
+    assert_eq!(entry["nexthopGroupId"].as_u64(), Some(group), "{fib}");
+    assert_eq!(entry["nexthops"].as_array().map(Vec::len), Some(2), "{fib}");
+    let text = uplink.cli(&["show", "fib"]).unwrap();
+    assert!(
+        text.contains(&format!("{PREFIX} [table 254, metric 20] nhg {group} installed")),
+        "{text}"
+    );
+
+    // FRR goes: the same group now has BIRD alone.
+    lab.stop(&format!("frr-{}", frr_ns.name));
+    let shrunk = wait_group(&lab, &node, &["10.0.2.1"]);
+    assert_eq!(shrunk, group, "the group is replaced in place, routes untouched");
+
+    // Deleting a route by hand: uplink puts it back.
+    node.run(&["ip", "route", "del", PREFIX, "proto", "bgp", "metric", "20"]);
+    wait_group(&lab, &node, &["10.0.2.1"]);
+
+    // BIRD goes too: nothing left to install.
+    lab.stop(&format!("bird-{}", bird_ns.name));
+    wait_no_bgp_routes(&node, "main");
+    wait_for("uplink's nexthops removed", UP, || {
+        let out = node.run(&["ip", "nexthop", "show"]);
+        if out.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    });
+
+    // BIRD returns: so do the routes.
+    let _bird = Speaker::start(Kind::Bird, &mut lab, &bird_ns, &bird_spec);
+    wait_group(&lab, &node, &["10.0.2.1"]);
+}
+
+/// After SIGKILL the kernel keeps uplink's routes; a restart with a config that no longer wants
+/// them removes them (and keeps what is still wanted).
+#[test]
+fn restart_removes_stale_routes() {
+    let mut lab = Lab::new("fibstale");
+    let node = lab.ns("node");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    let _bird = Speaker::start(
+        Kind::Bird,
+        &mut lab,
+        &bird_ns,
+        &spec(65102, "10.0.2.1", "10.0.2.2", &["0.0.0.0/0", PREFIX]),
+    );
+    let uplink = Uplink::start(
+        &mut lab,
+        &node,
+        "uplink",
+        &uplink_config("", &[("10.0.2.1", 65102)], RECEIVE_ALL),
+    );
+    wait_group(&lab, &node, &["10.0.2.1"]);
+
+    lab.kill9(&uplink.label);
+    assert_eq!(bgp_routes(&node, "main").len(), 2, "the kernel keeps routes of a killed daemon");
+
+    // Only the /24 is wanted now.
+    let only_prefix =
+        format!(r#"to_receive = {{ allowed = {{ prefixes = [{{ prefix = "{PREFIX}" }}] }} }}"#);
+    std::fs::write(&uplink.config, uplink_config("", &[("10.0.2.1", 65102)], &only_prefix))
+        .unwrap();
+    uplink.launch(&mut lab);
+    wait_for("only the /24 left", UP, || {
+        let routes = bgp_routes(&node, "main");
+        match (route(&routes, DEFAULT), route(&routes, PREFIX)) {
+            (None, Some(r)) if r["nhid"].is_u64() => Ok(()),
+            _ => Err(format!("{routes:?}\n{}", lab.dump_logs())),
+        }
+    });
+
+    // Killed again, and restarted with install = false: nothing of ours may stay.
+    lab.kill9(&uplink.label);
+    std::fs::write(
+        &uplink.config,
+        uplink_config("install = false", &[("10.0.2.1", 65102)], RECEIVE_ALL),
+    )
+    .unwrap();
+    uplink.launch(&mut lab);
+    wait_no_bgp_routes(&node, "main");
+    wait_for("stale nexthops removed", UP, || {
+        let out = node.run(&["ip", "nexthop", "show"]);
+        if out.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    });
+    // The session still runs: install = false only keeps routes out of the kernel.
+    wait_for("session up without installing", UP, || {
+        match uplink.peer_state("ipv4Unicast", "10.0.2.1")?.as_str() {
+            "Established" => Ok(()),
+            other => Err(other.to_string()),
+        }
+    });
+    assert!(bgp_routes(&node, "main").is_empty());
+}
+
+/// `table = 100` on the default-VRF router: routes go to table 100, none to main. (VRF devices
+/// are not in the host kernel; the VM tier covers real VRF tables.)
+#[test]
+fn table_override_installs_into_that_table() {
+    let mut lab = Lab::new("fibtable");
+    let node = lab.ns("node");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    let _bird = Speaker::start(
+        Kind::Bird,
+        &mut lab,
+        &bird_ns,
+        &spec(65102, "10.0.2.1", "10.0.2.2", &[PREFIX]),
+    );
+    let uplink = Uplink::start(
+        &mut lab,
+        &node,
+        "uplink",
+        &uplink_config("table = 100\nmetric = 50", &[("10.0.2.1", 65102)], RECEIVE_ALL),
+    );
+    wait_for("route in table 100", UP, || {
+        let routes = bgp_routes(&node, "100");
+        match route(&routes, PREFIX) {
+            Some(r) if r["metric"] == 50 && r["nhid"].is_u64() => Ok(()),
+            _ => Err(format!("{routes:?}\n{}", lab.dump_logs())),
+        }
+    });
+    assert!(bgp_routes(&node, "main").is_empty(), "nothing in main");
+    let fib = uplink.json(&["show", "fib"]).unwrap();
+    assert_eq!(fib[PREFIX][0]["table"], 100, "{fib}");
+}
+
+fn bgp_route_count(ns: &Ns) -> usize {
+    let out = ns.run(&["ip", "route", "show", "proto", "bgp"]);
+    out.lines().count()
+}
+
+/// 100,000 routes from one BIRD are all in the kernel, and all leave when BIRD stops.
+#[test]
+fn hundred_thousand_routes_in_and_out() {
+    const COUNT: usize = 100_000;
+    let mut lab = Lab::new("fib100k");
+    let node = lab.ns("node");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    let mut conf = bird_conf(&spec(65102, "10.0.2.1", "10.0.2.2", &[]));
+    conf.push_str("protocol static bulk { ipv4;\n");
+    for i in 0..COUNT {
+        conf.push_str(&format!(
+            "  route {}.{}.{}.0/24 blackhole;\n",
+            16 + i / 65536,
+            (i / 256) % 256,
+            i % 256
+        ));
+    }
+    conf.push_str("}\n");
+    let conf = conf.replace("export where source = RTS_STATIC", "export all");
+    let bird = Bird::start(&mut lab, &bird_ns, &conf);
+    let _uplink = Uplink::start(
+        &mut lab,
+        &node,
+        "uplink",
+        &uplink_config("", &[("10.0.2.1", 65102)], RECEIVE_ALL),
+    );
+    wait_for("100,000 routes in the kernel", Duration::from_secs(180), || {
+        let n = bgp_route_count(&node);
+        if n == COUNT {
+            Ok(())
+        } else {
+            Err(format!("{n} routes\n{}", lab.dump_logs()))
+        }
+    });
+    lab.stop(&bird.label);
+    wait_for("every route gone", Duration::from_secs(120), || {
+        let n = bgp_route_count(&node);
+        if n == 0 {
+            Ok(())
+        } else {
+            Err(format!("{n} routes left"))
+        }
+    });
+}
