@@ -56,7 +56,8 @@ fuzz:
 # injector, in network namespaces. Needs root. RUNS, V4_COUNT, V6_COUNT, DAEMONS tune it.
 bench:
 	@./scripts/apt-install frr bird2 jq iproute2
-	cargo build --release -p uplink --bin uplink -p uplink-inject
+	cargo build --release -p uplink --bin uplink
+	cargo build --release -p uplink-inject
 	./bench/ingest.sh
 
 # BFD detection time, uplink vs FRR bfdd, and a 10-minute hold under CPU load (root; not part

@@ -102,6 +102,9 @@ start_uplink() {
 [[bgp.routers]]
 asn = $D_AS
 id = "$D_ADDR4"
+# Loc-RIB ingest only, like BIRD and FRR here (no kernel protocol, bgpd -Z): the FIB writer
+# has its own benchmark (bench/fib.sh).
+install = false
 
 [[bgp.routers.neighbors]]
 address = "$peer"

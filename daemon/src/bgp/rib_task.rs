@@ -191,6 +191,14 @@ impl RibTask {
         }
     }
 
+    /// Keeps forwarding changes for the FIB writer; with `install = false` there is none, and
+    /// nothing may pile up.
+    fn record_fib(&mut self, changes: Vec<FibChange>) {
+        if self.fib.is_some() {
+            self.fib_out.extend(changes);
+        }
+    }
+
     fn handle(&mut self, cmd: RibCommand) {
         match cmd {
             RibCommand::PeerUp { mut info, link, reply } => {
@@ -208,7 +216,7 @@ impl RibTask {
                 self.base_export.remove(&id);
                 let changes = self.rib.peer_down(id);
                 self.wake(&changes.outbound);
-                self.fib_out.extend(changes.fib);
+                self.record_fib(changes.fib);
             }
             RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
             RibCommand::SetAnnounced(announced) => self.set_announced(announced),
@@ -261,7 +269,7 @@ impl RibTask {
             match self.rib.apply_update(id, &announced, &attrs, &withdrawn) {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
-                    self.fib_out.extend(outcome.changes.fib);
+                    self.record_fib(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                     if let Some((prefix, why)) = outcome.rejected.first() {
                         debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
@@ -278,7 +286,7 @@ impl RibTask {
                 mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
                     outbound.extend(outcome.changes.outbound);
-                    self.fib_out.extend(outcome.changes.fib);
+                    self.record_fib(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                 }
             }
@@ -305,20 +313,27 @@ impl RibTask {
             return;
         }
         let mut outbound = BTreeSet::new();
-        for prefix in self.announced.keys() {
-            if !announced.contains_key(prefix) && !self.configured.contains(prefix) {
-                let changes = self.rib.withdraw_local(*prefix);
-                outbound.extend(changes.outbound);
-                // A learned path may now be best for a prefix we stopped originating.
-                self.fib_out.extend(changes.fib);
-            }
+        let gone: Vec<IpNet> = self
+            .announced
+            .keys()
+            .filter(|p| !announced.contains_key(*p) && !self.configured.contains(*p))
+            .copied()
+            .collect();
+        let new: Vec<IpNet> = announced
+            .keys()
+            .filter(|p| !self.announced.contains_key(*p) && !self.configured.contains(*p))
+            .copied()
+            .collect();
+        for prefix in gone {
+            let changes = self.rib.withdraw_local(prefix);
+            outbound.extend(changes.outbound);
+            // A learned path may now be best for a prefix we stopped originating.
+            self.record_fib(changes.fib);
         }
-        for prefix in announced.keys() {
-            if !self.announced.contains_key(prefix) && !self.configured.contains(prefix) {
-                let changes = self.rib.originate(*prefix, &PathAttributes::default());
-                outbound.extend(changes.outbound);
-                self.fib_out.extend(changes.fib);
-            }
+        for prefix in new {
+            let changes = self.rib.originate(prefix, &PathAttributes::default());
+            outbound.extend(changes.outbound);
+            self.record_fib(changes.fib);
         }
         self.announced = announced;
         let peers: Vec<(PeerId, IpAddr)> =
