@@ -304,13 +304,11 @@ impl Session {
         let (read, mut write) = stream.into_split();
         let (wtx, mut wrx) = mpsc::channel::<Vec<u8>>(8);
         let (rtx, rrx) = mpsc::channel::<ReadEvent>(8);
-        let stats = self.stats.clone();
         let writer = tokio::spawn(async move {
             while let Some(buf) = wrx.recv().await {
                 if write.write_all(&buf).await.is_err() {
                     break;
                 }
-                stats.add_bytes_sent(buf.len());
             }
             let _ = write.shutdown().await;
         });
@@ -394,7 +392,7 @@ impl Session {
                 self.on_route_refresh(id, rr.afi, rr.safi).await;
             }
             let is_update = matches!(message, Message::Update(_));
-            self.apply_message(id, message).await;
+            self.apply(Event::Received(id, message)).await;
             if !is_update {
                 // Keep UPDATEs in order relative to a NOTIFICATION or OPEN after them.
                 self.flush_updates(&mut updates).await;
@@ -426,10 +424,6 @@ impl Session {
         if let Some(est) = &self.established {
             est.link.send_updates(batch).await;
         }
-    }
-
-    async fn apply_message(&mut self, id: ConnId, message: Message<'_>) {
-        self.apply(Event::Received(id, message)).await;
     }
 
     /// Feeds one event to the FSM and carries out its actions.

@@ -21,7 +21,6 @@ pub struct PeerStats {
     pub opens_rcvd: AtomicU64,
     pub opens_sent: AtomicU64,
     pub refreshes_rcvd: AtomicU64,
-    pub bytes_sent: AtomicU64,
     pub established_count: AtomicU64,
     pub dropped_count: AtomicU64,
     slow: Mutex<Slow>,
@@ -108,10 +107,6 @@ impl PeerStats {
             _ => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn add_bytes_sent(&self, n: usize) {
-        self.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     pub fn set_state(&self, state: State) {
