@@ -134,6 +134,8 @@ start_bird() {
   mkdir -p "$dir"
   cat >"$dir/bird.conf" <<BIRD
 log "$dir/bird.log" { info, warning, error, fatal };
+# Route timestamps to the millisecond: the last prefix's import time ends the measurement.
+timeformat route iso long ms;
 router id $D_ADDR4;
 protocol device { }
 protocol bgp inj {
@@ -190,6 +192,24 @@ probe_frr() {
   ip netns exec "$NS_D" vtysh -N "$NS_D" -c "show bgp summary json" 2>/dev/null |
     jq -r --arg k "$key" --arg p "$peer" '.[$k].peers[$p] | "\(.state) \(.pfxRcd)"' 2>/dev/null ||
     echo "down 0"
+}
+
+# The moment the last route entered Loc-RIB, in epoch nanoseconds, from the daemon itself
+# (so the poll interval does not bound the resolution); empty when the daemon cannot say.
+done_uplink() {
+  local fam=$1 peer=$2 ms
+  ms=$("$UPLINK" show bgp summary --json --socket "$WORK/uplink/uplink.sock" 2>/dev/null |
+    jq -r --arg k "$([ "$fam" = v6 ] && echo ipv6Unicast || echo ipv4Unicast)" --arg p "$peer" \
+      '.[$k].peers[$p].lastUpdateAppliedEpochMs // empty')
+  [ -n "$ms" ] && echo "${ms}000000"
+}
+
+# BIRD stamps each route with its import time (`timeformat route iso long ms` above).
+done_bird() {
+  local fam=$1 count=$2 stamp
+  stamp=$(birdc -s "$WORK/bird/bird.ctl" show route "$(last_prefix "$fam" "$count")" 2>/dev/null |
+    grep -oE '[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}' | head -1)
+  [ -n "$stamp" ] && date -d "$stamp" +%s%N
 }
 
 # FRR counts pfxRcd when a path enters the Adj-RIB-In; best-path selection runs later off a
@@ -250,6 +270,11 @@ run_one() {
     sleep "$POLL"
   done
   done_ns=$t_rcd
+  case $daemon in
+    uplink) done_ns=$(done_uplink "$fam" "$peer") ;;
+    bird) done_ns=$(done_bird "$fam" "$count") ;;
+  esac
+  [ -n "$done_ns" ] || { echo "ingest: $daemon did not say when its last route arrived" >&2; return 1; }
   if [ "$daemon" = frr ]; then
     local last
     last=$(last_prefix "$fam" "$count")

@@ -36,7 +36,8 @@ pub struct RibSetup {
 
 enum RibCommand {
     PeerUp {
-        info: PeerInfo,
+        // Boxed: the largest variant by far, and a session comes up rarely.
+        info: Box<PeerInfo>,
         link: PeerSide,
         reply: oneshot::Sender<PeerId>,
     },
@@ -58,6 +59,7 @@ struct PeerSide {
     max_prefixes: Option<u32>,
     /// Set once the Cease has been requested, so it is asked for only once.
     over_limit: bool,
+    last_update_applied: Option<std::time::SystemTime>,
 }
 
 /// A cheap, cloneable handle to the RIB task.
@@ -83,8 +85,14 @@ impl RibHandle {
         max_prefixes: Option<u32>,
     ) -> Option<PeerLink> {
         let (reply, rx) = oneshot::channel();
-        let link = PeerSide { notify, session, max_prefixes, over_limit: false };
-        self.tx.send(RibCommand::PeerUp { info, link, reply }).await.ok()?;
+        let link = PeerSide {
+            notify,
+            session,
+            max_prefixes,
+            over_limit: false,
+            last_update_applied: None,
+        };
+        self.tx.send(RibCommand::PeerUp { info: Box::new(info), link, reply }).await.ok()?;
         let id = rx.await.ok()?;
         Some(PeerLink { id, tx: self.tx.clone() })
     }
@@ -151,6 +159,8 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
         always_block: setup.always_block,
     };
     let mut rib = Rib::new(config);
+    // With `install = false` no FIB writer listens: skip computing next-hop sets at all.
+    rib.set_fib_tracking(setup.fib.is_some());
     for prefix in &setup.originate {
         let _ = rib.originate(*prefix, &PathAttributes::default());
     }
@@ -204,7 +214,7 @@ impl RibTask {
             RibCommand::PeerUp { mut info, link, reply } => {
                 let base = info.export.clone();
                 info.export = effective_export(&base, &self.announced, info.address);
-                let id = self.rib.peer_up(info);
+                let id = self.rib.peer_up(*info);
                 self.base_export.insert(id, base);
                 // The initial advertisement is queued by peer_up: wake the session for it.
                 link.notify.notify_one();
@@ -292,6 +302,9 @@ impl RibTask {
             }
         }
         self.wake(&outbound);
+        if let Some(side) = self.peers.get_mut(&id) {
+            side.last_update_applied = Some(std::time::SystemTime::now());
+        }
         if let (Some(count), Some(side)) = (accepted, self.peers.get_mut(&id)) {
             if let Some(max) = side.max_prefixes {
                 if count > max as usize && !side.over_limit {
@@ -373,6 +386,7 @@ impl RibTask {
                 PeerCounts {
                     accepted: self.rib.pfx_received(id) as u64,
                     sent: self.rib.pfx_sent(id) as u64,
+                    last_update_applied: self.peers.get(&id).and_then(|s| s.last_update_applied),
                 },
             );
         }

@@ -42,6 +42,9 @@ pub struct PeerCounts {
     pub accepted: u64,
     /// In the peer's Adj-RIB-Out (FRR's pfxSnt).
     pub sent: u64,
+    /// When the RIB last finished applying UPDATEs from this peer (the ingest benchmark
+    /// reads it to time the last route into Loc-RIB to the millisecond).
+    pub last_update_applied: Option<std::time::SystemTime>,
 }
 
 #[derive(Debug, Clone, Default)]

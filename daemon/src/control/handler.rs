@@ -273,6 +273,10 @@ fn peer_summary(i: &Instance, n: &NeighborHandle, rib: &RibSummary) -> Value {
         "peerUptimeMsec": if up { uptime.map(|d| d.as_millis() as u64).unwrap_or(0) } else { 0 },
         "pfxRcd": counts.accepted,
         "pfxSnt": counts.sent,
+        // Not in FRR: epoch milliseconds when the RIB last applied an UPDATE from this peer.
+        "lastUpdateAppliedEpochMs": counts.last_update_applied
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64),
         "state": snap.state,
         "peerState": "OK",
         "connectionsEstablished": snap.established_count,

@@ -132,6 +132,9 @@ pub struct Rib {
     next_peer: u32,
     /// The interner is swept when it grows to this many sets (amortised O(1) per call).
     next_sweep_at: usize,
+    /// Whether changes report [`FibChange`]s; off when nothing installs routes, so ingest
+    /// does not compute next-hop sets that nobody reads.
+    track_fib: bool,
 }
 
 const MIN_SWEEP_THRESHOLD: usize = 1024;
@@ -157,6 +160,7 @@ struct Parts<'a, P: Prefix> {
     interner: &'a mut AttrInterner,
     table: &'a mut Table<P>,
     peers: &'a mut BTreeMap<PeerId, Peer>,
+    track_fib: bool,
 }
 
 /// Per-family access to a [`Rib`]'s table and a peer's Adj-RIB-Out.
@@ -172,6 +176,7 @@ impl RibFamily for Ipv4Net {
             interner: &mut rib.interner,
             table: &mut rib.v4,
             peers: &mut rib.peers,
+            track_fib: rib.track_fib,
         }
     }
     fn adj_out(peer: &mut Peer) -> &mut AdjRibOut<Self> {
@@ -186,6 +191,7 @@ impl RibFamily for Ipv6Net {
             interner: &mut rib.interner,
             table: &mut rib.v6,
             peers: &mut rib.peers,
+            track_fib: rib.track_fib,
         }
     }
     fn adj_out(peer: &mut Peer) -> &mut AdjRibOut<Self> {
@@ -234,19 +240,14 @@ fn decide(dest: &mut Destination, peers: &BTreeMap<PeerId, Peer>, config: &RibCo
     }
 }
 
-/// The source and attributes of a destination's best path.
-type BestPath = Option<(PeerId, Arc<PathAttributes>)>;
+/// Identifies a destination's best path (source and attribute set) without holding a
+/// reference: comparing keys before and after a change tells whether export must run. An
+/// attribute set's address cannot be reused while the key is compared, because the interner
+/// holds every set until its next sweep, which never runs inside a change.
+type BestKey = Option<(PeerId, *const PathAttributes)>;
 
-fn best_of(dest: Option<&Destination>) -> BestPath {
-    dest.and_then(Destination::best).map(|p| (p.peer, Arc::clone(&p.attrs)))
-}
-
-fn same_best(a: &BestPath, b: &BestPath) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some((pa, aa)), Some((pb, ab))) => pa == pb && Arc::ptr_eq(aa, ab),
-        _ => false,
-    }
+fn best_key(dest: &Destination) -> BestKey {
+    dest.best().map(|p| (p.peer, Arc::as_ptr(&p.attrs)))
 }
 
 /// A best path with what export needs to know about its source.
@@ -263,6 +264,20 @@ impl<'a> ExportCandidate<'a> {
         let learned_ebgp =
             (from != PeerId::LOCAL).then(|| peers.get(&from).is_some_and(|p| p.info.ebgp));
         Self { from, attrs, learned_ebgp }
+    }
+}
+
+/// Queues the new state of `prefix` to every peer that negotiated the family.
+fn export_to_all<P: RibFamily>(
+    peers: &mut BTreeMap<PeerId, Peer>,
+    interner: &mut AttrInterner,
+    prefix: P,
+    best: Option<&Path>,
+    changes: &mut Changes,
+) {
+    let candidate = best.map(|b| ExportCandidate::new(peers, b.peer, &b.attrs));
+    for (id, peer) in peers.iter_mut() {
+        export_to_peer(interner, prefix, candidate, *id, peer, changes);
     }
 }
 
@@ -298,18 +313,19 @@ impl<P: RibFamily> Parts<'_, P> {
     /// consequences in `changes`.
     fn change_path(&mut self, prefix: P, change: PathChange, changes: &mut Changes) -> PathDelta {
         let mut delta = PathDelta::default();
-        // One hash lookup per change: everything below works on this entry.
-        let (old_best, old_hops, new_best, new_hops) = match self.table.map.entry(prefix) {
+        let track_fib = self.track_fib;
+        // One hash lookup per change: everything below works on this entry. No reference
+        // counts are touched here beyond the path's own: on a million-route ingest an atomic
+        // increment per prefix was the largest single cost (it waits for the table store).
+        let (old_best, old_hops, mut dest) = match self.table.map.entry(prefix) {
             Entry::Vacant(slot) => {
                 let PathChange::Upsert(path) = change else { return delta };
                 delta.added = true;
-                let dest = slot.insert(Destination::One(path));
-                decide(dest, self.peers, self.config);
-                (None, Vec::new(), best_of(Some(dest)), dest.fib_next_hops())
+                (None, Vec::new(), Some(slot.insert(Destination::One(path))))
             }
             Entry::Occupied(mut slot) => {
-                let old_best = best_of(Some(slot.get()));
-                let old_hops = slot.get().fib_next_hops();
+                let old_best = best_key(slot.get());
+                let old_hops = if track_fib { slot.get().fib_next_hops() } else { Vec::new() };
                 let removal = match change {
                     PathChange::Upsert(path) => {
                         let dest = slot.get_mut();
@@ -328,30 +344,27 @@ impl<P: RibFamily> Parts<'_, P> {
                 };
                 if removal == Removal::LastPath {
                     slot.remove();
-                    (old_best, old_hops, None, Vec::new())
+                    (old_best, old_hops, None)
                 } else {
-                    let dest = slot.into_mut();
-                    decide(dest, self.peers, self.config);
-                    (old_best, old_hops, best_of(Some(dest)), dest.fib_next_hops())
+                    (old_best, old_hops, Some(slot.into_mut()))
                 }
             }
         };
-        if new_hops != old_hops {
-            changes.fib.push(FibChange { prefix: prefix.into(), next_hops: new_hops });
+        if let Some(dest) = dest.as_deref_mut() {
+            decide(dest, self.peers, self.config);
         }
-        if !same_best(&old_best, &new_best) {
-            self.export_to_all(prefix, new_best, changes);
+        let dest = dest.as_deref();
+        if track_fib {
+            let new_hops = dest.map(Destination::fib_next_hops).unwrap_or_default();
+            if new_hops != old_hops {
+                changes.fib.push(FibChange { prefix: prefix.into(), next_hops: new_hops });
+            }
+        }
+        if old_best != dest.and_then(best_key) {
+            let best = dest.and_then(Destination::best);
+            export_to_all(self.peers, self.interner, prefix, best, changes);
         }
         delta
-    }
-
-    /// Queues the new state of `prefix` to every peer that negotiated the family.
-    fn export_to_all(&mut self, prefix: P, best: BestPath, changes: &mut Changes) {
-        let best =
-            best.as_ref().map(|(from, attrs)| ExportCandidate::new(self.peers, *from, attrs));
-        for (id, peer) in self.peers.iter_mut() {
-            export_to_peer(self.interner, prefix, best, *id, peer, changes);
-        }
     }
 
     /// Re-evaluates export of the whole table to one peer (session up, export policy change).
@@ -417,7 +430,14 @@ impl Rib {
             peers: BTreeMap::new(),
             next_peer: 1,
             next_sweep_at: MIN_SWEEP_THRESHOLD,
+            track_fib: true,
         }
+    }
+
+    /// Turns [`Changes::fib`] reporting on or off (on by default). Turning it on does not
+    /// report the routes already present: enable it before the first route arrives.
+    pub fn set_fib_tracking(&mut self, on: bool) {
+        self.track_fib = on;
     }
 
     pub fn config(&self) -> &RibConfig {

@@ -662,3 +662,31 @@ fn one_million_routes_from_one_peer() {
     assert_eq!(changes.fib.len(), 1_000_000);
     assert_eq!(rib.prefix_count(V4), 0);
 }
+
+/// The IPv6 half of the ingest benchmark on the RIB alone: 200,000 /48s in UPDATEs of 576 NLRI
+/// (what fits one 4096-octet MP_REACH), FIB tracking off as with `install = false`. Run as the
+/// one above.
+#[test]
+#[ignore = "slow in debug builds; run in release for the timing"]
+fn two_hundred_thousand_ipv6_routes_from_one_peer() {
+    let mut rib = rib();
+    rib.set_fib_tracking(false);
+    let a = rib.peer_up(peer(1, 65001));
+    let attrs = PathAttributes {
+        as_path: AsPath::sequence(vec![65001]),
+        next_hop: NextHop::V6 { global: "2001:db8::1".parse().unwrap(), link_local: None },
+        ..Default::default()
+    };
+    let start = std::time::Instant::now();
+    let mut batch = Vec::with_capacity(576);
+    for i in 0..200_000u128 {
+        let addr = Ipv6Addr::from((0x2a00u128 << 112).wrapping_add(i << 80));
+        batch.push(IpNet::V6(ipnet::Ipv6Net::new(addr, 48).unwrap()));
+        if batch.len() == 576 || i + 1 == 200_000 {
+            rib.apply_update(a, &batch, &attrs, &[]).unwrap();
+            batch.clear();
+        }
+    }
+    println!("200k IPv6 routes inserted in {:?}", start.elapsed());
+    assert_eq!(rib.prefix_count(Family::IPV6_UNICAST), 200_000);
+}
