@@ -320,3 +320,102 @@ fn hundred_thousand_routes_in_and_out() {
         }
     });
 }
+
+/// The link-local address of `ifname` in `ns` (assigned by the kernel when the link came up).
+fn link_local(ns: &Ns, ifname: &str) -> String {
+    wait_for(&format!("a link-local address on {ifname}"), UP, || {
+        let out = ns.run(&["ip", "-j", "-6", "addr", "show", "dev", ifname, "scope", "link"]);
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+        v[0]["addr_info"]
+            .as_array()
+            .and_then(|a| a.iter().find_map(|i| i["local"].as_str()))
+            .filter(|a| a.starts_with("fe80:"))
+            .map(str::to_string)
+            .ok_or(out)
+    })
+}
+
+/// RFC 2545 §3: a peer on the link may send only its link-local address as the IPv6 next hop
+/// (GoBGP over iBGP keeps the next hop it is given). The route is installed via that
+/// link-local address on the session's interface, and leaves with the peer.
+#[test]
+fn link_local_only_next_hop_goes_out_the_session_interface() {
+    let mut lab = Lab::new("fibll");
+    let node = lab.ns("node");
+    let peer_ns = lab.ns("gobgp");
+    let (node_if, peer_if) = lab.link(&node, &["fd00:2::2/64"], &peer_ns, &["fd00:2::1/64"]);
+    let peer_ll = link_local(&peer_ns, &peer_if);
+    // A second link: fe80::/64 is now on two interfaces, so only the session can tell which.
+    let other = lab.ns("other");
+    lab.link(&node, &["fd00:3::2/64"], &other, &["fd00:3::1/64"]);
+    let gobgp = Gobgp::start(
+        &mut lab,
+        &peer_ns,
+        &gobgp_conf(&SpeakerSpec {
+            asn: 65001,
+            router_id: "10.0.2.1".into(),
+            neighbors: vec![NeighborSpec {
+                address: "fd00:2::2".into(),
+                asn: 65001,
+                ..Default::default()
+            }],
+            announce: vec![],
+        }),
+    );
+    let uplink = Uplink::start(
+        &mut lab,
+        &node,
+        "uplink",
+        &uplink_config(
+            "",
+            &[("fd00:2::1", 65001)],
+            &format!("families = [\"ipv6-unicast\"]\n{RECEIVE_ALL}"),
+        ),
+    );
+    wait_for("iBGP session with GoBGP", UP, || {
+        match uplink.peer_state("ipv6Unicast", "fd00:2::1")?.as_str() {
+            "Established" => Ok(()),
+            other => Err(format!("{other}\n{}", lab.dump_logs())),
+        }
+    });
+    let added = gobgp.gobgp(&[
+        "global",
+        "rib",
+        "-a",
+        "ipv6",
+        "add",
+        "2001:db8:99::/48",
+        "nexthop",
+        &peer_ll,
+    ]);
+    assert!(!added.contains("rror"), "gobgp refused the route: {added}");
+
+    wait_for("the route via the peer's link-local address on the session's link", UP, || {
+        let out =
+            node.run(&["ip", "-j", "-6", "route", "show", "2001:db8:99::/48", "proto", "bgp"]);
+        let routes: Vec<Value> =
+            serde_json::from_str(if out.trim().is_empty() { "[]" } else { &out })
+                .map_err(|e| format!("{e}: {out}"))?;
+        let r = routes.first().ok_or(format!("not installed\n{}", lab.dump_logs()))?;
+        let id = r["nhid"].as_u64().ok_or(format!("no nexthop object: {r}"))?;
+        let show = |id: u64| -> Result<Value, String> {
+            let out = node.run(&["ip", "-j", "nexthop", "show", "id", &id.to_string()]);
+            let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+            Ok(v[0].clone())
+        };
+        let mut nh = show(id)?;
+        // A group of one: its member carries the gateway and device.
+        if let Some(member) = nh["group"][0]["id"].as_u64() {
+            nh = show(member)?;
+        }
+        match (nh["gateway"].as_str(), nh["dev"].as_str()) {
+            (Some(gw), Some(dev)) if gw == peer_ll && dev == node_if => Ok(()),
+            _ => Err(format!("nexthop {nh}")),
+        }
+    });
+    let shown = uplink.cli(&["show", "fib"]).unwrap_or_default();
+    assert!(shown.contains("2001:db8:99::/48") && shown.contains(&peer_ll), "show fib: {shown}");
+
+    lab.stop(&gobgp.label);
+    wait_no_bgp_routes(&node, "main");
+}

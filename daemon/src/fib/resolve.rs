@@ -101,6 +101,10 @@ impl Resolver {
         match next_hop {
             NextHop::Unspecified => Vec::new(),
             NextHop::V4(a) => self.reach(table, IpAddr::V4(*a)),
+            // A link-local address is on every link (each has fe80::/64): a route to it says
+            // nothing about which one. The RIB anchors link-local hops to their session's
+            // address (`forwarding_next_hop`); one it could not anchor stays unresolved.
+            NextHop::V6 { global, .. } if global.is_unicast_link_local() => Vec::new(),
             NextHop::V6 { global, link_local } => {
                 let via_global = self.reach(table, IpAddr::V6(*global));
                 match link_local {
@@ -183,6 +187,15 @@ mod tests {
         let mut r = resolver();
         assert!(!r.add_route(&route("172.16.0.0/24", vec![(None, 3)], RTPROT_BGP)));
         assert!(r.resolve(254, &v4("172.16.0.9")).is_empty());
+    }
+
+    #[test]
+    fn a_bare_link_local_next_hop_is_not_resolved_through_fe80_routes() {
+        let mut r = resolver();
+        r.add_route(&route("fe80::/64", vec![(None, 2)], 2));
+        r.add_route(&route("fe80::/64", vec![(None, 3)], 2));
+        let hop = NextHop::V6 { global: "fe80::2".parse().unwrap(), link_local: None };
+        assert!(r.resolve(254, &hop).is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
@@ -147,14 +148,19 @@ impl Destination {
 
     /// The next hops to install: those of the best path and its multipaths, deduplicated;
     /// empty when the best path is local (nothing to install) or there is none.
-    pub(crate) fn fib_next_hops(&self) -> Vec<NextHop> {
+    /// `peer_address` gives each path's session address (see [`forwarding_next_hop`]).
+    pub(crate) fn fib_next_hops(
+        &self,
+        peer_address: impl Fn(PeerId) -> Option<IpAddr>,
+    ) -> Vec<NextHop> {
         let mut hops = Vec::new();
         for p in self.paths() {
-            if (p.best || p.multipath)
-                && p.peer != PeerId::LOCAL
-                && !hops.contains(&p.attrs.next_hop)
-            {
-                hops.push(p.attrs.next_hop);
+            if !(p.best || p.multipath) || p.peer == PeerId::LOCAL {
+                continue;
+            }
+            let hop = forwarding_next_hop(p.attrs.next_hop, peer_address(p.peer));
+            if !hops.contains(&hop) {
+                hops.push(hop);
             }
         }
         hops.sort_by_key(|h| match h {
@@ -163,6 +169,27 @@ impl Destination {
             NextHop::V6 { global, link_local } => (2, Some(*global), *link_local),
         });
         hops
+    }
+}
+
+/// The next hop as the FIB should resolve it. RFC 2545 §3: a peer on a shared link may send
+/// only its link-local address (as the one next hop, or beside `::`); a link-local address
+/// means nothing without an interface, and the interface is the session's. It is expressed as
+/// the peer's own (global) address with the link-local beside it, which the FIB resolves to
+/// "via the link-local, on the interface the peer's address is connected to" — the same rule
+/// as for a global + link-local pair. A session over IPv4 gives no such anchor: the hop is left
+/// as received and stays pending.
+pub(crate) fn forwarding_next_hop(hop: NextHop, peer: Option<IpAddr>) -> NextHop {
+    let NextHop::V6 { global, link_local } = hop else { return hop };
+    let Some(IpAddr::V6(peer)) = peer else { return hop };
+    match link_local {
+        None if global.is_unicast_link_local() => {
+            NextHop::V6 { global: peer, link_local: Some(global) }
+        }
+        Some(ll) if global.is_unspecified() || global.is_unicast_link_local() => {
+            NextHop::V6 { global: peer, link_local: Some(ll) }
+        }
+        _ => hop,
     }
 }
 
@@ -224,6 +251,27 @@ mod tests {
         assert_eq!(std::mem::size_of::<Destination>(), 16);
         assert_eq!(std::mem::size_of::<(Ipv4Net, Destination)>(), 24);
         assert_eq!(std::mem::size_of::<(Ipv6Net, Destination)>(), 40);
+    }
+
+    #[test]
+    fn link_local_only_next_hops_are_anchored_to_the_session() {
+        let ll: std::net::Ipv6Addr = "fe80::2".parse().unwrap();
+        let peer: IpAddr = "2001:db8::2".parse().unwrap();
+        let anchored = NextHop::V6 { global: "2001:db8::2".parse().unwrap(), link_local: Some(ll) };
+        let only_ll = NextHop::V6 { global: ll, link_local: None };
+        assert_eq!(forwarding_next_hop(only_ll, Some(peer)), anchored);
+        let unspecified_and_ll =
+            NextHop::V6 { global: std::net::Ipv6Addr::UNSPECIFIED, link_local: Some(ll) };
+        assert_eq!(forwarding_next_hop(unspecified_and_ll, Some(peer)), anchored);
+        // A global next hop is kept, with or without its link-local.
+        let global = NextHop::V6 { global: "2001:db8::9".parse().unwrap(), link_local: Some(ll) };
+        assert_eq!(forwarding_next_hop(global, Some(peer)), global);
+        // Over an IPv4 session there is no IPv6 anchor: left as received.
+        assert_eq!(forwarding_next_hop(only_ll, Some("192.0.2.2".parse().unwrap())), only_ll);
+        assert_eq!(
+            forwarding_next_hop(NextHop::V4("192.0.2.9".parse().unwrap()), Some(peer)),
+            NextHop::V4("192.0.2.9".parse().unwrap())
+        );
     }
 
     #[test]

@@ -246,6 +246,10 @@ fn decide(dest: &mut Destination, peers: &BTreeMap<PeerId, Peer>, config: &RibCo
 /// holds every set until its next sweep, which never runs inside a change.
 type BestKey = Option<(PeerId, *const PathAttributes)>;
 
+fn peer_address(peers: &BTreeMap<PeerId, Peer>, id: PeerId) -> Option<IpAddr> {
+    peers.get(&id).map(|p| p.info.address)
+}
+
 fn best_key(dest: &Destination) -> BestKey {
     dest.best().map(|p| (p.peer, Arc::as_ptr(&p.attrs)))
 }
@@ -325,7 +329,11 @@ impl<P: RibFamily> Parts<'_, P> {
             }
             Entry::Occupied(mut slot) => {
                 let old_best = best_key(slot.get());
-                let old_hops = if track_fib { slot.get().fib_next_hops() } else { Vec::new() };
+                let old_hops = if track_fib {
+                    slot.get().fib_next_hops(|id| peer_address(self.peers, id))
+                } else {
+                    Vec::new()
+                };
                 let removal = match change {
                     PathChange::Upsert(path) => {
                         let dest = slot.get_mut();
@@ -355,7 +363,9 @@ impl<P: RibFamily> Parts<'_, P> {
         }
         let dest = dest.as_deref();
         if track_fib {
-            let new_hops = dest.map(Destination::fib_next_hops).unwrap_or_default();
+            let new_hops = dest
+                .map(|d| d.fib_next_hops(|id| peer_address(self.peers, id)))
+                .unwrap_or_default();
             if new_hops != old_hops {
                 changes.fib.push(FibChange { prefix: prefix.into(), next_hops: new_hops });
             }
