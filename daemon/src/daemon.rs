@@ -26,7 +26,7 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         // The FIB writer starts first: it purges stale routes before any session is up.
         let fib_instances =
             config.bgp.routers.iter().map(crate::fib::FibInstanceConfig::of).collect();
-        let fib = crate::fib::start(fib_instances)?;
+        let fib = crate::fib::start(fib_instances, config.fib.nexthop_objects)?;
         let mut instances = Vec::new();
         for router in &config.bgp.routers {
             let instance = Instance::start(router, &config, Some(&fib)).await.map_err(|e| {

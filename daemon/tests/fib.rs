@@ -419,3 +419,68 @@ fn link_local_only_next_hop_goes_out_the_session_interface() {
     lab.stop(&gobgp.label);
     wait_no_bgp_routes(&node, "main");
 }
+
+/// The gateways of `dst` in `ip -j route` output: inline hops (RTA_MULTIPATH) or the single
+/// gateway; an error if the route uses a nexthop object.
+fn inline_gateways(routes: &[Value], dst: &str) -> Result<Vec<String>, String> {
+    let r = route(routes, dst).ok_or(format!("no {dst} in {routes:?}"))?;
+    if r["nhid"].is_u64() {
+        return Err(format!("{dst} uses a nexthop object: {r}"));
+    }
+    let mut gateways: Vec<String> = match r["nexthops"].as_array() {
+        Some(hops) => hops.iter().filter_map(|h| h["gateway"].as_str().map(String::from)).collect(),
+        None => r["gateway"].as_str().map(String::from).into_iter().collect(),
+    };
+    gateways.sort();
+    Ok(gateways)
+}
+
+/// `[fib] nexthop_objects = false` (FRR: `no zebra nexthop kernel enable`), the path the
+/// writer also takes on kernels without nexthop objects: ECMP routes carry their hops inline
+/// (RTA_MULTIPATH), shrink when a peer leaves and go when both have left.
+#[test]
+fn without_nexthop_objects_routes_carry_their_hops() {
+    let mut lab = Lab::new("fibmp");
+    let node = lab.ns("node");
+    let frr_ns = lab.ns("frr");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.1.2/24"], &frr_ns, &["10.0.1.1/24"]);
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    let _frr = Speaker::start(
+        Kind::Frr,
+        &mut lab,
+        &frr_ns,
+        &spec(65101, "10.0.1.1", "10.0.1.2", &[PREFIX]),
+    );
+    let _bird = Speaker::start(
+        Kind::Bird,
+        &mut lab,
+        &bird_ns,
+        &spec(65102, "10.0.2.1", "10.0.2.2", &[PREFIX]),
+    );
+    let config = uplink_config("", &[("10.0.1.1", 65101), ("10.0.2.1", 65102)], RECEIVE_ALL);
+    let _uplink = Uplink::start(
+        &mut lab,
+        &node,
+        "uplink",
+        &format!("{config}\n[fib]\nnexthop_objects = false\n"),
+    );
+
+    let wait_gateways = |lab: &Lab, want: &[&str]| {
+        wait_for(&format!("{PREFIX} via {want:?} inline"), UP, || {
+            let got = inline_gateways(&bgp_routes(&node, "main"), PREFIX)?;
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}\n{}", lab.dump_logs()))
+            }
+        });
+    };
+    wait_gateways(&lab, &["10.0.1.1", "10.0.2.1"]);
+    assert!(node.run(&["ip", "nexthop", "show"]).trim().is_empty(), "no nexthop objects");
+
+    lab.stop(&format!("frr-{}", frr_ns.name));
+    wait_gateways(&lab, &["10.0.2.1"]);
+    lab.stop(&format!("bird-{}", bird_ns.name));
+    wait_no_bgp_routes(&node, "main");
+}

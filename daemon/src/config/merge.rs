@@ -12,7 +12,7 @@ use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
-    AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
+    AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
     LocalPrefPrefixes, Neighbor, ReceivePolicy, RemoteAsn, Router,
 };
 use super::validate::{
@@ -32,10 +32,23 @@ pub(crate) fn merge(
     let mut routers: Vec<MergedRouter> = Vec::new();
     let mut profiles: Vec<BfdProfileFragment> = Vec::new();
     let mut always_block = BTreeSet::new();
+    let mut nexthop_objects: Option<(bool, Loc)> = None;
     let mut announce = Vec::with_capacity(fragments.len());
     for mut fragment in fragments {
         announce.push((fragment.file.clone(), std::mem::take(&mut fragment.announce)));
         always_block.extend(fragment.always_block);
+        match (&nexthop_objects, fragment.nexthop_objects) {
+            (_, None) => {}
+            (None, Some(set)) => nexthop_objects = Some(set),
+            (Some((first, _)), Some((value, _))) if *first == value => {}
+            (Some((first, first_loc)), Some((value, loc))) => errors.push(loc.error(
+                "fib.nexthop_objects",
+                format!(
+                    "is {value} here but {first} at {first_loc}; a node has one FIB setting — \
+                     make them equal or set it in one file"
+                ),
+            )),
+        }
         for profile in fragment.bfd_profiles {
             merge_bfd_profile(&mut profiles, profile, errors);
         }
@@ -52,6 +65,7 @@ pub(crate) fn merge(
     Config {
         bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
         always_block: always_block.into_iter().collect(),
+        fib: FibConfig { nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on) },
         files,
         announce: super::announce::merge(announce, errors),
     }
@@ -573,6 +587,23 @@ bfd_profile = "tor"
 
     fn net(text: &str) -> IpNet {
         text.parse().unwrap()
+    }
+
+    #[test]
+    fn nexthop_objects_default_on_and_two_files_must_agree() {
+        assert!(load_two(A, B).unwrap().fib.nexthop_objects);
+        let off = "[fib]\nnexthop_objects = false\n";
+        assert!(!load_two(A, off).unwrap().fib.nexthop_objects);
+        assert!(!load_two(off, off).unwrap().fib.nexthop_objects);
+        let error = only_error(off, "[fib]\nnexthop_objects = true\n");
+        assert_at(
+            &error,
+            "b.toml",
+            1,
+            1,
+            "fib.nexthop_objects",
+            &["true here", "false at a.toml:1:1"],
+        );
     }
 
     #[test]

@@ -22,10 +22,19 @@ pub struct Config {
     pub bgp: BgpConfig,
     /// Prefixes never accepted from any peer, whatever a neighbor's `to_receive` says.
     pub always_block: Vec<IpNet>,
+    pub fib: FibConfig,
     /// The files this config was loaded from, in merge order.
     pub files: Vec<PathBuf>,
     /// What the node announces besides router `prefixes` (`crate::announce`).
     pub announce: AnnounceConfig,
+}
+
+/// Node-wide FIB settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FibConfig {
+    /// Install ECMP through kernel nexthop objects and groups (default); `false` installs
+    /// routes with their hops inline (RTA_MULTIPATH), as on kernels without nexthop objects.
+    pub nexthop_objects: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

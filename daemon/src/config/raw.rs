@@ -24,6 +24,7 @@ pub(crate) struct RawFile {
     pub bgp: Option<RawBgp>,
     #[serde(default)]
     pub always_block: Vec<S<String>>,
+    pub fib: Option<S<RawFib>>,
     // Announcement sections (`config::announce`).
     pub node: Option<S<RawNode>>,
     #[serde(default)]
@@ -38,6 +39,15 @@ pub(crate) struct RawFile {
     pub networks: Vec<S<RawNetwork>>,
     #[serde(default)]
     pub route_advertisements: Vec<S<RawRouteAdvertisement>>,
+}
+
+/// Node-wide FIB settings (per-router ones are `install`, `table`, `metric`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [fib] table")]
+pub(crate) struct RawFib {
+    /// `false`: never use kernel nexthop objects, install ECMP routes with RTA_MULTIPATH
+    /// (FRR: `no zebra nexthop kernel enable`).
+    pub nexthop_objects: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

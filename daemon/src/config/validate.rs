@@ -52,6 +52,8 @@ pub(crate) struct Fragment {
     pub routers: Vec<RouterFragment>,
     pub bfd_profiles: Vec<BfdProfileFragment>,
     pub always_block: Vec<IpNet>,
+    /// `[fib] nexthop_objects`, where this file sets it.
+    pub nexthop_objects: Option<(bool, Loc)>,
     pub announce: AnnounceFragment,
 }
 
@@ -142,6 +144,7 @@ pub(crate) fn validate_file(
         routers: Vec::new(),
         bfd_profiles: Vec::new(),
         always_block: Vec::new(),
+        nexthop_objects: None,
         announce: AnnounceFragment::default(),
     };
     let announce = RawAnnounce {
@@ -154,6 +157,10 @@ pub(crate) fn validate_file(
         route_advertisements: raw.route_advertisements,
     };
     fragment.announce = super::announce::validate(source, announce, &mut *check.errors);
+    if let Some(fib) = raw.fib {
+        let loc = source.loc(fib.span().start);
+        fragment.nexthop_objects = fib.into_inner().nexthop_objects.map(|on| (on, loc));
+    }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
             fragment.always_block.push(prefix);

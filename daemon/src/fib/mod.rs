@@ -78,7 +78,9 @@ impl FibSender {
 
 /// Starts the writer and monitor threads. The writer first reconciles with the kernel (removing
 /// every stale `proto bgp` route in uplink's tables), then applies changes as they come.
-pub fn start(instances: Vec<FibInstanceConfig>) -> Result<Fib, String> {
+/// Starts the FIB writer. `nexthop_objects = false` installs ECMP routes with RTA_MULTIPATH
+/// (the writer also falls back to that by itself when the kernel has no nexthop objects).
+pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result<Fib, String> {
     let kernel = kernel::Kernel::open()
         .map_err(|e| format!("cannot open a netlink socket for the FIB: {e}"))?;
     let mut monitor = kernel::Monitor::open()
@@ -109,7 +111,7 @@ pub fn start(instances: Vec<FibInstanceConfig>) -> Result<Fib, String> {
             }
         })
         .map_err(|e| format!("cannot start the FIB monitor thread: {e}"))?;
-    let writer = Writer::new(kernel, instances.clone());
+    let writer = Writer::new(kernel, instances.clone(), nexthop_objects);
     std::thread::Builder::new()
         .name("uplink-fib".into())
         .spawn(move || {

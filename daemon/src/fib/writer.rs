@@ -148,7 +148,7 @@ fn normalize(mut hops: Vec<NextHop>) -> Vec<NextHop> {
 }
 
 impl Writer {
-    pub(super) fn new(kernel: Kernel, configs: Vec<FibInstanceConfig>) -> Self {
+    pub(super) fn new(kernel: Kernel, configs: Vec<FibInstanceConfig>, objects: bool) -> Self {
         Writer {
             kernel,
             instances: configs.into_iter().map(Instance::new).collect(),
@@ -156,7 +156,7 @@ impl Writer {
             registry: Registry::new(),
             resolver: Resolver::default(),
             links: HashMap::new(),
-            objects: true,
+            objects,
             resolution_dirty: false,
             resync: false,
         }
