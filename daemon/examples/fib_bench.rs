@@ -30,12 +30,10 @@ fn main() {
         (0..ecmp).map(|k| NextHop::V4(Ipv4Addr::from(u32::from(base) + k))).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
-        let fib = fib::start(vec![FibInstanceConfig {
-            vrf: String::new(),
-            install: true,
-            table: None,
-            metric: 20,
-        }])
+        let fib = fib::start(
+            vec![FibInstanceConfig { vrf: String::new(), install: true, table: None, metric: 20 }],
+            true,
+        )
         .unwrap();
         fib.flush().await.unwrap(); // the startup reconcile is not part of the measurement
         let sender = fib.sender("").unwrap();
