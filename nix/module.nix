@@ -71,9 +71,11 @@ let
       dhcpcd
       iproute2
       procps
-      getent
+      gnugrep
     ];
-    text = builtins.readFile ./uplink-config.sh;
+    # writeShellApplication writes its own shebang and `set -o errexit -o nounset -o pipefail`;
+    # a second shebang further down would fail its shellcheck (SC1128).
+    text = lib.removePrefix "#!/usr/bin/env bash\n" (builtins.readFile ./uplink-config.sh);
   };
 
   # What a routing daemon needs and nothing more: routes and nexthops over netlink
@@ -212,7 +214,6 @@ in
 
       systemd.services.uplink = {
         description = "uplink: BGP, BFD and announcements towards the fabric";
-        documentation = [ "https://github.com/uplink/uplink/tree/main/docs" ];
         wantedBy = [ "multi-user.target" ];
         wants = [ "network-online.target" ];
         after = [ "network-online.target" ];
@@ -234,8 +235,8 @@ in
           RuntimeDirectoryMode = "0700";
           UMask = "0077";
 
+          # Root, limited to these capabilities (the control socket is root-only).
           CapabilityBoundingSet = capabilities;
-          AmbientCapabilities = capabilities;
           NoNewPrivileges = true;
           ProtectSystem = "strict";
           ProtectHome = true;

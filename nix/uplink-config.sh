@@ -114,7 +114,7 @@ apply_tree() {
   fi
   if [ -d "$src/frr" ]; then
     install_tree "$src/frr" "$root/etc/frr" 0640
-    if [ -z "$root" ] && getent group frr >/dev/null; then
+    if [ -z "$root" ] && grep -q "^frr:" /etc/group; then
       chgrp -R frr /etc/frr
     fi
   fi
