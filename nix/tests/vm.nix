@@ -58,25 +58,21 @@ let
           prefixLength = 24;
         }
       ];
-      # The VIP is local on every worker; the ToR reaches it through BGP.
-      networking.interfaces.lo.ipv4.addresses = [
-        {
-          address = vip;
-          prefixLength = 32;
-        }
-      ];
       networking.firewall.allowedTCPPorts = [ 80 ];
       services.uplink.enable = true;
       services.uplink.openFirewall = true;
       services.uplink.package = lib.mkIf (uplinkPackage != null) uplinkPackage;
       environment.systemPackages = [ pkgs.jq ];
 
-      # A small HTTP server bound to the VIP that answers with the node's name.
+      # The VIP is local on every worker (the ToR reaches it through BGP), and a small HTTP
+      # server bound to it answers with the node's name.
       systemd.services.vip-http = {
         wantedBy = [ "multi-user.target" ];
         after = [ "network-online.target" ];
         wants = [ "network-online.target" ];
+        path = [ pkgs.iproute2 ];
         script = ''
+          ip addr replace ${vip}/32 dev lo
           mkdir -p /run/vip-http
           echo worker${toString n} > /run/vip-http/index.html
           exec ${pkgs.python3}/bin/python3 -m http.server --bind ${vip} --directory /run/vip-http 80
@@ -190,6 +186,9 @@ in
     worker1.wait_for_unit("uplink.service")
     worker2.wait_for_unit("uplink-config.service")
     worker2.wait_for_unit("uplink.service")
+    for w in (worker1, worker2):
+        w.wait_for_unit("vip-http.service")
+        w.wait_for_open_port(80, VIP)
 
     with subtest("worker2 took its config and name from the config drive"):
         worker2.succeed("journalctl -b -u uplink-config.service | grep 'uplink-config: applied from config drive'")
