@@ -34,10 +34,12 @@
       nixosModules.default = self.nixosModules.uplink;
 
       nixosConfigurations.netboot = nixpkgs.lib.nixosSystem {
-        inherit system;
         modules = [
           ./nix/netboot.nix
-          { services.uplink.package = self.packages.${system}.uplink; }
+          {
+            nixpkgs.hostPlatform = system;
+            services.uplink.package = self.packages.${system}.uplink;
+          }
         ];
       };
 
