@@ -79,7 +79,7 @@ let
   };
 
   # What a routing daemon needs and nothing more: routes and nexthops over netlink
-  # (CAP_NET_ADMIN), BFD's TTL and device binding and TCP-MD5 (CAP_NET_RAW, CAP_NET_ADMIN),
+  # (CAP_NET_ADMIN), sockets bound to a VRF or interface with SO_BINDTODEVICE (CAP_NET_RAW),
   # BGP on port 179 (CAP_NET_BIND_SERVICE), SCHED_FIFO for the BFD thread (CAP_SYS_NICE).
   capabilities = [
     "CAP_NET_ADMIN"
