@@ -72,3 +72,11 @@ bench-bfd: deps-test
 FIB_COUNTS ?= 100000 500000 1000000
 bench-fib: deps-test
 	./bench/fib.sh $(FIB_COUNTS)
+
+# Nix files (flake.nix, nix/): every .nix file parsed, the pure pieces evaluated and the VM
+# test's uplink settings run through `uplink check`. Nix packages cannot be fetched on these
+# machines, so nothing is built with Nix here (nix/README.md).
+.PHONY: nix-check
+nix-check:
+	@./scripts/apt-install nix-bin shellcheck python3
+	./scripts/nix-check

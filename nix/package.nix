@@ -1,0 +1,73 @@
+# The `uplink` binary, built as one static executable from the Cargo workspace.
+#
+# With an ordinary (glibc) nixpkgs this mirrors `make static`: glibc linked statically through
+# `-C target-feature=+crt-static` on x86_64-unknown-linux-gnu, the binary the benchmarks
+# measure. Called from `pkgsStatic` (musl) it needs no flags: that stdenv is static already.
+{
+  lib,
+  stdenv,
+  rustPlatform,
+  glibc,
+}:
+
+let
+  fs = lib.fileset;
+  root = ../.;
+  muslStatic = stdenv.hostPlatform.isMusl && stdenv.hostPlatform.isStatic;
+in
+rustPlatform.buildRustPackage {
+  pname = "uplink";
+  version = (lib.importTOML ../daemon/Cargo.toml).package.version;
+
+  # Only what cargo reads: the workspace manifest and lock, and its two member crates
+  # (injector/ is a member, so cargo needs its manifest even though we do not build it).
+  src = fs.toSource {
+    inherit root;
+    fileset = fs.difference (fs.unions [
+      ../Cargo.toml
+      ../Cargo.lock
+      ../daemon
+      ../injector
+    ]) (fs.maybeMissing ../daemon/fuzz/target);
+  };
+
+  cargoLock.lockFile = ../Cargo.lock;
+
+  cargoBuildFlags = [
+    "-p"
+    "uplink"
+    "--bin"
+    "uplink"
+  ];
+
+  # Unit tests only: the interop tests in daemon/tests need root, network namespaces and FRR,
+  # BIRD and GoBGP, which the build sandbox does not have (they run in `make test`).
+  cargoTestFlags = [
+    "-p"
+    "uplink"
+    "--lib"
+  ];
+
+  # buildRustPackage always passes --target, so RUSTFLAGS reach only the target artifacts and
+  # build scripts and proc-macros stay dynamic (they cannot be built with crt-static).
+  env = lib.optionalAttrs (!muslStatic) {
+    RUSTFLAGS = "-C target-feature=+crt-static";
+  };
+  buildInputs = lib.optionals (!muslStatic && stdenv.hostPlatform.isGnu) [ glibc.static ];
+
+  # A static binary has no NEEDED entries (and no interpreter); fail the build if it has any.
+  postInstall = ''
+    if $READELF -d "$out/bin/uplink" | grep -q NEEDED || $READELF -l "$out/bin/uplink" | grep -q INTERP; then
+      echo "uplink is not statically linked:" >&2
+      $READELF -d "$out/bin/uplink" >&2
+      exit 1
+    fi
+  '';
+
+  meta = {
+    description = "Connects a bare-metal node to its data-centre fabric: BGP, BFD, FIB, node network";
+    license = lib.licenses.asl20;
+    platforms = lib.platforms.linux;
+    mainProgram = "uplink";
+  };
+}
