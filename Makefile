@@ -42,6 +42,7 @@ lint:
 test: deps-test lint
 	cargo test --workspace --no-fail-fast -- --test-threads=4
 	$(MAKE) fuzz-smoke
+	$(MAKE) nix-check
 
 FUZZ_TARGETS := $(notdir $(basename $(wildcard daemon/fuzz/fuzz_targets/*.rs)))
 FUZZ_SECONDS ?= 20
