@@ -6,7 +6,7 @@ use crate::bgp::instance::Instance;
 use crate::config;
 use crate::control::protocol::Request;
 use crate::ops::systemd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{error, info};
@@ -35,10 +35,19 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             instances.push(instance);
         }
         let ribs = instances.iter().map(|i| (i.vrf.clone(), i.rib.clone())).collect();
+        // A drain outlives a daemon restart (an upgrade in a maintenance window must not
+        // bring the VIPs back); the marker lives beside the socket, in /run, so a reboot
+        // clears it.
+        let marker = drain_marker(socket);
+        let drained = marker.exists();
+        if drained {
+            info!(marker = %marker.display(), "starting drained: service addresses withdrawn");
+        }
         let announcer = crate::announce::runtime::spawn(
             config.announce.clone(),
             crate::announce::router_inputs(&config),
             ribs,
+            drained,
         );
         let config = Arc::new(config);
         crate::announce::runtime::reload_on_sighup(
@@ -51,12 +60,14 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         let _control = crate::control::server::serve(socket, move |request: Request| {
             let instances = handler_instances.clone();
             let (announcer, config, fib) = (announcer.clone(), config.clone(), fib.clone());
+            let marker = marker.clone();
             async move {
                 if crate::control::announcements::handles(&request) {
                     return crate::control::announcements::handle(&announcer, &config, &request);
                 }
                 match request {
                     Request::Fib { vrf } => crate::control::handler::fib(&fib, &vrf).await,
+                    Request::Drain { drained } => set_drained(&announcer, &marker, drained).await,
                     other => crate::control::handler::handle(&instances, other).await,
                 }
             }
@@ -77,6 +88,32 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         let _ = std::fs::remove_file(socket);
         Ok(())
     })
+}
+
+/// Where the drain state is kept: `drained` in the control socket's directory.
+fn drain_marker(socket: &Path) -> PathBuf {
+    socket.parent().unwrap_or(Path::new(".")).join("drained")
+}
+
+/// `uplink drain` / `undrain`: records the state (so a restart keeps it), then tells the
+/// announcer. The marker is written first: if it cannot be, nothing changes.
+async fn set_drained(
+    announcer: &crate::announce::runtime::AnnouncerHandle,
+    marker: &Path,
+    drained: bool,
+) -> Result<serde_json::Value, String> {
+    let recorded = if drained {
+        std::fs::write(marker, b"drained by `uplink drain`\n")
+    } else {
+        match std::fs::remove_file(marker) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    };
+    recorded.map_err(|e| format!("cannot record the drain state in {}: {e}", marker.display()))?;
+    info!(drained, "drain requested over the control socket");
+    announcer.drain(drained).await;
+    Ok(serde_json::json!({ "drained": drained }))
 }
 
 async fn wait_for_shutdown() {

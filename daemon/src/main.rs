@@ -36,6 +36,11 @@ enum Command {
         #[command(subcommand)]
         what: Show,
     },
+    /// Withdraw this node's service addresses (LoadBalancer VIPs) from every peer before
+    /// maintenance; sessions and pod networks stay. Survives a daemon restart, not a reboot.
+    Drain,
+    /// Announce the service addresses again after `drain`.
+    Undrain,
 }
 
 #[derive(Subcommand)]
@@ -205,6 +210,8 @@ fn main() -> ExitCode {
             };
             show(&cli.socket, &request, json)
         }
+        Command::Drain => show(&cli.socket, &Request::Drain { drained: true }, false),
+        Command::Undrain => show(&cli.socket, &Request::Drain { drained: false }, false),
     }
 }
 

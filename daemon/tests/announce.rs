@@ -84,7 +84,22 @@ local_pref = 150
 name = "rolled-up"
 ip_address_pools = ["aggregated"]
 aggregation_length = 28
-"#
+
+# The node's pod subnet: stays announced through a drain.
+[[networks]]
+name = "default"
+topology = "layer3"
+subnet = "10.244.0.0/16"
+host_subnet = "10.244.{slot}.0/24"
+
+[[route_advertisements]]
+name = "default"
+advertisements = ["PodNetwork"]
+network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
+node_selector = {{}}
+target_vrf = "default"
+"#,
+        slot = name.trim_start_matches("node"),
     )
 }
 
@@ -252,6 +267,48 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
         .filter_map(|s| s["name"].as_str())
         .collect();
     assert!(names.contains(&"web") && names.contains(&"late"), "{running}");
+
+    // `uplink drain` on node2: its service addresses leave the tor, its pod subnet and its
+    // session stay, and `show announcements` says why.
+    let via = |prefix: &str, want: &[&str], why: &str| {
+        wait_for(&format!("{prefix} via {want:?} ({why})"), Duration::from_secs(15), || {
+            let hops = tor.route_nexthops(prefix);
+            if hops == want {
+                Ok(())
+            } else {
+                Err(format!("next hops {hops:?}\n{}", tor.vtysh("show bgp ipv4 unicast")))
+            }
+        })
+    };
+    via("10.244.2.0/24", &["10.0.2.2"], "pod subnet before the drain");
+    let drained = node2.cli(&["drain"]).unwrap();
+    assert!(drained.contains("drained"), "{drained}");
+    via("192.0.2.5/32", &["10.0.1.2"], "node2 drained");
+    via("198.51.100.0/28", &["10.0.1.2"], "node2 drained");
+    assert_eq!(tor.route_nexthops("10.244.2.0/24"), ["10.0.2.2"], "pod subnet stays");
+    assert_eq!(connections(&tor, "10.0.2.2"), sessions2, "a drain must not reset the session");
+    let text = node2.cli(&["show", "announcements"]).unwrap();
+    assert!(text.contains("drained"), "{text}");
+
+    // The drain survives a daemon restart: node2 comes back with its pod subnet only.
+    lab.kill9(&node2.label);
+    node2.launch(&mut lab);
+    wait_for("node2's session again", UP, || {
+        if connections(&tor, "10.0.2.2") > sessions2 && established(&tor, "10.0.2.2") {
+            Ok(())
+        } else {
+            Err(lab.dump_logs())
+        }
+    });
+    via("10.244.2.0/24", &["10.0.2.2"], "pod subnet after the restart");
+    // Several health-check intervals: the VIP would be back by now if the drain were lost.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(tor.route_nexthops("192.0.2.5/32"), ["10.0.1.2"], "still drained after a restart");
+
+    // `uplink undrain`: the VIP is ECMP again.
+    node2.cli(&["undrain"]).unwrap();
+    via("192.0.2.5/32", &["10.0.1.2", "10.0.2.2"], "node2 undrained");
+    via("198.51.100.0/28", &["10.0.1.2", "10.0.2.2"], "node2 undrained");
 }
 
 /// `uplink check` says which services collide on a home slot (allocation is a pure function

@@ -4,8 +4,9 @@
 //! The rise/fall logic ([`Tracker`]) is sans-IO. The probes:
 //! - `tcp`: a TCP connection to `address:port` completes within `timeout`;
 //! - `http`: `GET path HTTP/1.0` answers with a status line carrying `expected_status`;
-//! - `https`: the crate has no TLS implementation, so an `https` check only verifies that the
-//!   TCP connection to the port completes (a warning says so when the check starts);
+//! - `https`: the same GET over TLS (rustls). Like the kubelet's HTTPS probes, the server's
+//!   certificate chain and name are not verified — endpoints serve self-signed or cluster-CA
+//!   certificates the node cannot know — but the handshake signature is (see [`AnyServerCert`]);
 //! - `exec`: the command exits 0 within `timeout` (`{address}` in its arguments is replaced by
 //!   the endpoint's address); it is killed when the timeout passes.
 
@@ -13,11 +14,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::{Arc, OnceLock};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::model::{HealthCheck, ProbeKind};
 
@@ -78,11 +84,11 @@ pub struct Verdict {
 /// Runs one probe.
 pub async fn probe(check: &HealthCheck, address: IpAddr) -> bool {
     match &check.probe {
-        ProbeKind::Tcp { port } | ProbeKind::Http { port, tls: true, .. } => {
+        ProbeKind::Tcp { port } => {
             tcp_connect(SocketAddr::new(address, *port), check.timeout).await.is_some()
         }
-        ProbeKind::Http { port, path, expected_status, tls: false } => {
-            let attempt = http_status(SocketAddr::new(address, *port), path);
+        ProbeKind::Http { port, path, expected_status, tls } => {
+            let attempt = http_status(SocketAddr::new(address, *port), path, *tls);
             matches!(tokio::time::timeout(check.timeout, attempt).await, Ok(Some(s)) if s == *expected_status)
         }
         ProbeKind::Exec { command } => {
@@ -98,9 +104,96 @@ async fn tcp_connect(to: SocketAddr, timeout: Duration) -> Option<TcpStream> {
     tokio::time::timeout(timeout, TcpStream::connect(to)).await.ok()?.ok()
 }
 
-/// The status code of `GET path`, or `None` when there is no well-formed status line.
-async fn http_status(to: SocketAddr, path: &str) -> Option<u16> {
-    let mut stream = TcpStream::connect(to).await.ok()?;
+/// The status code of `GET path` (over TLS when `tls`), or `None` when the connection or
+/// handshake fails or there is no well-formed status line.
+async fn http_status(to: SocketAddr, path: &str, tls: bool) -> Option<u16> {
+    let stream = TcpStream::connect(to).await.ok()?;
+    if !tls {
+        return get_status(stream, to, path).await;
+    }
+    let connector = tokio_rustls::TlsConnector::from(tls_config()?);
+    let stream = connector.connect(ServerName::IpAddress(to.ip().into()), stream).await.ok()?;
+    get_status(stream, to, path).await
+}
+
+/// The client configuration of every `https` check, built once.
+fn tls_config() -> Option<Arc<rustls::ClientConfig>> {
+    static CONFIG: OnceLock<Option<Arc<rustls::ClientConfig>>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let verifier = Arc::new(AnyServerCert(Arc::clone(&provider)));
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .ok()
+                .map(|builder| {
+                    Arc::new(
+                        builder
+                            .dangerous()
+                            .with_custom_certificate_verifier(verifier)
+                            .with_no_client_auth(),
+                    )
+                })
+        })
+        .clone()
+}
+
+/// Accepts any server certificate (the kubelet's HTTPS probe semantics: a health check asks
+/// "does the service answer", not "is this the server I trust"), while still checking that
+/// the server holds the key of the certificate it sent (the handshake signatures).
+#[derive(Debug)]
+struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+async fn get_status(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    to: SocketAddr,
+    path: &str,
+) -> Option<u16> {
     let host = match to {
         SocketAddr::V4(a) => a.ip().to_string(),
         SocketAddr::V6(a) => format!("[{}]", a.ip()),
@@ -170,9 +263,6 @@ pub fn spawn(
     check: HealthCheck,
     verdicts: mpsc::Sender<Verdict>,
 ) -> JoinHandle<()> {
-    if matches!(check.probe, ProbeKind::Http { tls: true, .. }) {
-        warn!(%service, %address, "https check: no TLS here, only the TCP connection is checked");
-    }
     tokio::spawn(async move {
         let mut tracker = Tracker::new(check.rise, check.fall);
         let mut ticker = tokio::time::interval(check.interval);
@@ -259,6 +349,67 @@ mod tests {
         let closed =
             std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         assert!(!probe(&check(ProbeKind::Tcp { port: closed }), local).await);
+    }
+
+    /// A TLS server with a self-signed certificate (what pods serve) answering `status`.
+    async fn tls_server(status: &'static str) -> (u16, tokio::task::JoinHandle<()>) {
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        let generated = rcgen::generate_simple_self_signed(vec!["pod.local".into()]).unwrap();
+        let key =
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(generated.key_pair.serialize_der()));
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![generated.cert.der().clone()], key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let Ok(mut stream) = acceptor.accept(tcp).await else { continue };
+                let mut buffer = [0u8; 512];
+                let n = stream.read(&mut buffer).await.unwrap_or(0);
+                assert!(buffer[..n].starts_with(b"GET /healthz HTTP/1.0\r\n"));
+                let _ = stream.write_all(status.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            }
+        });
+        (port, server)
+    }
+
+    #[tokio::test]
+    async fn https_probe_speaks_tls_to_a_self_signed_server() {
+        let local = IpAddr::from([127, 0, 0, 1]);
+        let https = |port, expected_status| ProbeKind::Http {
+            port,
+            path: "/healthz".into(),
+            expected_status,
+            tls: true,
+        };
+        let (port, server) = tls_server("HTTP/1.1 200 OK\r\n\r\n").await;
+        assert!(probe(&check(https(port, 200)), local).await);
+        assert!(!probe(&check(https(port, 204)), local).await, "the status is checked");
+        server.abort();
+
+        // A plain HTTP server on the port: no TLS handshake, so the check fails even though
+        // the status line would match.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plain_port = listener.local_addr().unwrap().port();
+        let plain = tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut buffer = [0u8; 512];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream.write_all(b"HTTP/1.0 200 OK\r\n\r\n").await;
+            }
+        });
+        assert!(!probe(&check(https(plain_port, 200)), local).await);
+        plain.abort();
     }
 
     #[tokio::test]

@@ -144,14 +144,16 @@ impl Announcer {
     }
 }
 
-/// Starts the announcer for `config`, feeding the RIB tasks in `ribs` (by VRF).
+/// Starts the announcer for `config`, feeding the RIB tasks in `ribs` (by VRF); `drained`
+/// starts it drained (the node was drained before the daemon restarted).
 pub fn spawn(
     config: AnnounceConfig,
     routers: Vec<RouterInput>,
     ribs: BTreeMap<String, RibHandle>,
+    drained: bool,
 ) -> AnnouncerHandle {
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-    let initial = compute(&config, &routers, RuntimeState::default());
+    let initial = compute(&config, &routers, RuntimeState { health: None, drained });
     let (latest_tx, latest_rx) = watch::channel(Arc::new(initial));
     let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
     let announcer = Announcer {
@@ -159,7 +161,7 @@ pub fn spawn(
         routers,
         ribs,
         health: HealthStates::new(),
-        drained: false,
+        drained,
         checks: Vec::new(),
         verdicts: tx.clone(),
         latest: latest_tx,

@@ -37,6 +37,7 @@ pub async fn handle(instances: &[Instance], request: Request) -> Result<Value, S
         }
         // Answered by `fib` when the daemon runs a FIB writer.
         Request::Fib { .. } => Err("the FIB writer is not running".into()),
+        Request::Drain { .. } => Err("answered by the announcer, not the routing instances".into()),
     }
 }
 

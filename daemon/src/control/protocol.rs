@@ -68,6 +68,11 @@ pub enum Request {
     Fib {
         vrf: VrfSelector,
     },
+    /// `uplink drain` (`drained = true`) / `uplink undrain`: withdraw service addresses from
+    /// every peer, or announce them again. Sessions and pod networks are untouched.
+    Drain {
+        drained: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

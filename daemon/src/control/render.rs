@@ -17,6 +17,14 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::BfdPeers { .. } => return bfd_peers(value),
         Request::Announcements { .. } | Request::RunningConfig => return String::new(),
         Request::Fib { .. } => fib,
+        Request::Drain { drained: true } => {
+            return "drained: service addresses are being withdrawn from every peer \
+                    (`uplink show announcements` shows each as drained; `uplink undrain` ends it)\n"
+                .into()
+        }
+        Request::Drain { drained: false } => {
+            return "undrained: service addresses are announced again where they are ready\n".into()
+        }
     };
     let all = match request {
         Request::BgpSummary { vrf }
@@ -24,7 +32,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         | Request::BgpRoutes { vrf, .. }
         | Request::BfdPeers { vrf }
         | Request::Fib { vrf } => *vrf == VrfSelector::All,
-        Request::Announcements { .. } | Request::RunningConfig => false,
+        Request::Announcements { .. } | Request::RunningConfig | Request::Drain { .. } => false,
     };
     if all {
         let mut out = String::new();
