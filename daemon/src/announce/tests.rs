@@ -322,6 +322,46 @@ fn deck_pod_network_and_egress_ip() {
     ));
 }
 
+/// The same selection from plain TOML: `labels` on a `[[bgp.routers]]` table stand in for the
+/// FRRConfiguration's labels, and pick that table's neighbors.
+#[test]
+fn frr_configuration_selector_matches_labels_on_a_toml_router() {
+    let text = r#"
+[[bgp.routers]]
+asn = 65801
+labels = { routeAdvertisements = "receive-all" }
+[[bgp.routers.neighbors]]
+address = "172.18.20.1"
+asn = 65102
+[[bgp.routers.neighbors]]
+address = "172.18.20.9"
+asn = 65102
+
+[[networks]]
+name = "default"
+topology = "layer3"
+subnet = "10.128.0.0/16"
+host_subnet = "10.128.7.0/24"
+
+[[route_advertisements]]
+name = "default"
+advertisements = ["PodNetwork"]
+network_selectors = [{ network_selection_type = "DefaultNetwork" }]
+frr_configuration_selector = { match_labels = { routeAdvertisements = "receive-all" } }
+"#;
+    let config = crate::config::load_str("uplink.toml", text).unwrap();
+    let routers = crate::announce::router_inputs(&config);
+    let result = compute(&config.announce, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("10.128.7.0/24")]);
+    let route = result.router("").unwrap().originate.values().next().unwrap();
+    assert_eq!(route.peers, PeerSet::Only([ip("172.18.20.1"), ip("172.18.20.9")].into()));
+
+    let unlabelled = text.replace("labels = { routeAdvertisements = \"receive-all\" }\n", "");
+    let config = crate::config::load_str("uplink.toml", &unlabelled).unwrap();
+    let result = compute(&config.announce, &routers, RuntimeState::default());
+    assert!(originated(&result, "").is_empty(), "no router carries the label");
+}
+
 fn cudn(name: &str, topology: Topology, subnet: &str, host: Option<&str>) -> Network {
     Network {
         name: name.into(),

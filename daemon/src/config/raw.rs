@@ -63,6 +63,10 @@ pub(crate) struct RawBgp {
 #[serde(deny_unknown_fields, expecting = "a [[bgp.routers]] table")]
 pub(crate) struct RawRouter {
     pub asn: S<i64>,
+    /// Like an FRRConfiguration's metadata.labels: what a RouteAdvertisements'
+    /// `frr_configuration_selector` matches to pick this table's neighbors.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
     pub id: Option<S<String>>,
     pub vrf: Option<S<String>>,
     #[serde(default)]

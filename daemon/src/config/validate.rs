@@ -27,6 +27,7 @@ use super::raw::{
     RawPrefixMatch, RawReceive, RawRouter, S,
 };
 use super::source::SourceText;
+use crate::announce::model::RouterLabels;
 
 pub(crate) const DEFAULT_PORT: u16 = 179;
 pub(crate) const DEFAULT_HOLD_TIME: Duration = Duration::from_secs(90);
@@ -213,7 +214,17 @@ impl Checker<'_, '_> {
         for (index, raw) in bgp.routers.into_iter().enumerate() {
             let field = format!("bgp.routers[{index}]");
             let header = self.loc(&raw);
-            let Some(router) = self.router(raw.into_inner(), &field, header) else { continue };
+            let raw = raw.into_inner();
+            let labels = raw.labels.clone();
+            let Some(router) = self.router(raw, &field, header) else { continue };
+            if !labels.is_empty() {
+                fragment.announce.router_labels.push(RouterLabels {
+                    config_name: format!("{}:{field}", self.source.path.display()),
+                    labels,
+                    vrf: router.vrf.clone(),
+                    neighbors: router.neighbors.iter().map(|n| n.neighbor.address).collect(),
+                });
+            }
             if let Some(first) = fragment.routers.iter().find(|r| r.vrf == router.vrf) {
                 let message = format!(
                     "a router for VRF {} is already defined at line {} ({}); there is one router per VRF, so put \
