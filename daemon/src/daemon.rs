@@ -9,7 +9,7 @@ use crate::ops::systemd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// Runs the daemon until a termination signal. A config with a mistake never half-applies:
 /// it is rejected before anything starts.
@@ -49,17 +49,14 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             ribs,
             drained,
         );
-        let config = Arc::new(config);
-        crate::announce::runtime::reload_on_sighup(
-            config_path.to_path_buf(),
-            config.clone(),
-            announcer.clone(),
-        );
+        let (running_tx, running) = tokio::sync::watch::channel(Arc::new(config));
         let instances = Arc::new(instances);
+        reload_on_sighup(config_path.to_path_buf(), instances.clone(), announcer.clone(), running_tx);
         let handler_instances = instances.clone();
         let _control = crate::control::server::serve(socket, move |request: Request| {
             let instances = handler_instances.clone();
-            let (announcer, config, fib) = (announcer.clone(), config.clone(), fib.clone());
+            let (announcer, fib) = (announcer.clone(), fib.clone());
+            let config = running.borrow().clone();
             let marker = marker.clone();
             async move {
                 if crate::control::announcements::handles(&request) {
@@ -88,6 +85,59 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         let _ = std::fs::remove_file(socket);
         Ok(())
     })
+}
+
+/// SIGHUP: re-reads the config. A config with an error changes nothing (the errors are
+/// logged). Otherwise neighbors are added, removed or reset one by one (`Instance::reload`:
+/// sessions whose neighbor did not change are not touched), the announcements follow, and
+/// `show running-config` shows the new config. Routers added or removed need a restart.
+fn reload_on_sighup(
+    config_path: PathBuf,
+    instances: Arc<Vec<Instance>>,
+    announcer: crate::announce::runtime::AnnouncerHandle,
+    running: tokio::sync::watch::Sender<Arc<config::Config>>,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        error!("cannot install the SIGHUP handler; the config reloads only on restart");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let config = match config::load(&config_path) {
+                Ok(config) => config,
+                Err(errors) => {
+                    warn!("reload rejected, the running config stays:\n{errors}");
+                    continue;
+                }
+            };
+            for router in &config.bgp.routers {
+                match instances.iter().find(|i| i.vrf == router.vrf) {
+                    Some(instance) => {
+                        let report = instance.reload(router, &config).await;
+                        info!(
+                            vrf = %router.vrf,
+                            added = ?report.added, removed = ?report.removed, reset = ?report.reset,
+                            "reload: neighbors updated; other sessions untouched"
+                        );
+                        for note in &report.deferred {
+                            warn!(vrf = %router.vrf, "reload: {note}");
+                        }
+                    }
+                    None => warn!(vrf = %router.vrf, "reload: a new router starts after a restart"),
+                }
+            }
+            for instance in instances.iter() {
+                if !config.bgp.routers.iter().any(|r| r.vrf == instance.vrf) {
+                    warn!(vrf = %instance.vrf, "reload: removing a router needs a restart; it keeps running");
+                }
+            }
+            let routers = crate::announce::router_inputs(&config);
+            announcer.replace_config(config.announce.clone(), routers).await;
+            info!("reload: applied {}", config_path.display());
+            running.send_replace(Arc::new(config));
+        }
+    });
 }
 
 /// Where the drain state is kept: `drained` in the control socket's directory.

@@ -170,33 +170,3 @@ pub fn spawn(
     tokio::spawn(announcer.run(rx));
     AnnouncerHandle { tx, latest: latest_rx, config: config_rx }
 }
-
-/// Re-reads the config on SIGHUP and hands its announcement part to the announcer, so pools,
-/// services, advertisements and networks change without touching any BGP session. Changes to
-/// routers and neighbors need a restart until the daemon applies BGP diffs; they are reported.
-pub fn reload_on_sighup(
-    config_path: std::path::PathBuf,
-    running: Arc<crate::config::Config>,
-    announcer: AnnouncerHandle,
-) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        warn!("cannot install the SIGHUP handler; announcements reload only on restart");
-        return;
-    };
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            match crate::config::load(&config_path) {
-                Ok(config) => {
-                    if config.bgp != running.bgp {
-                        warn!("reload: router and neighbor changes apply after a restart; announcements are updated now");
-                    }
-                    info!("reload: announcements updated from {}", config_path.display());
-                    let routers = super::router_inputs(&running);
-                    announcer.replace_config(config.announce, routers).await;
-                }
-                Err(errors) => warn!("reload rejected, the running config stays:\n{errors}"),
-            }
-        }
-    });
-}

@@ -84,7 +84,13 @@ pub struct PeerView {
 
 enum Input {
     Add(PeerSpec, watch::Sender<BfdLink>),
-    Received { from: IpAddr, hop: Hop, packet: ControlPacket },
+    /// The neighbor was removed from the config.
+    Remove(IpAddr),
+    Received {
+        from: IpAddr,
+        hop: Hop,
+        packet: ControlPacket,
+    },
     Snapshot(oneshot::Sender<Vec<PeerView>>),
 }
 
@@ -124,6 +130,12 @@ impl BfdRuntime {
         let (tx, rx) = watch::channel(BfdLink::default());
         self.input.send(Input::Add(spec, tx)).map_err(|_| "the BFD thread has stopped")?;
         Ok(rx)
+    }
+
+    /// Ends the session to `peer`: it sends AdminDown once (RFC 5880 §6.8.16, so the peer's
+    /// clients do not take it for a failure, RFC 5882 §3.2) and is forgotten.
+    pub fn remove_peer(&self, peer: IpAddr) {
+        let _ = self.input.send(Input::Remove(peer));
     }
 
     /// Every peer's state, for `show bfd peers`.
@@ -212,6 +224,13 @@ impl Worker {
             }
             Input::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
+            }
+            Input::Remove(peer) => {
+                if let Some(index) = self.peers.iter().position(|p| p.spec.peer == peer) {
+                    self.feed(index, Event::AdminDown, Instant::now());
+                    self.peers.remove(index);
+                    info!(vrf = %self.vrf, %peer, "BFD session removed (AdminDown sent)");
+                }
             }
         }
     }

@@ -15,8 +15,10 @@ use crate::config::{
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -26,11 +28,18 @@ pub const BGP_PORT: u16 = 179;
 const CONNECT_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A configured neighbor and its running session.
+#[derive(Clone)]
 pub struct NeighborHandle {
     pub config: Neighbor,
     pub stats: Arc<PeerStats>,
     commands: mpsc::Sender<SessionCommand>,
+    /// The task carrying BFD state to the session; ended when the neighbor is removed.
+    bfd_follow: Option<tokio::task::AbortHandle>,
 }
+
+/// The neighbors of an instance, shared with its listener (which hands each accepted
+/// connection to the neighbor's session) and changed by a reload.
+type Registry = Arc<RwLock<Vec<NeighborHandle>>>;
 
 pub struct Instance {
     /// "" for the default VRF.
@@ -38,16 +47,33 @@ pub struct Instance {
     pub asn: u32,
     pub router_id: Ipv4Addr,
     pub rib: RibHandle,
-    pub neighbors: Vec<NeighborHandle>,
-    listener: tokio::task::JoinHandle<()>,
+    neighbors: Registry,
+    /// The router as started: a reload applies neighbor changes and reports the rest.
+    router: Router,
+    /// Kept for TCP-MD5 keys of neighbors added by a reload (RFC 2385: on the listener).
+    listener: Arc<TcpListener>,
+    listener_task: tokio::task::JoinHandle<()>,
+    /// Seeds the jitter of neighbors added later, so no two share one.
+    spawned: AtomicU64,
     /// The BFD thread, when a neighbor has a `bfd_profile`.
     pub bfd: Option<BfdRuntime>,
 }
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        self.listener.abort();
+        self.listener_task.abort();
     }
+}
+
+/// What a reload did to one instance.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    pub added: Vec<IpAddr>,
+    pub removed: Vec<IpAddr>,
+    /// Neighbors whose settings changed: their session was reset (Cease subcode 6).
+    pub reset: Vec<IpAddr>,
+    /// Changes that take effect only after a restart.
+    pub deferred: Vec<String>,
 }
 
 impl Instance {
@@ -73,19 +99,10 @@ impl Instance {
             fib: fib.and_then(|f| f.sender(&router.vrf)),
         });
 
-        let listener = transport::listen(BGP_PORT, &router.vrf)
-            .map_err(|e| format!("cannot listen on TCP port {BGP_PORT}: {e}"))?;
-        for n in &router.neighbors {
-            if let Some(password) = &n.password {
-                // RFC 2385: the key must be on the listening socket before the peer's SYN.
-                transport::set_md5_key(
-                    listener.as_raw_fd(),
-                    n.address,
-                    password.expose().as_bytes(),
-                )
-                .map_err(|e| format!("neighbor {}: cannot set the TCP-MD5 key: {e}", n.address))?;
-            }
-        }
+        let listener = Arc::new(
+            transport::listen(BGP_PORT, &router.vrf)
+                .map_err(|e| format!("cannot listen on TCP port {BGP_PORT}: {e}"))?,
+        );
 
         // RFC 5880: one BFD thread per instance, only when some neighbor asks for BFD.
         let bfd = if router.neighbors.iter().any(|n| n.bfd_profile.is_some()) {
@@ -96,88 +113,202 @@ impl Instance {
         } else {
             None
         };
-        let mut neighbors = Vec::new();
-        for (index, n) in router.neighbors.iter().enumerate() {
-            let stats = Arc::new(PeerStats::default());
-            let fsm = Fsm::new(fsm_config(router, n, router_id, index as u64));
-            let params = SessionParams {
-                remote: SocketAddr::new(n.address, n.port),
-                local_asn: router.asn,
-                transport: transport_options(n, &router.vrf),
-                max_prefixes: n.max_prefixes,
-                import: import_policy(n),
-                export: export_policy(n),
-            };
-            let commands = session::spawn(params, fsm, rib.clone(), stats.clone());
-            if let (Some(runtime), Some(name)) = (&bfd, &n.bfd_profile) {
-                let profile =
-                    config.bgp.bfd_profiles.iter().find(|p| &p.name == name).ok_or_else(|| {
-                        format!("neighbor {}: no BFD profile {name:?}", n.address)
-                    })?;
-                let link = runtime.add_peer(bfd_peer(n, profile))?;
-                tokio::spawn(follow_bfd(link, commands.clone()));
-            }
-            neighbors.push(NeighborHandle { config: n.clone(), stats, commands });
-        }
-
-        let routes: Vec<(IpAddr, Option<u8>, mpsc::Sender<SessionCommand>)> = neighbors
-            .iter()
-            .map(|n| {
-                let min_ttl = transport_options(&n.config, &router.vrf).min_ttl;
-                (n.config.address, min_ttl, n.commands.clone())
-            })
-            .collect();
-        let vrf = router.vrf.clone();
-        let listener = tokio::spawn(async move {
-            loop {
-                let (stream, from) = match listener.accept().await {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let ip = canonical_ip(from.ip());
-                // The kernel hands the saved SYN out once: read it for every connection.
-                let syn_ttl = transport::syn_ttl(stream.as_raw_fd());
-                match routes.iter().find(|(addr, _, _)| *addr == ip) {
-                    Some((_, Some(min_ttl), _)) if syn_ttl.is_none_or(|ttl| ttl < *min_ttl) => {
-                        // RFC 5082 §3: a GTSM peer's packets must arrive with TTL >= 256 - hops.
-                        warn!(
-                            vrf = %vrf,
-                            "refused connection from {ip}: its SYN arrived with TTL {syn_ttl:?}, \
-                             ttl_security requires at least {min_ttl} (RFC 5082)"
-                        );
-                    }
-                    Some((_, _, tx)) => {
-                        debug!(vrf = %vrf, "accepted connection from {ip}");
-                        let _ = tx.send(SessionCommand::Accepted(stream)).await;
-                    }
-                    // RFC 4271 §8.2.1.5 leaves unconfigured peers to policy: refuse them.
-                    None => info!(vrf = %vrf, "refused connection from unconfigured peer {ip}"),
-                }
-            }
-        });
-        info!(vrf = %router.vrf, asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", neighbors.len());
-        Ok(Instance {
+        let neighbors: Registry = Arc::new(RwLock::new(Vec::new()));
+        let listener_task = tokio::spawn(accept_loop(
+            Arc::clone(&listener),
+            Arc::clone(&neighbors),
+            router.vrf.clone(),
+        ));
+        let instance = Instance {
             vrf: router.vrf.clone(),
             asn: router.asn,
             router_id,
             rib,
             neighbors,
+            router: router.clone(),
             listener,
+            listener_task,
+            spawned: AtomicU64::new(0),
             bfd,
-        })
+        };
+        for n in &router.neighbors {
+            let handle = instance.spawn_neighbor(n, config)?;
+            instance.registry_mut().push(handle);
+        }
+        info!(vrf = %router.vrf, asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", router.neighbors.len());
+        Ok(instance)
+    }
+
+    /// The configured neighbors and their sessions, in config order.
+    pub fn neighbors(&self) -> Vec<NeighborHandle> {
+        self.neighbors.read().map(|n| n.clone()).unwrap_or_default()
+    }
+
+    fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<NeighborHandle>> {
+        // A panic while holding the lock cannot leave the list half-changed (pushes and
+        // removals only), so a poisoned lock is still usable.
+        self.neighbors.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts the session (and BFD session) of one neighbor.
+    fn spawn_neighbor(
+        &self,
+        n: &Neighbor,
+        config: &config::Config,
+    ) -> Result<NeighborHandle, String> {
+        if let Some(password) = &n.password {
+            // RFC 2385: the key must be on the listening socket before the peer's SYN.
+            transport::set_md5_key(
+                self.listener.as_raw_fd(),
+                n.address,
+                password.expose().as_bytes(),
+            )
+            .map_err(|e| format!("neighbor {}: cannot set the TCP-MD5 key: {e}", n.address))?;
+        }
+        let index = self.spawned.fetch_add(1, Ordering::Relaxed);
+        let stats = Arc::new(PeerStats::default());
+        let fsm = Fsm::new(fsm_config(&self.router, n, self.router_id, index));
+        let params = SessionParams {
+            remote: SocketAddr::new(n.address, n.port),
+            local_asn: self.asn,
+            transport: transport_options(n, &self.vrf),
+            max_prefixes: n.max_prefixes,
+            import: import_policy(n),
+            export: export_policy(n),
+        };
+        let commands = session::spawn(params, fsm, self.rib.clone(), stats.clone());
+        let mut bfd_follow = None;
+        if let Some(name) = &n.bfd_profile {
+            let profile = config
+                .bgp
+                .bfd_profiles
+                .iter()
+                .find(|p| &p.name == name)
+                .ok_or_else(|| format!("neighbor {}: no BFD profile {name:?}", n.address))?;
+            match &self.bfd {
+                Some(runtime) => {
+                    let link = runtime.add_peer(bfd_peer(n, profile))?;
+                    bfd_follow =
+                        Some(tokio::spawn(follow_bfd(link, commands.clone())).abort_handle());
+                }
+                None => warn!(
+                    neighbor = %n.address,
+                    "BFD starts after a restart: this instance started without BFD sessions"
+                ),
+            }
+        }
+        Ok(NeighborHandle { config: n.clone(), stats, commands, bfd_follow })
+    }
+
+    /// Ends a neighbor's session with Cease `subcode` and forgets it.
+    async fn remove_neighbor(&self, address: IpAddr, subcode: u8, reason: &str) {
+        let removed = {
+            let mut list = self.registry_mut();
+            list.iter().position(|n| n.config.address == address).map(|i| list.remove(i))
+        };
+        let Some(handle) = removed else { return };
+        if let Some(task) = &handle.bfd_follow {
+            task.abort();
+        }
+        if let (Some(runtime), Some(_)) = (&self.bfd, &handle.config.bfd_profile) {
+            runtime.remove_peer(address);
+        }
+        let _ = handle
+            .commands
+            .send(SessionCommand::Remove { subcode, reason: reason.to_string() })
+            .await;
+    }
+
+    /// Applies a reloaded config to this instance: neighbors that are new start, neighbors
+    /// that left end with Cease/Peer De-configured (RFC 4486 subcode 3), neighbors whose
+    /// settings changed are reset with Cease/Other Configuration Change (subcode 6), and every
+    /// other session is not touched. Router-level changes are reported, not applied.
+    pub async fn reload(&self, router: &Router, config: &config::Config) -> ReloadReport {
+        let mut report = ReloadReport::default();
+        let router_level = Router { neighbors: Vec::new(), ..router.clone() };
+        if router_level != (Router { neighbors: Vec::new(), ..self.router.clone() }) {
+            report.deferred.push(format!(
+                "router settings of VRF {:?} (asn, id, prefixes, paths, FIB) apply after a restart",
+                self.vrf
+            ));
+        }
+        let running = self.neighbors();
+        for old in &running {
+            match router.neighbors.iter().find(|n| n.address == old.config.address) {
+                None => {
+                    self.remove_neighbor(old.config.address, 3, "peer de-configured").await;
+                    report.removed.push(old.config.address);
+                }
+                Some(new) if *new != old.config => {
+                    self.remove_neighbor(old.config.address, 6, "configuration changed").await;
+                    report.reset.push(old.config.address);
+                }
+                Some(_) => {}
+            }
+        }
+        for n in &router.neighbors {
+            let unchanged = running.iter().any(|old| old.config == *n);
+            if unchanged {
+                continue;
+            }
+            match self.spawn_neighbor(n, config) {
+                Ok(handle) => {
+                    if !report.reset.contains(&n.address) {
+                        report.added.push(n.address);
+                    }
+                    self.registry_mut().push(handle);
+                }
+                Err(e) => report.deferred.push(format!("neighbor {}: {e}", n.address)),
+            }
+        }
+        report
     }
 
     /// Stops every session with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2).
     pub async fn shutdown(&self) {
-        for n in &self.neighbors {
+        for n in self.neighbors() {
             let _ = n
                 .commands
                 .send(SessionCommand::Stop { subcode: 2, reason: "uplink is shutting down".into() })
                 .await;
+        }
+    }
+}
+
+/// Hands each accepted connection to its neighbor's session, after the GTSM check.
+async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: String) {
+    loop {
+        let (stream, from) = match listener.accept().await {
+            Ok(pair) => pair,
+            Err(e) => {
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let ip = canonical_ip(from.ip());
+        // The kernel hands the saved SYN out once: read it for every connection.
+        let syn_ttl = transport::syn_ttl(stream.as_raw_fd());
+        let found = neighbors.read().ok().and_then(|list| {
+            list.iter()
+                .find(|n| n.config.address == ip)
+                .map(|n| (transport_options(&n.config, &vrf).min_ttl, n.commands.clone()))
+        });
+        match found {
+            Some((Some(min_ttl), _)) if syn_ttl.is_none_or(|ttl| ttl < min_ttl) => {
+                // RFC 5082 §3: a GTSM peer's packets must arrive with TTL >= 256 - hops.
+                warn!(
+                    vrf = %vrf,
+                    "refused connection from {ip}: its SYN arrived with TTL {syn_ttl:?}, \
+                     ttl_security requires at least {min_ttl} (RFC 5082)"
+                );
+            }
+            Some((_, tx)) => {
+                debug!(vrf = %vrf, "accepted connection from {ip}");
+                let _ = tx.send(SessionCommand::Accepted(stream)).await;
+            }
+            // RFC 4271 §8.2.1.5 leaves unconfigured peers to policy: refuse them.
+            None => info!(vrf = %vrf, "refused connection from unconfigured peer {ip}"),
         }
     }
 }

@@ -35,6 +35,9 @@ pub enum SessionCommand {
     Accepted(TcpStream),
     /// Stop the session with a Cease NOTIFICATION of this subcode (RFC 4486).
     Stop { subcode: u8, reason: String },
+    /// Like `Stop`, then end the task: the neighbor left the config (or changed, and a new
+    /// session replaces this one).
+    Remove { subcode: u8, reason: String },
     /// The neighbor's BFD session changed (RFC 5882 §4.3): Down stops BGP at once with
     /// Cease/"BFD Down" (RFC 9384) and holds it down; Up lets it start again.
     BfdState { up: bool },
@@ -214,6 +217,11 @@ impl Session {
                 }
                 Wake::Command(Some(SessionCommand::Stop { subcode, reason })) => {
                     self.apply(Event::ManualStop { subcode, reason }).await;
+                }
+                Wake::Command(Some(SessionCommand::Remove { subcode, reason })) => {
+                    info!("neighbor removed from the running config: {reason}");
+                    self.apply(Event::ManualStop { subcode, reason }).await;
+                    break;
                 }
                 Wake::Command(Some(SessionCommand::BfdState { up })) => {
                     if !up && !self.held_by_bfd {

@@ -223,7 +223,7 @@ async fn summary(i: &Instance) -> Result<Value, String> {
     let mut out = Map::new();
     for family in [AddressFamily::Ipv4Unicast, AddressFamily::Ipv6Unicast] {
         let mut peers = Map::new();
-        for n in i.neighbors.iter().filter(|n| n.config.families.contains(&family)) {
+        for n in i.neighbors().iter().filter(|n| n.config.families.contains(&family)) {
             peers.insert(n.config.address.to_string(), peer_summary(i, n, &rib));
         }
         if peers.is_empty() {
@@ -245,7 +245,7 @@ async fn summary(i: &Instance) -> Result<Value, String> {
                 "ribCount": entries,
                 "peerCount": count,
                 "peers": peers,
-                "failedPeers": i.neighbors.iter().filter(|n| n.stats.snapshot().state != "Established").count(),
+                "failedPeers": i.neighbors().iter().filter(|n| n.stats.snapshot().state != "Established").count(),
                 "totalPeers": count,
             }),
         );
@@ -298,7 +298,7 @@ fn configured_asn(i: &Instance, n: &NeighborHandle) -> u32 {
 async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> {
     let rib = i.rib.summary().await?;
     let mut out = Map::new();
-    for n in i.neighbors.iter().filter(|n| only.is_none_or(|a| a == n.config.address)) {
+    for n in i.neighbors().iter().filter(|n| only.is_none_or(|a| a == n.config.address)) {
         let (up, uptime, snap) = established(n);
         let counts = rib.peers.get(&n.config.address).copied().unwrap_or_default();
         let mut afi = Map::new();
