@@ -72,3 +72,13 @@ bench-bfd: deps-test
 FIB_COUNTS ?= 100000 500000 1000000
 bench-fib: deps-test
 	./bench/fib.sh $(FIB_COUNTS)
+
+# VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
+# running uplink) under QEMU TCG, in a network namespace of their own (root; ~10 min on two
+# cores). `make image` builds or reuses the image; it gets the static uplink of this tree.
+VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2
+.PHONY: vm-test
+vm-test: static
+	@./scripts/apt-install $(VM_TEST_PKGS)
+	$(MAKE) image UPLINK_BIN=$(abspath $(STATIC_BIN))
+	cargo test -p uplink-vm-tests -- --nocapture --test-threads=1
