@@ -32,6 +32,7 @@ pub struct Vm {
     pub name: String,
     child: Option<Child>,
     pub console: PathBuf,
+    qemu_log: PathBuf,
     monitor: PathBuf,
     control: PathBuf,
     key: PathBuf,
@@ -76,10 +77,9 @@ impl Vm {
             ])
             .args(["-device", &format!("virtio-net-pci,netdev=d{i},mac={}", nic.mac)]);
         }
+        let qemu_log = log_dir.join(format!("{}.qemu.log", spec.name));
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(
-            std::fs::File::create(log_dir.join(format!("{}.qemu.log", spec.name)))
-                .map(Stdio::from)
-                .unwrap_or_else(|_| Stdio::null()),
+            std::fs::File::create(&qemu_log).map(Stdio::from).unwrap_or_else(|_| Stdio::null()),
         );
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
@@ -96,6 +96,7 @@ impl Vm {
             name: spec.name.clone(),
             child: Some(child),
             console,
+            qemu_log,
             monitor,
             control,
             key: key.to_owned(),
@@ -109,7 +110,11 @@ impl Vm {
     pub fn alive(&mut self) -> Result<(), String> {
         match self.child.as_mut().map(|c| c.try_wait()) {
             Some(Ok(None)) => Ok(()),
-            Some(Ok(Some(status))) => Err(format!("QEMU of {} exited: {status}", self.name)),
+            Some(Ok(Some(status))) => Err(format!(
+                "QEMU of {} exited: {status}: {}",
+                self.name,
+                std::fs::read_to_string(&self.qemu_log).unwrap_or_default().trim()
+            )),
             Some(Err(e)) => Err(format!("QEMU of {}: {e}", self.name)),
             None => Err(format!("{} is powered off", self.name)),
         }
