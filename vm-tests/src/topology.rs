@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 pub const TOR_ADDR: &str = "172.18.20.1";
 pub const TOR_ASN: u32 = 65102;
 pub const WORKER_ASN: u32 = 65801;
+/// r3's AS: the ToR's routers in VRFs cudn3/cudn4.
+pub const VRF_TOR_ASN: u32 = 65103;
 pub const VIP: &str = "192.168.100.10";
 pub const CLIENT_NS: &str = "testvm0";
 pub const CLIENT_ADDR: &str = "172.18.10.90";
@@ -120,7 +122,6 @@ fn tor_frr_conf(workers: &[(String, String)]) -> String {
     }
     format!(
         "frr version 8.4\n\
-         frr defaults datacenter\n\
          hostname r2\n\
          log syslog informational\n\
          service integrated-vtysh-config\n\
@@ -130,16 +131,28 @@ fn tor_frr_conf(workers: &[(String, String)]) -> String {
          !\n\
          router bgp {TOR_ASN}\n bgp router-id 172.18.0.2\n no bgp ebgp-requires-policy\n \
          no bgp network import-check\n neighbor workers peer-group\n neighbor workers remote-as {WORKER_ASN}\n \
-         neighbor workers bfd profile tor\n neighbor workers timers connect 5\n{neighbors} !\n \
+         neighbor workers bfd profile tor\n neighbor workers timers 3 9\n neighbor workers timers connect 5\n{neighbors} !\n \
          address-family ipv4 unicast\n  network 172.18.10.0/24\n  maximum-paths 16\n exit-address-family\nexit\n\
          !\n\
-         router bgp 65103 vrf cudn3\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf3} !\n \
+         router bgp {VRF_TOR_ASN} vrf cudn3\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf3} !\n \
          address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\nexit\n\
          !\n\
-         router bgp 65103 vrf cudn4\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf4} !\n \
+         router bgp {VRF_TOR_ASN} vrf cudn4\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf4} !\n \
          address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\nexit\n!\n"
     )
 }
+
+/// FRR's daemons file for the ToR: Debian's defaults for the daemons we run, the datacenter
+/// profile, and a long watchfrr restart timeout. Under TCG on a loaded box watchfrr's first
+/// "restart all" takes more than its default 20 s; watchfrr then kills it half-way and bgpd
+/// comes up without its config ("BGP instance not found").
+const TOR_FRR_DAEMONS: &str = "bgpd=yes\nbfdd=yes\nvtysh_enable=yes\n\
+zebra_options=\"  -A 127.0.0.1 -s 90000000\"\n\
+bgpd_options=\"   -A 127.0.0.1\"\n\
+staticd_options=\"-A 127.0.0.1\"\n\
+bfdd_options=\"   -A 127.0.0.1\"\n\
+frr_profile=\"datacenter\"\n\
+watchfrr_options=\"-T 300\"\n";
 
 /// The worker's uplink config: one router (AS 65801) peering with the ToR, BFD, the VIP as a
 /// LoadBalancer service, and its pod subnet as the default network's host_subnet.
@@ -200,6 +213,86 @@ advertisements = ["PodNetwork"]
 network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
 "#
     )
+}
+
+/// r3's role on the worker side (deck slides 66-72): VLAN 2001 in VRF cudn3 and VLAN 2002 in
+/// VRF cudn4 on the trunk NIC (NetworkManager keyfiles), and a conf.d fragment with one router
+/// per VRF peering with the ToR's VRF routers (AS 65103). cudn3 is a layer3 CUDN (this node's
+/// /24), cudn4 a layer2 one (the whole /16 from every node), both `target_vrf = "auto"`.
+pub fn worker_vrf_lite(n: u8, trunk_mac: &str) -> Vec<(String, String)> {
+    let host = n + 1;
+    let trunk_uuid = format!("7f1e0000-0000-4000-8000-0000000000{n:02x}");
+    let mut files = vec![(
+        "network/trunk.nmconnection".to_string(),
+        format!(
+            "[connection]\nid=trunk\nuuid={trunk_uuid}\ntype=ethernet\nautoconnect=true\n\n\
+             [ethernet]\nmac-address={trunk_mac}\n\n[ipv4]\nmethod=disabled\n\n[ipv6]\nmethod=disabled\n"
+        ),
+    )];
+    for (vrf, vlan, table) in [("cudn3", 2001, 1003), ("cudn4", 2002, 1004)] {
+        let net = if vlan == 2001 { 23 } else { 24 };
+        files.push((
+            format!("network/{vrf}.nmconnection"),
+            format!(
+                "[connection]\nid={vrf}\ntype=vrf\ninterface-name={vrf}\nautoconnect=true\n\n\
+                 [vrf]\ntable={table}\n\n[ipv4]\nmethod=disabled\n\n[ipv6]\nmethod=disabled\n"
+            ),
+        ));
+        files.push((
+            format!("network/vlan{vlan}.nmconnection"),
+            format!(
+                "[connection]\nid=vlan{vlan}\ntype=vlan\ninterface-name=vlan{vlan}\nautoconnect=true\n\
+                 master={vrf}\nslave-type=vrf\n\n[vlan]\nid={vlan}\nparent={trunk_uuid}\n\n\
+                 [ipv4]\nmethod=manual\naddress1=172.19.{net}.{host}/24\n\n[ipv6]\nmethod=disabled\n"
+            ),
+        ));
+    }
+    files.push(("uplink/conf.d/vrf-lite.toml".to_string(), worker_vrf_lite_toml(n)));
+    files
+}
+
+pub fn worker_vrf_lite_toml(n: u8) -> String {
+    let host = n + 1;
+    let mut s = format!(
+        r#"# VRF-lite towards r3's role (vm-tests/src/topology.rs).
+[[networks]]
+name = "cudn3"
+labels = {{ export = "true" }}
+topology = "layer3"
+subnet = "172.23.0.0/16"
+host_subnet = "172.23.{n}.0/24"
+
+[[networks]]
+name = "cudn4"
+labels = {{ export = "true" }}
+topology = "layer2"
+subnet = "172.24.0.0/16"
+
+[[route_advertisements]]
+name = "vrf-lite"
+advertisements = ["PodNetwork"]
+network_selectors = [{{ network_selection_type = "ClusterUserDefinedNetworks", cluster_user_defined_network_selector = {{ network_selector = {{ match_labels = {{ export = "true" }} }} }} }}]
+target_vrf = "auto"
+"#
+    );
+    for (vrf, net) in [("cudn3", 23), ("cudn4", 24)] {
+        s.push_str(&format!(
+            r#"
+[[bgp.routers]]
+asn = {WORKER_ASN}
+id = "172.19.{net}.{host}"
+vrf = "{vrf}"
+
+[[bgp.routers.neighbors]]
+address = "172.19.{net}.1"
+asn = {VRF_TOR_ASN}
+connect_time = "5s"
+hold_time = "9s"
+keepalive_time = "3s"
+"#
+        ));
+    }
+    s
 }
 
 /// The ToR's runtime setup that the config drive does not carry: the client namespace
@@ -295,6 +388,7 @@ impl Topology {
                 nm_ethernet("net20", &mac(0, 1), &format!("method=manual\naddress1={TOR_ADDR}/24")),
             ),
             ("frr/frr.conf".into(), tor_frr_conf(&workers)),
+            ("frr/daemons".into(), TOR_FRR_DAEMONS.into()),
             (
                 "sysctl.conf".into(),
                 "net.ipv4.ip_forward = 1\n\
@@ -326,7 +420,7 @@ impl Topology {
         for (i, (name, addr)) in workers.iter().enumerate() {
             let n = u8::try_from(i + 1).unwrap_or(u8::MAX);
             let pod = format!("10.244.{}.0/24", i + 1);
-            let files = vec![
+            let mut files = vec![
                 ("hostname".to_string(), format!("{name}\n")),
                 ("ssh/authorized_keys".into(), pubkey.clone()),
                 ("network/mgmt.nmconnection".into(), nm_mgmt(&mac(n, 0))),
@@ -340,6 +434,7 @@ impl Topology {
                 ),
                 ("uplink/uplink.toml".into(), worker_uplink_toml(name, addr, &pod)),
             ];
+            files.extend(worker_vrf_lite(n, &mac(n, 2)));
             let img = run.0.join(format!("{name}.img"));
             drive::build(&run.0.join(format!("{name}.d")), &img, &files);
             netns.tap(&format!("{name}-net20"), "net20");
@@ -408,6 +503,9 @@ impl Topology {
         if let Err(e) = topo.tor.sh(&tor_setup_script()) {
             panic!("ToR setup: {e}");
         }
+        if let Err(e) = topo.frr_ready() {
+            panic!("ToR FRR: {e}");
+        }
         for w in &topo.workers {
             if let Err(e) = w.vm.sh(&worker_setup_script(&w.name)) {
                 panic!("worker setup: {e}");
@@ -415,6 +513,32 @@ impl Topology {
         }
         topo.boot_time = t0.elapsed();
         topo
+    }
+
+    /// Waits until FRR runs on the ToR with frr.conf loaded. If watchfrr's slow start under TCG
+    /// lost the config anyway, says so loudly and loads it again (the subject under test is
+    /// uplink, not FRR's init script).
+    fn frr_ready(&self) -> Result<(), String> {
+        let want = format!("router bgp {TOR_ASN}");
+        let loaded = || -> Result<(), String> {
+            self.tor.sh("systemctl is-active frr")?;
+            let cfg = self.vtysh("show running-config")?;
+            if cfg.contains(&want) {
+                Ok(())
+            } else {
+                Err(format!("frr.conf not loaded:\n{cfg}"))
+            }
+        };
+        if wait_until(Duration::from_secs(120), Duration::from_secs(2), &loaded).is_ok() {
+            return Ok(());
+        }
+        println!(
+            "  NOTE: FRR on r2 came up without frr.conf (watchfrr restarted daemons during a slow \
+             start); loading it with `vtysh -f`:\n{}",
+            self.tor.sh("journalctl -u frr --no-pager | tail -n 25").unwrap_or_default()
+        );
+        self.tor.sh("vtysh -f /etc/frr/frr.conf")?;
+        wait_until(Duration::from_secs(60), Duration::from_secs(2), &loaded)
     }
 
     /// vtysh on the ToR; the error carries the output.
@@ -428,7 +552,17 @@ impl Topology {
         timeout: Duration,
         f: impl FnMut() -> Result<T, String>,
     ) -> Result<T, String> {
-        wait_until(timeout, Duration::from_millis(500), f).map_err(|e| {
+        self.wait_every(timeout, Duration::from_millis(500), f)
+    }
+
+    /// [`Topology::wait`] with a chosen poll interval.
+    pub fn wait_every<T>(
+        &self,
+        timeout: Duration,
+        every: Duration,
+        f: impl FnMut() -> Result<T, String>,
+    ) -> Result<T, String> {
+        wait_until(timeout, every, f).map_err(|e| {
             let mut msg = e;
             for cmd in ["show bgp summary", "show bfd peers brief", "show ip route"] {
                 match self.vtysh(cmd) {

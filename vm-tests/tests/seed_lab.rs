@@ -5,7 +5,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
-    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, VIP,
+    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, TOR_ADDR, VIP,
 };
 
 type Outcome = Result<String, String>;
@@ -70,7 +70,7 @@ fn sessions_established(topo: &Topology) -> Outcome {
             }
             let s = w.vm.sh("uplink show bgp summary --json")?;
             let u = json(&s, "uplink show bgp summary --json")?;
-            let state = &u["ipv4Unicast"]["peers"][uplink_vm_tests::topology::TOR_ADDR]["state"];
+            let state = &u["ipv4Unicast"]["peers"][TOR_ADDR]["state"];
             if state != "Established" {
                 return Err(format!("{}: peer r2 is {state}", w.name));
             }
@@ -160,6 +160,63 @@ fn http_both_workers(topo: &Topology) -> Outcome {
     Ok(format!("24 requests: {t:?}"))
 }
 
+fn worker_fib(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(60), || {
+        for w in &topo.workers {
+            // uplink installs with `proto bgp`; the static default route is not that.
+            let r = w.vm.sh("ip route show 172.18.10.0/24 proto bgp")?;
+            if gateways(&r) != vec![TOR_ADDR.to_string()] {
+                return Err(format!(
+                    "{}: 172.18.10.0/24 proto bgp is {r:?}, want via {TOR_ADDR}",
+                    w.name
+                ));
+            }
+        }
+        Ok(format!("172.18.10.0/24 via {TOR_ADDR} proto bgp on every worker"))
+    })
+}
+
+/// r3's role: one BGP session per worker in each of VRFs cudn3 and cudn4 over VLANs 2001/2002;
+/// the layer3 CUDN's per-node /24s and the layer2 CUDN's /16 (ECMP) in the ToR's VRF tables.
+fn vrf_lite(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(120), || {
+        for (vrf, net) in [("cudn3", 23), ("cudn4", 24)] {
+            let v = json(
+                &topo.vtysh(&format!("show bgp vrf {vrf} summary json"))?,
+                "show bgp vrf summary json",
+            )?;
+            for (i, w) in topo.workers.iter().enumerate() {
+                let peer = format!("172.19.{net}.{}", i + 2);
+                let state = &v["ipv4Unicast"]["peers"][&peer]["state"];
+                if state != "Established" {
+                    return Err(format!("r2 VRF {vrf}: peer {peer} ({}) is {state}", w.name));
+                }
+            }
+        }
+        let mut notes = Vec::new();
+        for (i, w) in topo.workers.iter().enumerate() {
+            let want = format!("172.19.23.{}", i + 2);
+            let prefix = format!("172.23.{}.0/24", i + 1);
+            let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn3 {prefix}"))?);
+            if gw != vec![want.clone()] {
+                return Err(format!(
+                    "r2 VRF cudn3: {prefix} via {gw:?}, want [{want}] ({})",
+                    w.name
+                ));
+            }
+            notes.push(format!("cudn3 {prefix} via {want}"));
+        }
+        let want: Vec<String> =
+            (0..topo.workers.len()).map(|i| format!("172.19.24.{}", i + 2)).collect();
+        let gw = gateways(&topo.tor.sh("ip route show vrf cudn4 172.24.0.0/16")?);
+        if gw != want {
+            return Err(format!("r2 VRF cudn4: 172.24.0.0/16 via {gw:?}, want {want:?}"));
+        }
+        notes.push(format!("cudn4 172.24.0.0/16 via {}", gw.join(" and ")));
+        Ok(notes.join(", "))
+    })
+}
+
 /// Watches the ToR for the dead worker's next hop to leave the VIP route: timestamps the last
 /// BFD packet from the worker (tcpdump) and the first route event after which the next hop is
 /// gone (`ip monitor`, event-driven so the watcher costs no CPU while it waits).
@@ -219,7 +276,7 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
 
     let killed = topo.workers.get_mut(dead_i).ok_or("no second worker")?.vm.power_off()?;
     // Host-side view: poll the ToR over SSH (an upper bound: includes the SSH round trip).
-    let host_ms = topo.wait(Duration::from_secs(30), || {
+    let host_ms = topo.wait_every(Duration::from_secs(30), Duration::from_millis(20), || {
         let gw = tor_route(topo, VIP)?;
         if gw.contains(&dead_addr) {
             Err(format!("{VIP} still via {gw:?}"))
@@ -256,6 +313,12 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
             "next hop left {tor_ms:.0} ms after the last BFD packet; BFD detection is {detect_ms} ms"
         ));
     }
+    // The survivor was not disturbed: its session and BFD stayed up.
+    let v = json(&topo.vtysh("show bgp summary json")?, "show bgp summary json")?;
+    let p = &v["ipv4Unicast"]["peers"][&keep_addr];
+    if p["state"] != "Established" || p["connectionsDropped"] != 0 {
+        return Err(format!("survivor {keep_name} was disturbed: {p}"));
+    }
     let answers = client_requests(topo, 10)?;
     let t = tally(&answers);
     if t.len() != 1 || !t.contains_key(&keep_name) {
@@ -282,19 +345,27 @@ fn seed_lab() {
     println!("topology booted and configured in {:.1} s", topo.boot_time.as_secs_f64());
 
     type Scenario = fn(&mut Topology) -> Outcome;
-    let scenarios: [(&str, Scenario); 6] = [
+    const SESSIONS: &str = "sessions Established (BGP + BFD)";
+    let scenarios: [(&str, Scenario); 8] = [
         ("config drive applied", |t| config_drive_applied(t)),
-        ("sessions Established (BGP + BFD)", |t| sessions_established(t)),
+        (SESSIONS, |t| sessions_established(t)),
         ("pod subnets on the ToR", |t| pod_subnets(t)),
         ("VIP with two ECMP next hops", |t| vip_ecmp(t)),
         ("client HTTP answered by both workers", |t| http_both_workers(t)),
+        ("worker FIB: client subnet from the ToR", |t| worker_fib(t)),
+        ("VRF-lite over VLANs 2001/2002 (r3's role)", |t| vrf_lite(t)),
         ("power-off: BFD failover", bfd_failover),
     ];
     let mut failed = Vec::new();
     let mut summary = Vec::new();
     for (name, f) in scenarios {
         let t0 = Instant::now();
-        let r = f(&mut topo);
+        // Everything after the sessions needs them: do not spend minutes of timeouts on it.
+        let r = if failed.contains(&SESSIONS) {
+            Err(format!("not run: \"{SESSIONS}\" failed"))
+        } else {
+            f(&mut topo)
+        };
         let secs = t0.elapsed().as_secs_f64();
         match &r {
             Ok(note) => println!("PASS {name} ({secs:.1} s): {note}"),
