@@ -74,11 +74,12 @@ bench-fib: deps-test
 	./bench/fib.sh $(FIB_COUNTS)
 
 # VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
-# running uplink) under QEMU TCG, in a network namespace of their own (root; ~10 min on two
-# cores). `make image` builds or reuses the image; it gets the static uplink of this tree.
+# running uplink) under QEMU TCG, in a network namespace of their own (root; ~3 min on two
+# cores once the image exists). `make image` builds this tree's static uplink (reproducibly)
+# and rebuilds the image only when it or the image inputs changed.
 VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2
 .PHONY: vm-test
-vm-test: static
+vm-test:
 	@./scripts/apt-install $(VM_TEST_PKGS)
-	$(MAKE) image UPLINK_BIN=$(abspath $(STATIC_BIN))
+	$(MAKE) image
 	cargo test -p uplink-vm-tests -- --nocapture --test-threads=1
