@@ -583,3 +583,40 @@ impl Topology {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the workers get on their config drives is a valid uplink config (main file plus the
+    /// conf.d fragment), so a schema change fails here in seconds, not in a VM boot.
+    #[test]
+    fn worker_configs_load() {
+        for n in 1..=2u8 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let main = dir.path().join("uplink.toml");
+            let addr = format!("172.18.20.{}", n + 1);
+            std::fs::write(&main, worker_uplink_toml(&format!("wk{n}"), &addr, "10.244.1.0/24"))
+                .expect("write");
+            for (rel, body) in worker_vrf_lite(n, &mac(n, 2)) {
+                if let Some(rest) = rel.strip_prefix("uplink/") {
+                    let p = dir.path().join(rest);
+                    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+                    std::fs::write(p, body).expect("write");
+                }
+            }
+            if let Err(e) = uplink::config::load(&main) {
+                panic!("worker {n} config does not load: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn tor_frr_conf_names_every_worker() {
+        let w = vec![("wk1".to_string(), "172.18.20.2".to_string())];
+        let conf = tor_frr_conf(&w);
+        assert!(conf.contains("neighbor 172.18.20.2 peer-group workers"));
+        assert!(conf.contains("neighbor 172.19.23.2 remote-as 65801"));
+        assert!(conf.contains(&format!("receive-interval {BFD_INTERVAL_MS}")));
+    }
+}
