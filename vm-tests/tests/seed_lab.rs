@@ -131,7 +131,7 @@ fn vip_ecmp(topo: &Topology) -> Outcome {
 /// `n` HTTP requests from the client namespace to the VIP; the answer of each (or FAIL).
 fn client_requests(topo: &Topology, n: u32) -> Result<Vec<String>, String> {
     let out = topo.tor.sh(&format!(
-        "for i in $(seq 1 {n}); do ip netns exec {CLIENT_NS} curl -s --max-time 3 http://{VIP}/ || echo FAIL; done"
+        "for i in $(seq 1 {n}); do ip netns exec {CLIENT_NS} curl -s --max-time 2 http://{VIP}/ || echo FAIL; done"
     ))?;
     Ok(out.lines().map(|l| l.trim().to_string()).collect())
 }
