@@ -82,4 +82,5 @@ VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2
 vm-test:
 	@./scripts/apt-install $(VM_TEST_PKGS)
 	$(MAKE) image
-	cargo test -p uplink-vm-tests -- --nocapture --test-threads=1
+	UPLINK_IMAGE_OUT=$${IMAGE_OUT:-$(CURDIR)/image/out} \
+	  cargo test -p uplink-vm-tests -- --nocapture --test-threads=1

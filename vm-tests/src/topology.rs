@@ -45,11 +45,15 @@ pub struct Image {
 }
 
 impl Image {
-    /// `$UPLINK_IMAGE_OUT`, else `image/out` of this workspace. Missing files fail the test:
-    /// `make vm-test` builds them first.
+    /// `$UPLINK_IMAGE_OUT`, else `image/out` of this workspace (found at run time: a test
+    /// binary reused from a shared target dir may have been compiled in another checkout).
+    /// Missing files fail the test: `make vm-test` builds them first.
     pub fn locate() -> Image {
         let out = std::env::var_os("UPLINK_IMAGE_OUT").map(PathBuf::from).unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("image").join("out")
+            let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+            manifest.join("..").join("image").join("out")
         });
         let img = Image {
             node_kernel: out.join("node/vmlinuz"),
