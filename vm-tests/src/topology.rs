@@ -414,6 +414,9 @@ impl Topology {
             append: "console=ttyS0,115200".into(),
             config_drive: tor_drive,
             mem_mib: MEM_MIB,
+            // Two vCPUs: the ToR runs the client's curl loop, FRR and tcpdump at once; with one,
+            // a busy vCPU delayed bfdd enough to declare a live worker's BFD session down.
+            cpus: 2,
             ssh_port: 2200,
             mgmt_mac: mac(0, 0),
             data: vec![
@@ -453,6 +456,7 @@ impl Topology {
                     append: "console=ttyS0,115200".into(),
                     config_drive: img,
                     mem_mib: MEM_MIB,
+                    cpus: 1,
                     ssh_port: 2200 + u16::from(n),
                     mgmt_mac: mac(n, 0),
                     data: vec![

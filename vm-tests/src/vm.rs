@@ -23,6 +23,7 @@ pub struct VmSpec {
     pub append: String,
     pub config_drive: PathBuf,
     pub mem_mib: u32,
+    pub cpus: u32,
     pub ssh_port: u16,
     pub mgmt_mac: String,
     pub data: Vec<DataNic>,
@@ -54,7 +55,8 @@ impl Vm {
         let control = run_dir.join(format!("{}.ssh", spec.name));
         let _ = std::fs::remove_file(&console);
         let mut cmd = netns.command("qemu-system-x86_64");
-        cmd.args(["-name", &spec.name, "-accel", "tcg", "-machine", "pc", "-smp", "1"])
+        cmd.args(["-name", &spec.name, "-accel", "tcg", "-machine", "pc"])
+            .args(["-smp", &spec.cpus.to_string()])
             .args(["-m", &spec.mem_mib.to_string()])
             .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
             .arg("-kernel")

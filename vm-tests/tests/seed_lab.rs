@@ -285,6 +285,11 @@ fn flap_report(topo: &Topology, i: usize) -> String {
         };
         out.push_str(&format!("\n--- r2# {cmd} ---\n{o}"));
     }
+    let f = topo
+        .tor
+        .sh(&format!("journalctl --no-pager -t bgpd -t bfdd | grep -F '{}' | tail -n 15", w.addr))
+        .unwrap_or_else(|e| e);
+    out.push_str(&format!("\n--- r2 bgpd/bfdd log for {} ---\n{f}", w.addr));
     let j = w
         .vm
         .sh("journalctl -u uplink --no-pager | grep -iE 'bfd|down|closed|notification|hold' | tail -n 20")
