@@ -40,9 +40,10 @@ lint:
 # Every tier that exists: unit + interop (network namespaces with real FRR, BIRD, GoBGP,
 # ExaBGP) via cargo, then a short fuzz smoke run.
 test: deps-test lint
-	cargo test --workspace --no-fail-fast -- --test-threads=4
+	cargo test --workspace --exclude uplink-vm-tests --no-fail-fast -- --test-threads=4
 	$(MAKE) fuzz-smoke
 	$(MAKE) nix-check
+	$(MAKE) vm-test
 
 FUZZ_TARGETS := $(notdir $(basename $(wildcard daemon/fuzz/fuzz_targets/*.rs)))
 FUZZ_SECONDS ?= 20
@@ -81,3 +82,15 @@ bench-fib: deps-test
 nix-check:
 	@./scripts/apt-install nix-bin shellcheck python3
 	./scripts/nix-check
+
+# VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
+# running uplink) under QEMU TCG, in a network namespace of their own (root; ~3 min on two
+# cores once the image exists). `make image` builds this tree's static uplink (reproducibly)
+# and rebuilds the image only when it or the image inputs changed.
+VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2
+.PHONY: vm-test
+vm-test:
+	@./scripts/apt-install $(VM_TEST_PKGS)
+	$(MAKE) image
+	UPLINK_IMAGE_OUT=$${IMAGE_OUT:-$(CURDIR)/image/out} \
+	  cargo test -p uplink-vm-tests -- --nocapture --test-threads=1

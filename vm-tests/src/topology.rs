@@ -1,0 +1,630 @@
+//! The seed deck's lab (002_5e65234161f22d71.txt), scaled to two cores:
+//!
+//! ```text
+//!   testvm0 (netns on the ToR) 172.18.10.90/24
+//!        |  172.18.10.1
+//!   ToR "r2" (Debian + FRR 8.4), AS 65102, 172.18.20.1 ------- trunk: VLAN 2001 (VRF cudn3,
+//!        |  net20 172.18.20.0/24 (a bridge)                  172.19.23.1), VLAN 2002 (VRF
+//!   +----+-----+                                             cudn4, 172.19.24.1): r3's role
+//!  wk1 .2     wk2 .3   (node image, uplink AS 65801; VIP 192.168.100.10 on both; pod
+//!                       subnets 10.244.1.0/24, 10.244.2.0/24)
+//! ```
+//!
+//! Every VM also has a management NIC on QEMU user networking; SSH is forwarded to a port on
+//! the test namespace's loopback.
+
+use crate::cmd::{must, require_tools, wait_until};
+use crate::drive;
+use crate::net::Netns;
+use crate::vm::{DataNic, Vm, VmSpec};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub const TOR_ADDR: &str = "172.18.20.1";
+pub const TOR_ASN: u32 = 65102;
+pub const WORKER_ASN: u32 = 65801;
+/// r3's AS: the ToR's routers in VRFs cudn3/cudn4.
+pub const VRF_TOR_ASN: u32 = 65103;
+pub const VIP: &str = "192.168.100.10";
+pub const CLIENT_NS: &str = "testvm0";
+pub const CLIENT_ADDR: &str = "172.18.10.90";
+/// BFD on both sides. TCG on two shared cores is slow, so not the 10 ms a real node uses: at
+/// 100 ms x 3 a session with a live worker went down ("control detection time expired") about
+/// once a run while the ToR was busy with the HTTP scenario; 200 ms x 3 (600 ms) holds.
+pub const BFD_INTERVAL_MS: u32 = 200;
+pub const BFD_MULTIPLIER: u32 = 3;
+pub const MEM_MIB: u32 = 1024;
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The image's boot artifacts (`make image`).
+pub struct Image {
+    pub node_kernel: PathBuf,
+    pub node_initrd: PathBuf,
+    pub tor_kernel: PathBuf,
+    pub tor_initrd: PathBuf,
+}
+
+impl Image {
+    /// `$UPLINK_IMAGE_OUT`, else `image/out` of this workspace (found at run time: a test
+    /// binary reused from a shared target dir may have been compiled in another checkout).
+    /// Missing files fail the test: `make vm-test` builds them first.
+    pub fn locate() -> Image {
+        let out = std::env::var_os("UPLINK_IMAGE_OUT").map(PathBuf::from).unwrap_or_else(|| {
+            let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+            manifest.join("..").join("image").join("out")
+        });
+        let img = Image {
+            node_kernel: out.join("node/vmlinuz"),
+            node_initrd: out.join("node/initrd.img"),
+            tor_kernel: out.join("tor/vmlinuz"),
+            tor_initrd: out.join("tor/initrd.img"),
+        };
+        for p in [&img.node_kernel, &img.node_initrd, &img.tor_kernel, &img.tor_initrd] {
+            assert!(
+                p.is_file(),
+                "{} is missing: run `make vm-test` (it runs `make image`), or set UPLINK_IMAGE_OUT",
+                p.display()
+            );
+        }
+        img
+    }
+}
+
+pub struct Worker {
+    pub vm: Vm,
+    pub name: String,
+    pub addr: String,
+    pub pod_subnet: String,
+}
+
+/// A temporary directory removed on drop (keys, config drives, sockets).
+struct RunDir(PathBuf);
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("teardown: rm -r {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// The booted lab. Fields drop in order: VMs first, then the namespace, then the files.
+pub struct Topology {
+    pub tor: Vm,
+    pub workers: Vec<Worker>,
+    pub boot_time: Duration,
+    pub log_dir: PathBuf,
+    pub netns: Netns,
+    _run: RunDir,
+}
+
+fn mac(vm: u8, nic: u8) -> String {
+    format!("52:54:00:10:{vm:02x}:{nic:02x}")
+}
+
+fn nm_ethernet(id: &str, mac: &str, ipv4: &str) -> String {
+    format!(
+        "[connection]\nid={id}\ntype=ethernet\nautoconnect=true\n\n[ethernet]\nmac-address={mac}\n\n\
+         [ipv4]\n{ipv4}\n\n[ipv6]\nmethod=disabled\n"
+    )
+}
+
+/// DHCP on QEMU's user network, never the default route: data traffic uses the fabric.
+fn nm_mgmt(mac: &str) -> String {
+    nm_ethernet("mgmt", mac, "method=auto\nnever-default=true\nignore-auto-dns=true")
+}
+
+fn tor_frr_conf(workers: &[(String, String)]) -> String {
+    let mut neighbors = String::new();
+    let mut vrf3 = String::new();
+    let mut vrf4 = String::new();
+    for (i, (_, addr)) in workers.iter().enumerate() {
+        neighbors.push_str(&format!(" neighbor {addr} peer-group workers\n"));
+        // r3's role (VRF-lite): the workers' addresses on VLANs 2001/2002.
+        vrf3.push_str(&format!(" neighbor 172.19.23.{} remote-as {WORKER_ASN}\n", i + 2));
+        vrf4.push_str(&format!(" neighbor 172.19.24.{} remote-as {WORKER_ASN}\n", i + 2));
+    }
+    format!(
+        "frr version 8.4\n\
+         hostname r2\n\
+         log syslog informational\n\
+         service integrated-vtysh-config\n\
+         !\n\
+         bfd\n profile tor\n  detect-multiplier {BFD_MULTIPLIER}\n  receive-interval {BFD_INTERVAL_MS}\n  \
+         transmit-interval {BFD_INTERVAL_MS}\n exit\n !\nexit\n\
+         !\n\
+         router bgp {TOR_ASN}\n bgp router-id 172.18.0.2\n no bgp ebgp-requires-policy\n \
+         no bgp network import-check\n neighbor workers peer-group\n neighbor workers remote-as {WORKER_ASN}\n \
+         neighbor workers bfd profile tor\n neighbor workers timers 3 9\n neighbor workers timers connect 5\n{neighbors} !\n \
+         address-family ipv4 unicast\n  network 172.18.10.0/24\n  maximum-paths 16\n exit-address-family\nexit\n\
+         !\n\
+         router bgp {VRF_TOR_ASN} vrf cudn3\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf3} !\n \
+         address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\nexit\n\
+         !\n\
+         router bgp {VRF_TOR_ASN} vrf cudn4\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf4} !\n \
+         address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\nexit\n!\n"
+    )
+}
+
+/// FRR's daemons file for the ToR: Debian's defaults for the daemons we run, the datacenter
+/// profile, and a long watchfrr restart timeout. Under TCG on a loaded box watchfrr's first
+/// "restart all" takes more than its default 20 s; watchfrr then kills it half-way and bgpd
+/// comes up without its config ("BGP instance not found").
+const TOR_FRR_DAEMONS: &str = "bgpd=yes\nbfdd=yes\nvtysh_enable=yes\n\
+zebra_options=\"  -A 127.0.0.1 -s 90000000\"\n\
+bgpd_options=\"   -A 127.0.0.1\"\n\
+staticd_options=\"-A 127.0.0.1\"\n\
+bfdd_options=\"   -A 127.0.0.1\"\n\
+frr_profile=\"datacenter\"\n\
+watchfrr_options=\"-T 300\"\n";
+
+/// The worker's uplink config: one router (AS 65801) peering with the ToR, BFD, the VIP as a
+/// LoadBalancer service, and its pod subnet as the default network's host_subnet.
+pub fn worker_uplink_toml(name: &str, addr: &str, pod_subnet: &str) -> String {
+    format!(
+        r#"# Worker {name} of the VM tests (vm-tests/src/topology.rs).
+[node]
+name = "{name}"
+
+[[bgp.bfd_profiles]]
+name = "tor"
+receive_interval = "{BFD_INTERVAL_MS}ms"
+transmit_interval = "{BFD_INTERVAL_MS}ms"
+detect_multiplier = {BFD_MULTIPLIER}
+
+[[bgp.routers]]
+asn = {WORKER_ASN}
+id = "{addr}"
+maximum_paths = 16
+
+[[bgp.routers.neighbors]]
+address = "{TOR_ADDR}"
+asn = {TOR_ASN}
+hold_time = "9s"
+keepalive_time = "3s"
+connect_time = "5s"
+bfd_profile = "tor"
+
+# The client's subnet, which the ToR originates.
+[bgp.routers.neighbors.to_receive.allowed]
+mode = "filtered"
+prefixes = [{{ prefix = "172.18.10.0/24" }}]
+
+[[pools]]
+name = "vips"
+addresses = ["{VIP}/32"]
+
+[[services]]
+name = "web"
+namespace = "default"
+address_pool = "vips"
+load_balancer_ip = "{VIP}"
+traffic_policy = "cluster"
+
+[[advertisements]]
+name = "vips"
+ip_address_pools = ["vips"]
+
+[[networks]]
+name = "default"
+topology = "layer3"
+subnet = "10.244.0.0/16"
+host_subnet = "{pod_subnet}"
+
+[[route_advertisements]]
+name = "default"
+advertisements = ["PodNetwork"]
+network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
+"#
+    )
+}
+
+/// r3's role on the worker side (deck slides 66-72): VLAN 2001 in VRF cudn3 and VLAN 2002 in
+/// VRF cudn4 on the trunk NIC (NetworkManager keyfiles), and a conf.d fragment with one router
+/// per VRF peering with the ToR's VRF routers (AS 65103). cudn3 is a layer3 CUDN (this node's
+/// /24), cudn4 a layer2 one (the whole /16 from every node), both `target_vrf = "auto"`.
+pub fn worker_vrf_lite(n: u8, trunk_mac: &str) -> Vec<(String, String)> {
+    let host = n + 1;
+    let trunk_uuid = format!("7f1e0000-0000-4000-8000-0000000000{n:02x}");
+    let mut files = vec![(
+        "network/trunk.nmconnection".to_string(),
+        format!(
+            "[connection]\nid=trunk\nuuid={trunk_uuid}\ntype=ethernet\nautoconnect=true\n\n\
+             [ethernet]\nmac-address={trunk_mac}\n\n[ipv4]\nmethod=disabled\n\n[ipv6]\nmethod=disabled\n"
+        ),
+    )];
+    for (vrf, vlan, table) in [("cudn3", 2001, 1003), ("cudn4", 2002, 1004)] {
+        let net = if vlan == 2001 { 23 } else { 24 };
+        files.push((
+            format!("network/{vrf}.nmconnection"),
+            format!(
+                "[connection]\nid={vrf}\ntype=vrf\ninterface-name={vrf}\nautoconnect=true\n\n\
+                 [vrf]\ntable={table}\n\n[ipv4]\nmethod=disabled\n\n[ipv6]\nmethod=disabled\n"
+            ),
+        ));
+        files.push((
+            format!("network/vlan{vlan}.nmconnection"),
+            format!(
+                "[connection]\nid=vlan{vlan}\ntype=vlan\ninterface-name=vlan{vlan}\nautoconnect=true\n\
+                 master={vrf}\nslave-type=vrf\n\n[vlan]\nid={vlan}\nparent={trunk_uuid}\n\n\
+                 [ipv4]\nmethod=manual\naddress1=172.19.{net}.{host}/24\n\n[ipv6]\nmethod=disabled\n"
+            ),
+        ));
+    }
+    files.push(("uplink/conf.d/vrf-lite.toml".to_string(), worker_vrf_lite_toml(n)));
+    files
+}
+
+pub fn worker_vrf_lite_toml(n: u8) -> String {
+    let host = n + 1;
+    let mut s = format!(
+        r#"# VRF-lite towards r3's role (vm-tests/src/topology.rs).
+[[networks]]
+name = "cudn3"
+labels = {{ export = "true" }}
+topology = "layer3"
+subnet = "172.23.0.0/16"
+host_subnet = "172.23.{n}.0/24"
+
+[[networks]]
+name = "cudn4"
+labels = {{ export = "true" }}
+topology = "layer2"
+subnet = "172.24.0.0/16"
+
+[[route_advertisements]]
+name = "vrf-lite"
+advertisements = ["PodNetwork"]
+network_selectors = [{{ network_selection_type = "ClusterUserDefinedNetworks", cluster_user_defined_network_selector = {{ network_selector = {{ match_labels = {{ export = "true" }} }} }} }}]
+target_vrf = "auto"
+"#
+    );
+    for (vrf, net) in [("cudn3", 23), ("cudn4", 24)] {
+        s.push_str(&format!(
+            r#"
+[[bgp.routers]]
+asn = {WORKER_ASN}
+id = "172.19.{net}.{host}"
+vrf = "{vrf}"
+
+[[bgp.routers.neighbors]]
+address = "172.19.{net}.1"
+asn = {VRF_TOR_ASN}
+connect_time = "5s"
+hold_time = "9s"
+keepalive_time = "3s"
+"#
+        ));
+    }
+    s
+}
+
+/// The ToR's runtime setup that the config drive does not carry: the client namespace
+/// (testvm0's role) and the VLAN/VRF side of r3's role.
+fn tor_setup_script() -> String {
+    let trunk = mac(0, 2);
+    format!(
+        r#"set -eu
+ip netns add {CLIENT_NS}
+ip link add c-{CLIENT_NS} type veth peer name eth0 netns {CLIENT_NS}
+ip addr add 172.18.10.1/24 dev c-{CLIENT_NS}
+ip link set c-{CLIENT_NS} up
+ip -n {CLIENT_NS} link set lo up
+ip -n {CLIENT_NS} addr add {CLIENT_ADDR}/24 dev eth0
+ip -n {CLIENT_NS} link set eth0 up
+ip -n {CLIENT_NS} route add default via 172.18.10.1
+trunk=$(ip -o link | awk -F': ' '/{trunk}/ {{print $2}}')
+test -n "$trunk"
+ip link set "$trunk" up
+ip link add cudn3 type vrf table 1003
+ip link add cudn4 type vrf table 1004
+ip link set cudn3 up
+ip link set cudn4 up
+ip link add link "$trunk" name vlan2001 type vlan id 2001
+ip link add link "$trunk" name vlan2002 type vlan id 2002
+ip link set vlan2001 master cudn3
+ip link set vlan2002 master cudn4
+ip addr add 172.19.23.1/24 dev vlan2001
+ip addr add 172.19.24.1/24 dev vlan2002
+ip link set vlan2001 up
+ip link set vlan2002 up
+"#
+    )
+}
+
+/// What each worker runs for the HTTP scenario: the VIP on lo and a web server bound to it
+/// that answers with the worker's name.
+fn worker_setup_script(name: &str) -> String {
+    format!(
+        r#"set -eu
+ip addr add {VIP}/32 dev lo
+mkdir -p /srv/www
+echo {name} > /srv/www/index.html
+systemd-run --unit=vip-http python3 -m http.server --bind {VIP} --directory /srv/www 80
+"#
+    )
+}
+
+impl Topology {
+    /// Boots the ToR and two workers in parallel and configures them; returns once all three
+    /// answer SSH and are set up.
+    pub fn boot(image: &Image, log_dir: &Path) -> Topology {
+        require_tools(&["qemu-system-x86_64", "ssh", "ssh-keygen", "mkfs.fat", "mcopy", "ip"]);
+        std::fs::create_dir_all(log_dir)
+            .unwrap_or_else(|e| panic!("mkdir {}: {e}", log_dir.display()));
+        let run = RunDir(std::env::temp_dir().join(format!("uplink-vmt-{}", std::process::id())));
+        let _ = std::fs::remove_dir_all(&run.0);
+        std::fs::create_dir_all(&run.0)
+            .unwrap_or_else(|e| panic!("mkdir {}: {e}", run.0.display()));
+        let key = run.0.join("id_ed25519");
+        must(
+            "ssh-keygen",
+            &[
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "uplink-vm-tests",
+                "-f",
+                &key.to_string_lossy(),
+            ],
+        );
+        let pubkey = std::fs::read_to_string(run.0.join("id_ed25519.pub"))
+            .unwrap_or_else(|e| panic!("read the public key: {e}"));
+
+        let netns = Netns::create();
+        netns.bridge("net20");
+        netns.bridge("trunk");
+
+        let workers: Vec<(String, String)> =
+            (1..=2).map(|i| (format!("wk{i}"), format!("172.18.20.{}", i + 1))).collect();
+        let t0 = Instant::now();
+
+        // The ToR: FRR config, sysctls, node-network address.
+        let tor_files = vec![
+            ("hostname".to_string(), "r2\n".to_string()),
+            ("ssh/authorized_keys".into(), pubkey.clone()),
+            ("network/mgmt.nmconnection".into(), nm_mgmt(&mac(0, 0))),
+            (
+                "network/net20.nmconnection".into(),
+                nm_ethernet("net20", &mac(0, 1), &format!("method=manual\naddress1={TOR_ADDR}/24")),
+            ),
+            ("frr/frr.conf".into(), tor_frr_conf(&workers)),
+            ("frr/daemons".into(), TOR_FRR_DAEMONS.into()),
+            (
+                "sysctl.conf".into(),
+                "net.ipv4.ip_forward = 1\n\
+                 # L4 hashing, so the client's connections spread over the ECMP next hops.\n\
+                 net.ipv4.fib_multipath_hash_policy = 1\n"
+                    .into(),
+            ),
+        ];
+        let tor_drive = run.0.join("r2.img");
+        drive::build(&run.0.join("r2.d"), &tor_drive, &tor_files);
+        netns.tap("r2-net20", "net20");
+        netns.tap("r2-trunk", "trunk");
+        let tor_spec = VmSpec {
+            name: "r2".into(),
+            kernel: image.tor_kernel.clone(),
+            initrd: image.tor_initrd.clone(),
+            append: "console=ttyS0,115200".into(),
+            config_drive: tor_drive,
+            mem_mib: MEM_MIB,
+            // Two vCPUs: the ToR runs the client's curl loop, FRR and tcpdump at once; with one,
+            // a busy vCPU delayed bfdd enough to declare a live worker's BFD session down.
+            cpus: 2,
+            ssh_port: 2200,
+            mgmt_mac: mac(0, 0),
+            data: vec![
+                DataNic { mac: mac(0, 1), tap: "r2-net20".into() },
+                DataNic { mac: mac(0, 2), tap: "r2-trunk".into() },
+            ],
+        };
+
+        let mut specs = Vec::new();
+        for (i, (name, addr)) in workers.iter().enumerate() {
+            let n = u8::try_from(i + 1).unwrap_or(u8::MAX);
+            let pod = format!("10.244.{}.0/24", i + 1);
+            let mut files = vec![
+                ("hostname".to_string(), format!("{name}\n")),
+                ("ssh/authorized_keys".into(), pubkey.clone()),
+                ("network/mgmt.nmconnection".into(), nm_mgmt(&mac(n, 0))),
+                (
+                    "network/net20.nmconnection".into(),
+                    nm_ethernet(
+                        "net20",
+                        &mac(n, 1),
+                        &format!("method=manual\naddress1={addr}/24,{TOR_ADDR}"),
+                    ),
+                ),
+                ("uplink/uplink.toml".into(), worker_uplink_toml(name, addr, &pod)),
+            ];
+            files.extend(worker_vrf_lite(n, &mac(n, 2)));
+            let img = run.0.join(format!("{name}.img"));
+            drive::build(&run.0.join(format!("{name}.d")), &img, &files);
+            netns.tap(&format!("{name}-net20"), "net20");
+            netns.tap(&format!("{name}-trunk"), "trunk");
+            specs.push((
+                VmSpec {
+                    name: name.clone(),
+                    kernel: image.node_kernel.clone(),
+                    initrd: image.node_initrd.clone(),
+                    append: "console=ttyS0,115200".into(),
+                    config_drive: img,
+                    mem_mib: MEM_MIB,
+                    cpus: 1,
+                    ssh_port: 2200 + u16::from(n),
+                    mgmt_mac: mac(n, 0),
+                    data: vec![
+                        DataNic { mac: mac(n, 1), tap: format!("{name}-net20") },
+                        DataNic { mac: mac(n, 2), tap: format!("{name}-trunk") },
+                    ],
+                },
+                addr.clone(),
+                pod,
+            ));
+        }
+
+        // All QEMUs start from this thread (PR_SET_PDEATHSIG is per thread); the waits run in
+        // parallel.
+        let mut tor = Vm::start(&tor_spec, &netns, &run.0, log_dir, &key);
+        let mut wk: Vec<Worker> = specs
+            .iter()
+            .map(|(spec, addr, pod)| Worker {
+                vm: Vm::start(spec, &netns, &run.0, log_dir, &key),
+                name: spec.name.clone(),
+                addr: addr.clone(),
+                pod_subnet: pod.clone(),
+            })
+            .collect();
+        let results: Vec<Result<Duration, String>> = std::thread::scope(|s| {
+            let mut handles = vec![s.spawn(|| tor.wait_ssh(BOOT_TIMEOUT))];
+            for w in wk.iter_mut() {
+                handles.push(s.spawn(move || w.vm.wait_ssh(BOOT_TIMEOUT)));
+            }
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("boot waiter panicked".into())))
+                .collect()
+        });
+        let names: Vec<String> =
+            std::iter::once("r2".to_string()).chain(wk.iter().map(|w| w.name.clone())).collect();
+        let mut topo = Topology {
+            tor,
+            workers: wk,
+            boot_time: Duration::ZERO,
+            log_dir: log_dir.to_owned(),
+            netns,
+            _run: run,
+        };
+        let mut errors = Vec::new();
+        for (name, r) in names.iter().zip(&results) {
+            match r {
+                Ok(d) => println!("  {name}: SSH up {:.1} s after QEMU start", d.as_secs_f64()),
+                Err(e) => errors.push(e.clone()),
+            }
+        }
+        assert!(errors.is_empty(), "boot failed:\n{}", errors.join("\n"));
+
+        if let Err(e) = topo.tor.sh(&tor_setup_script()) {
+            panic!("ToR setup: {e}");
+        }
+        if let Err(e) = topo.frr_ready() {
+            panic!("ToR FRR: {e}");
+        }
+        for w in &topo.workers {
+            if let Err(e) = w.vm.sh(&worker_setup_script(&w.name)) {
+                panic!("worker setup: {e}");
+            }
+        }
+        topo.boot_time = t0.elapsed();
+        topo
+    }
+
+    /// Waits until FRR runs on the ToR with frr.conf loaded. If watchfrr's slow start under TCG
+    /// lost the config anyway, says so loudly and loads it again (the subject under test is
+    /// uplink, not FRR's init script).
+    fn frr_ready(&self) -> Result<(), String> {
+        let want = format!("router bgp {TOR_ASN}");
+        let loaded = || -> Result<(), String> {
+            self.tor.sh("systemctl is-active frr")?;
+            let cfg = self.vtysh("show running-config")?;
+            if cfg.contains(&want) {
+                Ok(())
+            } else {
+                Err(format!("frr.conf not loaded:\n{cfg}"))
+            }
+        };
+        if wait_until(Duration::from_secs(120), Duration::from_secs(2), &loaded).is_ok() {
+            return Ok(());
+        }
+        println!(
+            "  NOTE: FRR on r2 came up without frr.conf (watchfrr restarted daemons during a slow \
+             start); loading it with `vtysh -f`:\n{}",
+            self.tor.sh("journalctl -u frr --no-pager | tail -n 25").unwrap_or_default()
+        );
+        self.tor.sh("vtysh -f /etc/frr/frr.conf")?;
+        wait_until(Duration::from_secs(60), Duration::from_secs(2), &loaded)
+    }
+
+    /// vtysh on the ToR; the error carries the output.
+    pub fn vtysh(&self, command: &str) -> Result<String, String> {
+        self.tor.sh(&format!("vtysh -c '{command}'"))
+    }
+
+    /// Waits for `f` on the topology, and on timeout adds what a reader needs to see.
+    pub fn wait<T>(
+        &self,
+        timeout: Duration,
+        f: impl FnMut() -> Result<T, String>,
+    ) -> Result<T, String> {
+        self.wait_every(timeout, Duration::from_millis(500), f)
+    }
+
+    /// [`Topology::wait`] with a chosen poll interval.
+    pub fn wait_every<T>(
+        &self,
+        timeout: Duration,
+        every: Duration,
+        f: impl FnMut() -> Result<T, String>,
+    ) -> Result<T, String> {
+        wait_until(timeout, every, f).map_err(|e| {
+            let mut msg = e;
+            for cmd in ["show bgp summary", "show bfd peers brief", "show ip route"] {
+                match self.vtysh(cmd) {
+                    Ok(o) => msg.push_str(&format!("\n--- r2# {cmd} ---\n{o}")),
+                    Err(err) => msg.push_str(&format!("\n--- r2# {cmd} failed ---\n{err}")),
+                }
+            }
+            for w in &self.workers {
+                if let Ok(o) =
+                    w.vm.sh("uplink show bgp summary; journalctl -u uplink -n 20 --no-pager")
+                {
+                    msg.push_str(&format!("\n--- {} ---\n{o}", w.name));
+                }
+            }
+            msg
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the workers get on their config drives is a valid uplink config (main file plus the
+    /// conf.d fragment), so a schema change fails here in seconds, not in a VM boot.
+    #[test]
+    fn worker_configs_load() {
+        for n in 1..=2u8 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let main = dir.path().join("uplink.toml");
+            let addr = format!("172.18.20.{}", n + 1);
+            std::fs::write(&main, worker_uplink_toml(&format!("wk{n}"), &addr, "10.244.1.0/24"))
+                .expect("write");
+            for (rel, body) in worker_vrf_lite(n, &mac(n, 2)) {
+                if let Some(rest) = rel.strip_prefix("uplink/") {
+                    let p = dir.path().join(rest);
+                    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+                    std::fs::write(p, body).expect("write");
+                }
+            }
+            if let Err(e) = uplink::config::load(&main) {
+                panic!("worker {n} config does not load: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn tor_frr_conf_names_every_worker() {
+        let w = vec![("wk1".to_string(), "172.18.20.2".to_string())];
+        let conf = tor_frr_conf(&w);
+        assert!(conf.contains("neighbor 172.18.20.2 peer-group workers"));
+        assert!(conf.contains("neighbor 172.19.23.2 remote-as 65801"));
+        assert!(conf.contains(&format!("receive-interval {BFD_INTERVAL_MS}")));
+    }
+}

@@ -1,0 +1,441 @@
+//! The seed deck's lab as VMs: one boot, scenarios in sequence on the same topology, each one
+//! timed. Run with `make vm-test` (needs root, QEMU, and the image from `make image`).
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use uplink_vm_tests::topology::{
+    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, TOR_ADDR, VIP,
+};
+
+type Outcome = Result<String, String>;
+
+fn json(text: &str, what: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("{what}: not JSON ({e}):\n{text}"))
+}
+
+/// The gateways of a route in `ip route show` text (single path or `nexthop via` lines).
+fn gateways(route_text: &str) -> Vec<String> {
+    let words: Vec<&str> = route_text.split_whitespace().collect();
+    let mut out: Vec<String> = words
+        .windows(2)
+        .filter(|w| w.first() == Some(&"via"))
+        .filter_map(|w| w.get(1).map(|s| s.to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn tor_route(topo: &Topology, prefix: &str) -> Result<Vec<String>, String> {
+    Ok(gateways(&topo.tor.sh(&format!("ip route show {prefix}"))?))
+}
+
+fn config_drive_applied(topo: &Topology) -> Outcome {
+    let mut notes = Vec::new();
+    let checks = [
+        ("hostname", "r2"),
+        ("sysctl -n net.ipv4.fib_multipath_hash_policy", "1"),
+        ("sysctl -n net.ipv4.ip_forward", "1"),
+    ];
+    for (cmd, want) in checks {
+        let got = topo.tor.sh(cmd)?;
+        if got.trim() != want {
+            return Err(format!("r2: `{cmd}` is {:?}, want {want:?}", got.trim()));
+        }
+    }
+    for w in &topo.workers {
+        let got = w.vm.sh("hostname; systemctl is-active uplink; uplink --version || true")?;
+        let mut lines = got.lines();
+        if lines.next() != Some(w.name.as_str()) || lines.next() != Some("active") {
+            return Err(format!(
+                "{}: want hostname {} and uplink active, got:\n{got}{}",
+                w.name,
+                w.name,
+                w.vm.sh("journalctl -u uplink -u uplink-config --no-pager -n 40")
+                    .unwrap_or_default()
+            ));
+        }
+        notes.push(format!("{}: {}", w.name, lines.next().unwrap_or("").trim()));
+    }
+    Ok(notes.join("; "))
+}
+
+fn sessions_established(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(180), || {
+        let v = json(&topo.vtysh("show bgp summary json")?, "r2 show bgp summary json")?;
+        for w in &topo.workers {
+            let state = &v["ipv4Unicast"]["peers"][&w.addr]["state"];
+            if state != "Established" {
+                return Err(format!("r2: peer {} ({}) is {state}", w.addr, w.name));
+            }
+            let s = w.vm.sh("uplink show bgp summary --json")?;
+            let u = json(&s, "uplink show bgp summary --json")?;
+            let state = &u["ipv4Unicast"]["peers"][TOR_ADDR]["state"];
+            if state != "Established" {
+                return Err(format!("{}: peer r2 is {state}", w.name));
+            }
+        }
+        // BFD up on both ends.
+        let b = json(&topo.vtysh("show bfd peers json")?, "r2 show bfd peers json")?;
+        for w in &topo.workers {
+            let up = b.as_array().is_some_and(|a| {
+                a.iter().any(|p| p["peer"] == w.addr.as_str() && p["status"] == "up")
+            });
+            if !up {
+                return Err(format!("r2: BFD with {} not up: {b}", w.name));
+            }
+            let u = json(&w.vm.sh("uplink show bfd peers --json")?, "uplink show bfd peers")?;
+            let up = u.as_array().is_some_and(|a| a.iter().any(|p| p["status"] == "up"));
+            if !up {
+                return Err(format!("{}: BFD not up: {u}", w.name));
+            }
+        }
+        Ok(format!("{} workers Established with BFD up on both ends", topo.workers.len()))
+    })
+}
+
+fn pod_subnets(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(60), || {
+        for w in &topo.workers {
+            let gw = tor_route(topo, &w.pod_subnet)?;
+            if gw != vec![w.addr.clone()] {
+                return Err(format!("r2: {} via {gw:?}, want [{}]", w.pod_subnet, w.addr));
+            }
+        }
+        Ok(topo
+            .workers
+            .iter()
+            .map(|w| format!("{} via {}", w.pod_subnet, w.addr))
+            .collect::<Vec<_>>()
+            .join(", "))
+    })
+}
+
+fn all_addrs(workers: &[Worker]) -> Vec<String> {
+    let mut v: Vec<String> = workers.iter().map(|w| w.addr.clone()).collect();
+    v.sort();
+    v
+}
+
+fn vip_ecmp(topo: &Topology) -> Outcome {
+    let want = all_addrs(&topo.workers);
+    topo.wait(Duration::from_secs(60), || {
+        let gw = tor_route(topo, VIP)?;
+        if gw != want {
+            return Err(format!("r2: {VIP} via {gw:?}, want {want:?}"));
+        }
+        Ok(format!("{VIP} via {}", gw.join(" and ")))
+    })
+}
+
+/// `n` HTTP requests from the client namespace to the VIP; the answer of each (or FAIL).
+fn client_requests(topo: &Topology, n: u32) -> Result<Vec<String>, String> {
+    let out = topo.tor.sh(&format!(
+        "for i in $(seq 1 {n}); do ip netns exec {CLIENT_NS} curl -s --max-time 2 http://{VIP}/ || echo FAIL; done"
+    ))?;
+    Ok(out.lines().map(|l| l.trim().to_string()).collect())
+}
+
+fn tally(answers: &[String]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for a in answers {
+        *m.entry(a.clone()).or_insert(0) += 1;
+    }
+    m
+}
+
+fn http_both_workers(topo: &Topology) -> Outcome {
+    let answers = client_requests(topo, 24)?;
+    let t = tally(&answers);
+    let missing: Vec<&str> =
+        topo.workers.iter().map(|w| w.name.as_str()).filter(|n| !t.contains_key(*n)).collect();
+    if !missing.is_empty() || t.contains_key("FAIL") || t.len() != topo.workers.len() {
+        return Err(format!(
+            "answers from the client {CLIENT_NS}: {t:?} (want every worker and no failure){}",
+            topo.tor
+                .sh(&format!("ip route show {VIP}; ip netns exec {CLIENT_NS} ip route"))
+                .unwrap_or_default()
+        ));
+    }
+    Ok(format!("24 requests: {t:?}"))
+}
+
+fn worker_fib(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(60), || {
+        for w in &topo.workers {
+            // uplink installs with `proto bgp`; the static default route is not that.
+            let r = w.vm.sh("ip route show 172.18.10.0/24 proto bgp")?;
+            if gateways(&r) != vec![TOR_ADDR.to_string()] {
+                return Err(format!(
+                    "{}: 172.18.10.0/24 proto bgp is {r:?}, want via {TOR_ADDR}",
+                    w.name
+                ));
+            }
+        }
+        Ok(format!("172.18.10.0/24 via {TOR_ADDR} proto bgp on every worker"))
+    })
+}
+
+/// r3's role: one BGP session per worker in each of VRFs cudn3 and cudn4 over VLANs 2001/2002;
+/// the layer3 CUDN's per-node /24s and the layer2 CUDN's /16 (ECMP) in the ToR's VRF tables.
+fn vrf_lite(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(120), || {
+        for (vrf, net) in [("cudn3", 23), ("cudn4", 24)] {
+            let v = json(
+                &topo.vtysh(&format!("show bgp vrf {vrf} summary json"))?,
+                "show bgp vrf summary json",
+            )?;
+            for (i, w) in topo.workers.iter().enumerate() {
+                let peer = format!("172.19.{net}.{}", i + 2);
+                let state = &v["ipv4Unicast"]["peers"][&peer]["state"];
+                if state != "Established" {
+                    return Err(format!("r2 VRF {vrf}: peer {peer} ({}) is {state}", w.name));
+                }
+            }
+        }
+        let mut notes = Vec::new();
+        for (i, w) in topo.workers.iter().enumerate() {
+            let want = format!("172.19.23.{}", i + 2);
+            let prefix = format!("172.23.{}.0/24", i + 1);
+            let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn3 {prefix}"))?);
+            if gw != vec![want.clone()] {
+                return Err(format!(
+                    "r2 VRF cudn3: {prefix} via {gw:?}, want [{want}] ({})",
+                    w.name
+                ));
+            }
+            notes.push(format!("cudn3 {prefix} via {want}"));
+        }
+        let want: Vec<String> =
+            (0..topo.workers.len()).map(|i| format!("172.19.24.{}", i + 2)).collect();
+        let gw = gateways(&topo.tor.sh("ip route show vrf cudn4 172.24.0.0/16")?);
+        if gw != want {
+            return Err(format!("r2 VRF cudn4: 172.24.0.0/16 via {gw:?}, want {want:?}"));
+        }
+        notes.push(format!("cudn4 172.24.0.0/16 via {}", gw.join(" and ")));
+        Ok(notes.join(", "))
+    })
+}
+
+/// Watches the ToR for the dead worker's next hop to leave the VIP route: timestamps the last
+/// BFD packet from the worker (tcpdump) and the first route event after which the next hop is
+/// gone (`ip monitor`, event-driven so the watcher costs no CPU while it waits).
+const WATCHER: &str = r#"
+import json, subprocess, sys, threading, time
+vip, dead = sys.argv[1], sys.argv[2]
+state = {"last_bfd": None}
+def sniff():
+    p = subprocess.Popen(["tcpdump", "-i", "any", "-n", "-tt", "-l", "-q",
+                          "udp dst port 3784 and src host " + dead],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in p.stdout:
+        try:
+            state["last_bfd"] = float(line.split()[0])
+        except (ValueError, IndexError):
+            pass
+threading.Thread(target=sniff, daemon=True).start()
+mon = subprocess.Popen(["ip", "monitor", "route", "nexthop"], stdout=subprocess.PIPE, text=True)
+t = time.time()
+while state["last_bfd"] is None and time.time() - t < 30:
+    time.sleep(0.05)
+print("ready" if state["last_bfd"] else "no BFD packets from " + dead, flush=True)
+def gone():
+    out = subprocess.run(["ip", "route", "show", vip], capture_output=True, text=True).stdout
+    return ("via " + dead + " ") not in out, out
+while True:
+    line = mon.stdout.readline()
+    if not line:
+        break
+    now = time.time()
+    g, out = gone()
+    if g:
+        print(json.dumps({"route_gone": now, "last_bfd": state["last_bfd"], "route": out}), flush=True)
+        break
+"#;
+
+/// The ToR's count of dropped sessions with `addr`; Err unless the session is Established.
+fn survivor_drops(topo: &Topology, addr: &str) -> Result<u64, String> {
+    let v = json(&topo.vtysh("show bgp summary json")?, "show bgp summary json")?;
+    let p = &v["ipv4Unicast"]["peers"][addr];
+    match (p["state"].as_str(), p["connectionsDropped"].as_u64()) {
+        (Some("Established"), Some(n)) => Ok(n),
+        _ => Err(format!("r2: peer {addr} is not Established: {p}")),
+    }
+}
+
+/// Why sessions with a worker went down: the ToR's and the worker's view.
+fn flap_report(topo: &Topology, i: usize) -> String {
+    let Some(w) = topo.workers.get(i) else { return String::new() };
+    let mut out = String::new();
+    for cmd in [format!("show bgp neighbors {} json", w.addr), format!("show bfd peer {}", w.addr)]
+    {
+        let o = topo.vtysh(&cmd).unwrap_or_else(|e| e);
+        let o = if cmd.ends_with("json") {
+            json(&o, "neighbors")
+                .map(|v| {
+                    let n = &v[&w.addr];
+                    format!(
+                        "lastResetDueTo {} lastErrorCodeSubcode {} connectionsDropped {}",
+                        n["lastResetDueTo"], n["lastErrorCodeSubcode"], n["connectionsDropped"]
+                    )
+                })
+                .unwrap_or(o)
+        } else {
+            o
+        };
+        out.push_str(&format!("\n--- r2# {cmd} ---\n{o}"));
+    }
+    let f = topo
+        .tor
+        .sh(&format!("journalctl --no-pager -t bgpd -t bfdd | grep -F '{}' | tail -n 15", w.addr))
+        .unwrap_or_else(|e| e);
+    out.push_str(&format!("\n--- r2 bgpd/bfdd log for {} ---\n{f}", w.addr));
+    let j = w
+        .vm
+        .sh("journalctl -u uplink --no-pager | grep -iE 'bfd|down|closed|notification|hold' | tail -n 20")
+        .unwrap_or_else(|e| e);
+    out.push_str(&format!("\n--- {} uplink journal ---\n{j}", w.name));
+    out
+}
+
+fn bfd_failover(topo: &mut Topology) -> Outcome {
+    let (dead_i, keep_i) = (1, 0);
+    let (dead_addr, dead_name) = {
+        let d = topo.workers.get(dead_i).ok_or("no second worker")?;
+        (d.addr.clone(), d.name.clone())
+    };
+    let keep_name = topo.workers.get(keep_i).ok_or("no first worker")?.name.clone();
+    vip_ecmp(topo)?;
+    let keep_addr = topo.workers.get(keep_i).map(|k| k.addr.clone()).unwrap_or_default();
+    let drops_before = survivor_drops(topo, &keep_addr)?;
+    if drops_before > 0 {
+        // Not this scenario's failure, but worth seeing: a flap under TCG load before it.
+        println!(
+            "  NOTE: r2's session with {keep_name} dropped {drops_before} time(s) before the failover:{}",
+            flap_report(topo, keep_i)
+        );
+    }
+    topo.tor.sh(&format!(
+        "cat > /tmp/watch.py <<'EOF'\n{WATCHER}\nEOF\n\
+         setsid -f timeout 300 python3 /tmp/watch.py {VIP} {dead_addr} </dev/null >/tmp/watch.out 2>&1"
+    ))?;
+    topo.wait(Duration::from_secs(40), || {
+        let o = topo.tor.sh("cat /tmp/watch.out")?;
+        if o.contains("ready") {
+            Ok(())
+        } else {
+            Err(format!("watcher not ready: {o}"))
+        }
+    })?;
+
+    let killed = topo.workers.get_mut(dead_i).ok_or("no second worker")?.vm.power_off()?;
+    // Host-side view: poll the ToR over SSH (an upper bound: includes the SSH round trip).
+    let host_ms = topo.wait_every(Duration::from_secs(30), Duration::from_millis(20), || {
+        let gw = tor_route(topo, VIP)?;
+        if gw.contains(&dead_addr) {
+            Err(format!("{VIP} still via {gw:?}"))
+        } else {
+            Ok(killed.elapsed().as_millis())
+        }
+    })?;
+    let watch = topo.wait(Duration::from_secs(20), || {
+        let o = topo.tor.sh("cat /tmp/watch.out")?;
+        o.lines()
+            .find(|l| l.starts_with('{'))
+            .map(str::to_owned)
+            .ok_or(format!("watcher has no result: {o}"))
+    })?;
+    let w = json(&watch, "watcher")?;
+    let tor_ms = match (w["route_gone"].as_f64(), w["last_bfd"].as_f64()) {
+        (Some(g), Some(b)) => (g - b) * 1000.0,
+        _ => return Err(format!("watcher result incomplete: {watch}")),
+    };
+    let survivors = gateways(w["route"].as_str().unwrap_or(""));
+    if survivors != vec![keep_addr.clone()] {
+        return Err(format!("after the power-off {VIP} is via {survivors:?}, want [{keep_addr}]"));
+    }
+    let neighbor = topo.vtysh(&format!("show bgp neighbors {dead_addr} json"))?;
+    let reset = json(&neighbor, "show bgp neighbors json")
+        .map(|v| v[&dead_addr]["lastResetDueTo"].to_string())
+        .unwrap_or_default();
+
+    // Detection is BFD's (interval x multiplier), not the BGP hold time (9 s): allow for TCG.
+    let detect_ms = f64::from(BFD_INTERVAL_MS * BFD_MULTIPLIER);
+    if tor_ms > detect_ms + 2000.0 {
+        return Err(format!(
+            "next hop left {tor_ms:.0} ms after the last BFD packet; BFD detection is {detect_ms} ms"
+        ));
+    }
+    // The survivor was not disturbed: its session stayed up through the failover.
+    let drops_after = survivor_drops(topo, &keep_addr)?;
+    if drops_after != drops_before {
+        return Err(format!(
+            "survivor {keep_name}'s session dropped during the failover ({drops_before} -> \
+             {drops_after} drops){}",
+            flap_report(topo, keep_i)
+        ));
+    }
+    let answers = client_requests(topo, 10)?;
+    let t = tally(&answers);
+    if t.len() != 1 || !t.contains_key(&keep_name) {
+        return Err(format!(
+            "after {dead_name} powered off the client got {t:?}, want only {keep_name}"
+        ));
+    }
+    println!(
+        "  BFD failover: next hop gone {tor_ms:.0} ms after {dead_name}'s last BFD packet (ToR clock); \
+         {host_ms} ms after power-off as seen over SSH; r2 lastResetDueTo {reset}"
+    );
+    Ok(format!(
+        "{dead_name} off: next hop left after {tor_ms:.0} ms (ToR, from last BFD packet), {host_ms} ms (host, from power-off); \
+         client: {t:?}"
+    ))
+}
+
+#[test]
+fn seed_lab() {
+    let image = Image::locate();
+    let log_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("vm-logs");
+    println!("booting r2 + wk1 + wk2 in parallel (consoles in {})", log_dir.display());
+    let mut topo = Topology::boot(&image, &log_dir);
+    println!("topology booted and configured in {:.1} s", topo.boot_time.as_secs_f64());
+
+    type Scenario = fn(&mut Topology) -> Outcome;
+    const SESSIONS: &str = "sessions Established (BGP + BFD)";
+    let scenarios: [(&str, Scenario); 8] = [
+        ("config drive applied", |t| config_drive_applied(t)),
+        (SESSIONS, |t| sessions_established(t)),
+        ("pod subnets on the ToR", |t| pod_subnets(t)),
+        ("VIP with two ECMP next hops", |t| vip_ecmp(t)),
+        ("client HTTP answered by both workers", |t| http_both_workers(t)),
+        ("worker FIB: client subnet from the ToR", |t| worker_fib(t)),
+        ("VRF-lite over VLANs 2001/2002 (r3's role)", |t| vrf_lite(t)),
+        ("power-off: BFD failover", bfd_failover),
+    ];
+    let mut failed = Vec::new();
+    let mut summary = Vec::new();
+    for (name, f) in scenarios {
+        let t0 = Instant::now();
+        // Everything after the sessions needs them: do not spend minutes of timeouts on it.
+        let r = if failed.contains(&SESSIONS) {
+            Err(format!("not run: \"{SESSIONS}\" failed"))
+        } else {
+            f(&mut topo)
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        match &r {
+            Ok(note) => println!("PASS {name} ({secs:.1} s): {note}"),
+            Err(e) => {
+                println!("FAIL {name} ({secs:.1} s):\n{e}");
+                failed.push(name);
+            }
+        }
+        summary.push(format!(
+            "{:>7.1} s  {} {name}",
+            secs,
+            if r.is_ok() { "ok  " } else { "FAIL" }
+        ));
+    }
+    println!("boot {:.1} s; scenarios:\n{}", topo.boot_time.as_secs_f64(), summary.join("\n"));
+    assert!(failed.is_empty(), "failed scenarios: {failed:?} (consoles in {})", log_dir.display());
+}
