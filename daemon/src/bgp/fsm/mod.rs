@@ -516,6 +516,12 @@ impl Fsm {
             self.reject_with_collision(id, actions);
             return;
         }
+        // Our own attempt is still in TCP's handshake: give it up and use the peer's. Had both
+        // connections gone on, we could answer the peer's OPEN with a KEEPALIVE here (the
+        // peer then counts this connection Established) and only later see its OPEN on ours;
+        // §6.8 by identifier could then close the connection the peer already runs, and the
+        // session would flap at start. A late completion of the attempt is closed as stale.
+        self.connect_pending = false;
         // A second incoming connection means the peer gave up on the first: replace it.
         if let Some(old) = self.conns.iter().position(|c| c.direction == Direction::Incoming) {
             let old = self.conns.remove(old);

@@ -438,8 +438,8 @@ fn passive_never_connects_and_waits_in_active() {
 fn collision(local_id: Ipv4Addr, open_on: ConnId) -> (Fsm, Vec<Action>) {
     let mut fsm = Fsm::new(FsmConfig { local_id, ..cfg() });
     fsm.handle(Event::ManualStart, t(0.0));
-    fsm.handle(Event::TcpAccepted(C2), t(0.1));
-    fsm.handle(Event::TcpConnected(C1), t(0.2));
+    fsm.handle(Event::TcpConnected(C1), t(0.1));
+    fsm.handle(Event::TcpAccepted(C2), t(0.2));
     assert_eq!(fsm.state(), State::OpenSent);
     let open = peer_open(65002, PEER_ID, 90);
     let actions = fsm.handle(Event::Received(open_on, Message::Open(open)), t(1.0));
@@ -484,18 +484,19 @@ fn collision_local_id_lower_keeps_the_peers_connection() {
 }
 
 #[test]
-fn collision_with_open_confirm_connection() {
-    // The incoming connection already reached OpenConfirm; the OPEN on the outgoing one
-    // shows the peer's identifier is lower, so the outgoing one wins.
+fn our_attempt_still_connecting_yields_to_the_peers_connection() {
+    // The peer's connection arrives while ours is in TCP's handshake. Ours is given up: had it
+    // gone on, the incoming connection could reach OpenConfirm (the peer then counts it
+    // Established) before the peer's OPEN on ours, and §6.8 by identifier (ours is higher
+    // here) would close the connection the peer already runs: a flap at every start.
     let mut fsm = Fsm::new(FsmConfig { local_id: Ipv4Addr::new(10, 0, 0, 9), ..cfg() });
     fsm.handle(Event::ManualStart, t(0.0));
     fsm.handle(Event::TcpAccepted(C2), t(0.1));
     fsm.handle(Event::Received(C2, Message::Open(peer_open(65002, PEER_ID, 90))), t(0.2));
     assert_eq!(fsm.state(), State::OpenConfirm);
-    fsm.handle(Event::TcpConnected(C1), t(0.3));
-    let actions = fsm.handle(open_msg(peer_open(65002, PEER_ID, 90)), t(0.4));
-    assert!(cease7(&actions, C2));
-    assert_eq!(fsm.state(), State::OpenConfirm);
+    assert_eq!(fsm.handle(Event::TcpConnected(C1), t(0.3)), [Action::Close(C1)]);
+    let actions = fsm.handle(Event::Received(C2, Message::Keepalive), t(0.4));
+    assert!(matches!(actions[..], [Action::Established(C2, _)]), "{actions:?}");
 }
 
 #[test]
