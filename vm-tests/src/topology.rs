@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 pub const TOR_ADDR: &str = "172.18.20.1";
 pub const TOR_ASN: u32 = 65102;
 pub const WORKER_ASN: u32 = 65801;
+/// A prefix the ToR's cudn3 router announces to the workers: uplink installs it into the
+/// worker's cudn3 VRF table (issue #3: routes into a VRF's table).
+pub const VRF_LEARNED: &str = "172.30.3.0/24";
+
 /// r3's AS: the ToR's routers in VRFs cudn3/cudn4.
 pub const VRF_TOR_ASN: u32 = 65103;
 pub const VIP: &str = "192.168.100.10";
@@ -140,8 +144,9 @@ fn tor_frr_conf(workers: &[(String, String)]) -> String {
          neighbor workers bfd profile tor\n neighbor workers timers 3 9\n neighbor workers timers connect 5\n{neighbors} !\n \
          address-family ipv4 unicast\n  network 172.18.10.0/24\n  maximum-paths 16\n exit-address-family\nexit\n\
          !\n\
-         router bgp {VRF_TOR_ASN} vrf cudn3\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf3} !\n \
-         address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\nexit\n\
+         router bgp {VRF_TOR_ASN} vrf cudn3\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n \
+         no bgp network import-check\n{vrf3} !\n \
+         address-family ipv4 unicast\n  network {VRF_LEARNED}\n  maximum-paths 16\n exit-address-family\nexit\n\
          !\n\
          router bgp {VRF_TOR_ASN} vrf cudn4\n bgp router-id 172.18.0.3\n no bgp ebgp-requires-policy\n{vrf4} !\n \
          address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\nexit\n!\n"
@@ -295,6 +300,7 @@ asn = {VRF_TOR_ASN}
 connect_time = "5s"
 hold_time = "9s"
 keepalive_time = "3s"
+to_receive = {{ allowed = {{ mode = "all" }} }}
 "#
         ));
     }

@@ -5,7 +5,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
-    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, TOR_ADDR, VIP,
+    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, TOR_ADDR, VIP, VRF_LEARNED,
 };
 
 type Outcome = Result<String, String>;
@@ -213,6 +213,25 @@ fn vrf_lite(topo: &Topology) -> Outcome {
             return Err(format!("r2 VRF cudn4: 172.24.0.0/16 via {gw:?}, want {want:?}"));
         }
         notes.push(format!("cudn4 172.24.0.0/16 via {}", gw.join(" and ")));
+        // The other way: what r3's cudn3 router announces is in each worker's cudn3 table
+        // (the VRF device's table, 1003), installed by uplink, not in the main table.
+        for w in &topo.workers {
+            let r = w.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto bgp"))?;
+            if gateways(&r) != vec!["172.19.23.1".to_string()] || !r.contains("vlan2001") {
+                return Err(format!(
+                    "{}: {VRF_LEARNED} in VRF cudn3 is {r:?}, want via 172.19.23.1 dev vlan2001",
+                    w.name
+                ));
+            }
+            let main = w.vm.sh(&format!("ip route show {VRF_LEARNED}"))?;
+            if !main.trim().is_empty() {
+                return Err(format!(
+                    "{}: {VRF_LEARNED} leaked into the main table: {main}",
+                    w.name
+                ));
+            }
+        }
+        notes.push(format!("{VRF_LEARNED} in each worker's cudn3 table via 172.19.23.1"));
         Ok(notes.join(", "))
     })
 }
