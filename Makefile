@@ -72,3 +72,15 @@ bench-bfd: deps-test
 FIB_COUNTS ?= 100000 500000 1000000
 bench-fib: deps-test
 	./bench/fib.sh $(FIB_COUNTS)
+
+# Node OS image (image/README.md): kernel + initramfs root, iPXE script, qcow2, SHA256SUMS in
+# image/out. image-verify builds twice and compares; image-test PXE-boots it under QEMU (TCG).
+.PHONY: image image-lock image-verify image-test
+image:
+	./image/build.sh
+image-lock:
+	./image/build.sh --update-lock
+image-verify:
+	./image/verify.sh
+image-test:
+	./image/pxe-test.sh
