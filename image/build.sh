@@ -250,7 +250,7 @@ customize() {
 disk_initrd() {
   local root=$1 kver=$2 conf=$1/tmp/initramfs-conf
   cp -a "$root/etc/initramfs-tools" "$conf"
-  sed -i 's/^MODULES=.*/MODULES=list/; s/^COMPRESS=.*/COMPRESS=zstd/' "$conf/initramfs.conf"
+  sed -i 's/^MODULES=.*/MODULES=list/; s/^COMPRESS=.*/COMPRESS=gzip/' "$conf/initramfs.conf"
   printf '%s\n' virtio_pci virtio_blk virtio_scsi sd_mod ahci nvme ext4 >"$conf/modules"
   in_chroot "$root" env SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" \
     mkinitramfs -d /tmp/initramfs-conf -o "/boot/initrd.img-$kver" "$kver"
