@@ -269,7 +269,7 @@ make_initrd() {
   [ -c "$root/dev/console" ] || mknod -m 600 "$root/dev/console" c 5 1
   normalize_mtimes "$root"
   (cd "$root" && find . -path './boot/*' -prune -o -print | sort |
-    cpio --quiet -o -H newc --reproducible) | zstd -q -T2 -12 >"$dest"
+    cpio --quiet -o -H newc --reproducible) | zstd -q -T2 -9 >"$dest"
   rm -f "$root/init"
 }
 
