@@ -8,7 +8,7 @@ target=x86_64-unknown-linux-gnu
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct -- image daemon Cargo.toml Cargo.lock)}
 export RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$repo=/build/uplink \
 --remap-path-prefix=$target_dir=/build/target --remap-path-prefix=$cargo_home=/cargo \
 --remap-path-prefix=$rustup_home=/rustup"

@@ -40,7 +40,8 @@ fi
 
 export LC_ALL=C TZ=UTC
 umask 022
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
+# The last commit that changed what goes into the image: unrelated commits do not rebuild it.
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct -- image daemon Cargo.toml Cargo.lock)}
 export SOURCE_DATE_EPOCH
 log() { printf '[image %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
