@@ -283,6 +283,13 @@ make_qcow2() {
     -U 3d1c6b2e-5f0a-4c8e-9a7d-2b6f1e0c9a41 \
     -E hash_seed=7f4e2a90-1c3b-4d5e-8f60-a1b2c3d4e5f6,lazy_itable_init=1,nodiscard \
     -d "$root" "$raw"
+  # mkfs.ext4 -d (1.47.0) copies each file's ctime, which is the time of this build: pin ctime
+  # and atime of every used inode (they are allocated in sequence from the first).
+  local used
+  used=$(dumpe2fs -h "$raw" 2>/dev/null | awk -F: '/^Inode count/{c=$2} /^Free inodes/{f=$2} END{print c-f}')
+  seq 1 $((used + 11)) | awk -v t="@$SOURCE_DATE_EPOCH" \
+    '{print "sif <" $1 "> ctime " t; print "sif <" $1 "> atime " t}' >"$work/debugfs.cmds"
+  E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH debugfs -w -f "$work/debugfs.cmds" "$raw" >/dev/null 2>&1
   qemu-img convert -f raw -O qcow2 "$raw" "$dest"
   rm -f "$raw"
 }
