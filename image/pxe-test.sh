@@ -36,6 +36,11 @@ cat >"$work/cfg/uplink/uplink.toml" <<'EOF'
 asn = 65801
 id = "192.0.2.10"
 EOF
+# setup.sh (the hook run after network-online) reports memory: the root lives in RAM.
+cat >"$work/cfg/setup.sh" <<'EOF'
+#!/bin/sh
+echo "pxe-setup: $(grep -E 'MemTotal|MemAvailable' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+EOF
 "$here/mkconfigdrive" --tar "$work/cfg" "$work/www/node.tar.gz"
 for f in vmlinuz initrd.img boot.ipxe; do
   ln -s "$out/node/$f" "$work/tftp/$f"
@@ -74,6 +79,7 @@ marks=(
   "config:uplink-config: applied from http://10.0.2.2:$port/node.tar.gz"
   "multi-user:Reached target multi-user.target"
   "uplink-ready:Started uplink.service"
+  "setup:pxe-setup: "
 )
 fail() {
   echo "FAIL: $*" >&2
@@ -97,4 +103,5 @@ while [ "${#seen[@]}" -lt "${#marks[@]}" ]; do
   fi
   sleep 1
 done
+grep -a -m1 "pxe-setup: Mem" "$console" | sed 's/.*pxe-setup: /pxe-test: node memory: /' | tr -d '\r'
 echo "pxe-test: OK ($proto, $(stat -Lc %s "$out/node/initrd.img") byte initramfs): kernel at ${seen[kernel]} s, READY at ${seen[uplink-ready]} s"
