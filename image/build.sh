@@ -213,6 +213,8 @@ customize() {
     echo uplink-node >"$root/etc/hostname"
   else
     sed -i 's/^bgpd=no/bgpd=yes/; s/^bfdd=no/bfdd=yes/' "$root/etc/frr/daemons"
+    # Under TCG the first start can take longer than watchfrr's 20 s default restart timeout.
+    echo 'watchfrr_options="-T 300"' >>"$root/etc/frr/daemons"
     echo tor >"$root/etc/hostname"
   fi
   printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
