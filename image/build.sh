@@ -199,6 +199,7 @@ customize() {
   local v=$1 root=$2 kver=$3 f
   rm -f "$root/usr/sbin/policy-rc.d"
   for layer in common "$v"; do
+    [ -d "$here/overlay/$layer" ] || continue   # git keeps no empty directories
     (cd "$here/overlay/$layer" && find . -type d -print0 | xargs -0 -I{} mkdir -p "$root/{}")
     (cd "$here/overlay/$layer" && find . -type f -print0) | while IFS= read -r -d '' f; do
       if [ -x "$here/overlay/$layer/$f" ]; then mode=0755; else mode=0644; fi
