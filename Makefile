@@ -44,6 +44,7 @@ test: deps-test lint
 	$(MAKE) fuzz-smoke
 	$(MAKE) nix-check
 	$(MAKE) vm-test
+	$(MAKE) image-test
 
 FUZZ_TARGETS := $(notdir $(basename $(wildcard daemon/fuzz/fuzz_targets/*.rs)))
 FUZZ_SECONDS ?= 20
@@ -94,3 +95,15 @@ vm-test:
 	$(MAKE) image
 	UPLINK_IMAGE_OUT=$${IMAGE_OUT:-$(CURDIR)/image/out} \
 	  cargo test -p uplink-vm-tests -- --nocapture --test-threads=1
+
+# Node OS image (image/README.md): kernel + initramfs root, iPXE script, qcow2, SHA256SUMS in
+# image/out. image-verify builds twice and compares; image-test PXE-boots it under QEMU (TCG).
+.PHONY: image image-lock image-verify image-test
+image:
+	./image/build.sh
+image-lock:
+	./image/build.sh --update-lock
+image-verify:
+	./image/verify.sh
+image-test:
+	./image/pxe-test.sh
