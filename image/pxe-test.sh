@@ -21,8 +21,9 @@ timeout=${PXE_TIMEOUT:-420}
 work=$(mktemp -d "${TMPDIR:-/tmp}/uplink-pxe.XXXXXX")
 qemu_pid='' http_pid=''
 cleanup() {
-  [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null && wait "$qemu_pid" 2>/dev/null
-  [ -n "$http_pid" ] && kill "$http_pid" 2>/dev/null && wait "$http_pid" 2>/dev/null
+  # `wait` returns the killed process's status (143): not the test's result.
+  if [ -n "$qemu_pid" ]; then kill "$qemu_pid" 2>/dev/null || true; wait "$qemu_pid" 2>/dev/null || true; fi
+  if [ -n "$http_pid" ]; then kill "$http_pid" 2>/dev/null || true; wait "$http_pid" 2>/dev/null || true; fi
   rm -rf "$work"
   return 0
 }
