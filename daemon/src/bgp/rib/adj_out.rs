@@ -38,6 +38,11 @@ impl<P: Prefix> AdjRibOut<P> {
     /// Records that the peer should now have `desired` for `prefix` (`None`: not at all).
     /// Repeated changes before a drain collapse to the difference from what was sent.
     pub(crate) fn set(&mut self, prefix: P, desired: Option<Arc<PathAttributes>>) {
+        // The common case while learning a table from a peer that gets nothing back: skip
+        // hashing the prefix twice for two empty maps.
+        if desired.is_none() && self.sent.is_empty() && self.pending.is_empty() {
+            return;
+        }
         let unchanged = match (self.sent.get(&prefix), &desired) {
             (None, None) => true,
             (Some(sent), Some(new)) => Arc::ptr_eq(sent, new),
