@@ -94,6 +94,21 @@ enum Input {
     Snapshot(oneshot::Sender<Vec<PeerView>>),
 }
 
+/// Adds sessions to a running BFD thread (it does not keep the thread alive).
+#[derive(Clone)]
+pub struct BfdRegistrar {
+    input: mpsc::Sender<Input>,
+}
+
+impl BfdRegistrar {
+    /// Starts a session to `spec.peer`. The returned watch follows its state for BGP.
+    pub fn add_peer(&self, spec: PeerSpec) -> Result<watch::Receiver<BfdLink>, String> {
+        let (tx, rx) = watch::channel(BfdLink::default());
+        self.input.send(Input::Add(spec, tx)).map_err(|_| "the BFD thread has stopped")?;
+        Ok(rx)
+    }
+}
+
 /// Handle on the BFD thread of one routing instance. Dropping it stops the thread.
 pub struct BfdRuntime {
     input: mpsc::Sender<Input>,
@@ -127,9 +142,12 @@ impl BfdRuntime {
 
     /// Starts a session to `spec.peer`. The returned watch follows its state for BGP.
     pub fn add_peer(&self, spec: PeerSpec) -> Result<watch::Receiver<BfdLink>, String> {
-        let (tx, rx) = watch::channel(BfdLink::default());
-        self.input.send(Input::Add(spec, tx)).map_err(|_| "the BFD thread has stopped")?;
-        Ok(rx)
+        self.registrar().add_peer(spec)
+    }
+
+    /// A handle that can add sessions later, from another task.
+    pub fn registrar(&self) -> BfdRegistrar {
+        BfdRegistrar { input: self.input.clone() }
     }
 
     /// Ends the session to `peer`: it sends AdminDown once (RFC 5880 §6.8.16, so the peer's
