@@ -134,6 +134,9 @@ to_advertise = { allowed = { mode = "all" } }"#;
             let now = updates_sent(&uplink);
             (now > before).then_some(()).ok_or(format!("updatesSent still {now}"))
         });
+        let v = uplink.json(&["show", "bgp", "neighbors", "10.0.1.1"]).unwrap_or_default();
+        let refreshes = &v["10.0.1.1"]["messageStats"]["routeRefreshRecv"];
+        assert!(refreshes.as_u64().unwrap_or(0) >= 1, "routeRefreshRecv {refreshes}");
     }
 
     // The peer restarts: its routes leave, the session comes back, they return.

@@ -21,6 +21,7 @@ pub struct PeerStats {
     pub opens_rcvd: AtomicU64,
     pub opens_sent: AtomicU64,
     pub refreshes_rcvd: AtomicU64,
+    pub refreshes_sent: AtomicU64,
     pub established_count: AtomicU64,
     pub dropped_count: AtomicU64,
     slow: Mutex<Slow>,
@@ -66,6 +67,8 @@ pub struct PeerSnapshot {
     pub notifications_sent: u64,
     pub opens_rcvd: u64,
     pub opens_sent: u64,
+    pub refreshes_rcvd: u64,
+    pub refreshes_sent: u64,
     pub established_count: u64,
     pub dropped_count: u64,
     pub remote_id: Option<std::net::Ipv4Addr>,
@@ -104,6 +107,7 @@ impl PeerStats {
             Some(MessageType::Keepalive) => &self.keepalives_sent,
             Some(MessageType::Notification) => &self.notifications_sent,
             Some(MessageType::Open) => &self.opens_sent,
+            Some(MessageType::RouteRefresh) => &self.refreshes_sent,
             _ => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -165,6 +169,8 @@ impl PeerStats {
             notifications_sent: load(&self.notifications_sent),
             opens_rcvd: load(&self.opens_rcvd),
             opens_sent: load(&self.opens_sent),
+            refreshes_rcvd: load(&self.refreshes_rcvd),
+            refreshes_sent: load(&self.refreshes_sent),
             established_count: load(&self.established_count),
             dropped_count: load(&self.dropped_count),
             remote_id: slow.remote_id,

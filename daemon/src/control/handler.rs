@@ -331,6 +331,7 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
                     "notificationsSent": snap.notifications_sent, "notificationsRecv": snap.notifications_rcvd,
                     "updatesSent": snap.updates_sent, "updatesRecv": snap.updates_rcvd,
                     "keepalivesSent": snap.keepalives_sent, "keepalivesRecv": snap.keepalives_rcvd,
+                    "routeRefreshSent": snap.refreshes_sent, "routeRefreshRecv": snap.refreshes_rcvd,
                     "totalSent": snap.msgs_sent, "totalRecv": snap.msgs_rcvd,
                 },
                 "addressFamilyInfo": afi,
