@@ -201,12 +201,10 @@ impl RibTask {
         }
     }
 
-    /// Keeps forwarding changes for the FIB writer; with `install = false` there is none, and
-    /// nothing may pile up.
+    /// Keeps changes for the FIB writer. With `install = false` there is no writer, and the RIB
+    /// reports no changes (`Rib::set_fib_tracking`), so nothing piles up.
     fn record_fib(&mut self, changes: Vec<FibChange>) {
-        if self.fib.is_some() {
-            self.fib_out.extend(changes);
-        }
+        self.fib_out.extend(changes);
     }
 
     fn handle(&mut self, cmd: RibCommand) {
@@ -302,10 +300,9 @@ impl RibTask {
             }
         }
         self.wake(&outbound);
-        if let Some(side) = self.peers.get_mut(&id) {
-            side.last_update_applied = Some(std::time::SystemTime::now());
-        }
-        if let (Some(count), Some(side)) = (accepted, self.peers.get_mut(&id)) {
+        let Some(side) = self.peers.get_mut(&id) else { return };
+        side.last_update_applied = Some(std::time::SystemTime::now());
+        if let Some(count) = accepted {
             if let Some(max) = side.max_prefixes {
                 if count > max as usize && !side.over_limit {
                     side.over_limit = true;

@@ -78,8 +78,8 @@ impl FibSender {
 
 /// Starts the writer and monitor threads. The writer first reconciles with the kernel (removing
 /// every stale `proto bgp` route in uplink's tables), then applies changes as they come.
-/// Starts the FIB writer. `nexthop_objects = false` installs ECMP routes with RTA_MULTIPATH
-/// (the writer also falls back to that by itself when the kernel has no nexthop objects).
+/// `nexthop_objects = false` installs ECMP routes with RTA_MULTIPATH (the writer also falls
+/// back to that by itself when the kernel has no nexthop objects).
 pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result<Fib, String> {
     let kernel = kernel::Kernel::open()
         .map_err(|e| format!("cannot open a netlink socket for the FIB: {e}"))?;
