@@ -31,7 +31,13 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
         let fib = fib::start(
-            vec![FibInstanceConfig { vrf: String::new(), install: true, table: None, metric: 20 }],
+            vec![FibInstanceConfig {
+                vrf: String::new(),
+                install: true,
+                table: None,
+                metric: 20,
+                leaked_from: None,
+            }],
             true,
         )
         .unwrap();

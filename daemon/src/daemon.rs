@@ -6,10 +6,12 @@ use crate::bgp::instance::Instance;
 use crate::config;
 use crate::control::protocol::Request;
 use crate::ops::systemd;
+use crate::reload::{fib_instances, InstanceList, Reloader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{error, info, warn};
+use tokio::sync::watch;
+use tracing::{error, info};
 
 /// Runs the daemon until a termination signal. A config with a mistake never half-applies:
 /// it is rejected before anything starts.
@@ -23,38 +25,50 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
-        // The FIB writer starts first: it purges stale routes before any session is up.
-        let fib_instances =
-            config.bgp.routers.iter().map(crate::fib::FibInstanceConfig::of).collect();
-        let fib = crate::fib::start(fib_instances, config.fib.nexthop_objects)?;
-        let mut instances = Vec::new();
-        for router in &config.bgp.routers {
-            let instance = Instance::start(router, &config, Some(&fib)).await.map_err(|e| {
-                format!("router {} (vrf {:?}): {e}", router.asn, router.vrf)
-            })?;
-            instances.push(instance);
-        }
-        let ribs = instances.iter().map(|i| (i.vrf.clone(), i.rib.clone())).collect();
-        // A drain outlives a daemon restart (an upgrade in a maintenance window must not
-        // bring the VIPs back); the marker lives beside the socket, in /run, so a reboot
-        // clears it.
+        // The drain state and the announcements are known before any session starts, so a
+        // peer's first UPDATEs already carry the node's prefixes. A drain outlives a daemon
+        // restart (an upgrade in a maintenance window must not bring the VIPs back); the
+        // marker lives beside the socket, in /run, so a reboot clears it.
         let marker = drain_marker(socket);
         let drained = marker.exists();
         if drained {
             info!(marker = %marker.display(), "starting drained: service addresses withdrawn");
         }
+        let initial = crate::announce::compute_config(
+            &config,
+            crate::announce::RuntimeState { health: None, drained },
+        );
+        // The FIB writer starts before any session: it purges stale routes first.
+        let fib = crate::fib::start(fib_instances(&config, &initial), config.fib.nexthop_objects)?;
+        let mut instances = Vec::new();
+        for router in &config.bgp.routers {
+            let announced = crate::announce::runtime::announced_set(&initial, &router.vrf);
+            let instance = Instance::start(router, &config, Some(&fib), announced)
+                .await
+                .map_err(|e| format!("router {} (vrf {:?}): {e}", router.asn, router.vrf))?;
+            instances.push(Arc::new(instance));
+        }
+        let ribs = instances.iter().map(|i| (i.vrf.clone(), i.rib.clone())).collect();
         let announcer = crate::announce::runtime::spawn(
             config.announce.clone(),
             crate::announce::router_inputs(&config),
             ribs,
             drained,
         );
-        let (running_tx, running) = tokio::sync::watch::channel(Arc::new(config));
-        let instances = Arc::new(instances);
-        reload_on_sighup(config_path.to_path_buf(), instances.clone(), announcer.clone(), running_tx);
+        let count = instances.len();
+        let (running_tx, running) = watch::channel(Arc::new(config));
+        let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
+        Reloader {
+            config_path: config_path.to_path_buf(),
+            fib: fib.clone(),
+            announcer: announcer.clone(),
+            instances: instances_tx,
+            running: running_tx,
+        }
+        .spawn();
         let handler_instances = instances.clone();
         let _control = crate::control::server::serve(socket, move |request: Request| {
-            let instances = handler_instances.clone();
+            let instances = handler_instances.borrow().clone();
             let (announcer, fib) = (announcer.clone(), fib.clone());
             let config = running.borrow().clone();
             let marker = marker.clone();
@@ -70,13 +84,14 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             }
         })
         .map_err(|e| format!("cannot open the control socket {}: {e}", socket.display()))?;
-        info!(socket = %socket.display(), "uplink running with {} routing instance(s)", instances.len());
-        systemd::ready(&format!("{} routing instance(s)", instances.len()));
+        info!(socket = %socket.display(), "uplink running with {count} routing instance(s)");
+        systemd::ready(&format!("{count} routing instance(s)"));
         systemd::spawn_watchdog();
 
         wait_for_shutdown().await;
         systemd::stopping();
         info!("shutting down: sending Cease/Administrative Shutdown to every peer");
+        let instances = instances.borrow().clone();
         for instance in instances.iter() {
             instance.shutdown().await;
         }
@@ -85,59 +100,6 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         let _ = std::fs::remove_file(socket);
         Ok(())
     })
-}
-
-/// SIGHUP: re-reads the config. A config with an error changes nothing (the errors are
-/// logged). Otherwise neighbors are added, removed or reset one by one (`Instance::reload`:
-/// sessions whose neighbor did not change are not touched), the announcements follow, and
-/// `show running-config` shows the new config. Routers added or removed need a restart.
-fn reload_on_sighup(
-    config_path: PathBuf,
-    instances: Arc<Vec<Instance>>,
-    announcer: crate::announce::runtime::AnnouncerHandle,
-    running: tokio::sync::watch::Sender<Arc<config::Config>>,
-) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        error!("cannot install the SIGHUP handler; the config reloads only on restart");
-        return;
-    };
-    tokio::spawn(async move {
-        while hup.recv().await.is_some() {
-            let config = match config::load(&config_path) {
-                Ok(config) => config,
-                Err(errors) => {
-                    warn!("reload rejected, the running config stays:\n{errors}");
-                    continue;
-                }
-            };
-            for router in &config.bgp.routers {
-                match instances.iter().find(|i| i.vrf == router.vrf) {
-                    Some(instance) => {
-                        let report = instance.reload(router, &config).await;
-                        info!(
-                            vrf = %router.vrf,
-                            added = ?report.added, removed = ?report.removed, reset = ?report.reset,
-                            "reload: neighbors updated; other sessions untouched"
-                        );
-                        for note in &report.deferred {
-                            warn!(vrf = %router.vrf, "reload: {note}");
-                        }
-                    }
-                    None => warn!(vrf = %router.vrf, "reload: a new router starts after a restart"),
-                }
-            }
-            for instance in instances.iter() {
-                if !config.bgp.routers.iter().any(|r| r.vrf == instance.vrf) {
-                    warn!(vrf = %instance.vrf, "reload: removing a router needs a restart; it keeps running");
-                }
-            }
-            let routers = crate::announce::router_inputs(&config);
-            announcer.replace_config(config.announce.clone(), routers).await;
-            info!("reload: applied {}", config_path.display());
-            running.send_replace(Arc::new(config));
-        }
-    });
 }
 
 /// Where the drain state is kept: `drained` in the control socket's directory.

@@ -8,3 +8,4 @@ pub mod control;
 pub mod daemon;
 pub mod fib;
 pub mod ops;
+pub mod reload;

@@ -138,4 +138,118 @@ fn sighup_changes_only_the_sessions_whose_neighbors_changed() {
         }
     });
     assert_eq!(frr_sessions(&frr).0, 2, "removing a neighbor must not reset another session");
+
+    // The router's `prefixes` change: FRR gets the new prefix and loses the old one, and the
+    // session is not reset (frr-k8s: `prefixes` go to neighbors whose toAdvertise allows them).
+    let frr_all = neighbor(
+        "10.0.1.1",
+        65101,
+        "hold_time = \"30s\"\nto_advertise = { allowed = { mode = \"all\" } }",
+    );
+    let with_prefixes = |prefixes: &str| {
+        config(std::slice::from_ref(&frr_all)).replacen(
+            "install = false\n",
+            &format!("install = false\nprefixes = [{prefixes}]\n"),
+            1,
+        )
+    };
+    reload(&uplink, &with_prefixes("\"10.77.1.0/24\""));
+    wait_for("FRR has 10.77.1.0/24", UP, || match frr.route_nexthops("10.77.1.0/24").as_slice() {
+        [hop] if hop == "10.0.1.2" => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    let sessions = frr_sessions(&frr).0;
+    reload(&uplink, &with_prefixes("\"10.77.2.0/24\""));
+    wait_for("FRR has 10.77.2.0/24 and not 10.77.1.0/24", UP, || {
+        let (new, old) = (frr.route_nexthops("10.77.2.0/24"), frr.route_nexthops("10.77.1.0/24"));
+        if new.len() == 1 && old.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("new {new:?} old {old:?}"))
+        }
+    });
+    assert_eq!(frr_sessions(&frr).0, sessions, "changing prefixes must not reset the session");
+}
+
+/// Router-level changes: a new router id restarts that router (its sessions end with
+/// Cease/Other Configuration Change and come back under the new id); removing the router ends
+/// its sessions with Cease/Peer De-configured and takes its routes out of the kernel; adding it
+/// back starts it. All without restarting uplink.
+#[test]
+fn sighup_restarts_removes_and_adds_routers() {
+    let mut lab = Lab::new("reload-router");
+    let node = lab.ns("node");
+    let frr_ns = lab.ns("frr");
+    lab.link(&node, &["10.0.1.2/24"], &frr_ns, &["10.0.1.1/24"]);
+    let mut frr_spec = spec(65101, "10.0.1.1", "10.0.1.2");
+    frr_spec.announce = vec!["10.88.0.0/24".into()];
+    let frr = Frr::start(&mut lab, &frr_ns, &frr_conf(&frr_spec));
+    let router = |id: &str| {
+        format!(
+            "[[bgp.routers]]\nasn = 65001\nid = \"{id}\"\nprefixes = [\"10.77.0.0/24\"]\n{}",
+            neighbor(
+                "10.0.1.1",
+                65101,
+                "to_advertise = { allowed = { mode = \"all\" } }\nto_receive = { allowed = { mode = \"all\" } }"
+            )
+        )
+    };
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &router("10.0.0.9"));
+    let frr_sees = |id: &str| {
+        wait_for(&format!("FRR Established with router id {id} and 10.77.0.0/24"), UP, || {
+            let v = frr.json("show bgp neighbors 10.0.1.2 json");
+            let n = &v["10.0.1.2"];
+            let routes = frr.route_nexthops("10.77.0.0/24");
+            if n["bgpState"] == "Established" && n["remoteRouterId"] == id && routes.len() == 1 {
+                Ok(())
+            } else {
+                Err(format!("{} {} {routes:?}", n["bgpState"], n["remoteRouterId"]))
+            }
+        })
+    };
+    let kernel_route = || node.run(&["ip", "route", "show", "10.88.0.0/24", "proto", "bgp"]);
+    frr_sees("10.0.0.9");
+    wait_for("10.88.0.0/24 in the node's kernel", UP, || {
+        let r = kernel_route();
+        if r.contains("via 10.0.1.1") {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    });
+
+    reload(&uplink, &router("10.0.0.10"));
+    frr_sees("10.0.0.10");
+    let (count, why) = frr_sessions(&frr);
+    assert_eq!(count, 2, "one reset for the new router id ({why})");
+    // FRR forgets the NOTIFICATION's reason once the session is back; it keeps the count.
+    let v = frr.json("show bgp neighbors 10.0.1.2 json");
+    let notifications = v["10.0.1.2"]["messageStats"]["notificationsRecv"].as_u64();
+    assert!(notifications >= Some(1), "FRR got no NOTIFICATION for the reset ({why}): {v}");
+
+    // Remove the router: its session ends, its routes leave the kernel.
+    reload(&uplink, "[node]\nname = \"n1\"\n");
+    wait_for("FRR's session closed and the kernel route gone", UP, || {
+        let state = frr.peer_state("ipv4Unicast", "10.0.1.2");
+        let r = kernel_route();
+        if state != "Established" && r.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{state} {r}"))
+        }
+    });
+    let v = frr.json("show bgp neighbors 10.0.1.2 json");
+    assert_eq!(v["10.0.1.2"]["lastNotificationReason"], "Cease/Peer De-configured", "{v}");
+
+    // Add it back: it starts (port 179 was released).
+    reload(&uplink, &router("10.0.0.10"));
+    frr_sees("10.0.0.10");
+    wait_for("10.88.0.0/24 back in the node's kernel", UP, || {
+        let r = kernel_route();
+        if r.contains("via 10.0.1.1") {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    });
 }

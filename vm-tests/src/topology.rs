@@ -286,14 +286,33 @@ network_selectors = [{{ network_selection_type = "ClusterUserDefinedNetworks", c
 target_vrf = "auto"
 "#
     );
+    // Route leaking (frr-k8s `imports`): cudn4 imports the default VRF, so its router sends
+    // the default router's VIP and pod subnet to r3's cudn4 router, and the routes the worker
+    // learns in the default VRF are installed in its cudn4 table, out of the default VRF's
+    // interface. The default router imports cudn3 the same way.
+    s.push_str(&format!(
+        r#"
+[[bgp.routers]]
+asn = {WORKER_ASN}
+imports = [{{ vrf = "cudn3" }}]
+"#
+    ));
     for (vrf, net) in [("cudn3", 23), ("cudn4", 24)] {
+        let (imports, advertise) = if vrf == "cudn4" {
+            (
+                "imports = [{ vrf = \"default\" }]\n",
+                "to_advertise = { allowed = { mode = \"all\" } }\n",
+            )
+        } else {
+            ("", "")
+        };
         s.push_str(&format!(
             r#"
 [[bgp.routers]]
 asn = {WORKER_ASN}
 id = "172.19.{net}.{host}"
 vrf = "{vrf}"
-
+{imports}
 [[bgp.routers.neighbors]]
 address = "172.19.{net}.1"
 asn = {VRF_TOR_ASN}
@@ -301,7 +320,7 @@ connect_time = "5s"
 hold_time = "9s"
 keepalive_time = "3s"
 to_receive = {{ allowed = {{ mode = "all" }} }}
-"#
+{advertise}"#
         ));
     }
     s

@@ -223,15 +223,62 @@ fn vrf_lite(topo: &Topology) -> Outcome {
                     w.name
                 ));
             }
-            let main = w.vm.sh(&format!("ip route show {VRF_LEARNED}"))?;
-            if !main.trim().is_empty() {
+        }
+        notes.push(format!("{VRF_LEARNED} in each worker's cudn3 table via 172.19.23.1"));
+        Ok(notes.join(", "))
+    })
+}
+
+/// Route leaking between VRFs (frr-k8s `imports`, FRR `import vrf`): each worker's cudn4
+/// router imports the default VRF and the default router imports cudn3. A leaked route keeps
+/// its next hop in the VRF it came from; the imported originations reach r3's cudn4 router.
+fn vrf_leaking(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(120), || {
+        let mut notes = Vec::new();
+        for w in &topo.workers {
+            // Learned in the default VRF from r2, installed in cudn4's table (1004) through
+            // the default VRF's interface, at the cudn4 router's metric + 1.
+            let r = w.vm.sh("ip route show vrf cudn4 172.18.10.0/24 proto bgp")?;
+            if gateways(&r) != vec![TOR_ADDR.to_string()] || r.contains("vlan") {
                 return Err(format!(
-                    "{}: {VRF_LEARNED} leaked into the main table: {main}",
+                    "{}: 172.18.10.0/24 in VRF cudn4 is {r:?}, want via {TOR_ADDR} on the default VRF's NIC",
                     w.name
                 ));
             }
+            // Learned in cudn3 from r3, installed in main through vlan2001 (VRF cudn3).
+            let r = w.vm.sh(&format!("ip route show {VRF_LEARNED} proto bgp"))?;
+            if gateways(&r) != vec!["172.19.23.1".to_string()] || !r.contains("vlan2001") {
+                return Err(format!(
+                    "{}: {VRF_LEARNED} in main is {r:?}, want via 172.19.23.1 dev vlan2001",
+                    w.name
+                ));
+            }
+            let shown = w.vm.sh("uplink show fib --vrf cudn4 --json")?;
+            let v = json(&shown, "show fib --vrf cudn4 --json")?;
+            let entry = &v["172.18.10.0/24"][0];
+            if entry["leakedFrom"] != "default" || entry["installed"] != true {
+                return Err(format!("{}: show fib --vrf cudn4: {entry}", w.name));
+            }
         }
-        notes.push(format!("{VRF_LEARNED} in each worker's cudn3 table via 172.19.23.1"));
+        notes.push(format!(
+            "172.18.10.0/24 in each worker's cudn4 table via {TOR_ADDR} (default VRF), {VRF_LEARNED} in main via vlan2001"
+        ));
+        // What cudn4 imports from the default router (the VIP, both pod subnets) reaches
+        // r3's cudn4 router from both workers.
+        let want: Vec<String> =
+            (0..topo.workers.len()).map(|i| format!("172.19.24.{}", i + 2)).collect();
+        let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {VIP}"))?);
+        if gw != want {
+            return Err(format!("r2 VRF cudn4: {VIP} via {gw:?}, want {want:?}"));
+        }
+        for (i, w) in topo.workers.iter().enumerate() {
+            let pods = w.pod_subnet.clone();
+            let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {pods}"))?);
+            if gw != vec![format!("172.19.24.{}", i + 2)] {
+                return Err(format!("r2 VRF cudn4: {pods} via {gw:?} ({})", w.name));
+            }
+        }
+        notes.push(format!("r2 VRF cudn4: {VIP} via {} and each pod subnet", gw.join(" and ")));
         Ok(notes.join(", "))
     })
 }
@@ -421,7 +468,7 @@ fn seed_lab() {
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";
-    let scenarios: [(&str, Scenario); 8] = [
+    let scenarios: [(&str, Scenario); 9] = [
         ("config drive applied", |t| config_drive_applied(t)),
         (SESSIONS, |t| sessions_established(t)),
         ("pod subnets on the ToR", |t| pod_subnets(t)),
@@ -429,6 +476,7 @@ fn seed_lab() {
         ("client HTTP answered by both workers", |t| http_both_workers(t)),
         ("worker FIB: client subnet from the ToR", |t| worker_fib(t)),
         ("VRF-lite over VLANs 2001/2002 (r3's role)", |t| vrf_lite(t)),
+        ("route leaking between VRFs (imports)", |t| vrf_leaking(t)),
         ("power-off: BFD failover", bfd_failover),
     ];
     let mut failed = Vec::new();

@@ -31,6 +31,8 @@ pub struct RouterInput {
     pub neighbors: Vec<IpAddr>,
     /// VRFs this router imports routes from (`imports = [{ vrf = "…" }]`).
     pub imports: Vec<String>,
+    /// The router's own `prefixes` (frr-k8s `prefixes`, FRR `network` statements).
+    pub prefixes: Vec<IpNet>,
 }
 
 /// Which of a router's neighbors get a prefix.
@@ -39,21 +41,27 @@ pub struct RouterInput {
 pub enum PeerSet {
     All,
     Only(BTreeSet<IpAddr>),
+    /// The peers whose own `to_advertise` allows the prefix, and no others: router `prefixes`
+    /// and imported routes, which frr-k8s leaves to the neighbor's `toAdvertise`.
+    ByPolicy,
 }
 
 impl PeerSet {
     fn union(&mut self, other: &PeerSet) {
         match (&mut *self, other) {
-            (PeerSet::All, _) => {}
+            (PeerSet::All, _) | (_, PeerSet::ByPolicy) => {}
             (_, PeerSet::All) => *self = PeerSet::All,
+            (PeerSet::ByPolicy, other) => *self = other.clone(),
             (PeerSet::Only(a), PeerSet::Only(b)) => a.extend(b.iter().copied()),
         }
     }
 
+    /// Whether announcements send the prefix to `address` whatever its policy says.
     pub fn contains(&self, address: &IpAddr) -> bool {
         match self {
             PeerSet::All => true,
             PeerSet::Only(set) => set.contains(address),
+            PeerSet::ByPolicy => false,
         }
     }
 }
@@ -66,6 +74,7 @@ impl fmt::Display for PeerSet {
                 let list: Vec<String> = set.iter().map(|a| a.to_string()).collect();
                 f.write_str(&list.join(", "))
             }
+            PeerSet::ByPolicy => f.write_str("peers whose to_advertise allows it"),
         }
     }
 }
@@ -90,8 +99,9 @@ pub struct RouterAnnouncements {
     /// VRFs this router imports from: configured `imports` plus those `target_vrf = "default"`
     /// implies.
     pub imports: BTreeSet<String>,
-    /// Routes originated in another VRF that this router imports, with that VRF. Their next hop
-    /// stays in the VRF they came from.
+    /// Routes originated in another VRF that this router imports, with that VRF. They reach
+    /// the peers whose `to_advertise` allows them (as in frr-k8s); routes learned in that VRF
+    /// are leaked by the FIB writer, with their next hop kept in the VRF they came from.
     pub imported: BTreeMap<IpNet, String>,
 }
 
@@ -99,15 +109,29 @@ pub struct RouterAnnouncements {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Origin {
-    Service { service: String, advertisement: Option<String> },
-    Aggregate { advertisement: String },
-    PodNetwork { network: String, route_advertisement: String },
-    EgressIp { network: String, route_advertisement: String },
+    /// The router's `prefixes`.
+    Router,
+    Service {
+        service: String,
+        advertisement: Option<String>,
+    },
+    Aggregate {
+        advertisement: String,
+    },
+    PodNetwork {
+        network: String,
+        route_advertisement: String,
+    },
+    EgressIp {
+        network: String,
+        route_advertisement: String,
+    },
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Origin::Router => f.write_str("router prefixes"),
             Origin::Service { service, advertisement: Some(adv) } => {
                 write!(f, "service {service} (advertisement {adv})")
             }
@@ -301,6 +325,17 @@ pub fn compute(
         inputs: routers,
         candidates: Vec::new(),
     };
+    for router in routers {
+        for prefix in &router.prefixes {
+            let route = Route {
+                communities: BTreeSet::new(),
+                local_pref: None,
+                peers: PeerSet::ByPolicy,
+                origins: vec![Origin::Router.to_string()],
+            };
+            builder.announce(*prefix, &router.vrf, Origin::Router, route);
+        }
+    }
     let allocation = allocate(&config.pools, &config.services);
     services(config, &allocation, health, runtime.drained, &mut builder);
     networks(config, &mut builder);

@@ -41,6 +41,7 @@ pub fn router_inputs(config: &crate::config::Config) -> Vec<RouterInput> {
             vrf: r.vrf.clone(),
             neighbors: r.neighbors.iter().map(|n| n.address).collect(),
             imports: r.imports.clone(),
+            prefixes: r.prefixes.clone(),
         })
         .collect()
 }

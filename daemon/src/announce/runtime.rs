@@ -2,7 +2,7 @@
 //! announcements when any of them changes, and hands each router's set to its RIB task. Only
 //! the difference is applied there, so no BGP session is reset.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -22,7 +22,7 @@ const CHANNEL_DEPTH: usize = 64;
 enum Event {
     Verdict(Verdict),
     Drain(bool),
-    Config(Box<AnnounceConfig>, Vec<RouterInput>),
+    Config(Box<AnnounceConfig>, Vec<RouterInput>, BTreeMap<String, RibHandle>),
 }
 
 /// A handle to the running announcer.
@@ -49,27 +49,45 @@ impl AnnouncerHandle {
         let _ = self.tx.send(Event::Drain(drained)).await;
     }
 
-    /// A reloaded config: recompute and restart the health checks it names.
-    pub async fn replace_config(&self, config: AnnounceConfig, routers: Vec<RouterInput>) {
-        let _ = self.tx.send(Event::Config(Box::new(config), routers)).await;
+    /// A reloaded config and the RIB tasks of its routers: recompute and restart the health
+    /// checks it names.
+    pub async fn replace_config(
+        &self,
+        config: AnnounceConfig,
+        routers: Vec<RouterInput>,
+        ribs: BTreeMap<String, RibHandle>,
+    ) {
+        let _ = self.tx.send(Event::Config(Box::new(config), routers, ribs)).await;
     }
 }
 
-/// Converts one router's originations into what its RIB task applies.
+/// Converts one router's originations into what its RIB task applies: its own prefixes, then
+/// the ones it imports from another VRF (frr-k8s `imports`), which only reach the peers whose
+/// `to_advertise` allows them, without the source's communities (frr-k8s sets those per
+/// neighbor, so a leaked route does not carry them).
 pub fn announced_set(announcements: &Announcements, vrf: &str) -> AnnouncedSet {
     let Some(router) = announcements.router(vrf) else { return AnnouncedSet::new() };
-    router
+    let mut set: AnnouncedSet = router
         .originate
         .iter()
         .map(|(prefix, route)| {
             let peers = match &route.peers {
                 PeerSet::All => None,
                 PeerSet::Only(set) => Some(set.clone()),
+                PeerSet::ByPolicy => Some(BTreeSet::new()),
             };
             let communities = route.communities.iter().copied().collect();
             (*prefix, AnnouncedRoute { communities, local_pref: route.local_pref, peers })
         })
-        .collect()
+        .collect();
+    for prefix in router.imported.keys() {
+        set.entry(*prefix).or_insert_with(|| AnnouncedRoute {
+            communities: Vec::new(),
+            local_pref: None,
+            peers: Some(BTreeSet::new()),
+        });
+    }
+    set
 }
 
 struct Announcer {
@@ -132,9 +150,10 @@ impl Announcer {
                     info!(drained, "drain state changed");
                     self.drained = drained;
                 }
-                Event::Config(config, routers) => {
+                Event::Config(config, routers, ribs) => {
                     self.config = *config;
                     self.routers = routers;
+                    self.ribs = ribs;
                     let _ = self.config_out.send(Arc::new(self.config.clone()));
                     self.start_checks();
                 }

@@ -30,6 +30,7 @@ fn router(vrf: &str, neighbors: &[&str]) -> RouterInput {
         vrf: vrf.into(),
         neighbors: neighbors.iter().map(|n| ip(n)).collect(),
         imports: vec![],
+        prefixes: vec![],
     }
 }
 
@@ -463,4 +464,38 @@ fn router_imports_list_the_routes_of_the_other_vrf() {
     assert!(originated(&result, "blue").is_empty());
     let blue = result.router("blue").unwrap();
     assert_eq!(blue.imported.get(&net("172.18.20.201/32")), Some(&String::new()));
+}
+
+#[test]
+fn router_prefixes_go_to_the_peers_their_policy_allows_and_are_imported_like_the_rest() {
+    let mut config = vip_config("172.18.20.201");
+    config.advertisements[0].peers = vec!["172.18.20.1".into()];
+    let mut default = router("", &["172.18.20.1"]);
+    default.prefixes = vec![net("10.0.0.0/24")];
+    let mut blue = router("blue", &["10.9.0.1"]);
+    blue.imports = vec![String::new()];
+    blue.prefixes = vec![net("10.9.9.0/24")];
+    let result = compute(&config, &[default, blue], RuntimeState::default());
+    let own = &result.router("").unwrap().originate[&net("10.0.0.0/24")];
+    assert_eq!(own.peers, PeerSet::ByPolicy);
+    assert_eq!(own.origins, vec!["router prefixes".to_string()]);
+    // Imported: the default router's prefix and its VIP, not what blue itself originates.
+    let blue = result.router("blue").unwrap();
+    let imported: Vec<IpNet> = blue.imported.keys().copied().collect();
+    assert_eq!(imported, vec![net("10.0.0.0/24"), net("172.18.20.201/32")]);
+    // What blue's RIB gets: its own prefix, and the imported ones for the peers whose
+    // `to_advertise` allows them (an empty widening set), without the source's attributes.
+    let set = super::runtime::announced_set(&result, "blue");
+    let keys: Vec<IpNet> = set.keys().copied().collect();
+    assert_eq!(keys, vec![net("10.0.0.0/24"), net("10.9.9.0/24"), net("172.18.20.201/32")]);
+    for route in set.values() {
+        assert_eq!(route.peers, Some(BTreeSet::new()));
+        assert!(route.communities.is_empty() && route.local_pref.is_none());
+    }
+    // A prefix announced for some peers keeps that audience when the router also lists it.
+    let mut default = router("", &["172.18.20.1"]);
+    default.prefixes = vec![net("172.18.20.201/32")];
+    let result = compute(&config, &[default], RuntimeState::default());
+    let vip = &result.router("").unwrap().originate[&net("172.18.20.201/32")];
+    assert_eq!(vip.peers, PeerSet::Only([ip("172.18.20.1")].into()));
 }

@@ -145,6 +145,11 @@ impl BfdRuntime {
         self.registrar().add_peer(spec)
     }
 
+    /// Stops the thread (as dropping the handle does) while others may still hold it.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
     /// A handle that can add sessions later, from another task.
     pub fn registrar(&self) -> BfdRegistrar {
         BfdRegistrar { input: self.input.clone() }

@@ -23,7 +23,8 @@ pub struct AnnouncedRoute {
     pub communities: Vec<config::Community>,
     /// RFC 4271 §5.1.5: only sent to internal peers (the export policy enforces that).
     pub local_pref: Option<u32>,
-    /// `None`: every peer of the router.
+    /// `None`: every peer of the router. An empty set: no peer beyond those whose own
+    /// `to_advertise` already allows the prefix.
     pub peers: Option<BTreeSet<IpAddr>>,
 }
 

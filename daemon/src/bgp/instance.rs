@@ -1,6 +1,7 @@
 //! One routing instance (VRF): its RIB task, one session task per neighbor, and the listener
 //! that hands incoming connections to the right session.
 
+use super::announced::AnnouncedSet;
 use super::fsm::{Fsm, FsmConfig, RemoteAsn as FsmRemoteAsn};
 use super::policy;
 use super::rib_task::{self, RibHandle, RibSetup};
@@ -81,6 +82,7 @@ impl Instance {
         router: &Router,
         config: &config::Config,
         fib: Option<&crate::fib::Fib>,
+        announced: AnnouncedSet,
     ) -> Result<Instance, String> {
         let router_id = match router.id {
             Some(id) => id,
@@ -94,7 +96,7 @@ impl Instance {
             router_id,
             maximum_paths: router.maximum_paths,
             multipath_relax: router.multipath_relax,
-            originate: router.prefixes.clone(),
+            announced,
             always_block: config.always_block.clone(),
             fib: fib.and_then(|f| f.sender(&router.vrf)),
         });
@@ -226,16 +228,10 @@ impl Instance {
     /// Applies a reloaded config to this instance: neighbors that are new start, neighbors
     /// that left end with Cease/Peer De-configured (RFC 4486 subcode 3), neighbors whose
     /// settings changed are reset with Cease/Other Configuration Change (subcode 6), and every
-    /// other session is not touched. Router-level changes are reported, not applied.
+    /// other session is not touched. Router-level changes are the caller's
+    /// ([`Instance::reloads_in_place`]).
     pub async fn reload(&self, router: &Router, config: &config::Config) -> ReloadReport {
         let mut report = ReloadReport::default();
-        let router_level = Router { neighbors: Vec::new(), ..router.clone() };
-        if router_level != (Router { neighbors: Vec::new(), ..self.router.clone() }) {
-            report.deferred.push(format!(
-                "router settings of VRF {:?} (asn, id, prefixes, paths, FIB) apply after a restart",
-                self.vrf
-            ));
-        }
         let running = self.neighbors();
         for old in &running {
             match router.neighbors.iter().find(|n| n.address == old.config.address) {
@@ -266,6 +262,32 @@ impl Instance {
             }
         }
         report
+    }
+
+    /// Whether `router` differs from the running one only in what [`Instance::reload`]
+    /// applies in place (neighbors) or the announcer applies (`prefixes`, `imports`).
+    pub fn reloads_in_place(&self, router: &Router) -> bool {
+        let settings = |r: &Router| Router {
+            neighbors: Vec::new(),
+            prefixes: Vec::new(),
+            imports: Vec::new(),
+            sources: Vec::new(),
+            ..r.clone()
+        };
+        settings(router) == settings(&self.router)
+    }
+
+    /// Ends the instance for a reload: every session with Cease `subcode` (RFC 4486: 3 for a
+    /// router removed, 6 for one whose settings changed), then the listener and BFD thread, so
+    /// a new instance can take the VRF's port 179.
+    pub async fn stop(&self, subcode: u8, reason: &str) {
+        for n in self.neighbors() {
+            self.remove_neighbor(n.config.address, subcode, reason).await;
+        }
+        self.listener_task.abort();
+        if let Some(bfd) = &self.bfd {
+            bfd.stop();
+        }
     }
 
     /// Stops every session with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2).

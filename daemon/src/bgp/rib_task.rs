@@ -28,7 +28,9 @@ pub struct RibSetup {
     pub router_id: Ipv4Addr,
     pub maximum_paths: u16,
     pub multipath_relax: bool,
-    pub originate: Vec<IpNet>,
+    /// What the router originates from the start (`crate::announce`, router `prefixes`
+    /// included), so the first UPDATE a peer gets already carries it.
+    pub announced: AnnouncedSet,
     pub always_block: Vec<IpNet>,
     /// Where Loc-RIB changes go to be installed in the kernel; `None` with `install = false`.
     pub fib: Option<FibSender>,
@@ -161,19 +163,16 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     let mut rib = Rib::new(config);
     // With `install = false` no FIB writer listens: skip computing next-hop sets at all.
     rib.set_fib_tracking(setup.fib.is_some());
-    for prefix in &setup.originate {
-        let _ = rib.originate(*prefix, &PathAttributes::default());
-    }
     let span = tracing::info_span!("rib", vrf = %setup.vrf);
-    let task = RibTask {
+    let mut task = RibTask {
         rib,
         peers: HashMap::new(),
-        configured: setup.originate.iter().copied().collect(),
         announced: AnnouncedSet::new(),
         base_export: HashMap::new(),
         fib: setup.fib,
         fib_out: Vec::new(),
     };
+    task.set_announced(setup.announced);
     tokio::spawn(tracing::Instrument::instrument(task.run(rx), span));
     RibHandle { tx }
 }
@@ -181,8 +180,6 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
 struct RibTask {
     rib: Rib,
     peers: HashMap<PeerId, PeerSide>,
-    /// The router's configured `prefixes`: originated for good, never withdrawn by announcements.
-    configured: BTreeSet<IpNet>,
     announced: AnnouncedSet,
     /// Each peer's configured export policy, before announcements widen it.
     base_export: HashMap<PeerId, ExportPolicy>,
@@ -316,24 +313,17 @@ impl RibTask {
         }
     }
 
-    /// Originates what is new or changed, withdraws what is gone (unless configured), then
+    /// Originates what is new, withdraws what is gone, then
     /// re-derives every peer's export policy so each prefix reaches its peers.
     fn set_announced(&mut self, announced: AnnouncedSet) {
         if announced == self.announced {
             return;
         }
         let mut outbound = BTreeSet::new();
-        let gone: Vec<IpNet> = self
-            .announced
-            .keys()
-            .filter(|p| !announced.contains_key(*p) && !self.configured.contains(*p))
-            .copied()
-            .collect();
-        let new: Vec<IpNet> = announced
-            .keys()
-            .filter(|p| !self.announced.contains_key(*p) && !self.configured.contains(*p))
-            .copied()
-            .collect();
+        let gone: Vec<IpNet> =
+            self.announced.keys().filter(|p| !announced.contains_key(*p)).copied().collect();
+        let new: Vec<IpNet> =
+            announced.keys().filter(|p| !self.announced.contains_key(*p)).copied().collect();
         for prefix in gone {
             let changes = self.rib.withdraw_local(prefix);
             outbound.extend(changes.outbound);

@@ -59,6 +59,7 @@ mod model;
 mod raw;
 mod source;
 mod validate;
+pub(crate) use validate::DEFAULT_METRIC;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, FRAGMENT_DIR};

@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 use super::protocol::{Request, VrfSelector};
 use crate::announce::compute::{Announcements, Candidate, PeerSet, State};
 use crate::announce::runtime::AnnouncerHandle;
-use crate::config::Config;
+use crate::config::{AllowMode, Config, Neighbor};
+use ipnet::IpNet;
 
 /// Whether this module answers `request`.
 pub fn handles(request: &Request) -> bool {
@@ -43,23 +44,39 @@ fn vrf_key(vrf: &str) -> &str {
     }
 }
 
-/// The neighbors "all peers" means for the router in `vrf`.
-fn peer_list(config: Option<&Config>, vrf: Option<&str>, peers: &PeerSet) -> String {
+/// The neighbors a prefix goes to: "all peers" and "by policy" spelt out for the router in
+/// `vrf`.
+fn peer_list(
+    config: Option<&Config>,
+    vrf: Option<&str>,
+    prefix: Option<IpNet>,
+    peers: &PeerSet,
+) -> String {
     let router = config.and_then(|c| c.bgp.routers.iter().find(|r| Some(r.vrf.as_str()) == vrf));
-    match (peers, router) {
-        (PeerSet::All, Some(router)) => {
-            let list: Vec<String> =
-                router.neighbors.iter().map(|n| n.address.to_string()).collect();
+    let names = |pick: &dyn Fn(&Neighbor) -> bool| -> Option<String> {
+        let list: Vec<String> =
+            router?.neighbors.iter().filter(|n| pick(n)).map(|n| n.address.to_string()).collect();
+        Some(if list.is_empty() {
+            "no peer (no to_advertise allows it)".into()
+        } else {
             list.join(", ")
-        }
-        _ => peers.to_string(),
-    }
+        })
+    };
+    let listed = match peers {
+        PeerSet::All => names(&|_| true),
+        PeerSet::ByPolicy => names(&|n| {
+            let allowed = &n.to_advertise;
+            allowed.mode == AllowMode::All || prefix.is_some_and(|p| allowed.prefixes.contains(&p))
+        }),
+        PeerSet::Only(_) => None,
+    };
+    listed.unwrap_or_else(|| peers.to_string())
 }
 
 fn candidate_json(c: &Candidate, config: Option<&Config>) -> Value {
     let (state, detail) = match &c.state {
         State::Announced { peers } => {
-            ("announced", json!(peer_list(config, c.vrf.as_deref(), peers)))
+            ("announced", json!(peer_list(config, c.vrf.as_deref(), c.prefix, peers)))
         }
         State::Withdrawn { reason } => ("withdrawn", json!(reason.to_string())),
     };
@@ -90,13 +107,19 @@ pub fn announcements_json(
                 json!({
                     "communities": communities,
                     "localPref": route.local_pref,
-                    "peers": peer_list(config, Some(&router.vrf), &route.peers),
+                    "peers": peer_list(config, Some(&router.vrf), Some(*prefix), &route.peers),
                     "origins": route.origins,
                 }),
             );
         }
-        let imported: Map<String, Value> =
-            router.imported.iter().map(|(p, from)| (p.to_string(), json!(vrf_key(from)))).collect();
+        let imported: Map<String, Value> = router
+            .imported
+            .iter()
+            .map(|(p, from)| {
+                let peers = peer_list(config, Some(&router.vrf), Some(*p), &PeerSet::ByPolicy);
+                (p.to_string(), json!({ "from": vrf_key(from), "peers": peers }))
+            })
+            .collect();
         let imports: Vec<&str> = router.imports.iter().map(|v| vrf_key(v)).collect();
         vrfs.insert(
             vrf_key(&router.vrf).to_string(),
@@ -154,8 +177,9 @@ fn announcements_text(value: &Value) -> String {
                 communities.join(" ")
             );
         }
-        for (prefix, from) in router["imported"].as_object().into_iter().flatten() {
-            let _ = writeln!(out, "  {:<22} imported from VRF {}", prefix, s(from));
+        for (prefix, route) in router["imported"].as_object().into_iter().flatten() {
+            let from = format!("imported from VRF {}", s(&route["from"]));
+            let _ = writeln!(out, "  {:<22} {:<28} {}", prefix, s(&route["peers"]), from);
         }
         out.push('\n');
     }

@@ -11,10 +11,12 @@ use crate::bgp::wire::attributes::{Afi, Family, NextHop, Origin, SegmentKind};
 use crate::config::AddressFamily;
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-pub async fn handle(instances: &[Instance], request: Request) -> Result<Value, String> {
+pub async fn handle(instances: &[Arc<Instance>], request: Request) -> Result<Value, String> {
     match request {
         Request::BgpSummary { vrf } => per_vrf(instances, &vrf, |i| Box::pin(summary(i))).await,
         Request::BgpNeighbors { vrf, address } => {
@@ -46,10 +48,11 @@ pub async fn handle(instances: &[Instance], request: Request) -> Result<Value, S
 /// (installed, pending, failed), `error` (the kernel's) and the BGP next hops.
 pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value, String> {
     let views = fib.show().await?;
-    let chosen: Vec<&crate::fib::FibInstanceView> =
-        views.iter().filter(|v| selector.matches(&v.vrf)).collect();
-    let one = |v: &crate::fib::FibInstanceView| {
-        let mut out = Map::new();
+    // prefix -> route entries (FRR's `show ip route json` shape: one entry per source, so a
+    // VRF's own route and one leaked into it from another VRF sit side by side).
+    let mut by_vrf: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+    for v in views.iter().filter(|v| selector.matches(&v.vrf)) {
+        let routes = by_vrf.entry(vrf_name(&v.vrf)).or_default();
         for r in &v.routes {
             let nexthops: Vec<Value> = r
                 .via
@@ -59,36 +62,41 @@ pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value,
                         "ip": h.gateway.to_string(),
                         "afi": if h.gateway.is_ipv4() { "ipv4" } else { "ipv6" },
                         "interfaceName": h.interface,
+                        "vrf": vrf_name(v.leaked_from.as_deref().unwrap_or(&v.vrf)),
                         "nexthopId": h.nexthop_id,
                         "active": r.state == "installed",
                     })
                 })
                 .collect();
-            out.insert(
-                r.prefix.to_string(),
-                json!([{
-                    "prefix": r.prefix.to_string(),
-                    "protocol": "bgp",
-                    "vrfName": vrf_name(&v.vrf),
-                    "installed": r.state == "installed",
-                    "state": r.state,
-                    "error": r.error,
-                    "table": v.table,
-                    "metric": v.metric,
-                    "nexthopGroupId": r.nexthop_group,
-                    "bgpNexthops": r.next_hops,
-                    "nexthops": nexthops,
-                }]),
-            );
+            let entry = json!({
+                "prefix": r.prefix.to_string(),
+                "protocol": "bgp",
+                "vrfName": vrf_name(&v.vrf),
+                "leakedFrom": v.leaked_from.as_deref().map(vrf_name),
+                "installed": r.state == "installed",
+                "state": r.state,
+                "error": r.error,
+                "table": v.table,
+                "metric": v.metric,
+                "nexthopGroupId": r.nexthop_group,
+                "bgpNexthops": r.next_hops,
+                "nexthops": nexthops,
+            });
+            match routes.entry(r.prefix.to_string()).or_insert_with(|| json!([])) {
+                Value::Array(list) => list.push(entry),
+                other => *other = json!([entry]),
+            }
         }
-        Value::Object(out)
-    };
+    }
     match selector {
         VrfSelector::All => Ok(Value::Object(
-            chosen.iter().map(|v| (vrf_name(&v.vrf).to_string(), one(v))).collect(),
+            by_vrf
+                .into_iter()
+                .map(|(vrf, routes)| (vrf.to_string(), Value::Object(routes)))
+                .collect(),
         )),
-        _ => match chosen.first() {
-            Some(v) => Ok(one(v)),
+        _ => match by_vrf.into_values().next() {
+            Some(routes) => Ok(Value::Object(routes)),
             None => Err(match selector {
                 VrfSelector::Named(name) => format!("no routing instance in VRF {name}"),
                 _ => "no routing instance in the default VRF".into(),
@@ -98,7 +106,7 @@ pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value,
 }
 
 /// FRR's `show bfd peers json` (plus its `counters` keys): a list with one object per peer.
-async fn bfd_peers(instances: &[Instance], selector: &VrfSelector) -> Result<Value, String> {
+async fn bfd_peers(instances: &[Arc<Instance>], selector: &VrfSelector) -> Result<Value, String> {
     let mut out = Vec::new();
     for instance in instances.iter().filter(|i| selector.matches(&i.vrf)) {
         let Some(bfd) = &instance.bfd else { continue };
@@ -161,11 +169,12 @@ type BoxFuture<'a> =
 
 /// One instance's object for a named VRF; `{"vrf": {...}}` for `all`, like FRR's `vrf all`.
 async fn per_vrf<'a>(
-    instances: &'a [Instance],
+    instances: &'a [Arc<Instance>],
     selector: &VrfSelector,
     f: impl Fn(&'a Instance) -> BoxFuture<'a>,
 ) -> Result<Value, String> {
-    let chosen: Vec<&Instance> = instances.iter().filter(|i| selector.matches(&i.vrf)).collect();
+    let chosen: Vec<&Instance> =
+        instances.iter().filter(|i| selector.matches(&i.vrf)).map(|i| &**i).collect();
     match selector {
         VrfSelector::All => {
             let mut out = Map::new();

@@ -255,37 +255,46 @@ fn fib(v: &Value, _vrf: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Codes: * installed, p pending, f failed (kernel error follows)\n");
     for (prefix, list) in v.as_object().into_iter().flatten() {
-        let r = &list[0];
-        let code = match s(&r["state"]).as_str() {
-            "installed" => "*",
-            "failed" => "f",
-            _ => "p",
-        };
-        let group = match r["nexthopGroupId"].as_u64() {
-            Some(id) => format!(" nhg {id}"),
-            None => String::new(),
-        };
-        let _ = writeln!(
-            out,
-            "B>{code} {prefix} [table {}, metric {}]{group} {}",
-            s(&r["table"]),
-            s(&r["metric"]),
-            s(&r["state"])
-        );
-        let hops = r["nexthops"].as_array().map(Vec::as_slice).unwrap_or_default();
-        for h in hops {
-            let _ = writeln!(out, "  {code} via {}, {}", s(&h["ip"]), s(&h["interfaceName"]));
-        }
-        if hops.is_empty() {
-            let bgp: Vec<String> =
-                r["bgpNexthops"].as_array().into_iter().flatten().map(s).collect();
-            let _ = writeln!(out, "    unresolved: {}", bgp.join(", "));
-        }
-        if let Some(e) = r["error"].as_str() {
-            let _ = writeln!(out, "    error: {e}");
+        for r in list.as_array().into_iter().flatten() {
+            fib_entry(&mut out, prefix, r);
         }
     }
     out
+}
+
+/// One route of `show fib`; a route leaked from another VRF says so after each hop, as FRR's
+/// `show ip route vrf` does.
+fn fib_entry(out: &mut String, prefix: &str, r: &Value) {
+    let code = match s(&r["state"]).as_str() {
+        "installed" => "*",
+        "failed" => "f",
+        _ => "p",
+    };
+    let group = match r["nexthopGroupId"].as_u64() {
+        Some(id) => format!(" nhg {id}"),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "B>{code} {prefix} [table {}, metric {}]{group} {}",
+        s(&r["table"]),
+        s(&r["metric"]),
+        s(&r["state"])
+    );
+    let leaked = r["leakedFrom"].as_str();
+    let hops = r["nexthops"].as_array().map(Vec::as_slice).unwrap_or_default();
+    for h in hops {
+        let vrf = leaked.map(|from| format!(" (vrf {from})")).unwrap_or_default();
+        let _ = writeln!(out, "  {code} via {}, {}{vrf}", s(&h["ip"]), s(&h["interfaceName"]));
+    }
+    if hops.is_empty() {
+        let bgp: Vec<String> = r["bgpNexthops"].as_array().into_iter().flatten().map(s).collect();
+        let from = leaked.map(|f| format!(" (leaked from vrf {f})")).unwrap_or_default();
+        let _ = writeln!(out, "    unresolved: {}{from}", bgp.join(", "));
+    }
+    if let Some(e) = r["error"].as_str() {
+        let _ = writeln!(out, "    error: {e}");
+    }
 }
 
 fn single_route(v: &Value, _vrf: &str) -> String {

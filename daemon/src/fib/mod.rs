@@ -22,7 +22,7 @@ use crate::config::Router;
 use ipnet::IpNet;
 use serde::Serialize;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, warn};
 use writer::{Command, Writer};
@@ -30,15 +30,19 @@ use writer::{Command, Writer};
 /// Depth of the writer's channel, in batches: the RIB tasks wait when the kernel is behind.
 const CHANNEL_DEPTH: usize = 64;
 
-/// What the writer needs to know of one routing instance (`[[bgp.routers]]`).
+/// What the writer needs to know of one routing instance (`[[bgp.routers]]`), or of one VRF
+/// leak (routes learned in `leaked_from` installed into `vrf`'s table).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FibInstanceConfig {
-    /// "" for the default VRF.
+    /// "" for the default VRF. Routes go into its table.
     pub vrf: String,
     pub install: bool,
     /// Overrides the table: main for the default VRF, else the VRF device's table.
     pub table: Option<u32>,
     pub metric: u32,
+    /// For a leak: the VRF the routes are learned in, where their next hops are resolved (so
+    /// they leave through that VRF's interfaces, as FRR's `import vrf` installs them).
+    pub leaked_from: Option<String>,
 }
 
 impl FibInstanceConfig {
@@ -48,15 +52,61 @@ impl FibInstanceConfig {
             install: router.install,
             table: router.table,
             metric: router.metric,
+            leaked_from: None,
         }
     }
+
+    /// The VRF whose table resolves next hops.
+    pub fn resolve_vrf(&self) -> &str {
+        self.leaked_from.as_deref().unwrap_or(&self.vrf)
+    }
+}
+
+/// The writer's instances for `routers` and the VRF leaks their `imports` ask for.
+///
+/// A leak installs the routes learned in the source VRF into the importing VRF's table (its
+/// router's `table` when it has one) at the importing router's metric plus one, plus the
+/// source's position among its imports: the kernel prefers the VRF's own BGP routes, and one
+/// prefix leaked from two VRFs does not overwrite itself. VRFs that only a route advertisement
+/// names (`target_vrf = "default"`, no router there) import with the defaults.
+pub fn instances_for(
+    routers: &[Router],
+    imports: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> Vec<FibInstanceConfig> {
+    let mut out: Vec<FibInstanceConfig> = routers.iter().map(FibInstanceConfig::of).collect();
+    for (vrf, sources) in imports {
+        let router = routers.iter().find(|r| &r.vrf == vrf);
+        if router.is_some_and(|r| !r.install) {
+            continue;
+        }
+        for (position, from) in sources.iter().filter(|from| *from != vrf).enumerate() {
+            let base = router.map_or(crate::config::DEFAULT_METRIC, |r| r.metric);
+            let offset = u32::try_from(position).unwrap_or(u32::MAX).saturating_add(1);
+            out.push(FibInstanceConfig {
+                vrf: vrf.clone(),
+                install: true,
+                table: router.and_then(|r| r.table),
+                metric: base.saturating_add(offset),
+                leaked_from: Some(from.clone()),
+            });
+        }
+    }
+    out
+}
+
+/// One of the writer's instances. A reload retires instances rather than removing them, so
+/// the index each RIB task's [`FibSender`] holds stays valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibSlot {
+    pub config: FibInstanceConfig,
+    pub retired: bool,
 }
 
 /// The running writer.
 #[derive(Clone)]
 pub struct Fib {
     tx: mpsc::Sender<Command>,
-    instances: Arc<Vec<FibInstanceConfig>>,
+    instances: Arc<RwLock<Vec<FibSlot>>>,
 }
 
 /// One instance's channel to the writer.
@@ -119,14 +169,53 @@ pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result
             error!("the FIB writer stopped");
         })
         .map_err(|e| format!("cannot start the FIB writer thread: {e}"))?;
-    Ok(Fib { tx, instances: Arc::new(instances) })
+    let slots = instances.into_iter().map(|config| FibSlot { config, retired: false }).collect();
+    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)) })
 }
 
 impl Fib {
-    /// The channel for the instance of `vrf`; `None` when it does not install routes.
+    /// The channel for the instance of `vrf`; `None` when neither it installs routes nor
+    /// another VRF imports them.
     pub fn sender(&self, vrf: &str) -> Option<FibSender> {
-        let instance = self.instances.iter().position(|i| i.vrf == vrf && i.install)?;
-        Some(FibSender { tx: self.tx.clone(), instance })
+        let slots = self.instances.read().ok()?;
+        let active = |s: &&FibSlot| !s.retired;
+        let instance = slots
+            .iter()
+            .position(|s| !s.retired && s.config.vrf == vrf && s.config.leaked_from.is_none())?;
+        let leaked =
+            slots.iter().filter(active).any(|s| s.config.leaked_from.as_deref() == Some(vrf));
+        let installs = slots.get(instance).is_some_and(|s| s.config.install);
+        (installs || leaked).then(|| FibSender { tx: self.tx.clone(), instance })
+    }
+
+    /// A reload: the instances (routers and leaks) wanted now. Unchanged ones are kept; the
+    /// others are retired (their routes leave the kernel) and the new ones added, so a router
+    /// whose FIB settings changed must be started again to get a sender for its new instance.
+    pub async fn configure(&self, wanted: Vec<FibInstanceConfig>) -> Result<(), String> {
+        let slots = {
+            let mut slots = self.instances.write().map_err(|_| "the FIB state is poisoned")?;
+            for slot in slots.iter_mut().filter(|s| !s.retired) {
+                slot.retired = !wanted.contains(&slot.config);
+            }
+            for config in wanted {
+                if !slots.iter().any(|s| !s.retired && s.config == config) {
+                    slots.push(FibSlot { config, retired: false });
+                }
+            }
+            slots.clone()
+        };
+        self.tx
+            .send(Command::Configure(slots))
+            .await
+            .map_err(|_| "the FIB writer has stopped".into())
+    }
+
+    /// Whether the instance of `vrf` would be installed with `config` (else a reload must
+    /// start the router again).
+    pub fn has_instance(&self, config: &FibInstanceConfig) -> bool {
+        self.instances
+            .read()
+            .is_ok_and(|slots| slots.iter().any(|s| !s.retired && s.config == *config))
     }
 
     /// Returns once every change sent before this call has been written to the kernel.
@@ -147,6 +236,8 @@ impl Fib {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FibInstanceView {
     pub vrf: String,
+    /// For a leak: the VRF its routes were learned in (their next hops are there).
+    pub leaked_from: Option<String>,
     pub install: bool,
     pub table: Option<u32>,
     pub metric: u32,
@@ -174,4 +265,48 @@ pub struct FibHopView {
     pub gateway: IpAddr,
     pub interface: String,
     pub nexthop_id: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn router(vrf: &str, metric: u32, table: Option<u32>) -> Router {
+        let mut router = crate::config::load_str("t", "[[bgp.routers]]\nasn = 1\n")
+            .map(|c| c.bgp.routers.into_iter().next().unwrap())
+            .unwrap();
+        router.vrf = vrf.into();
+        router.metric = metric;
+        router.table = table;
+        router
+    }
+
+    #[test]
+    fn leaks_install_into_the_importer_at_a_higher_metric_and_resolve_in_the_source() {
+        let routers = [router("", 20, None), router("blue", 30, Some(1001))];
+        let imports: BTreeMap<String, BTreeSet<String>> = [
+            ("blue".to_string(), ["".to_string(), "red".to_string()].into()),
+            // A VRF without a router (a route advertisement's `target_vrf = "default"`).
+            ("udn".to_string(), ["".to_string()].into()),
+            // Importing from itself is no leak.
+            ("".to_string(), ["".to_string()].into()),
+        ]
+        .into();
+        let out = instances_for(&routers, &imports);
+        let leaks: Vec<(&str, &str, Option<u32>, u32)> = out
+            .iter()
+            .filter_map(|i| Some((i.vrf.as_str(), i.leaked_from.as_deref()?, i.table, i.metric)))
+            .collect();
+        assert_eq!(
+            leaks,
+            vec![
+                ("blue", "", Some(1001), 31),
+                ("blue", "red", Some(1001), 32),
+                ("udn", "", None, 21)
+            ]
+        );
+        assert_eq!(out.iter().filter(|i| i.leaked_from.is_none()).count(), 2);
+        assert_eq!(out.get(2).map(FibInstanceConfig::resolve_vrf), Some(""));
+    }
 }

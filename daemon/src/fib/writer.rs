@@ -48,6 +48,9 @@ pub(super) enum Command {
     Show(oneshot::Sender<Vec<FibInstanceView>>),
     /// Answered once everything sent before it is in the kernel.
     Flush(oneshot::Sender<()>),
+    /// A reload: the instances after it, index for index (`Fib::configure`). Those beyond the
+    /// writer's list are new; those newly retired leave the kernel.
+    Configure(Vec<super::FibSlot>),
 }
 
 enum Reply {
@@ -82,6 +85,8 @@ struct Route {
 
 struct Instance {
     config: FibInstanceConfig,
+    /// Removed by a reload: its routes are gone and it takes no more (indexes stay stable).
+    retired: bool,
     /// Where routes go; `None` while the VRF device is missing.
     table: Option<u32>,
     /// Where next hops are resolved: the main table for the default VRF, else the VRF's.
@@ -90,10 +95,11 @@ struct Instance {
 
 impl Instance {
     fn new(config: FibInstanceConfig) -> Self {
-        let default_vrf = config.vrf.is_empty();
-        let lookup = default_vrf.then_some(msg::RT_TABLE_MAIN);
-        let table = config.table.or(lookup);
-        Instance { config, table, lookup }
+        // The default VRF's table is main; another VRF's is its device's, found later.
+        let main_if_default = |vrf: &str| vrf.is_empty().then_some(msg::RT_TABLE_MAIN);
+        let lookup = main_if_default(config.resolve_vrf());
+        let table = config.table.or(main_if_default(&config.vrf));
+        Instance { config, table, lookup, retired: false }
     }
 
     fn route_key(&self, prefix: IpNet) -> Option<RouteKey> {
@@ -184,6 +190,7 @@ impl Writer {
                     Command::Overflow => self.resync = true,
                     Command::Show(reply) => shows.push(Reply::Show(reply)),
                     Command::Flush(reply) => shows.push(Reply::Flush(reply)),
+                    Command::Configure(slots) => self.configure(slots, &mut plan),
                 }
                 drained += 1;
                 if drained < MAX_COMMANDS_PER_BATCH {
@@ -222,7 +229,25 @@ impl Writer {
     /// hops (a peer went down or came up), the group is re-keyed and replaced in place instead
     /// of re-pointing each route.
     fn apply_changes(&mut self, instance: usize, changes: Vec<FibChange>, plan: &mut Plan) {
-        if self.instances.get(instance).is_none_or(|i| !i.config.install) {
+        // The VRFs importing this instance's routes get them too (`Command::Changes` comes
+        // from the source instance's RIB task only).
+        if let Some(source) = self.instances.get(instance).map(|i| i.config.vrf.clone()) {
+            let leaks: Vec<usize> = (0..self.instances.len())
+                .filter(|i| {
+                    self.instances.get(*i).is_some_and(|x| {
+                        !x.retired && x.config.leaked_from.as_deref() == Some(source.as_str())
+                    })
+                })
+                .collect();
+            for leak in leaks {
+                self.apply_to(leak, changes.clone(), plan);
+            }
+        }
+        self.apply_to(instance, changes, plan);
+    }
+
+    fn apply_to(&mut self, instance: usize, changes: Vec<FibChange>, plan: &mut Plan) {
+        if self.instances.get(instance).is_none_or(|i| !i.config.install || i.retired) {
             return;
         }
         let changes: Vec<(IpNet, Vec<NextHop>)> =
@@ -303,6 +328,71 @@ impl Writer {
         if let Some(old) = old_group {
             self.release(old, plan);
         }
+    }
+
+    /// A reload's instances: retires those that left (their routes leave the kernel), adds
+    /// the new ones, and fills a new leak with the routes its source already has.
+    fn configure(&mut self, slots: Vec<super::FibSlot>, plan: &mut Plan) {
+        for (index, slot) in slots.iter().enumerate() {
+            match self.instances.get(index) {
+                Some(inst) if slot.retired && !inst.retired => {
+                    let prefixes: Vec<IpNet> =
+                        self.routes.keys().filter(|(i, _)| *i == index).map(|(_, p)| *p).collect();
+                    for prefix in prefixes {
+                        self.apply_one(index, prefix, Vec::new(), plan);
+                    }
+                    if let Some(inst) = self.instances.get_mut(index) {
+                        inst.retired = true;
+                    }
+                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
+                }
+                Some(_) => {}
+                None => {
+                    self.instances.push(Instance::new(slot.config.clone()));
+                    self.adopt_vrf_tables(index, plan);
+                    self.fill_leak(index, plan);
+                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
+                }
+            }
+        }
+    }
+
+    /// A new instance's tables, from the VRF devices already known.
+    fn adopt_vrf_tables(&mut self, index: usize, plan: &mut Plan) {
+        let Some(inst) = self.instances.get(index) else { return };
+        let names = [inst.config.vrf.clone(), inst.config.resolve_vrf().to_string()];
+        let links: Vec<KernelLink> = self
+            .links
+            .values()
+            .filter(|l| l.vrf_table.is_some() && names.contains(&l.name))
+            .cloned()
+            .collect();
+        for link in links {
+            self.link(link, plan);
+        }
+    }
+
+    /// A leak added by a reload starts with what its source has installed so far.
+    fn fill_leak(&mut self, index: usize, plan: &mut Plan) {
+        let Some(from) = self.instances.get(index).and_then(|i| i.config.leaked_from.clone())
+        else {
+            return;
+        };
+        let source = self
+            .instances
+            .iter()
+            .position(|i| !i.retired && i.config.leaked_from.is_none() && i.config.vrf == from);
+        let Some(source) = source else { return };
+        let changes: Vec<FibChange> = self
+            .routes
+            .iter()
+            .filter(|((i, _), _)| *i == source)
+            .filter_map(|((_, prefix), route)| {
+                let group = self.registry.group(route.group)?;
+                Some(FibChange { prefix: *prefix, next_hops: group.key.next_hops.clone() })
+            })
+            .collect();
+        self.apply_to(index, changes, plan);
     }
 
     fn group_has_members(&self, id: u32) -> bool {
@@ -388,9 +478,9 @@ impl Writer {
     }
 
     fn instance_of_table(&self, table: u32, metric: u32) -> Option<usize> {
-        self.instances
-            .iter()
-            .position(|i| i.config.install && i.table == Some(table) && i.config.metric == metric)
+        self.instances.iter().position(|i| {
+            i.config.install && !i.retired && i.table == Some(table) && i.config.metric == metric
+        })
     }
 
     fn kernel_event(&mut self, event: Event, plan: &mut Plan) {
@@ -449,16 +539,26 @@ impl Writer {
         }
         if let Some(table) = link.vrf_table {
             let indexes: Vec<usize> = (0..self.instances.len())
-                .filter(|i| self.instances.get(*i).is_some_and(|x| x.config.vrf == link.name))
+                .filter(|i| {
+                    self.instances.get(*i).is_some_and(|x| {
+                        x.config.vrf == link.name || x.config.resolve_vrf() == link.name
+                    })
+                })
                 .collect();
             for index in indexes {
                 let Some(inst) = self.instances.get_mut(index) else { continue };
-                if inst.lookup == Some(table) {
+                let resolves_here = inst.config.resolve_vrf() == link.name;
+                let installs_here = inst.config.vrf == link.name && inst.config.table.is_none();
+                if (!resolves_here || inst.lookup == Some(table))
+                    && (!installs_here || inst.table == Some(table))
+                {
                     continue;
                 }
                 info!(vrf = %link.name, table, "VRF device found");
-                inst.lookup = Some(table);
-                if inst.config.table.is_none() {
+                if resolves_here {
+                    inst.lookup = Some(table);
+                }
+                if installs_here {
                     inst.table = Some(table);
                 }
                 self.resolution_dirty = true;
@@ -675,11 +775,13 @@ impl Writer {
     }
 
     fn views(&self) -> Vec<FibInstanceView> {
+        // Retired instances keep their index but show nothing (and hold no routes).
         let mut out: Vec<FibInstanceView> = self
             .instances
             .iter()
             .map(|i| FibInstanceView {
                 vrf: i.config.vrf.clone(),
+                leaked_from: i.config.leaked_from.clone(),
                 install: i.config.install,
                 table: i.table,
                 metric: i.config.metric,
@@ -724,7 +826,7 @@ impl Writer {
         for view in &mut out {
             view.routes.sort_by_key(|r| r.prefix);
         }
-        out
+        out.into_iter().zip(&self.instances).filter(|(_, i)| !i.retired).map(|(v, _)| v).collect()
     }
 }
 
