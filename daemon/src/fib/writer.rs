@@ -230,20 +230,35 @@ impl Writer {
     /// of re-pointing each route.
     fn apply_changes(&mut self, instance: usize, changes: Vec<FibChange>, plan: &mut Plan) {
         // The VRFs importing this instance's routes get them too (`Command::Changes` comes
-        // from the source instance's RIB task only).
-        if let Some(source) = self.instances.get(instance).map(|i| i.config.vrf.clone()) {
-            let leaks: Vec<usize> = (0..self.instances.len())
-                .filter(|i| {
-                    self.instances.get(*i).is_some_and(|x| {
-                        !x.retired && x.config.leaked_from.as_deref() == Some(source.as_str())
-                    })
-                })
-                .collect();
-            for leak in leaks {
+        // from the source instance's RIB task only). A retired source's last withdrawals do
+        // not reach them: its replacement feeds them now.
+        let source = self.instances.get(instance).filter(|i| !i.retired);
+        if let Some(source) = source.map(|i| i.config.vrf.clone()) {
+            for leak in self.leaks_from(&source) {
                 self.apply_to(leak, changes.clone(), plan);
             }
         }
         self.apply_to(instance, changes, plan);
+    }
+
+    /// The active leak instances fed by the router of `vrf`.
+    fn leaks_from(&self, vrf: &str) -> Vec<usize> {
+        (0..self.instances.len())
+            .filter(|i| {
+                self.instances
+                    .get(*i)
+                    .is_some_and(|x| !x.retired && x.config.leaked_from.as_deref() == Some(vrf))
+            })
+            .collect()
+    }
+
+    /// Takes every route of an instance out of the kernel.
+    fn clear(&mut self, index: usize, plan: &mut Plan) {
+        let prefixes: Vec<IpNet> =
+            self.routes.keys().filter(|(i, _)| *i == index).map(|(_, p)| *p).collect();
+        for prefix in prefixes {
+            self.apply_one(index, prefix, Vec::new(), plan);
+        }
     }
 
     fn apply_to(&mut self, instance: usize, changes: Vec<FibChange>, plan: &mut Plan) {
@@ -336,10 +351,13 @@ impl Writer {
         for (index, slot) in slots.iter().enumerate() {
             match self.instances.get(index) {
                 Some(inst) if slot.retired && !inst.retired => {
-                    let prefixes: Vec<IpNet> =
-                        self.routes.keys().filter(|(i, _)| *i == index).map(|(_, p)| *p).collect();
-                    for prefix in prefixes {
-                        self.apply_one(index, prefix, Vec::new(), plan);
+                    // A router's leaks go too; its replacement (if any) fills them again.
+                    let leaks = match &inst.config.leaked_from {
+                        None => self.leaks_from(&inst.config.vrf.clone()),
+                        Some(_) => Vec::new(),
+                    };
+                    for target in leaks.into_iter().chain([index]) {
+                        self.clear(target, plan);
                     }
                     if let Some(inst) = self.instances.get_mut(index) {
                         inst.retired = true;
