@@ -55,7 +55,7 @@ fn node(name: &str, node_labels: &[(&str, &str)]) -> Node {
 /// One pool, one manual VIP, one advertisement: the node's default router originates the VIP.
 fn vip_config(vip: &str) -> AnnounceConfig {
     let mut svc = service("ns", "web");
-    svc.load_balancer_ip = Some(ip(vip));
+    svc.load_balancer_ips = vec![ip(vip)];
     AnnounceConfig {
         node: node("wk1", &[]),
         pools: vec![pool("vips", &["172.18.20.200/29"])],
@@ -208,7 +208,7 @@ fn communities_local_pref_and_peers_are_carried_per_prefix() {
 fn aggregation_announces_the_aggregate_and_explains_the_members() {
     let mut config = vip_config("172.18.20.201");
     let mut second = service("ns", "api");
-    second.load_balancer_ip = Some(ip("172.18.20.202"));
+    second.load_balancer_ips = vec![ip("172.18.20.202")];
     config.services.push(second);
     config.advertisements[0].aggregation_length = 24;
     config.advertisements[0].communities = vec![Community::Standard(1)];
@@ -244,7 +244,7 @@ fn aggregation_announces_the_aggregate_and_explains_the_members() {
 #[test]
 fn allocation_failures_are_explained() {
     let mut config = vip_config("192.0.2.1");
-    config.services[0].load_balancer_ip = Some(ip("192.0.2.1"));
+    config.services[0].load_balancer_ips = vec![ip("192.0.2.1")];
     let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
     assert!(matches!(
         &result.candidates[0].state,

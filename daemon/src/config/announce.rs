@@ -31,7 +31,7 @@ use super::raw::{RawDuration, S};
 use super::source::SourceText;
 use crate::announce::model::{
     AddressRange, Advertisement, AdvertisementKind, AnnounceConfig, CommunityAlias, Endpoint,
-    HealthCheck, Labels, Network, NetworkSelector, PeerName, Pool, ProbeKind, RouteAdvertisement,
+    HealthCheck, IpFamily, IpFamilyPolicy, Labels, Network, NetworkSelector, PeerName, Pool, ProbeKind, RouteAdvertisement,
     RouterLabels, Service, ServiceAllocation, TargetVrf, Topology, TrafficPolicy, DEFAULT_NETWORK,
 };
 use crate::announce::selector::{LabelSelector, Operator, Requirement};
@@ -106,6 +106,9 @@ pub(crate) struct RawService {
     pub namespace_labels: BTreeMap<String, String>,
     pub address_pool: Option<S<String>>,
     pub load_balancer_ip: Option<S<String>>,
+    pub load_balancer_ips: Option<S<Vec<S<String>>>>,
+    pub ip_family_policy: Option<S<String>>,
+    pub ip_families: Option<S<Vec<S<String>>>>,
     pub traffic_policy: Option<S<String>>,
     #[serde(default)]
     pub endpoints: Vec<S<RawEndpoint>>,
@@ -683,10 +686,8 @@ fn service(
         Some(ns) => check.name(ns, &format!("{field}.namespace")),
         None => Some("default".to_string()),
     };
-    let load_balancer_ip = match &raw.load_balancer_ip {
-        Some(ip) => Some(check.address(ip, &format!("{field}.load_balancer_ip"))?),
-        None => None,
-    };
+    let families = ip_families(check, raw, field);
+    let load_balancer_ips = load_balancer_ips(check, raw, field, &families)?;
     let traffic_policy = match raw.traffic_policy.as_ref().map(|t| (t, t.get_ref().as_str())) {
         None | Some((_, "cluster" | "Cluster")) => TrafficPolicy::Cluster,
         Some((_, "local" | "Local")) => TrafficPolicy::Local,
@@ -719,12 +720,156 @@ fn service(
         labels: raw.labels.clone(),
         namespace_labels: raw.namespace_labels.clone(),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
-        load_balancer_ip,
+        load_balancer_ips,
+        ip_family_policy: families.policy,
+        ip_families: families.families,
         traffic_policy,
         endpoints,
         health,
         sources: vec![file.to_path_buf()],
     })
+}
+
+/// A service's `ip_family_policy` and `ip_families`, validated together.
+struct Families {
+    policy: IpFamilyPolicy,
+    families: Vec<IpFamily>,
+}
+
+fn ip_families(check: &mut Check<'_, '_>, raw: &RawService, field: &str) -> Families {
+    // Both spellings, as for traffic_policy: ours and Kubernetes' `spec.ipFamilyPolicy`.
+    let policy = match raw.ip_family_policy.as_ref().map(|p| (p, p.get_ref().as_str())) {
+        None | Some((_, "single-stack" | "SingleStack")) => IpFamilyPolicy::SingleStack,
+        Some((_, "prefer-dual-stack" | "PreferDualStack")) => IpFamilyPolicy::PreferDualStack,
+        Some((_, "require-dual-stack" | "RequireDualStack")) => IpFamilyPolicy::RequireDualStack,
+        Some((value, other)) => {
+            check.fail(
+                value,
+                &format!("{field}.ip_family_policy"),
+                format!("unknown ip_family_policy \"{other}\"; valid: \"single-stack\", \"prefer-dual-stack\", \"require-dual-stack\""),
+            );
+            IpFamilyPolicy::SingleStack
+        }
+    };
+    let mut families = Vec::new();
+    if let Some(list) = &raw.ip_families {
+        for (index, text) in list.get_ref().iter().enumerate() {
+            let name = format!("{field}.ip_families[{index}]");
+            let family = match text.get_ref().as_str() {
+                "ipv4" | "IPv4" => IpFamily::Ipv4,
+                "ipv6" | "IPv6" => IpFamily::Ipv6,
+                other => {
+                    check.fail(
+                        text,
+                        &name,
+                        format!("unknown family \"{other}\"; valid: \"ipv4\", \"ipv6\""),
+                    );
+                    continue;
+                }
+            };
+            if families.contains(&family) {
+                check.fail(text, &name, format!("{family} is listed twice"));
+                continue;
+            }
+            families.push(family);
+        }
+        if families.len() > 1 && policy == IpFamilyPolicy::SingleStack {
+            check.fail(
+                list,
+                &format!("{field}.ip_families"),
+                "single-stack takes one family; set ip_family_policy = \"prefer-dual-stack\" or \"require-dual-stack\" for both",
+            );
+        }
+    }
+    Families { policy, families }
+}
+
+/// `load_balancer_ip` or `load_balancer_ips` (not both), at most one address per family, and
+/// consistent with the family policy. Ordered primary family first when `ip_families` is set.
+fn load_balancer_ips(
+    check: &mut Check<'_, '_>,
+    raw: &RawService,
+    field: &str,
+    families: &Families,
+) -> Option<Vec<IpAddr>> {
+    let (list, name): (Vec<(&S<String>, String)>, String) =
+        match (&raw.load_balancer_ip, &raw.load_balancer_ips) {
+            (Some(one), Some(many)) => {
+                let line = check.loc(one).line;
+                check.fail(
+                    many,
+                    &format!("{field}.load_balancer_ips"),
+                    format!("give either load_balancer_ip (line {line}) or load_balancer_ips, not both"),
+                );
+                return None;
+            }
+            (Some(one), None) => {
+                (vec![(one, format!("{field}.load_balancer_ip"))], format!("{field}.load_balancer_ip"))
+            }
+            (None, Some(many)) => (
+                many.get_ref()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (a, format!("{field}.load_balancer_ips[{i}]")))
+                    .collect(),
+                format!("{field}.load_balancer_ips"),
+            ),
+            (None, None) => return Some(Vec::new()),
+        };
+    let mut ok = true;
+    let mut addresses: Vec<IpAddr> = Vec::new();
+    for (value, name) in &list {
+        let Some(address) = check.address(value, name) else {
+            ok = false;
+            continue;
+        };
+        let family = IpFamily::of(address);
+        if let Some(first) = addresses.iter().find(|a| IpFamily::of(**a) == family) {
+            check.fail(value, name, format!("at most one address per family; {first} is {family} too"));
+            ok = false;
+            continue;
+        }
+        let single = families.policy == IpFamilyPolicy::SingleStack;
+        if let Some(want) = families.families.first().filter(|f| single && **f != family) {
+            check.fail(value, name, format!("{address} is {family}, but ip_families asks for {want}"));
+            ok = false;
+            continue;
+        }
+        addresses.push(address);
+    }
+    if !ok {
+        return None;
+    }
+    let Some((first, _)) = list.first() else { return Some(addresses) };
+    match (families.policy, addresses.len()) {
+        (IpFamilyPolicy::SingleStack, n) if n > 1 => {
+            check.fail(
+                first,
+                &name,
+                "one address per family means dual stack: set ip_family_policy = \"require-dual-stack\" or \"prefer-dual-stack\"",
+            );
+            return None;
+        }
+        (IpFamilyPolicy::RequireDualStack, 1) => {
+            let missing = addresses.first().map(|a| IpFamily::of(*a).other());
+            check.fail(
+                first,
+                &name,
+                format!(
+                    "require-dual-stack needs one address of each family; add the {} address to load_balancer_ips, or leave the addresses to the pool",
+                    missing.map(|f| f.to_string()).unwrap_or_default()
+                ),
+            );
+            return None;
+        }
+        _ => {}
+    }
+    if !families.families.is_empty() {
+        addresses.sort_by_key(|a| {
+            families.families.iter().position(|f| *f == IpFamily::of(*a)).unwrap_or(usize::MAX)
+        });
+    }
+    Some(addresses)
 }
 
 fn health(check: &mut Check<'_, '_>, raw: &RawHealth, field: &str) -> Option<HealthCheck> {
