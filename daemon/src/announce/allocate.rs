@@ -949,4 +949,250 @@ mod tests {
             .values()
             .any(|r| r == &Err(AllocError::PoolExhausted { pools: vec!["a".into(), "b".into()] })));
     }
+
+    fn dual(namespace: &str, name: &str, policy: IpFamilyPolicy) -> Service {
+        let mut s = service(namespace, name);
+        s.ip_family_policy = policy;
+        s
+    }
+
+    fn families_of(assigned: &Assigned) -> Vec<IpFamily> {
+        assigned.addresses.iter().map(|a| IpFamily::of(a.address)).collect()
+    }
+
+    #[test]
+    fn dual_stack_gets_one_address_per_family_from_per_family_slots() {
+        let pools = vec![pool("mixed", &["10.0.0.0/24", "2001:db8::/120"])];
+        let services: Vec<Service> = (0..30)
+            .map(|i| dual("ns", &format!("d{i}"), IpFamilyPolicy::RequireDualStack))
+            .collect();
+        let out = allocate(&pools, &services);
+        let mut reversed = services.clone();
+        reversed.reverse();
+        assert_eq!(allocate(&pools, &reversed), out, "a pure function of the config");
+        let mut seen = std::collections::BTreeSet::new();
+        for (key, result) in &out.services {
+            let assigned = result.as_ref().unwrap();
+            // Unset ip_families: the pool's family order, IPv4 (its first range) first.
+            assert_eq!(families_of(assigned), vec![IpFamily::Ipv4, IpFamily::Ipv6], "{key}");
+            for a in &assigned.addresses {
+                assert!(seen.insert(a.address), "{} handed out twice", a.address);
+                // The home slot is the same hash, modulo the family's own slot count.
+                if a.how == How::Home {
+                    let slot = fnv1a64(key.as_bytes()) % 256;
+                    let want = match a.address {
+                        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(10, 0, 0, slot as u8)),
+                        IpAddr::V6(_) => {
+                            let base: Ipv6Addr = "2001:db8::".parse().unwrap();
+                            IpAddr::V6(Ipv6Addr::from(u128::from(base) + u128::from(slot)))
+                        }
+                    };
+                    assert_eq!(a.address, want, "{key}");
+                }
+            }
+        }
+        assert_eq!(seen.len(), 60);
+        // Per family: a dual-stack service's IPv6 collisions are its own, reported per family.
+        for c in &out.collisions {
+            assert_eq!(IpFamily::of(c.home), IpFamily::of(c.got));
+        }
+    }
+
+    #[test]
+    fn single_stack_takes_one_family_of_a_mixed_pool() {
+        let pools = vec![
+            pool("v6-first", &["2001:db8::/120", "10.0.0.0/24"]),
+            pool("v4-first", &["10.1.0.0/24", "2001:db8:1::/120"]),
+        ];
+        let mut implicit6 = service("ns", "implicit6");
+        implicit6.address_pool = Some("v6-first".into());
+        let mut implicit4 = service("ns", "implicit4");
+        implicit4.address_pool = Some("v4-first".into());
+        let mut explicit = service("ns", "explicit");
+        explicit.address_pool = Some("v4-first".into());
+        explicit.ip_families = vec![IpFamily::Ipv6];
+        let out = allocate(&pools, &[implicit6, implicit4, explicit]);
+        let family = |key: &str| families_of(out.services[key].as_ref().unwrap());
+        assert_eq!(family("ns/implicit6"), vec![IpFamily::Ipv6], "first range's family");
+        assert_eq!(family("ns/implicit4"), vec![IpFamily::Ipv4], "first range's family");
+        assert_eq!(family("ns/explicit"), vec![IpFamily::Ipv6], "ip_families decides");
+    }
+
+    #[test]
+    fn require_dual_stack_skips_single_family_pools_and_prefer_falls_back() {
+        let with_priority = |name: &str, ranges: &[&str], priority: i32| {
+            let mut p = pool(name, ranges);
+            p.service_allocation =
+                Some(ServiceAllocation { priority: Some(priority), ..Default::default() });
+            p
+        };
+        // The IPv4-only pool is tried first.
+        let pools = vec![
+            with_priority("v4only", &["10.0.0.0/24"], 1),
+            with_priority("both", &["10.9.0.0/24", "2001:db8:9::/120"], 2),
+        ];
+        let require = dual("ns", "require", IpFamilyPolicy::RequireDualStack);
+        let prefer = dual("ns", "prefer", IpFamilyPolicy::PreferDualStack);
+        let out = allocate(&pools, &[require.clone(), prefer.clone()]);
+        let got = out.services["ns/require"].as_ref().unwrap();
+        assert_eq!((got.pool.as_str(), got.addresses.len()), ("both", 2), "v4only is no candidate");
+        let got = out.services["ns/prefer"].as_ref().unwrap();
+        assert_eq!(got.pool, "v4only", "prefer takes the first pool, single stack");
+        assert_eq!(families_of(got), vec![IpFamily::Ipv4]);
+
+        // No pool with both families: require gets a reason that says so; prefer gets IPv4.
+        let pools = vec![pool("v4only", &["10.0.0.0/24"])];
+        let out = allocate(&pools, &[require, prefer]);
+        let error = out.services["ns/require"].clone().unwrap_err();
+        assert_eq!(
+            error,
+            AllocError::NoFamily {
+                needs: vec![IpFamily::Ipv4, IpFamily::Ipv6],
+                policy: IpFamilyPolicy::RequireDualStack,
+                pools: vec!["v4only".into()],
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "no candidate pool has IPv4 and IPv6 addresses (ip_family_policy require-dual-stack; candidates: v4only)"
+        );
+        assert_eq!(families_of(out.services["ns/prefer"].as_ref().unwrap()), vec![IpFamily::Ipv4]);
+
+        // Single stack asking for a family no pool has.
+        let mut v6 = service("ns", "v6");
+        v6.ip_families = vec![IpFamily::Ipv6];
+        let out = allocate(&pools, &[v6]);
+        assert!(
+            matches!(&out.services["ns/v6"], Err(AllocError::NoFamily { needs, .. }) if needs == &vec![IpFamily::Ipv6])
+        );
+    }
+
+    #[test]
+    fn ip_families_order_puts_the_primary_first() {
+        let pools = vec![pool("mixed", &["10.0.0.0/24", "2001:db8::/120"])];
+        let mut s = dual("ns", "v6-primary", IpFamilyPolicy::PreferDualStack);
+        s.ip_families = vec![IpFamily::Ipv6, IpFamily::Ipv4];
+        let out = allocate(&pools, &[s]);
+        let got = out.services["ns/v6-primary"].as_ref().unwrap();
+        assert_eq!(families_of(got), vec![IpFamily::Ipv6, IpFamily::Ipv4]);
+        assert!(out.address_of("ns/v6-primary").unwrap().is_ipv6());
+        assert_eq!(out.addresses_of("ns/v6-primary").len(), 2);
+    }
+
+    #[test]
+    fn a_full_family_sends_require_on_and_prefer_keeps_the_other() {
+        // One IPv6 address for two dual-stack services of each policy.
+        let pools = vec![
+            pool("small", &["10.0.0.0/24", "2001:db8::1/128"]),
+            pool("spare", &["10.1.0.0/24", "2001:db8:1::/120"]),
+        ];
+        let a = dual("ns", "a", IpFamilyPolicy::RequireDualStack);
+        let b = dual("ns", "b", IpFamilyPolicy::RequireDualStack);
+        let out = allocate(&pools, &[a, b]);
+        let pools_used: Vec<&str> =
+            out.services.values().map(|r| r.as_ref().unwrap().pool.as_str()).collect();
+        assert_eq!(pools_used.iter().filter(|p| **p == "small").count(), 1);
+        assert_eq!(pools_used.iter().filter(|p| **p == "spare").count(), 1);
+        for result in out.services.values() {
+            assert_eq!(result.as_ref().unwrap().addresses.len(), 2);
+        }
+        // The address given back in "small" is not reported as held.
+        let moved = out.services.iter().find(|(_, r)| r.as_ref().unwrap().pool == "spare").unwrap();
+        assert!(
+            out.collisions.iter().all(|c| &c.service != moved.0 || c.pool != "small"),
+            "{:?}",
+            out.collisions
+        );
+
+        let pools = vec![pool("small", &["10.0.0.0/24", "2001:db8::1/128"])];
+        let out = allocate(
+            &pools,
+            &[
+                dual("ns", "a", IpFamilyPolicy::PreferDualStack),
+                dual("ns", "b", IpFamilyPolicy::PreferDualStack),
+            ],
+        );
+        let mut counts: Vec<usize> =
+            out.services.values().map(|r| r.as_ref().unwrap().addresses.len()).collect();
+        counts.sort_unstable();
+        assert_eq!(counts, vec![1, 2], "one gets both, the other keeps its IPv4 address");
+    }
+
+    #[test]
+    fn manual_dual_stack_pair() {
+        let pools = vec![
+            pool("mixed", &["10.0.0.0/24", "2001:db8::/120"]),
+            pool("v6", &["2001:db8:6::/120"]),
+        ];
+        let mut pair = dual("ns", "pair", IpFamilyPolicy::RequireDualStack);
+        pair.load_balancer_ips = vec![ip("10.0.0.7"), ip("2001:db8::7")];
+        let mut thief = dual("ns", "thief", IpFamilyPolicy::RequireDualStack);
+        thief.load_balancer_ips = vec![ip("10.0.0.8"), ip("2001:db8::7")];
+        let mut split = dual("ns", "split", IpFamilyPolicy::RequireDualStack);
+        split.load_balancer_ips = vec![ip("10.0.0.9"), ip("2001:db8:6::9")];
+        let mut stray = dual("ns", "stray", IpFamilyPolicy::PreferDualStack);
+        stray.load_balancer_ips = vec![ip("10.0.0.10"), ip("2001:db8:ffff::1")];
+        let out = allocate(&pools, &[pair, thief, split, stray, service("ns", "auto")]);
+        assert_eq!(
+            out.services["ns/pair"],
+            Ok(Assigned {
+                pool: "mixed".into(),
+                addresses: vec![
+                    Address { address: ip("10.0.0.7"), how: How::Manual },
+                    Address { address: ip("2001:db8::7"), how: How::Manual },
+                ]
+            })
+        );
+        assert_eq!(
+            out.services["ns/thief"],
+            Err(AllocError::AddressInUse { address: ip("2001:db8::7"), by: "ns/pair".into() })
+        );
+        assert_eq!(
+            out.services["ns/split"],
+            Err(AllocError::NotInOnePool { addresses: vec![ip("10.0.0.9"), ip("2001:db8:6::9")] })
+        );
+        assert_eq!(
+            out.services["ns/stray"],
+            Err(AllocError::NotInPool { address: ip("2001:db8:ffff::1"), pool: None })
+        );
+        // A service that lost its manual request holds nothing: 10.0.0.8 stays free for others.
+        assert_ne!(out.address_of("ns/auto"), Some(ip("10.0.0.7")));
+    }
+
+    #[test]
+    fn adding_a_dual_stack_service_moves_only_colliding_ones() {
+        let pools = vec![pool("mixed", &["10.0.0.0/22", "2001:db8::/118"])];
+        let mut services: Vec<Service> = (0..30)
+            .map(|i| {
+                let policy = match i % 3 {
+                    0 => IpFamilyPolicy::SingleStack,
+                    1 => IpFamilyPolicy::PreferDualStack,
+                    _ => IpFamilyPolicy::RequireDualStack,
+                };
+                dual("ns", &format!("s{i}"), policy)
+            })
+            .collect();
+        let before = allocate(&pools, &services);
+        services.push(dual("ns", "newcomer", IpFamilyPolicy::RequireDualStack));
+        let after = allocate(&pools, &services);
+        let newcomer = after.addresses_of("ns/newcomer");
+        assert_eq!(newcomer.len(), 2);
+        let homes: Vec<IpAddr> = [IpFamily::Ipv4, IpFamily::Ipv6]
+            .iter()
+            .map(|f| {
+                let slots = Slots::new(&pools[0], *f);
+                slots.address(slots.home("ns/newcomer").unwrap()).unwrap()
+            })
+            .collect();
+        for (key, result) in &before.services {
+            let old = result.as_ref().unwrap().ips();
+            let new = after.addresses_of(key);
+            assert_eq!(old.len(), new.len(), "{key}");
+            for (o, n) in old.iter().zip(&new) {
+                if o != n {
+                    assert!(homes.contains(o), "{key} moved from {o} without a collision");
+                }
+            }
+        }
+    }
 }
