@@ -1599,6 +1599,114 @@ target_vrf = "blue"
         assert!(errors[0].message.contains("also defined at a.toml:2:8"), "{}", errors[0].message);
     }
 
+    #[test]
+    fn dual_stack_service_fields_load() {
+        let text = r#"
+[[pools]]
+name = "vips"
+addresses = ["192.0.2.0/28", "2001:db8::/120"]
+
+[[services]]
+name = "pair"
+ip_family_policy = "require-dual-stack"
+ip_families = ["ipv6", "ipv4"]
+load_balancer_ips = ["192.0.2.5", "2001:db8::5"]
+
+[[services]]
+name = "k8s-spelling"
+ip_family_policy = "PreferDualStack"
+ip_families = ["IPv4"]
+
+[[services]]
+name = "plain"
+load_balancer_ip = "192.0.2.6"
+"#;
+        let config = load_str("f.toml", text).unwrap_or_else(|e| panic!("{e}"));
+        let s = &config.announce.services;
+        assert_eq!(s[0].ip_family_policy, IpFamilyPolicy::RequireDualStack);
+        assert_eq!(s[0].ip_families, vec![IpFamily::Ipv6, IpFamily::Ipv4]);
+        // Primary family first, as ip_families orders them.
+        let want: Vec<IpAddr> = vec!["2001:db8::5".parse().unwrap(), "192.0.2.5".parse().unwrap()];
+        assert_eq!(s[0].load_balancer_ips, want);
+        assert_eq!(
+            (s[1].ip_family_policy, s[1].ip_families.clone()),
+            (IpFamilyPolicy::PreferDualStack, vec![IpFamily::Ipv4])
+        );
+        assert_eq!(s[2].ip_family_policy, IpFamilyPolicy::SingleStack);
+        assert_eq!(s[2].load_balancer_ips, vec!["192.0.2.6".parse::<IpAddr>().unwrap()]);
+        let json = serde_json::to_value(&config).unwrap();
+        assert_eq!(json["announce"]["services"][0]["ip_family_policy"], "require-dual-stack");
+        assert_eq!(json["announce"]["services"][0]["ip_families"][0], "ipv6");
+    }
+
+    #[test]
+    fn dual_stack_errors_name_line_and_field() {
+        let text = r#"
+[[services]]
+name = "both"
+load_balancer_ip = "192.0.2.1"
+load_balancer_ips = ["192.0.2.1"]
+
+[[services]]
+name = "policy"
+ip_family_policy = "dual"
+
+[[services]]
+name = "families"
+ip_families = ["ipv4", "ipv5", "ipv4"]
+
+[[services]]
+name = "single-two-families"
+ip_families = ["ipv4", "ipv6"]
+
+[[services]]
+name = "same-family"
+ip_family_policy = "prefer-dual-stack"
+load_balancer_ips = ["192.0.2.1", "192.0.2.2"]
+
+[[services]]
+name = "single-two-addresses"
+load_balancer_ips = ["192.0.2.1", "2001:db8::1"]
+
+[[services]]
+name = "require-one"
+ip_family_policy = "require-dual-stack"
+load_balancer_ip = "192.0.2.1"
+
+[[services]]
+name = "mismatch"
+ip_families = ["ipv6"]
+load_balancer_ips = ["192.0.2.1"]
+"#;
+        let errors = load_str("f.toml", text).unwrap_err().0;
+        let found: Vec<(usize, &str)> = errors.iter().map(|e| (e.line, e.field.as_str())).collect();
+        assert_eq!(
+            found,
+            vec![
+                (5, "services[0].load_balancer_ips"),
+                (9, "services[1].ip_family_policy"),
+                (13, "services[2].ip_families[1]"),
+                (13, "services[2].ip_families[2]"),
+                (17, "services[3].ip_families"),
+                (22, "services[4].load_balancer_ips[1]"),
+                (26, "services[5].load_balancer_ips"),
+                (31, "services[6].load_balancer_ip"),
+                (36, "services[7].load_balancer_ips[0]"),
+            ],
+            "{errors:?}"
+        );
+        let message = |i: usize| errors[i].message.clone();
+        assert!(message(0).contains("either load_balancer_ip (line 4) or load_balancer_ips"));
+        assert!(message(1).contains("\"require-dual-stack\""), "{}", message(1));
+        assert!(message(3).contains("IPv4 is listed twice"), "{}", message(3));
+        assert!(message(4).contains("single-stack takes one family"), "{}", message(4));
+        assert!(message(5).contains("192.0.2.1 is IPv4 too"), "{}", message(5));
+        assert!(message(6).contains("ip_family_policy"), "{}", message(6));
+        assert!(message(7).contains("add the IPv6 address"), "{}", message(7));
+        assert!(message(8).contains("ip_families asks for IPv6"), "{}", message(8));
+        assert!(errors[0].to_string().contains("f.toml:5"), "{}", errors[0]);
+    }
+
     /// The example in docs/announcements.md must load and mean what it says.
     #[test]
     fn documented_example_loads() {
