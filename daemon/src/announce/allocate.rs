@@ -269,8 +269,11 @@ pub fn pool_families(pool: &Pool) -> Vec<IpFamily> {
 /// The families `pool` gives `service`, primary first (step 2 of the module doc). Empty: the
 /// pool does not fit the service.
 fn wanted(pool_has: &[IpFamily], service: &Service) -> Vec<IpFamily> {
-    let mut order: Vec<IpFamily> =
-        if service.ip_families.is_empty() { pool_has.to_vec() } else { service.ip_families.clone() };
+    let mut order: Vec<IpFamily> = if service.ip_families.is_empty() {
+        pool_has.to_vec()
+    } else {
+        service.ip_families.clone()
+    };
     match service.ip_family_policy {
         IpFamilyPolicy::SingleStack => {
             order.first().filter(|f| pool_has.contains(f)).map(|f| vec![*f]).unwrap_or_default()
@@ -438,7 +441,9 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<String, All
             .find(|p| &p.pool.name == name)
             .ok_or_else(|| AllocError::UnknownPool(name.clone()))?;
         return match addresses.iter().find(|a| !pool.contains(**a)) {
-            Some(address) => Err(AllocError::NotInPool { address: *address, pool: Some(name.clone()) }),
+            Some(address) => {
+                Err(AllocError::NotInPool { address: *address, pool: Some(name.clone()) })
+            }
             None => Ok(name.clone()),
         };
     }
@@ -521,8 +526,7 @@ pub fn allocate(pools: &[Pool], services: &[Service]) -> Allocation {
             let Some(pool) = slots.get(pool) else { continue };
             place_in_pool(pool, &services, &mut taken, &mut out);
         }
-        pending =
-            next.into_iter().filter(|(s, _)| !out.services.contains_key(&s.key())).collect();
+        pending = next.into_iter().filter(|(s, _)| !out.services.contains_key(&s.key())).collect();
         round = round.saturating_add(1);
     }
     out.collisions.sort_by(|a, b| a.service.cmp(&b.service).then(a.home.cmp(&b.home)));
@@ -537,14 +541,15 @@ fn place_in_pool(
     taken: &mut HashMap<IpAddr, String>,
     out: &mut Allocation,
 ) {
-    let wants: Vec<(String, Vec<IpFamily>, IpFamilyPolicy)> = services
-        .iter()
-        .map(|s| (s.key(), wanted(&pool.families, s), s.ip_family_policy))
-        .collect();
+    let wants: Vec<(String, Vec<IpFamily>, IpFamilyPolicy)> =
+        services.iter().map(|s| (s.key(), wanted(&pool.families, s), s.ip_family_policy)).collect();
     let mut got: HashMap<(String, IpFamily), Address> = HashMap::new();
     for family in [IpFamily::Ipv4, IpFamily::Ipv6] {
-        let keys: Vec<String> =
-            wants.iter().filter(|(_, w, _)| w.contains(&family)).map(|(k, _, _)| k.clone()).collect();
+        let keys: Vec<String> = wants
+            .iter()
+            .filter(|(_, w, _)| w.contains(&family))
+            .map(|(k, _, _)| k.clone())
+            .collect();
         for (key, address) in place(pool.family(family), &keys, taken, &mut out.collisions) {
             got.insert((key, family), address);
         }

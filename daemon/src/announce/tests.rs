@@ -307,9 +307,8 @@ fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
     health.insert(("ns/web".into(), ip("10.128.1.5")), false);
     let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
     assert!(originated(&result, "").is_empty());
-    let not_ready = State::Withdrawn {
-        reason: Reason::NotReady { readiness: Readiness::NoHealthyEndpoint },
-    };
+    let not_ready =
+        State::Withdrawn { reason: Reason::NotReady { readiness: Readiness::NoHealthyEndpoint } };
     let withdrawn: Vec<_> = result.candidates.iter().map(|c| (c.prefix, c.state.clone())).collect();
     assert_eq!(
         withdrawn,

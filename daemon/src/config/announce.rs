@@ -31,8 +31,9 @@ use super::raw::{RawDuration, S};
 use super::source::SourceText;
 use crate::announce::model::{
     AddressRange, Advertisement, AdvertisementKind, AnnounceConfig, CommunityAlias, Endpoint,
-    HealthCheck, IpFamily, IpFamilyPolicy, Labels, Network, NetworkSelector, PeerName, Pool, ProbeKind, RouteAdvertisement,
-    RouterLabels, Service, ServiceAllocation, TargetVrf, Topology, TrafficPolicy, DEFAULT_NETWORK,
+    HealthCheck, IpFamily, IpFamilyPolicy, Labels, Network, NetworkSelector, PeerName, Pool,
+    ProbeKind, RouteAdvertisement, RouterLabels, Service, ServiceAllocation, TargetVrf, Topology,
+    TrafficPolicy, DEFAULT_NETWORK,
 };
 use crate::announce::selector::{LabelSelector, Operator, Requirement};
 
@@ -799,13 +800,16 @@ fn load_balancer_ips(
                 check.fail(
                     many,
                     &format!("{field}.load_balancer_ips"),
-                    format!("give either load_balancer_ip (line {line}) or load_balancer_ips, not both"),
+                    format!(
+                        "give either load_balancer_ip (line {line}) or load_balancer_ips, not both"
+                    ),
                 );
                 return None;
             }
-            (Some(one), None) => {
-                (vec![(one, format!("{field}.load_balancer_ip"))], format!("{field}.load_balancer_ip"))
-            }
+            (Some(one), None) => (
+                vec![(one, format!("{field}.load_balancer_ip"))],
+                format!("{field}.load_balancer_ip"),
+            ),
             (None, Some(many)) => (
                 many.get_ref()
                     .iter()
@@ -825,13 +829,21 @@ fn load_balancer_ips(
         };
         let family = IpFamily::of(address);
         if let Some(first) = addresses.iter().find(|a| IpFamily::of(**a) == family) {
-            check.fail(value, name, format!("at most one address per family; {first} is {family} too"));
+            check.fail(
+                value,
+                name,
+                format!("at most one address per family; {first} is {family} too"),
+            );
             ok = false;
             continue;
         }
         let single = families.policy == IpFamilyPolicy::SingleStack;
         if let Some(want) = families.families.first().filter(|f| single && **f != family) {
-            check.fail(value, name, format!("{address} is {family}, but ip_families asks for {want}"));
+            check.fail(
+                value,
+                name,
+                format!("{address} is {family}, but ip_families asks for {want}"),
+            );
             ok = false;
             continue;
         }

@@ -275,10 +275,8 @@ load_balancer_ips = ["192.0.2.1", "2001:db8:aaaa:bbbb:cccc:dddd:eeee:1"]
             text.lines().filter(|l| l.contains("announced") || l.starts_with("Prefix")).collect();
         assert_eq!(lines.len(), 3, "{text}");
         // The VRF column starts at the same place on every line.
-        let column: Vec<usize> = lines
-            .iter()
-            .map(|l| l.find("default").or_else(|| l.find("VRF")).unwrap())
-            .collect();
+        let column: Vec<usize> =
+            lines.iter().map(|l| l.find("default").or_else(|| l.find("VRF")).unwrap()).collect();
         assert!(column.iter().all(|c| *c == column[0]), "{text}");
     }
 
