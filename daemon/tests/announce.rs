@@ -462,6 +462,10 @@ fn check_reports_allocation_collisions() {
     for name in ["x", "y"] {
         text.push_str(&format!("[[services]]\nname = \"{name}\"\naddress_pool = \"one\"\n"));
     }
+    // Dual stack from an IPv4-only pool: no address, and the reason says why.
+    text.push_str(
+        "[[services]]\nname = \"d\"\naddress_pool = \"four\"\nip_family_policy = \"require-dual-stack\"\n",
+    );
     std::fs::write(&config, text).unwrap();
     let out = Command::new(uplink_bin())
         .args(["check", "--config", config.to_str().unwrap()])
@@ -477,6 +481,10 @@ fn check_reports_allocation_collisions() {
     );
     assert!(
         stdout.contains("warning: service default/y gets no address: pool exhausted (one)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning: service default/d gets no address: no candidate pool has IPv4 and IPv6 addresses (ip_family_policy require-dual-stack; candidates: four)"),
         "{stdout}"
     );
 }
