@@ -1,7 +1,8 @@
 //! Announcement tier: an FRR "tor" and two uplink nodes in network namespaces. LoadBalancer
 //! VIPs with health checks, traffic policies, communities, LOCAL_PREF and aggregation; and the
 //! seed deck's pod network, EgressIP and Layer2 network examples as manifests, checked against
-//! the routes the deck shows on r2.
+//! the routes the deck shows on r2. A dual-stack service, announced over one session per
+//! family.
 
 mod common;
 use common::*;
@@ -311,6 +312,138 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
     via("198.51.100.0/28", &["10.0.1.2", "10.0.2.2"], "node2 undrained");
 }
 
+/// The tor of the dual-stack test: one iBGP session per family with each node (MetalLB's usual
+/// dual-stack setup), ECMP in both families.
+const TOR_DUAL: &str = r#"
+frr defaults datacenter
+hostname tor
+router bgp 65801
+ bgp router-id 10.0.1.1
+ no bgp ebgp-requires-policy
+ neighbor 10.0.1.2 remote-as 65801
+ neighbor 10.0.2.2 remote-as 65801
+ neighbor fd00:1::2 remote-as 65801
+ neighbor fd00:2::2 remote-as 65801
+ address-family ipv4 unicast
+  no neighbor fd00:1::2 activate
+  no neighbor fd00:2::2 activate
+  maximum-paths ibgp 8
+ exit-address-family
+ address-family ipv6 unicast
+  neighbor fd00:1::2 activate
+  neighbor fd00:2::2 activate
+  maximum-paths ibgp 8
+ exit-address-family
+"#;
+
+fn dual_node_config(name: &str, slot: u8) -> String {
+    format!(
+        r#"
+[node]
+name = "{name}"
+
+[[bgp.routers]]
+asn = 65801
+id = "10.0.{slot}.2"
+[[bgp.routers.neighbors]]
+address = "10.0.{slot}.1"
+asn = 65801
+connect_time = "1s"
+[[bgp.routers.neighbors]]
+address = "fd00:{slot}::1"
+asn = 65801
+connect_time = "1s"
+
+[[pools]]
+name = "dual"
+addresses = ["192.0.2.0/28", "2001:db8:5::/120"]
+
+[[advertisements]]
+name = "dual"
+ip_address_pools = ["dual"]
+
+# Allocated, not manual: both nodes must compute the same pair on their own.
+[[services]]
+name = "dual"
+namespace = "demo"
+ip_family_policy = "require-dual-stack"
+"#
+    )
+}
+
+/// The prefixes `show announcements` lists for `service`, in candidate order.
+fn service_prefixes(node: &Uplink, service: &str) -> Vec<String> {
+    let shown = node.json(&["show", "announcements"]).unwrap();
+    let origin = format!("service {service} ");
+    shown["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["origin"].as_str().is_some_and(|o| o.starts_with(&origin)))
+        .filter_map(|c| c["prefix"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn dual_stack_service_is_announced_in_both_families() {
+    let mut lab = Lab::new("dstk");
+    let tor_ns = lab.ns("tor");
+    let n1 = lab.ns("node1");
+    let n2 = lab.ns("node2");
+    lab.link(&tor_ns, &["10.0.1.1/24", "fd00:1::1/64"], &n1, &["10.0.1.2/24", "fd00:1::2/64"]);
+    lab.link(&tor_ns, &["10.0.2.1/24", "fd00:2::1/64"], &n2, &["10.0.2.2/24", "fd00:2::2/64"]);
+    let tor = Frr::start(&mut lab, &tor_ns, TOR_DUAL);
+    let node1 = Uplink::start(&mut lab, &n1, "uplink1", &dual_node_config("node1", 1));
+    let node2 = Uplink::start(&mut lab, &n2, "uplink2", &dual_node_config("node2", 2));
+    wait_for("four sessions Established on the tor", UP, || {
+        let up = tor.peer_state("ipv4Unicast", "10.0.1.2") == "Established"
+            && tor.peer_state("ipv4Unicast", "10.0.2.2") == "Established"
+            && tor.peer_state("ipv6Unicast", "fd00:1::2") == "Established"
+            && tor.peer_state("ipv6Unicast", "fd00:2::2") == "Established";
+        if up {
+            Ok(())
+        } else {
+            Err(format!("{}\n{}", tor.vtysh("show bgp summary"), lab.dump_logs()))
+        }
+    });
+
+    // One /32 and one /128, the same on both nodes (allocation is a pure function).
+    let prefixes = service_prefixes(&node1, "demo/dual");
+    assert_eq!(prefixes.len(), 2, "{prefixes:?}");
+    let (v4, v6) = (prefixes[0].clone(), prefixes[1].clone());
+    assert!(v4.starts_with("192.0.2.") && v4.ends_with("/32"), "{v4}");
+    assert!(v6.starts_with("2001:db8:5::") && v6.ends_with("/128"), "{v6}");
+    assert_eq!(service_prefixes(&node2, "demo/dual"), prefixes, "nodes disagree");
+
+    let via = |prefix: &str, want: &[&str], why: &str| {
+        wait_for(&format!("{prefix} via {want:?} ({why})"), UP, || {
+            let hops = tor.route_nexthops(prefix);
+            if hops == want {
+                Ok(())
+            } else {
+                let afi = if prefix.contains(':') { "ipv6" } else { "ipv4" };
+                Err(format!(
+                    "next hops {hops:?}\n{}\n{}",
+                    tor.vtysh(&format!("show bgp {afi} unicast")),
+                    lab.dump_logs()
+                ))
+            }
+        })
+    };
+    via(&v4, &["10.0.1.2", "10.0.2.2"], "ECMP");
+    via(&v6, &["fd00:1::2", "fd00:2::2"], "ECMP");
+    let text = node1.cli(&["show", "announcements"]).unwrap();
+    assert!(text.contains(&v4) && text.contains(&v6), "{text}");
+
+    // Drain applies to the service as a whole: node2 withdraws both addresses.
+    node2.cli(&["drain"]).unwrap();
+    via(&v4, &["10.0.1.2"], "node2 drained");
+    via(&v6, &["fd00:1::2"], "node2 drained");
+    node2.cli(&["undrain"]).unwrap();
+    via(&v4, &["10.0.1.2", "10.0.2.2"], "node2 undrained");
+    via(&v6, &["fd00:1::2", "fd00:2::2"], "node2 undrained");
+}
+
 /// `uplink check` says which services collide on a home slot (allocation is a pure function
 /// of the config, so this is known before anything runs).
 #[test]
@@ -329,6 +462,10 @@ fn check_reports_allocation_collisions() {
     for name in ["x", "y"] {
         text.push_str(&format!("[[services]]\nname = \"{name}\"\naddress_pool = \"one\"\n"));
     }
+    // Dual stack from an IPv4-only pool: no address, and the reason says why.
+    text.push_str(
+        "[[services]]\nname = \"d\"\naddress_pool = \"four\"\nip_family_policy = \"require-dual-stack\"\n",
+    );
     std::fs::write(&config, text).unwrap();
     let out = Command::new(uplink_bin())
         .args(["check", "--config", config.to_str().unwrap()])
@@ -344,6 +481,10 @@ fn check_reports_allocation_collisions() {
     );
     assert!(
         stdout.contains("warning: service default/y gets no address: pool exhausted (one)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning: service default/d gets no address: no candidate pool has IPv4 and IPv6 addresses (ip_family_policy require-dual-stack; candidates: four)"),
         "{stdout}"
     );
 }

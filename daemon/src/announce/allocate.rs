@@ -1,41 +1,59 @@
 //! Deterministic VIP allocation: a pure function of the config, so every node computes the same
-//! address for a service without talking to the others.
+//! addresses for a service without talking to the others.
 //!
 //! # Algorithm
 //!
+//! A service asks for one address (`ip_family_policy = "single-stack"`, the default) or one of
+//! each family (`"require-dual-stack"`, `"prefer-dual-stack"`), as Kubernetes'
+//! `spec.ipFamilyPolicy`. Within a pool, every family has its own slots, so the IPv4 and the
+//! IPv6 addresses of a pool never compete.
+//!
 //! 1. **Manual addresses first.** Services are taken in `namespace/name` order. A service with
-//!    `load_balancer_ip` gets that address if it lies in its `address_pool` (when named) or in
-//!    any pool, and no earlier service holds it. Manual addresses are taken before any automatic
-//!    one, so they always win.
-//! 2. **Candidate pools.** A service without a manual address and with `address_pool` may use
+//!    manual addresses (`load_balancer_ip`, or `load_balancer_ips` with at most one per family)
+//!    gets them all if one pool holds them all — its `address_pool` when named, else the first
+//!    such pool by name — and no earlier service holds any of them; otherwise it gets none.
+//!    Manual addresses are taken before any automatic one, so they always win.
+//! 2. **Families a pool gives a service.** The *pool's families* are the families of its
+//!    ranges, in the order of their first range. The service's family order is its
+//!    `ip_families` (primary first) if set, else the pool's families. Then:
+//!    `single-stack` wants its first family, and the pool fits only if it has that family
+//!    (unset `ip_families`: the family of the pool's first range, so every pool fits);
+//!    `require-dual-stack` wants both families, and only pools with both fit (MetalLB);
+//!    `prefer-dual-stack` wants whichever of the two families the pool has, so every pool fits.
+//!    A pool without any address fits (and is full).
+//! 3. **Candidate pools.** A service without manual addresses and with `address_pool` may use
 //!    only that pool (naming a pool is an explicit request, so `auto_assign = false` pools serve
 //!    it). Otherwise its candidates are the `auto_assign` pools whose `service_allocation` lets
 //!    it in (namespace listed or matched by a namespace selector; service matched by a service
 //!    selector): first the pools with a `service_allocation`, by ascending `priority` (unset
-//!    last), then the pools without, each group by name — MetalLB's order.
-//! 3. **Slots.** A pool's addresses, in the order written, form slots `0..size`. A service's
-//!    *home slot* in a pool is `fnv1a64("namespace/name") mod size` (FNV-1a, 64 bit: fixed
-//!    constants, so the result never changes with the Rust version, unlike `DefaultHasher`).
-//! 4. **Placement, round by round.** Round *r* places every still unplaced service in its *r*-th
-//!    candidate pool. Within a pool, first every service whose home slot no other service of the
-//!    round shares, and that is free, gets it; then the others, in `namespace/name` order, probe
+//!    last), then the pools without, each group by name — MetalLB's order. Pools that do not fit
+//!    (step 2) are dropped; if none is left, the service gets no address, and the reason names
+//!    the families it needs.
+//! 4. **Slots.** A pool's addresses of one family, in the order written, form that family's
+//!    slots `0..size`. A service's *home slot* for a family is `fnv1a64("namespace/name") mod
+//!    size` (FNV-1a, 64 bit: fixed constants, so the result never changes with the Rust version,
+//!    unlike `DefaultHasher`). The same hash serves both families.
+//! 5. **Placement, round by round.** Round *r* places every still unplaced service in its *r*-th
+//!    candidate pool, IPv4 first, then IPv6, each family among the services that want it there.
+//!    Within a family, first every service whose home slot no other service of the round
+//!    shares, and that is free, gets it; then the others, in `namespace/name` order, probe
 //!    linearly from their home slot (wrapping) to the first free slot. With `avoid_buggy_ips`,
-//!    IPv4 addresses ending in `.0` or `.255` are never handed out. A full pool sends the
-//!    service on to its next candidate; after the last it is *exhausted*.
+//!    IPv4 addresses ending in `.0` or `.255` are never handed out. Then per service: all wanted
+//!    families placed, it is done; `prefer-dual-stack` with one family full keeps the other;
+//!    `require-dual-stack` with one family full gives back the address it got. A service with
+//!    no address goes on to its next candidate pool; after the last it is *exhausted*.
 //!
-//! Adding or removing one service therefore moves no other service unless its home slot is the
-//! same as another service's (or a probe landed on it): every service that was at its home slot
-//! stays there. Such services are reported as [`Collision`]s, and `uplink check` prints them.
-//!
-//! Dual-stack services are not modelled: a service gets one address, from its pool's slots in
-//! the order the pool lists them (IPv4 and IPv6 alike).
+//! Adding or removing one service therefore moves no other service unless one of its home slots
+//! is the same as another service's (or a probe landed on it): every service that was at its
+//! home slot stays there. Such services are reported as [`Collision`]s, one per family, and
+//! `uplink check` prints them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-use super::model::{AddressRange, Pool, Service};
+use super::model::{AddressRange, IpFamily, IpFamilyPolicy, Pool, Service};
 use super::selector::any_matches;
 
 /// Upper bound on linear probing within one pool, so a huge, nearly full pool cannot stall.
@@ -51,11 +69,11 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     hash
 }
 
-/// How a service got its address.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// How a service got an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum How {
-    /// `load_balancer_ip`.
+    /// `load_balancer_ip` / `load_balancer_ips`.
     Manual,
     /// Its home slot.
     Home,
@@ -63,11 +81,25 @@ pub enum How {
     Probed,
 }
 
+/// One address of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Address {
+    pub address: IpAddr,
+    pub how: How,
+}
+
+/// A service's addresses: all from one pool, at most one per family, primary family first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Assigned {
-    pub address: IpAddr,
     pub pool: String,
-    pub how: How,
+    pub addresses: Vec<Address>,
+}
+
+impl Assigned {
+    /// The addresses alone, primary first.
+    pub fn ips(&self) -> Vec<IpAddr> {
+        self.addresses.iter().map(|a| a.address).collect()
+    }
 }
 
 /// Why a service has no address.
@@ -76,12 +108,16 @@ pub struct Assigned {
 pub enum AllocError {
     /// `address_pool` names a pool that does not exist.
     UnknownPool(String),
-    /// The manual address is in no pool (or not in the named one).
+    /// A manual address is in no pool (or not in the named one).
     NotInPool { address: IpAddr, pool: Option<String> },
-    /// The manual address is held by another service.
+    /// The manual addresses are each in some pool, but no one pool holds them all.
+    NotInOnePool { addresses: Vec<IpAddr> },
+    /// A manual address is held by another service.
     AddressInUse { address: IpAddr, by: String },
     /// No pool may serve this service (auto-assign off, or `service_allocation` excludes it).
     NoPool,
+    /// Pools may serve the service, but none has the families it needs.
+    NoFamily { needs: Vec<IpFamily>, policy: IpFamilyPolicy, pools: Vec<String> },
     /// Every candidate pool is full.
     PoolExhausted { pools: Vec<String> },
 }
@@ -91,19 +127,36 @@ impl std::fmt::Display for AllocError {
         match self {
             Self::UnknownPool(pool) => write!(f, "address_pool \"{pool}\" does not exist"),
             Self::NotInPool { address, pool: Some(pool) } => {
-                write!(f, "load_balancer_ip {address} is not in pool \"{pool}\"")
+                write!(f, "load balancer IP {address} is not in pool \"{pool}\"")
             }
             Self::NotInPool { address, pool: None } => {
-                write!(f, "load_balancer_ip {address} is in no pool")
+                write!(f, "load balancer IP {address} is in no pool")
+            }
+            Self::NotInOnePool { addresses } => {
+                let list: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+                write!(f, "load balancer IPs {} are not in one pool", list.join(" and "))
             }
             Self::AddressInUse { address, by } => write!(f, "{address} is already used by {by}"),
             Self::NoPool => f.write_str("no pool may serve this service"),
+            Self::NoFamily { needs, policy, pools } => {
+                let needs: Vec<String> = needs.iter().map(|n| n.to_string()).collect();
+                let why = match policy {
+                    IpFamilyPolicy::RequireDualStack => format!("ip_family_policy {policy}"),
+                    _ => "ip_families".to_string(),
+                };
+                write!(
+                    f,
+                    "no candidate pool has {} addresses ({why}; candidates: {})",
+                    needs.join(" and "),
+                    pools.join(", ")
+                )
+            }
             Self::PoolExhausted { pools } => write!(f, "pool exhausted ({})", pools.join(", ")),
         }
     }
 }
 
-/// A service that did not get its home slot.
+/// A service that did not get its home slot (in one family).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Collision {
     pub service: String,
@@ -122,8 +175,14 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// The service's primary address.
     pub fn address_of(&self, key: &str) -> Option<IpAddr> {
-        self.services.get(key).and_then(|r| r.as_ref().ok()).map(|a| a.address)
+        self.addresses_of(key).first().copied()
+    }
+
+    /// All of the service's addresses, primary first.
+    pub fn addresses_of(&self, key: &str) -> Vec<IpAddr> {
+        self.services.get(key).and_then(|r| r.as_ref().ok()).map(Assigned::ips).unwrap_or_default()
     }
 }
 
@@ -145,6 +204,14 @@ impl Span {
             _ => return None,
         };
         (lo <= hi).then_some(Self { v4, lo, hi })
+    }
+
+    fn family(&self) -> IpFamily {
+        if self.v4 {
+            IpFamily::Ipv4
+        } else {
+            IpFamily::Ipv6
+        }
     }
 
     fn len(&self) -> u128 {
@@ -188,7 +255,46 @@ pub fn is_buggy(address: IpAddr) -> bool {
     matches!(address, IpAddr::V4(a) if matches!(a.octets()[3], 0 | 255))
 }
 
-/// A pool's slot space.
+/// The families a pool has addresses of, in the order of their first range.
+pub fn pool_families(pool: &Pool) -> Vec<IpFamily> {
+    let mut out = Vec::new();
+    for span in pool.addresses.iter().filter_map(Span::of) {
+        if !out.contains(&span.family()) {
+            out.push(span.family());
+        }
+    }
+    out
+}
+
+/// The families `pool` gives `service`, primary first (step 2 of the module doc). Empty: the
+/// pool does not fit the service.
+fn wanted(pool_has: &[IpFamily], service: &Service) -> Vec<IpFamily> {
+    let mut order: Vec<IpFamily> = if service.ip_families.is_empty() {
+        pool_has.to_vec()
+    } else {
+        service.ip_families.clone()
+    };
+    match service.ip_family_policy {
+        IpFamilyPolicy::SingleStack => {
+            order.first().filter(|f| pool_has.contains(f)).map(|f| vec![*f]).unwrap_or_default()
+        }
+        IpFamilyPolicy::RequireDualStack | IpFamilyPolicy::PreferDualStack => {
+            if let Some(first) = order.first().copied() {
+                if !order.contains(&first.other()) {
+                    order.push(first.other());
+                }
+            }
+            let dual = service.ip_family_policy == IpFamilyPolicy::RequireDualStack;
+            if dual && !order.iter().all(|f| pool_has.contains(f)) {
+                return Vec::new();
+            }
+            order.retain(|f| pool_has.contains(f));
+            order
+        }
+    }
+}
+
+/// A pool's slot space in one family.
 struct Slots<'a> {
     pool: &'a Pool,
     spans: Vec<Span>,
@@ -197,8 +303,9 @@ struct Slots<'a> {
 }
 
 impl<'a> Slots<'a> {
-    fn new(pool: &'a Pool) -> Self {
-        let spans: Vec<Span> = pool.addresses.iter().filter_map(Span::of).collect();
+    fn new(pool: &'a Pool, family: IpFamily) -> Self {
+        let spans: Vec<Span> =
+            pool.addresses.iter().filter_map(Span::of).filter(|s| s.family() == family).collect();
         let size = spans.iter().fold(0u128, |acc, s| acc.saturating_add(s.len()));
         let buggy = if pool.avoid_buggy_ips {
             spans.iter().fold(0u128, |acc, s| acc.saturating_add(s.buggy_count()))
@@ -232,6 +339,41 @@ impl<'a> Slots<'a> {
     }
 }
 
+/// A pool with its slots per family and the families it has.
+struct PoolSlots<'a> {
+    pool: &'a Pool,
+    families: Vec<IpFamily>,
+    v4: Slots<'a>,
+    v6: Slots<'a>,
+}
+
+impl<'a> PoolSlots<'a> {
+    fn new(pool: &'a Pool) -> Self {
+        Self {
+            pool,
+            families: pool_families(pool),
+            v4: Slots::new(pool, IpFamily::Ipv4),
+            v6: Slots::new(pool, IpFamily::Ipv6),
+        }
+    }
+
+    fn family(&self, family: IpFamily) -> &Slots<'a> {
+        match family {
+            IpFamily::Ipv4 => &self.v4,
+            IpFamily::Ipv6 => &self.v6,
+        }
+    }
+
+    fn contains(&self, address: IpAddr) -> bool {
+        self.family(IpFamily::of(address)).contains(address)
+    }
+
+    /// Step 2: whether the pool may serve `service` at all.
+    fn fits(&self, service: &Service) -> bool {
+        self.families.is_empty() || !wanted(&self.families, service).is_empty()
+    }
+}
+
 /// Whether `pool`'s `service_allocation` admits `service` (no `service_allocation`: everyone).
 pub fn pool_admits(pool: &Pool, service: &Service) -> bool {
     let Some(alloc) = &pool.service_allocation else { return true };
@@ -246,79 +388,115 @@ pub fn pool_admits(pool: &Pool, service: &Service) -> bool {
 }
 
 /// The pools a service without a manual address may draw from, in the order they are tried.
-fn candidates(pools: &[Pool], service: &Service) -> Result<Vec<usize>, AllocError> {
-    if let Some(name) = &service.address_pool {
-        return pools
+fn candidates(pools: &[PoolSlots<'_>], service: &Service) -> Result<Vec<usize>, AllocError> {
+    let list: Vec<usize> = if let Some(name) = &service.address_pool {
+        let index = pools
             .iter()
-            .position(|p| &p.name == name)
-            .map(|i| vec![i])
-            .ok_or_else(|| AllocError::UnknownPool(name.clone()));
-    }
-    let mut list: Vec<usize> = (0..pools.len())
-        .filter(|i| pools.get(*i).is_some_and(|p| p.auto_assign && pool_admits(p, service)))
-        .collect();
-    list.sort_by_key(|i| {
-        let pool = pools.get(*i);
-        let alloc = pool.and_then(|p| p.service_allocation.as_ref());
-        (
-            alloc.is_none(),
-            alloc.and_then(|a| a.priority).unwrap_or(i32::MAX),
-            pool.map(|p| p.name.clone()).unwrap_or_default(),
-        )
-    });
-    if list.is_empty() {
-        Err(AllocError::NoPool)
+            .position(|p| &p.pool.name == name)
+            .ok_or_else(|| AllocError::UnknownPool(name.clone()))?;
+        vec![index]
     } else {
-        Ok(list)
+        let mut list: Vec<usize> = (0..pools.len())
+            .filter(|i| {
+                pools.get(*i).is_some_and(|p| p.pool.auto_assign && pool_admits(p.pool, service))
+            })
+            .collect();
+        list.sort_by_key(|i| {
+            let pool = pools.get(*i).map(|p| p.pool);
+            let alloc = pool.and_then(|p| p.service_allocation.as_ref());
+            (
+                alloc.is_none(),
+                alloc.and_then(|a| a.priority).unwrap_or(i32::MAX),
+                pool.map(|p| p.name.clone()).unwrap_or_default(),
+            )
+        });
+        list
+    };
+    if list.is_empty() {
+        return Err(AllocError::NoPool);
     }
+    let fitting: Vec<usize> =
+        list.iter().copied().filter(|i| pools.get(*i).is_some_and(|p| p.fits(service))).collect();
+    if fitting.is_empty() {
+        let needs = match service.ip_family_policy {
+            IpFamilyPolicy::RequireDualStack => vec![IpFamily::Ipv4, IpFamily::Ipv6],
+            _ => service.ip_families.first().copied().into_iter().collect(),
+        };
+        let pools = list.iter().filter_map(|i| pools.get(*i)).map(|p| p.pool.name.clone());
+        return Err(AllocError::NoFamily {
+            needs,
+            policy: service.ip_family_policy,
+            pools: pools.collect(),
+        });
+    }
+    Ok(fitting)
 }
 
-/// Allocates an address to every service. Pure and deterministic: see the module doc.
+/// Step 1: the pool that holds all of a service's manual addresses.
+fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<String, AllocError> {
+    let addresses = &service.load_balancer_ips;
+    if let Some(name) = &service.address_pool {
+        let pool = pools
+            .iter()
+            .find(|p| &p.pool.name == name)
+            .ok_or_else(|| AllocError::UnknownPool(name.clone()))?;
+        return match addresses.iter().find(|a| !pool.contains(**a)) {
+            Some(address) => {
+                Err(AllocError::NotInPool { address: *address, pool: Some(name.clone()) })
+            }
+            None => Ok(name.clone()),
+        };
+    }
+    if let Some(address) = addresses.iter().find(|a| !pools.iter().any(|p| p.contains(**a))) {
+        return Err(AllocError::NotInPool { address: *address, pool: None });
+    }
+    let mut holders: Vec<&str> = pools
+        .iter()
+        .filter(|p| addresses.iter().all(|a| p.contains(*a)))
+        .map(|p| p.pool.name.as_str())
+        .collect();
+    holders.sort_unstable();
+    holders
+        .first()
+        .map(|p| p.to_string())
+        .ok_or_else(|| AllocError::NotInOnePool { addresses: addresses.clone() })
+}
+
+/// Allocates addresses to every service. Pure and deterministic: see the module doc.
 pub fn allocate(pools: &[Pool], services: &[Service]) -> Allocation {
     let mut out = Allocation::default();
     let mut order: Vec<&Service> = services.iter().collect();
     order.sort_by_key(|s| s.key());
-    let slots: Vec<Slots<'_>> = pools.iter().map(Slots::new).collect();
+    let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();
     let mut taken: HashMap<IpAddr, String> = HashMap::new();
 
     // 1. Manual addresses.
-    for service in order.iter().filter(|s| s.load_balancer_ip.is_some()) {
-        let Some(address) = service.load_balancer_ip else { continue };
+    for service in order.iter().filter(|s| !s.load_balancer_ips.is_empty()) {
         let key = service.key();
-        let pool = match &service.address_pool {
-            Some(name) => match slots.iter().find(|s| &s.pool.name == name) {
-                None => Err(AllocError::UnknownPool(name.clone())),
-                Some(s) if s.contains(address) => Ok(s.pool.name.clone()),
-                Some(_) => Err(AllocError::NotInPool { address, pool: Some(name.clone()) }),
-            },
-            None => {
-                let mut holders: Vec<&str> = slots
-                    .iter()
-                    .filter(|s| s.contains(address))
-                    .map(|s| s.pool.name.as_str())
-                    .collect();
-                holders.sort_unstable();
-                holders
-                    .first()
-                    .map(|p| p.to_string())
-                    .ok_or(AllocError::NotInPool { address, pool: None })
+        let result = manual_pool(&slots, service).and_then(|pool| {
+            if let Some((address, by)) =
+                service.load_balancer_ips.iter().find_map(|a| taken.get(a).map(|by| (*a, by)))
+            {
+                return Err(AllocError::AddressInUse { address, by: by.clone() });
             }
-        };
-        let result = pool.and_then(|pool| match taken.get(&address) {
-            Some(by) => Err(AllocError::AddressInUse { address, by: by.clone() }),
-            None => {
-                taken.insert(address, key.clone());
-                Ok(Assigned { address, pool, how: How::Manual })
+            for address in &service.load_balancer_ips {
+                taken.insert(*address, key.clone());
             }
+            let addresses = service
+                .load_balancer_ips
+                .iter()
+                .map(|a| Address { address: *a, how: How::Manual })
+                .collect();
+            Ok(Assigned { pool, addresses })
         });
         out.services.insert(key, result);
     }
 
-    // 2.-4. Automatic addresses, round by round.
-    let mut pending: Vec<(String, Vec<usize>)> = Vec::new();
-    for service in order.iter().filter(|s| s.load_balancer_ip.is_none()) {
-        match candidates(pools, service) {
-            Ok(list) => pending.push((service.key(), list)),
+    // 2.-5. Automatic addresses, round by round.
+    let mut pending: Vec<(&Service, Vec<usize>)> = Vec::new();
+    for service in order.iter().filter(|s| s.load_balancer_ips.is_empty()) {
+        match candidates(&slots, service) {
+            Ok(list) => pending.push((service, list)),
             Err(error) => {
                 out.services.insert(service.key(), Err(error));
             }
@@ -326,39 +504,84 @@ pub fn allocate(pools: &[Pool], services: &[Service]) -> Allocation {
     }
     let mut round = 0usize;
     while !pending.is_empty() {
-        let mut groups: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        let mut groups: BTreeMap<usize, Vec<&Service>> = BTreeMap::new();
         let mut next = Vec::new();
-        for (key, list) in pending {
+        for (service, list) in pending {
             match list.get(round) {
                 Some(pool) => {
-                    groups.entry(*pool).or_default().push(key.clone());
-                    next.push((key, list));
+                    groups.entry(*pool).or_default().push(service);
+                    next.push((service, list));
                 }
                 None => {
-                    let pools =
-                        list.iter().filter_map(|i| pools.get(*i)).map(|p| p.name.clone()).collect();
-                    out.services.insert(key, Err(AllocError::PoolExhausted { pools }));
+                    let pools = list
+                        .iter()
+                        .filter_map(|i| slots.get(*i))
+                        .map(|p| p.pool.name.clone())
+                        .collect();
+                    out.services.insert(service.key(), Err(AllocError::PoolExhausted { pools }));
                 }
             }
         }
-        for (pool, keys) in groups {
-            let Some(slots) = slots.get(pool) else { continue };
-            place(slots, &keys, &mut taken, &mut out);
+        for (pool, services) in groups {
+            let Some(pool) = slots.get(pool) else { continue };
+            place_in_pool(pool, &services, &mut taken, &mut out);
         }
-        pending = next.into_iter().filter(|(key, _)| !out.services.contains_key(key)).collect();
+        pending = next.into_iter().filter(|(s, _)| !out.services.contains_key(&s.key())).collect();
         round = round.saturating_add(1);
     }
-    out.collisions.sort_by(|a, b| a.service.cmp(&b.service));
+    out.collisions.sort_by(|a, b| a.service.cmp(&b.service).then(a.home.cmp(&b.home)));
     out
 }
 
-/// Places `keys` (in key order) in one pool: uncontested home slots first, then probing.
+/// Places `services` (in key order) in one pool, family by family; a service that gets none
+/// of its families here stays unplaced (the caller tries its next candidate).
+fn place_in_pool(
+    pool: &PoolSlots<'_>,
+    services: &[&Service],
+    taken: &mut HashMap<IpAddr, String>,
+    out: &mut Allocation,
+) {
+    let wants: Vec<(String, Vec<IpFamily>, IpFamilyPolicy)> =
+        services.iter().map(|s| (s.key(), wanted(&pool.families, s), s.ip_family_policy)).collect();
+    let mut got: HashMap<(String, IpFamily), Address> = HashMap::new();
+    for family in [IpFamily::Ipv4, IpFamily::Ipv6] {
+        let keys: Vec<String> = wants
+            .iter()
+            .filter(|(_, w, _)| w.contains(&family))
+            .map(|(k, _, _)| k.clone())
+            .collect();
+        for (key, address) in place(pool.family(family), &keys, taken, &mut out.collisions) {
+            got.insert((key, family), address);
+        }
+    }
+    for (key, wanted, policy) in wants {
+        let addresses: Vec<Address> =
+            wanted.iter().filter_map(|f| got.get(&(key.clone(), *f)).copied()).collect();
+        let complete = addresses.len() == wanted.len();
+        if addresses.is_empty() {
+            continue;
+        }
+        if !complete && policy == IpFamilyPolicy::RequireDualStack {
+            // One family is full here: give the other back and try the next pool for both.
+            for a in &addresses {
+                taken.remove(&a.address);
+                out.collisions.retain(|c| !(c.service == key && c.got == a.address));
+            }
+            continue;
+        }
+        out.services.insert(key, Ok(Assigned { pool: pool.pool.name.clone(), addresses }));
+    }
+}
+
+/// Places `keys` (in key order) in one family of a pool: uncontested home slots first, then
+/// probing. Returns what each placed key got.
 fn place(
     slots: &Slots<'_>,
     keys: &[String],
     taken: &mut HashMap<IpAddr, String>,
-    out: &mut Allocation,
-) {
+    collisions: &mut Vec<Collision>,
+) -> Vec<(String, Address)> {
+    let mut placed = Vec::new();
     let mut used = taken.keys().filter(|a| slots.contains(**a)).count() as u128;
     let homes: Vec<(String, Option<u128>)> =
         keys.iter().map(|k| (k.clone(), slots.home(k))).collect();
@@ -378,8 +601,7 @@ fn place(
             {
                 taken.insert(address, key.clone());
                 used = used.saturating_add(1);
-                let assigned = Assigned { address, pool: slots.pool.name.clone(), how: How::Home };
-                out.services.insert(key.clone(), Ok(assigned));
+                placed.push((key.clone(), Address { address, how: How::Home }));
             }
             _ => probing.push((key.clone(), *home)),
         }
@@ -412,7 +634,7 @@ fn place(
             };
             let how = match (&holder, home_address) {
                 (Some(holder), Some(home)) => {
-                    out.collisions.push(Collision {
+                    collisions.push(Collision {
                         service: key.clone(),
                         pool: slots.pool.name.clone(),
                         home,
@@ -425,11 +647,11 @@ fn place(
             };
             taken.insert(address, key.clone());
             used = used.saturating_add(1);
-            out.services
-                .insert(key.clone(), Ok(Assigned { address, pool: slots.pool.name.clone(), how }));
+            placed.push((key.clone(), Address { address, how }));
             break;
         }
     }
+    placed
 }
 
 /// Builders shared by the unit tests of the `announce` modules.
@@ -468,7 +690,9 @@ pub(crate) mod tests_support {
             labels: Default::default(),
             namespace_labels: Default::default(),
             address_pool: None,
-            load_balancer_ip: None,
+            load_balancer_ips: vec![],
+            ip_family_policy: Default::default(),
+            ip_families: vec![],
             traffic_policy: TrafficPolicy::Cluster,
             endpoints: vec![],
             health: None,
@@ -505,10 +729,10 @@ mod tests {
         reversed.reverse();
         assert_eq!(allocate(&pools, &reversed), first);
         let addresses: std::collections::BTreeSet<IpAddr> =
-            first.services.values().map(|r| r.as_ref().unwrap().address).collect();
+            first.services.values().map(|r| r.as_ref().unwrap().addresses[0].address).collect();
         assert_eq!(addresses.len(), 40, "every service gets its own address");
         // The home slot is the documented hash.
-        let a = first.services.get("ns/svc0").unwrap().as_ref().unwrap();
+        let a = first.services.get("ns/svc0").unwrap().as_ref().unwrap().addresses[0];
         if a.how == How::Home {
             let slot = fnv1a64(b"ns/svc0") % 256;
             assert_eq!(a.address, IpAddr::V4(Ipv4Addr::new(10, 0, 0, slot as u8)));
@@ -523,13 +747,13 @@ mod tests {
         let mut more = services.clone();
         more.push(service("ns", "newcomer"));
         let after = allocate(&pools, &more);
-        let slots = Slots::new(&pools[0]);
+        let slots = Slots::new(&pools[0], IpFamily::Ipv4);
         let newcomer_home = slots.address(slots.home("ns/newcomer").unwrap()).unwrap();
         for (key, result) in &before.services {
-            let old = result.as_ref().unwrap();
-            let new = after.services.get(key).unwrap().as_ref().unwrap();
-            if old.address != new.address {
-                assert_eq!(old.address, newcomer_home, "{key} moved without a collision");
+            let old = result.as_ref().unwrap().ips();
+            let new = after.services.get(key).unwrap().as_ref().unwrap().ips();
+            if old != new {
+                assert_eq!(old, vec![newcomer_home], "{key} moved without a collision");
             }
         }
         assert!(after.services.get("ns/newcomer").unwrap().is_ok());
@@ -542,7 +766,8 @@ mod tests {
         let pools = vec![pool("tiny", &["192.0.2.10-192.0.2.11"])];
         let services = vec![service("a", "x"), service("b", "y")];
         let out = allocate(&pools, &services);
-        let got: Vec<IpAddr> = out.services.values().map(|r| r.as_ref().unwrap().address).collect();
+        let got: Vec<IpAddr> =
+            out.services.values().map(|r| r.as_ref().unwrap().addresses[0].address).collect();
         assert_ne!(got[0], got[1]);
         let same_home = fnv1a64(b"a/x") % 2 == fnv1a64(b"b/y") % 2;
         assert_eq!(out.collisions.len(), usize::from(same_home));
@@ -568,18 +793,21 @@ mod tests {
             p
         }];
         let mut a = service("ns", "a");
-        a.load_balancer_ip = Some(ip("10.9.0.7"));
+        a.load_balancer_ips = vec![ip("10.9.0.7")];
         let mut b = service("ns", "b");
-        b.load_balancer_ip = Some(ip("10.9.0.7"));
+        b.load_balancer_ips = vec![ip("10.9.0.7")];
         let mut c = service("ns", "c");
-        c.load_balancer_ip = Some(ip("192.168.1.1"));
+        c.load_balancer_ips = vec![ip("192.168.1.1")];
         let mut d = service("ns", "d");
-        d.load_balancer_ip = Some(ip("10.0.0.1"));
+        d.load_balancer_ips = vec![ip("10.0.0.1")];
         d.address_pool = Some("manual".into());
         let out = allocate(&pools, &[a, b, c, d]);
         assert_eq!(
             out.services["ns/a"],
-            Ok(Assigned { address: ip("10.9.0.7"), pool: "manual".into(), how: How::Manual })
+            Ok(Assigned {
+                pool: "manual".into(),
+                addresses: vec![Address { address: ip("10.9.0.7"), how: How::Manual }]
+            })
         );
         assert_eq!(
             out.services["ns/b"],
@@ -600,7 +828,7 @@ mod tests {
         // One-slot pool: the manual holder keeps it, the automatic one is exhausted.
         let pools = vec![pool("p", &["10.0.0.5/32"])];
         let mut manual = service("z", "manual");
-        manual.load_balancer_ip = Some(ip("10.0.0.5"));
+        manual.load_balancer_ips = vec![ip("10.0.0.5")];
         let out = allocate(&pools, &[service("a", "auto"), manual]);
         assert_eq!(out.address_of("z/manual"), Some(ip("10.0.0.5")));
         assert!(matches!(out.services["a/auto"], Err(AllocError::PoolExhausted { .. })));
@@ -685,7 +913,7 @@ mod tests {
         let services: Vec<Service> = (0..20).map(|i| service("ns", &format!("s{i}"))).collect();
         let out = allocate(&pools, &services);
         for result in out.services.values() {
-            let address = result.as_ref().unwrap().address;
+            let address = result.as_ref().unwrap().addresses[0].address;
             assert!(pools[0].addresses.iter().any(|r| Span::of(r).unwrap().contains(address)));
             assert!(address.is_ipv6());
         }
@@ -702,17 +930,17 @@ mod tests {
         p.avoid_buggy_ips = true;
         let span = Span::of(&p.addresses[0]).unwrap();
         assert_eq!(span.buggy_count(), 2);
-        assert_eq!(Slots::new(&p).capacity, 0);
+        assert_eq!(Slots::new(&p, IpFamily::Ipv4).capacity, 0);
         let out = allocate(&[p], &[service("ns", "a")]);
         assert!(matches!(out.services["ns/a"], Err(AllocError::PoolExhausted { .. })));
 
         let mut p = pool("p", &["10.0.0.0/24"]);
         p.avoid_buggy_ips = true;
-        assert_eq!(Slots::new(&p).capacity, 254);
+        assert_eq!(Slots::new(&p, IpFamily::Ipv4).capacity, 254);
         let services: Vec<Service> = (0..254).map(|i| service("ns", &format!("s{i}"))).collect();
         let out = allocate(&[p], &services);
         for result in out.services.values() {
-            assert!(!is_buggy(result.as_ref().unwrap().address));
+            assert!(!is_buggy(result.as_ref().unwrap().addresses[0].address));
         }
     }
 
@@ -725,5 +953,251 @@ mod tests {
             .services
             .values()
             .any(|r| r == &Err(AllocError::PoolExhausted { pools: vec!["a".into(), "b".into()] })));
+    }
+
+    fn dual(namespace: &str, name: &str, policy: IpFamilyPolicy) -> Service {
+        let mut s = service(namespace, name);
+        s.ip_family_policy = policy;
+        s
+    }
+
+    fn families_of(assigned: &Assigned) -> Vec<IpFamily> {
+        assigned.addresses.iter().map(|a| IpFamily::of(a.address)).collect()
+    }
+
+    #[test]
+    fn dual_stack_gets_one_address_per_family_from_per_family_slots() {
+        let pools = vec![pool("mixed", &["10.0.0.0/24", "2001:db8::/120"])];
+        let services: Vec<Service> = (0..30)
+            .map(|i| dual("ns", &format!("d{i}"), IpFamilyPolicy::RequireDualStack))
+            .collect();
+        let out = allocate(&pools, &services);
+        let mut reversed = services.clone();
+        reversed.reverse();
+        assert_eq!(allocate(&pools, &reversed), out, "a pure function of the config");
+        let mut seen = std::collections::BTreeSet::new();
+        for (key, result) in &out.services {
+            let assigned = result.as_ref().unwrap();
+            // Unset ip_families: the pool's family order, IPv4 (its first range) first.
+            assert_eq!(families_of(assigned), vec![IpFamily::Ipv4, IpFamily::Ipv6], "{key}");
+            for a in &assigned.addresses {
+                assert!(seen.insert(a.address), "{} handed out twice", a.address);
+                // The home slot is the same hash, modulo the family's own slot count.
+                if a.how == How::Home {
+                    let slot = fnv1a64(key.as_bytes()) % 256;
+                    let want = match a.address {
+                        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(10, 0, 0, slot as u8)),
+                        IpAddr::V6(_) => {
+                            let base: Ipv6Addr = "2001:db8::".parse().unwrap();
+                            IpAddr::V6(Ipv6Addr::from(u128::from(base) + u128::from(slot)))
+                        }
+                    };
+                    assert_eq!(a.address, want, "{key}");
+                }
+            }
+        }
+        assert_eq!(seen.len(), 60);
+        // Per family: a dual-stack service's IPv6 collisions are its own, reported per family.
+        for c in &out.collisions {
+            assert_eq!(IpFamily::of(c.home), IpFamily::of(c.got));
+        }
+    }
+
+    #[test]
+    fn single_stack_takes_one_family_of_a_mixed_pool() {
+        let pools = vec![
+            pool("v6-first", &["2001:db8::/120", "10.0.0.0/24"]),
+            pool("v4-first", &["10.1.0.0/24", "2001:db8:1::/120"]),
+        ];
+        let mut implicit6 = service("ns", "implicit6");
+        implicit6.address_pool = Some("v6-first".into());
+        let mut implicit4 = service("ns", "implicit4");
+        implicit4.address_pool = Some("v4-first".into());
+        let mut explicit = service("ns", "explicit");
+        explicit.address_pool = Some("v4-first".into());
+        explicit.ip_families = vec![IpFamily::Ipv6];
+        let out = allocate(&pools, &[implicit6, implicit4, explicit]);
+        let family = |key: &str| families_of(out.services[key].as_ref().unwrap());
+        assert_eq!(family("ns/implicit6"), vec![IpFamily::Ipv6], "first range's family");
+        assert_eq!(family("ns/implicit4"), vec![IpFamily::Ipv4], "first range's family");
+        assert_eq!(family("ns/explicit"), vec![IpFamily::Ipv6], "ip_families decides");
+    }
+
+    #[test]
+    fn require_dual_stack_skips_single_family_pools_and_prefer_falls_back() {
+        let with_priority = |name: &str, ranges: &[&str], priority: i32| {
+            let mut p = pool(name, ranges);
+            p.service_allocation =
+                Some(ServiceAllocation { priority: Some(priority), ..Default::default() });
+            p
+        };
+        // The IPv4-only pool is tried first.
+        let pools = vec![
+            with_priority("v4only", &["10.0.0.0/24"], 1),
+            with_priority("both", &["10.9.0.0/24", "2001:db8:9::/120"], 2),
+        ];
+        let require = dual("ns", "require", IpFamilyPolicy::RequireDualStack);
+        let prefer = dual("ns", "prefer", IpFamilyPolicy::PreferDualStack);
+        let out = allocate(&pools, &[require.clone(), prefer.clone()]);
+        let got = out.services["ns/require"].as_ref().unwrap();
+        assert_eq!((got.pool.as_str(), got.addresses.len()), ("both", 2), "v4only is no candidate");
+        let got = out.services["ns/prefer"].as_ref().unwrap();
+        assert_eq!(got.pool, "v4only", "prefer takes the first pool, single stack");
+        assert_eq!(families_of(got), vec![IpFamily::Ipv4]);
+
+        // No pool with both families: require gets a reason that says so; prefer gets IPv4.
+        let pools = vec![pool("v4only", &["10.0.0.0/24"])];
+        let out = allocate(&pools, &[require, prefer]);
+        let error = out.services["ns/require"].clone().unwrap_err();
+        assert_eq!(
+            error,
+            AllocError::NoFamily {
+                needs: vec![IpFamily::Ipv4, IpFamily::Ipv6],
+                policy: IpFamilyPolicy::RequireDualStack,
+                pools: vec!["v4only".into()],
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "no candidate pool has IPv4 and IPv6 addresses (ip_family_policy require-dual-stack; candidates: v4only)"
+        );
+        assert_eq!(families_of(out.services["ns/prefer"].as_ref().unwrap()), vec![IpFamily::Ipv4]);
+
+        // Single stack asking for a family no pool has.
+        let mut v6 = service("ns", "v6");
+        v6.ip_families = vec![IpFamily::Ipv6];
+        let out = allocate(&pools, &[v6]);
+        assert!(
+            matches!(&out.services["ns/v6"], Err(AllocError::NoFamily { needs, .. }) if needs == &vec![IpFamily::Ipv6])
+        );
+    }
+
+    #[test]
+    fn ip_families_order_puts_the_primary_first() {
+        let pools = vec![pool("mixed", &["10.0.0.0/24", "2001:db8::/120"])];
+        let mut s = dual("ns", "v6-primary", IpFamilyPolicy::PreferDualStack);
+        s.ip_families = vec![IpFamily::Ipv6, IpFamily::Ipv4];
+        let out = allocate(&pools, &[s]);
+        let got = out.services["ns/v6-primary"].as_ref().unwrap();
+        assert_eq!(families_of(got), vec![IpFamily::Ipv6, IpFamily::Ipv4]);
+        assert!(out.address_of("ns/v6-primary").unwrap().is_ipv6());
+        assert_eq!(out.addresses_of("ns/v6-primary").len(), 2);
+    }
+
+    #[test]
+    fn a_full_family_sends_require_on_and_prefer_keeps_the_other() {
+        // One IPv6 address for two dual-stack services of each policy.
+        let pools = vec![
+            pool("small", &["10.0.0.0/24", "2001:db8::1/128"]),
+            pool("spare", &["10.1.0.0/24", "2001:db8:1::/120"]),
+        ];
+        let a = dual("ns", "a", IpFamilyPolicy::RequireDualStack);
+        let b = dual("ns", "b", IpFamilyPolicy::RequireDualStack);
+        let out = allocate(&pools, &[a, b]);
+        let pools_used: Vec<&str> =
+            out.services.values().map(|r| r.as_ref().unwrap().pool.as_str()).collect();
+        assert_eq!(pools_used.iter().filter(|p| **p == "small").count(), 1);
+        assert_eq!(pools_used.iter().filter(|p| **p == "spare").count(), 1);
+        for result in out.services.values() {
+            assert_eq!(result.as_ref().unwrap().addresses.len(), 2);
+        }
+        // The address given back in "small" is not reported as held.
+        let moved = out.services.iter().find(|(_, r)| r.as_ref().unwrap().pool == "spare").unwrap();
+        assert!(
+            out.collisions.iter().all(|c| &c.service != moved.0 || c.pool != "small"),
+            "{:?}",
+            out.collisions
+        );
+
+        let pools = vec![pool("small", &["10.0.0.0/24", "2001:db8::1/128"])];
+        let out = allocate(
+            &pools,
+            &[
+                dual("ns", "a", IpFamilyPolicy::PreferDualStack),
+                dual("ns", "b", IpFamilyPolicy::PreferDualStack),
+            ],
+        );
+        let mut counts: Vec<usize> =
+            out.services.values().map(|r| r.as_ref().unwrap().addresses.len()).collect();
+        counts.sort_unstable();
+        assert_eq!(counts, vec![1, 2], "one gets both, the other keeps its IPv4 address");
+    }
+
+    #[test]
+    fn manual_dual_stack_pair() {
+        let pools = vec![
+            pool("mixed", &["10.0.0.0/24", "2001:db8::/120"]),
+            pool("v6", &["2001:db8:6::/120"]),
+        ];
+        let mut pair = dual("ns", "pair", IpFamilyPolicy::RequireDualStack);
+        pair.load_balancer_ips = vec![ip("10.0.0.7"), ip("2001:db8::7")];
+        let mut thief = dual("ns", "thief", IpFamilyPolicy::RequireDualStack);
+        thief.load_balancer_ips = vec![ip("10.0.0.8"), ip("2001:db8::7")];
+        let mut split = dual("ns", "split", IpFamilyPolicy::RequireDualStack);
+        split.load_balancer_ips = vec![ip("10.0.0.9"), ip("2001:db8:6::9")];
+        let mut stray = dual("ns", "stray", IpFamilyPolicy::PreferDualStack);
+        stray.load_balancer_ips = vec![ip("10.0.0.10"), ip("2001:db8:ffff::1")];
+        let out = allocate(&pools, &[pair, thief, split, stray, service("ns", "auto")]);
+        assert_eq!(
+            out.services["ns/pair"],
+            Ok(Assigned {
+                pool: "mixed".into(),
+                addresses: vec![
+                    Address { address: ip("10.0.0.7"), how: How::Manual },
+                    Address { address: ip("2001:db8::7"), how: How::Manual },
+                ]
+            })
+        );
+        assert_eq!(
+            out.services["ns/thief"],
+            Err(AllocError::AddressInUse { address: ip("2001:db8::7"), by: "ns/pair".into() })
+        );
+        assert_eq!(
+            out.services["ns/split"],
+            Err(AllocError::NotInOnePool { addresses: vec![ip("10.0.0.9"), ip("2001:db8:6::9")] })
+        );
+        assert_eq!(
+            out.services["ns/stray"],
+            Err(AllocError::NotInPool { address: ip("2001:db8:ffff::1"), pool: None })
+        );
+        // A service that lost its manual request holds nothing: 10.0.0.8 stays free for others.
+        assert_ne!(out.address_of("ns/auto"), Some(ip("10.0.0.7")));
+    }
+
+    #[test]
+    fn adding_a_dual_stack_service_moves_only_colliding_ones() {
+        let pools = vec![pool("mixed", &["10.0.0.0/22", "2001:db8::/118"])];
+        let mut services: Vec<Service> = (0..30)
+            .map(|i| {
+                let policy = match i % 3 {
+                    0 => IpFamilyPolicy::SingleStack,
+                    1 => IpFamilyPolicy::PreferDualStack,
+                    _ => IpFamilyPolicy::RequireDualStack,
+                };
+                dual("ns", &format!("s{i}"), policy)
+            })
+            .collect();
+        let before = allocate(&pools, &services);
+        services.push(dual("ns", "newcomer", IpFamilyPolicy::RequireDualStack));
+        let after = allocate(&pools, &services);
+        let newcomer = after.addresses_of("ns/newcomer");
+        assert_eq!(newcomer.len(), 2);
+        let homes: Vec<IpAddr> = [IpFamily::Ipv4, IpFamily::Ipv6]
+            .iter()
+            .map(|f| {
+                let slots = Slots::new(&pools[0], *f);
+                slots.address(slots.home("ns/newcomer").unwrap()).unwrap()
+            })
+            .collect();
+        for (key, result) in &before.services {
+            let old = result.as_ref().unwrap().ips();
+            let new = after.addresses_of(key);
+            assert_eq!(old.len(), new.len(), "{key}");
+            for (o, n) in old.iter().zip(&new) {
+                if o != n {
+                    assert!(homes.contains(o), "{key} moved from {o} without a collision");
+                }
+            }
+        }
     }
 }

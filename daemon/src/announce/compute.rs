@@ -386,18 +386,24 @@ fn services(
             }
             None => continue,
         };
-        let host = IpNet::from(assigned.address);
+        // Readiness, drain and exclusion concern the service as a whole: every address of a
+        // dual-stack service is withdrawn together, each on its own candidate line.
+        let hosts: Vec<(IpAddr, IpNet)> =
+            assigned.ips().into_iter().map(|a| (a, IpNet::from(a))).collect();
         let ready = readiness(service, &node_name, health);
-        if !ready.is_ready() {
-            builder.withdraw(Some(host), None, plain, Reason::NotReady { readiness: ready });
-            continue;
-        }
-        if drained {
-            builder.withdraw(Some(host), None, plain, Reason::Drained);
-            continue;
-        }
-        if node_labels.contains_key(EXCLUDE_LABEL) {
-            builder.withdraw(Some(host), None, plain, Reason::NodeExcluded);
+        let verdict = if !ready.is_ready() {
+            Some(Reason::NotReady { readiness: ready })
+        } else if drained {
+            Some(Reason::Drained)
+        } else if node_labels.contains_key(EXCLUDE_LABEL) {
+            Some(Reason::NodeExcluded)
+        } else {
+            None
+        };
+        if let Some(reason) = verdict {
+            for (_, host) in &hosts {
+                builder.withdraw(Some(*host), None, plain.clone(), reason.clone());
+            }
             continue;
         }
         let Some(pool) = config.pools.iter().find(|p| p.name == assigned.pool) else { continue };
@@ -413,66 +419,71 @@ fn services(
             })
             .collect();
         if advertisements.is_empty() {
-            builder.withdraw(
-                Some(host),
-                None,
-                plain,
-                Reason::NoAdvertisement { pool: pool.name.clone() },
-            );
+            for (_, host) in &hosts {
+                builder.withdraw(
+                    Some(*host),
+                    None,
+                    plain.clone(),
+                    Reason::NoAdvertisement { pool: pool.name.clone() },
+                );
+            }
             continue;
         }
-        for adv in advertisements {
-            let origin =
-                Origin::Service { service: key.clone(), advertisement: Some(adv.name.clone()) };
-            if !any_matches(&adv.node_selectors, &node_labels) {
-                builder.withdraw(
-                    Some(host),
-                    None,
-                    origin,
-                    Reason::NodeNotSelected { by: format!("advertisement {}", adv.name) },
-                );
-                continue;
-            }
-            let length = match assigned.address {
-                IpAddr::V4(_) => adv.aggregation_length,
-                IpAddr::V6(_) => adv.aggregation_length_v6,
-            };
-            let prefix = IpNet::new(assigned.address, length).map(|n| n.trunc()).unwrap_or(host);
-            let targets = match peer_targets(config, builder.inputs, &adv.peers) {
-                Ok(targets) => targets,
-                Err(reason) => {
-                    builder.withdraw(Some(host), None, origin, reason);
-                    continue;
-                }
-            };
-            let route = Route {
-                communities: adv.communities.iter().copied().collect(),
-                local_pref: adv.local_pref,
-                peers: PeerSet::All,
-                origins: vec![origin.to_string()],
-            };
-            for (vrf, peers) in targets {
-                let route = Route { peers, ..route.clone() };
-                if prefix == host {
-                    builder.announce(prefix, &vrf, origin.clone(), route);
-                } else {
+        for (address, host) in hosts {
+            for adv in &advertisements {
+                let origin =
+                    Origin::Service { service: key.clone(), advertisement: Some(adv.name.clone()) };
+                if !any_matches(&adv.node_selectors, &node_labels) {
                     builder.withdraw(
                         Some(host),
-                        Some(&vrf),
-                        origin.clone(),
-                        Reason::AggregatedInto { aggregate: prefix },
+                        None,
+                        origin,
+                        Reason::NodeNotSelected { by: format!("advertisement {}", adv.name) },
                     );
-                    let agg_route =
-                        Route { origins: vec![format!("aggregate of service {key}")], ..route };
-                    match aggregates.get_mut(&(prefix, vrf.clone())) {
-                        Some((existing, _)) => {
-                            existing.communities.extend(agg_route.communities.iter().copied());
-                            existing.local_pref = existing.local_pref.max(agg_route.local_pref);
-                            existing.peers.union(&agg_route.peers);
-                            existing.origins.extend(agg_route.origins);
-                        }
-                        None => {
-                            aggregates.insert((prefix, vrf), (agg_route, adv.name.clone()));
+                    continue;
+                }
+                // Each family has its own aggregation length.
+                let length = match address {
+                    IpAddr::V4(_) => adv.aggregation_length,
+                    IpAddr::V6(_) => adv.aggregation_length_v6,
+                };
+                let prefix = IpNet::new(address, length).map(|n| n.trunc()).unwrap_or(host);
+                let targets = match peer_targets(config, builder.inputs, &adv.peers) {
+                    Ok(targets) => targets,
+                    Err(reason) => {
+                        builder.withdraw(Some(host), None, origin, reason);
+                        continue;
+                    }
+                };
+                let route = Route {
+                    communities: adv.communities.iter().copied().collect(),
+                    local_pref: adv.local_pref,
+                    peers: PeerSet::All,
+                    origins: vec![origin.to_string()],
+                };
+                for (vrf, peers) in targets {
+                    let route = Route { peers, ..route.clone() };
+                    if prefix == host {
+                        builder.announce(prefix, &vrf, origin.clone(), route);
+                    } else {
+                        builder.withdraw(
+                            Some(host),
+                            Some(&vrf),
+                            origin.clone(),
+                            Reason::AggregatedInto { aggregate: prefix },
+                        );
+                        let agg_route =
+                            Route { origins: vec![format!("aggregate of service {key}")], ..route };
+                        match aggregates.get_mut(&(prefix, vrf.clone())) {
+                            Some((existing, _)) => {
+                                existing.communities.extend(agg_route.communities.iter().copied());
+                                existing.local_pref = existing.local_pref.max(agg_route.local_pref);
+                                existing.peers.union(&agg_route.peers);
+                                existing.origins.extend(agg_route.origins);
+                            }
+                            None => {
+                                aggregates.insert((prefix, vrf), (agg_route, adv.name.clone()));
+                            }
                         }
                     }
                 }

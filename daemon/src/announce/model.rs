@@ -132,8 +132,14 @@ pub struct Service {
     pub namespace_labels: Labels,
     /// The `metallb.io/address-pool` annotation.
     pub address_pool: Option<String>,
-    /// `spec.loadBalancerIP`: a manual address.
-    pub load_balancer_ip: Option<IpAddr>,
+    /// Manual addresses, at most one per family: `spec.loadBalancerIP` (one) or the
+    /// `metallb.io/loadBalancerIPs` annotation (one per family). Empty: allocated from a pool.
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// `spec.ipFamilyPolicy`.
+    pub ip_family_policy: IpFamilyPolicy,
+    /// `spec.ipFamilies`, primary first. Empty: the family of the first range of the pool the
+    /// address comes from (of the manual address, when there is one).
+    pub ip_families: Vec<IpFamily>,
     pub traffic_policy: TrafficPolicy,
     pub endpoints: Vec<Endpoint>,
     pub health: Option<HealthCheck>,
@@ -144,6 +150,63 @@ impl Service {
     /// `namespace/name`, the key allocation hashes and health states are kept under.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// An address family of a service (`spec.ipFamilies`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFamily {
+    Ipv4,
+    Ipv6,
+}
+
+impl IpFamily {
+    pub fn of(address: IpAddr) -> Self {
+        match address {
+            IpAddr::V4(_) => Self::Ipv4,
+            IpAddr::V6(_) => Self::Ipv6,
+        }
+    }
+
+    /// The other family.
+    pub fn other(self) -> Self {
+        match self {
+            Self::Ipv4 => Self::Ipv6,
+            Self::Ipv6 => Self::Ipv4,
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Ipv4 => "IPv4",
+            Self::Ipv6 => "IPv6",
+        })
+    }
+}
+
+/// `spec.ipFamilyPolicy`: how many families a service wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IpFamilyPolicy {
+    /// One address.
+    #[default]
+    SingleStack,
+    /// One address of each family when the pool has both, else one.
+    PreferDualStack,
+    /// One address of each family; pools lacking a family do not serve the service.
+    RequireDualStack,
+}
+
+impl fmt::Display for IpFamilyPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::SingleStack => "single-stack",
+            Self::PreferDualStack => "prefer-dual-stack",
+            Self::RequireDualStack => "require-dual-stack",
+        })
     }
 }
 

@@ -56,7 +56,7 @@ fn node(name: &str, node_labels: &[(&str, &str)]) -> Node {
 /// One pool, one manual VIP, one advertisement: the node's default router originates the VIP.
 fn vip_config(vip: &str) -> AnnounceConfig {
     let mut svc = service("ns", "web");
-    svc.load_balancer_ip = Some(ip(vip));
+    svc.load_balancer_ips = vec![ip(vip)];
     AnnounceConfig {
         node: node("wk1", &[]),
         pools: vec![pool("vips", &["172.18.20.200/29"])],
@@ -209,7 +209,7 @@ fn communities_local_pref_and_peers_are_carried_per_prefix() {
 fn aggregation_announces_the_aggregate_and_explains_the_members() {
     let mut config = vip_config("172.18.20.201");
     let mut second = service("ns", "api");
-    second.load_balancer_ip = Some(ip("172.18.20.202"));
+    second.load_balancer_ips = vec![ip("172.18.20.202")];
     config.services.push(second);
     config.advertisements[0].aggregation_length = 24;
     config.advertisements[0].communities = vec![Community::Standard(1)];
@@ -245,13 +245,103 @@ fn aggregation_announces_the_aggregate_and_explains_the_members() {
 #[test]
 fn allocation_failures_are_explained() {
     let mut config = vip_config("192.0.2.1");
-    config.services[0].load_balancer_ip = Some(ip("192.0.2.1"));
+    config.services[0].load_balancer_ips = vec![ip("192.0.2.1")];
     let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
     assert!(matches!(
         &result.candidates[0].state,
         State::Withdrawn { reason: Reason::NoAddress { .. } }
     ));
     assert_eq!(result.candidates[0].prefix, None);
+}
+
+/// A dual-stack service from a pool with both families.
+fn dual_stack_config() -> AnnounceConfig {
+    let mut svc = service("ns", "web");
+    svc.ip_family_policy = IpFamilyPolicy::RequireDualStack;
+    svc.load_balancer_ips = vec![ip("172.18.20.201"), ip("2001:db8::5")];
+    AnnounceConfig {
+        node: node("wk1", &[]),
+        pools: vec![pool("vips", &["172.18.20.200/29", "2001:db8::/120"])],
+        services: vec![svc],
+        advertisements: vec![advertisement("all")],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn dual_stack_service_announces_both_addresses_each_on_its_own_line() {
+    let mut config = dual_stack_config();
+    let routers = [router("", &["172.18.20.1", "2001:db8:ff::1"])];
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32"), net("2001:db8::5/128")]);
+    let lines: Vec<_> = result.candidates.iter().map(|c| (c.prefix, c.state.clone())).collect();
+    assert_eq!(
+        lines,
+        vec![
+            (Some(net("172.18.20.201/32")), State::Announced { peers: PeerSet::All }),
+            (Some(net("2001:db8::5/128")), State::Announced { peers: PeerSet::All }),
+        ]
+    );
+
+    // Each family has its own aggregation length.
+    config.advertisements[0].aggregation_length = 29;
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.200/29"), net("2001:db8::5/128")]);
+    config.advertisements[0].aggregation_length = 32;
+    config.advertisements[0].aggregation_length_v6 = 120;
+    let result = compute(&config, &routers, RuntimeState::default());
+    assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32"), net("2001:db8::/120")]);
+    let member = result.candidates.iter().find(|c| c.prefix == Some(net("2001:db8::5/128")));
+    assert_eq!(
+        member.unwrap().state,
+        State::Withdrawn { reason: Reason::AggregatedInto { aggregate: net("2001:db8::/120") } }
+    );
+}
+
+#[test]
+fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
+    let mut config = dual_stack_config();
+    config.services[0].health = Some(tcp_check());
+    config.services[0].endpoints = vec![Endpoint { address: ip("10.128.1.5"), node: "wk1".into() }];
+    let routers = [router("", &["172.18.20.1"])];
+    let mut health = HealthStates::new();
+    health.insert(("ns/web".into(), ip("10.128.1.5")), false);
+    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    assert!(originated(&result, "").is_empty());
+    let not_ready =
+        State::Withdrawn { reason: Reason::NotReady { readiness: Readiness::NoHealthyEndpoint } };
+    let withdrawn: Vec<_> = result.candidates.iter().map(|c| (c.prefix, c.state.clone())).collect();
+    assert_eq!(
+        withdrawn,
+        vec![
+            (Some(net("172.18.20.201/32")), not_ready.clone()),
+            (Some(net("2001:db8::5/128")), not_ready),
+        ]
+    );
+    health.insert(("ns/web".into(), ip("10.128.1.5")), true);
+    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    assert_eq!(originated(&result, "").len(), 2);
+    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: true });
+    assert!(originated(&result, "").is_empty());
+    assert_eq!(result.candidates.len(), 2);
+    assert!(result
+        .candidates
+        .iter()
+        .all(|c| c.state == State::Withdrawn { reason: Reason::Drained }));
+}
+
+#[test]
+fn require_dual_stack_without_a_dual_pool_says_why() {
+    let mut config = dual_stack_config();
+    config.pools = vec![pool("vips", &["172.18.20.200/29"])];
+    config.services[0].load_balancer_ips = vec![];
+    let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
+    assert!(originated(&result, "").is_empty());
+    let State::Withdrawn { reason } = &result.candidates[0].state else { panic!("announced") };
+    assert_eq!(
+        reason.to_string(),
+        "no address: no candidate pool has IPv4 and IPv6 addresses (ip_family_policy require-dual-stack; candidates: vips)"
+    );
 }
 
 /// The deck's default pod network: wk3 has 10.128.7.0/24 and EgressIP 172.18.20.201.

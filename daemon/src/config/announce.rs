@@ -31,8 +31,9 @@ use super::raw::{RawDuration, S};
 use super::source::SourceText;
 use crate::announce::model::{
     AddressRange, Advertisement, AdvertisementKind, AnnounceConfig, CommunityAlias, Endpoint,
-    HealthCheck, Labels, Network, NetworkSelector, PeerName, Pool, ProbeKind, RouteAdvertisement,
-    RouterLabels, Service, ServiceAllocation, TargetVrf, Topology, TrafficPolicy, DEFAULT_NETWORK,
+    HealthCheck, IpFamily, IpFamilyPolicy, Labels, Network, NetworkSelector, PeerName, Pool,
+    ProbeKind, RouteAdvertisement, RouterLabels, Service, ServiceAllocation, TargetVrf, Topology,
+    TrafficPolicy, DEFAULT_NETWORK,
 };
 use crate::announce::selector::{LabelSelector, Operator, Requirement};
 
@@ -106,6 +107,9 @@ pub(crate) struct RawService {
     pub namespace_labels: BTreeMap<String, String>,
     pub address_pool: Option<S<String>>,
     pub load_balancer_ip: Option<S<String>>,
+    pub load_balancer_ips: Option<S<Vec<S<String>>>>,
+    pub ip_family_policy: Option<S<String>>,
+    pub ip_families: Option<S<Vec<S<String>>>>,
     pub traffic_policy: Option<S<String>>,
     #[serde(default)]
     pub endpoints: Vec<S<RawEndpoint>>,
@@ -683,10 +687,8 @@ fn service(
         Some(ns) => check.name(ns, &format!("{field}.namespace")),
         None => Some("default".to_string()),
     };
-    let load_balancer_ip = match &raw.load_balancer_ip {
-        Some(ip) => Some(check.address(ip, &format!("{field}.load_balancer_ip"))?),
-        None => None,
-    };
+    let families = ip_families(check, raw, field);
+    let load_balancer_ips = load_balancer_ips(check, raw, field, &families)?;
     let traffic_policy = match raw.traffic_policy.as_ref().map(|t| (t, t.get_ref().as_str())) {
         None | Some((_, "cluster" | "Cluster")) => TrafficPolicy::Cluster,
         Some((_, "local" | "Local")) => TrafficPolicy::Local,
@@ -719,12 +721,167 @@ fn service(
         labels: raw.labels.clone(),
         namespace_labels: raw.namespace_labels.clone(),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
-        load_balancer_ip,
+        load_balancer_ips,
+        ip_family_policy: families.policy,
+        ip_families: families.families,
         traffic_policy,
         endpoints,
         health,
         sources: vec![file.to_path_buf()],
     })
+}
+
+/// A service's `ip_family_policy` and `ip_families`, validated together.
+struct Families {
+    policy: IpFamilyPolicy,
+    families: Vec<IpFamily>,
+}
+
+fn ip_families(check: &mut Check<'_, '_>, raw: &RawService, field: &str) -> Families {
+    // Both spellings, as for traffic_policy: ours and Kubernetes' `spec.ipFamilyPolicy`.
+    let policy = match raw.ip_family_policy.as_ref().map(|p| (p, p.get_ref().as_str())) {
+        None | Some((_, "single-stack" | "SingleStack")) => IpFamilyPolicy::SingleStack,
+        Some((_, "prefer-dual-stack" | "PreferDualStack")) => IpFamilyPolicy::PreferDualStack,
+        Some((_, "require-dual-stack" | "RequireDualStack")) => IpFamilyPolicy::RequireDualStack,
+        Some((value, other)) => {
+            check.fail(
+                value,
+                &format!("{field}.ip_family_policy"),
+                format!("unknown ip_family_policy \"{other}\"; valid: \"single-stack\", \"prefer-dual-stack\", \"require-dual-stack\""),
+            );
+            IpFamilyPolicy::SingleStack
+        }
+    };
+    let mut families = Vec::new();
+    if let Some(list) = &raw.ip_families {
+        for (index, text) in list.get_ref().iter().enumerate() {
+            let name = format!("{field}.ip_families[{index}]");
+            let family = match text.get_ref().as_str() {
+                "ipv4" | "IPv4" => IpFamily::Ipv4,
+                "ipv6" | "IPv6" => IpFamily::Ipv6,
+                other => {
+                    check.fail(
+                        text,
+                        &name,
+                        format!("unknown family \"{other}\"; valid: \"ipv4\", \"ipv6\""),
+                    );
+                    continue;
+                }
+            };
+            if families.contains(&family) {
+                check.fail(text, &name, format!("{family} is listed twice"));
+                continue;
+            }
+            families.push(family);
+        }
+        if families.len() > 1 && policy == IpFamilyPolicy::SingleStack {
+            check.fail(
+                list,
+                &format!("{field}.ip_families"),
+                "single-stack takes one family; set ip_family_policy = \"prefer-dual-stack\" or \"require-dual-stack\" for both",
+            );
+        }
+    }
+    Families { policy, families }
+}
+
+/// `load_balancer_ip` or `load_balancer_ips` (not both), at most one address per family, and
+/// consistent with the family policy. Ordered primary family first when `ip_families` is set.
+fn load_balancer_ips(
+    check: &mut Check<'_, '_>,
+    raw: &RawService,
+    field: &str,
+    families: &Families,
+) -> Option<Vec<IpAddr>> {
+    let (list, name): (Vec<(&S<String>, String)>, String) =
+        match (&raw.load_balancer_ip, &raw.load_balancer_ips) {
+            (Some(one), Some(many)) => {
+                let line = check.loc(one).line;
+                check.fail(
+                    many,
+                    &format!("{field}.load_balancer_ips"),
+                    format!(
+                        "give either load_balancer_ip (line {line}) or load_balancer_ips, not both"
+                    ),
+                );
+                return None;
+            }
+            (Some(one), None) => (
+                vec![(one, format!("{field}.load_balancer_ip"))],
+                format!("{field}.load_balancer_ip"),
+            ),
+            (None, Some(many)) => (
+                many.get_ref()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (a, format!("{field}.load_balancer_ips[{i}]")))
+                    .collect(),
+                format!("{field}.load_balancer_ips"),
+            ),
+            (None, None) => return Some(Vec::new()),
+        };
+    let mut ok = true;
+    let mut addresses: Vec<IpAddr> = Vec::new();
+    for (value, name) in &list {
+        let Some(address) = check.address(value, name) else {
+            ok = false;
+            continue;
+        };
+        let family = IpFamily::of(address);
+        if let Some(first) = addresses.iter().find(|a| IpFamily::of(**a) == family) {
+            check.fail(
+                value,
+                name,
+                format!("at most one address per family; {first} is {family} too"),
+            );
+            ok = false;
+            continue;
+        }
+        let single = families.policy == IpFamilyPolicy::SingleStack;
+        if let Some(want) = families.families.first().filter(|f| single && **f != family) {
+            check.fail(
+                value,
+                name,
+                format!("{address} is {family}, but ip_families asks for {want}"),
+            );
+            ok = false;
+            continue;
+        }
+        addresses.push(address);
+    }
+    if !ok {
+        return None;
+    }
+    let Some((first, _)) = list.first() else { return Some(addresses) };
+    match (families.policy, addresses.len()) {
+        (IpFamilyPolicy::SingleStack, n) if n > 1 => {
+            check.fail(
+                first,
+                &name,
+                "one address per family means dual stack: set ip_family_policy = \"require-dual-stack\" or \"prefer-dual-stack\"",
+            );
+            return None;
+        }
+        (IpFamilyPolicy::RequireDualStack, 1) => {
+            let missing = addresses.first().map(|a| IpFamily::of(*a).other());
+            check.fail(
+                first,
+                &name,
+                format!(
+                    "require-dual-stack needs one address of each family; add the {} address to load_balancer_ips, or leave the addresses to the pool",
+                    missing.map(|f| f.to_string()).unwrap_or_default()
+                ),
+            );
+            return None;
+        }
+        _ => {}
+    }
+    if !families.families.is_empty() {
+        addresses.sort_by_key(|a| {
+            families.families.iter().position(|f| *f == IpFamily::of(*a)).unwrap_or(usize::MAX)
+        });
+    }
+    Some(addresses)
 }
 
 fn health(check: &mut Check<'_, '_>, raw: &RawHealth, field: &str) -> Option<HealthCheck> {
@@ -1452,6 +1609,114 @@ target_vrf = "blue"
             (std::path::Path::new("b.toml"), "pools[0].name")
         );
         assert!(errors[0].message.contains("also defined at a.toml:2:8"), "{}", errors[0].message);
+    }
+
+    #[test]
+    fn dual_stack_service_fields_load() {
+        let text = r#"
+[[pools]]
+name = "vips"
+addresses = ["192.0.2.0/28", "2001:db8::/120"]
+
+[[services]]
+name = "pair"
+ip_family_policy = "require-dual-stack"
+ip_families = ["ipv6", "ipv4"]
+load_balancer_ips = ["192.0.2.5", "2001:db8::5"]
+
+[[services]]
+name = "k8s-spelling"
+ip_family_policy = "PreferDualStack"
+ip_families = ["IPv4"]
+
+[[services]]
+name = "plain"
+load_balancer_ip = "192.0.2.6"
+"#;
+        let config = load_str("f.toml", text).unwrap_or_else(|e| panic!("{e}"));
+        let s = &config.announce.services;
+        assert_eq!(s[0].ip_family_policy, IpFamilyPolicy::RequireDualStack);
+        assert_eq!(s[0].ip_families, vec![IpFamily::Ipv6, IpFamily::Ipv4]);
+        // Primary family first, as ip_families orders them.
+        let want: Vec<IpAddr> = vec!["2001:db8::5".parse().unwrap(), "192.0.2.5".parse().unwrap()];
+        assert_eq!(s[0].load_balancer_ips, want);
+        assert_eq!(
+            (s[1].ip_family_policy, s[1].ip_families.clone()),
+            (IpFamilyPolicy::PreferDualStack, vec![IpFamily::Ipv4])
+        );
+        assert_eq!(s[2].ip_family_policy, IpFamilyPolicy::SingleStack);
+        assert_eq!(s[2].load_balancer_ips, vec!["192.0.2.6".parse::<IpAddr>().unwrap()]);
+        let json = serde_json::to_value(&config).unwrap();
+        assert_eq!(json["announce"]["services"][0]["ip_family_policy"], "require-dual-stack");
+        assert_eq!(json["announce"]["services"][0]["ip_families"][0], "ipv6");
+    }
+
+    #[test]
+    fn dual_stack_errors_name_line_and_field() {
+        let text = r#"
+[[services]]
+name = "both"
+load_balancer_ip = "192.0.2.1"
+load_balancer_ips = ["192.0.2.1"]
+
+[[services]]
+name = "policy"
+ip_family_policy = "dual"
+
+[[services]]
+name = "families"
+ip_families = ["ipv4", "ipv5", "ipv4"]
+
+[[services]]
+name = "single-two-families"
+ip_families = ["ipv4", "ipv6"]
+
+[[services]]
+name = "same-family"
+ip_family_policy = "prefer-dual-stack"
+load_balancer_ips = ["192.0.2.1", "192.0.2.2"]
+
+[[services]]
+name = "single-two-addresses"
+load_balancer_ips = ["192.0.2.1", "2001:db8::1"]
+
+[[services]]
+name = "require-one"
+ip_family_policy = "require-dual-stack"
+load_balancer_ip = "192.0.2.1"
+
+[[services]]
+name = "mismatch"
+ip_families = ["ipv6"]
+load_balancer_ips = ["192.0.2.1"]
+"#;
+        let errors = load_str("f.toml", text).unwrap_err().0;
+        let found: Vec<(usize, &str)> = errors.iter().map(|e| (e.line, e.field.as_str())).collect();
+        assert_eq!(
+            found,
+            vec![
+                (5, "services[0].load_balancer_ips"),
+                (9, "services[1].ip_family_policy"),
+                (13, "services[2].ip_families[1]"),
+                (13, "services[2].ip_families[2]"),
+                (17, "services[3].ip_families"),
+                (22, "services[4].load_balancer_ips[1]"),
+                (26, "services[5].load_balancer_ips"),
+                (31, "services[6].load_balancer_ip"),
+                (36, "services[7].load_balancer_ips[0]"),
+            ],
+            "{errors:?}"
+        );
+        let message = |i: usize| errors[i].message.clone();
+        assert!(message(0).contains("either load_balancer_ip (line 4) or load_balancer_ips"));
+        assert!(message(1).contains("\"require-dual-stack\""), "{}", message(1));
+        assert!(message(3).contains("IPv4 is listed twice"), "{}", message(3));
+        assert!(message(4).contains("single-stack takes one family"), "{}", message(4));
+        assert!(message(5).contains("192.0.2.1 is IPv4 too"), "{}", message(5));
+        assert!(message(6).contains("ip_family_policy"), "{}", message(6));
+        assert!(message(7).contains("add the IPv6 address"), "{}", message(7));
+        assert!(message(8).contains("ip_families asks for IPv6"), "{}", message(8));
+        assert!(errors[0].to_string().contains("f.toml:5"), "{}", errors[0]);
     }
 
     /// The example in docs/announcements.md must load and mean what it says.

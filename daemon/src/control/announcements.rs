@@ -157,6 +157,17 @@ pub fn text(request: &Request, value: &Value) -> String {
 
 fn announcements_text(value: &Value) -> String {
     let mut out = String::new();
+    // Wide enough for the longest prefix (a dual-stack service's IPv6 /128 can be long), so
+    // the columns stay aligned.
+    let originated = value["vrfs"]
+        .as_object()
+        .into_iter()
+        .flat_map(|v| v.values())
+        .flat_map(|r| r["originate"].as_object().into_iter().flat_map(|o| o.keys()))
+        .map(String::len);
+    let candidates =
+        value["candidates"].as_array().into_iter().flatten().map(|c| s(&c["prefix"]).len());
+    let w = originated.chain(candidates).max().unwrap_or(0).max(22);
     for (vrf, router) in value["vrfs"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "VRF {vrf}:");
         let imports: Vec<String> =
@@ -164,13 +175,13 @@ fn announcements_text(value: &Value) -> String {
         if !imports.is_empty() {
             let _ = writeln!(out, "  imports from VRF {}", imports.join(", "));
         }
-        let _ = writeln!(out, "  {:<22} {:<28} {:<12} Attributes", "Originated", "Peers", "LocPrf");
+        let _ = writeln!(out, "  {:<w$} {:<28} {:<12} Attributes", "Originated", "Peers", "LocPrf");
         for (prefix, route) in router["originate"].as_object().into_iter().flatten() {
             let communities: Vec<String> =
                 route["communities"].as_array().into_iter().flatten().map(s).collect();
             let _ = writeln!(
                 out,
-                "  {:<22} {:<28} {:<12} {}",
+                "  {:<w$} {:<28} {:<12} {}",
                 prefix,
                 s(&route["peers"]),
                 s(&route["localPref"]),
@@ -179,19 +190,19 @@ fn announcements_text(value: &Value) -> String {
         }
         for (prefix, route) in router["imported"].as_object().into_iter().flatten() {
             let from = format!("imported from VRF {}", s(&route["from"]));
-            let _ = writeln!(out, "  {:<22} {:<28} {}", prefix, s(&route["peers"]), from);
+            let _ = writeln!(out, "  {:<w$} {:<28} {}", prefix, s(&route["peers"]), from);
         }
         out.push('\n');
     }
     let _ = writeln!(
         out,
-        "{:<22} {:<9} {:<10} {:<44} Origin",
+        "{:<w$} {:<9} {:<10} {:<44} Origin",
         "Prefix", "VRF", "State", "Peers / reason"
     );
     for c in value["candidates"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "{:<22} {:<9} {:<10} {:<44} {}",
+            "{:<w$} {:<9} {:<10} {:<44} {}",
             s(&c["prefix"]),
             s(&c["vrf"]),
             s(&c["state"]),
@@ -254,6 +265,43 @@ endpoints = [{ address = "10.0.0.9", node = "wk9" }]
         assert!(text.contains("VRF default:"), "{text}");
         assert!(text.contains("192.0.2.2/32") && text.contains("no local endpoint"), "{text}");
         assert!(text.contains("announced") && text.contains("service default/up"), "{text}");
+    }
+
+    #[test]
+    fn dual_stack_service_shows_a_line_per_address_aligned() {
+        let text = r#"
+[[bgp.routers]]
+asn = 65801
+[[bgp.routers.neighbors]]
+address = "172.18.20.1"
+asn = 65102
+[[bgp.routers.neighbors]]
+address = "fd00:18:20::1"
+asn = 65102
+[[pools]]
+name = "vips"
+addresses = ["192.0.2.0/28", "2001:db8:aaaa:bbbb:cccc:dddd:eeee:0/120"]
+[[advertisements]]
+name = "all"
+[[services]]
+name = "web"
+ip_family_policy = "require-dual-stack"
+load_balancer_ips = ["192.0.2.1", "2001:db8:aaaa:bbbb:cccc:dddd:eeee:1"]
+"#;
+        let config = load_str("t.toml", text).unwrap();
+        let result = compute_config(&config, Default::default());
+        let json = announcements_json(&result, &VrfSelector::Default, Some(&config));
+        let originate = json["vrfs"]["default"]["originate"].as_object().unwrap();
+        assert!(originate.contains_key("192.0.2.1/32"), "{json}");
+        assert!(originate.contains_key("2001:db8:aaaa:bbbb:cccc:dddd:eeee:1/128"), "{json}");
+        let text = text_of(&json);
+        let lines: Vec<&str> =
+            text.lines().filter(|l| l.contains("announced") || l.starts_with("Prefix")).collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        // The VRF column starts at the same place on every line.
+        let column: Vec<usize> =
+            lines.iter().map(|l| l.find("default").or_else(|| l.find("VRF")).unwrap()).collect();
+        assert!(column.iter().all(|c| *c == column[0]), "{text}");
     }
 
     fn text_of(value: &Value) -> String {
