@@ -233,7 +233,7 @@ fn vrf_lite(topo: &Topology) -> Outcome {
 /// router imports the default VRF and the default router imports cudn3. A leaked route keeps
 /// its next hop in the VRF it came from; the imported originations reach r3's cudn4 router.
 fn vrf_leaking(topo: &Topology) -> Outcome {
-    topo.wait(Duration::from_secs(120), || {
+    let first = topo.wait(Duration::from_secs(120), || {
         let mut notes = Vec::new();
         for w in &topo.workers {
             // Learned in the default VRF from r2, installed in cudn4's table (1004) through
@@ -280,7 +280,57 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
         }
         notes.push(format!("r2 VRF cudn4: {VIP} via {} and each pod subnet", gw.join(" and ")));
         Ok(notes.join(", "))
-    })
+    })?;
+    let reload = leak_reload(topo)?;
+    Ok(format!("{first}; {reload}"))
+}
+
+/// r2's count of sessions established with wk1's cudn4 router.
+fn cudn4_sessions(topo: &Topology) -> Result<u64, String> {
+    let v = json(
+        &topo.vtysh("show bgp vrf cudn4 neighbors 172.19.24.2 json")?,
+        "show bgp vrf cudn4 neighbors json",
+    )?;
+    Ok(v["172.19.24.2"]["connectionsEstablished"].as_u64().unwrap_or(0))
+}
+
+/// `systemctl reload` with wk1's cudn4 `imports` removed, then restored: the leak leaves and
+/// comes back (filled from what the default VRF has installed), the VIP leaves r2's cudn4
+/// table and comes back, and the cudn4 session is never reset.
+fn leak_reload(topo: &Topology) -> Outcome {
+    let Some(wk1) = topo.workers.first() else { return Err("no worker".into()) };
+    let fragment = "/etc/uplink/conf.d/vrf-lite.toml";
+    let sessions = cudn4_sessions(topo)?;
+    let without = r#"imports = [{ vrf = "default" }]"#;
+    wk1.vm.sh(&format!(
+        "cp {fragment} /root/vrf-lite.toml && grep -vF '{without}' /root/vrf-lite.toml > {fragment} \
+         && ! cmp -s {fragment} /root/vrf-lite.toml && systemctl reload uplink"
+    ))?;
+    topo.wait(Duration::from_secs(60), || {
+        let leaked = wk1.vm.sh("ip route show vrf cudn4 172.18.10.0/24 proto bgp")?;
+        let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {VIP}"))?);
+        if leaked.trim().is_empty() && gw == vec!["172.19.24.3".to_string()] {
+            Ok(())
+        } else {
+            Err(format!("wk1 cudn4 still has {leaked:?}; r2 VRF cudn4 {VIP} via {gw:?}"))
+        }
+    })?;
+    wk1.vm.sh(&format!("cp /root/vrf-lite.toml {fragment} && systemctl reload uplink"))?;
+    topo.wait(Duration::from_secs(60), || {
+        let leaked = wk1.vm.sh("ip route show vrf cudn4 172.18.10.0/24 proto bgp")?;
+        let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {VIP}"))?);
+        if gateways(&leaked) == vec![TOR_ADDR.to_string()] && gw.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("wk1 cudn4 has {leaked:?}; r2 VRF cudn4 {VIP} via {gw:?}"))
+        }
+    })?;
+    let after = cudn4_sessions(topo)?;
+    if after != sessions {
+        return Err(format!("the cudn4 session was reset by the reload ({sessions} -> {after})"));
+    }
+    Ok("reload without wk1's cudn4 imports: leak and VIP left, then came back; no session reset"
+        .into())
 }
 
 /// Watches the ToR for the dead worker's next hop to leave the VIP route: timestamps the last
