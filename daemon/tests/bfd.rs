@@ -277,3 +277,36 @@ protocol bgp uplink {
     unsilence(&node);
     wait_both_up(&lab, &uplink, "10.0.1.1", || bird_bfd_up(&bird) && bird.established("uplink"));
 }
+
+/// A reload that gives a neighbor a `bfd_profile` on a router that had no BFD session starts
+/// the router's BFD thread then and there: no daemon restart.
+#[test]
+fn bfd_starts_for_a_neighbor_a_reload_gives_a_profile() {
+    let mut lab = Lab::new("bfdreload");
+    let node = lab.ns("node");
+    let peer_ns = lab.ns("peer");
+    lab.link(&node, &["10.0.1.2/24"], &peer_ns, &["10.0.1.1/24"]);
+    let frr = Frr::start_with_bfd(
+        &mut lab,
+        &peer_ns,
+        "frr defaults datacenter\nbfd\n peer 10.0.1.2\n  transmit-interval 100\n  receive-interval 100\n !\n!\n\
+         router bgp 65102\n bgp router-id 10.0.1.1\n no bgp ebgp-requires-policy\n \
+         neighbor 10.0.1.2 remote-as 65001\n neighbor 10.0.1.2 timers connect 1\n!\n",
+    );
+    let with_bfd = uplink_config("10.0.1.1", 65102, 100);
+    let without = with_bfd.replace("bfd_profile = \"fast\"\n", "");
+    assert_ne!(with_bfd, without);
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &without);
+    wait_for("BGP Established without BFD", UP, || match bgp_state(&uplink, "10.0.1.1") {
+        s if s == "Established" => Ok(()),
+        s => Err(s),
+    });
+    assert!(bfd_peer(&uplink, "10.0.1.1").is_err(), "no BFD session before the reload");
+    std::fs::write(&uplink.config, &with_bfd).unwrap();
+    run(&["pkill", "-HUP", "-f", &format!("run --config {}", uplink.config.display())]);
+    let frr_up = || {
+        let v = frr.json("show bfd peers json");
+        v.as_array().into_iter().flatten().any(|p| p["peer"] == "10.0.1.2" && p["status"] == "up")
+    };
+    wait_both_up(&lab, &uplink, "10.0.1.1", frr_up);
+}

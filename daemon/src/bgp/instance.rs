@@ -17,7 +17,7 @@ use crate::config::{
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -57,7 +57,8 @@ pub struct Instance {
     /// Seeds the jitter of neighbors added later, so no two share one.
     spawned: AtomicU64,
     /// The BFD thread, when a neighbor has a `bfd_profile`.
-    pub bfd: Option<BfdRuntime>,
+    /// Started with the first neighbor that has a `bfd_profile` (at start or on a reload).
+    bfd: OnceLock<BfdRuntime>,
 }
 
 impl Drop for Instance {
@@ -106,15 +107,6 @@ impl Instance {
                 .map_err(|e| format!("cannot listen on TCP port {BGP_PORT}: {e}"))?,
         );
 
-        // RFC 5880: one BFD thread per instance, only when some neighbor asks for BFD.
-        let bfd = if router.neighbors.iter().any(|n| n.bfd_profile.is_some()) {
-            Some(
-                BfdRuntime::start(&router.vrf)
-                    .map_err(|e| format!("cannot start the BFD thread: {e}"))?,
-            )
-        } else {
-            None
-        };
         let neighbors: Registry = Arc::new(RwLock::new(Vec::new()));
         let listener_task = tokio::spawn(accept_loop(
             Arc::clone(&listener),
@@ -131,7 +123,7 @@ impl Instance {
             listener,
             listener_task,
             spawned: AtomicU64::new(0),
-            bfd,
+            bfd: OnceLock::new(),
         };
         for n in &router.neighbors {
             let handle = instance.spawn_neighbor(n, config)?;
@@ -187,23 +179,33 @@ impl Instance {
                 .iter()
                 .find(|p| &p.name == name)
                 .ok_or_else(|| format!("neighbor {}: no BFD profile {name:?}", n.address))?;
-            match &self.bfd {
-                Some(runtime) => {
-                    let task = start_bfd_after_bgp(
-                        runtime.registrar(),
-                        bfd_peer(n, profile),
-                        stats.clone(),
-                        commands.clone(),
-                    );
-                    bfd_follow = Some(tokio::spawn(task).abort_handle());
-                }
-                None => warn!(
-                    neighbor = %n.address,
-                    "BFD starts after a restart: this instance started without BFD sessions"
-                ),
-            }
+            let task = start_bfd_after_bgp(
+                self.bfd_runtime()?.registrar(),
+                bfd_peer(n, profile),
+                stats.clone(),
+                commands.clone(),
+            );
+            bfd_follow = Some(tokio::spawn(task).abort_handle());
         }
         Ok(NeighborHandle { config: n.clone(), stats, commands, bfd_follow })
+    }
+
+    /// The instance's BFD thread (RFC 5880), started by the first neighbor that asks for BFD.
+    fn bfd_runtime(&self) -> Result<&BfdRuntime, String> {
+        if let Some(runtime) = self.bfd.get() {
+            return Ok(runtime);
+        }
+        let runtime = BfdRuntime::start(&self.vrf)
+            .map_err(|e| format!("cannot start the BFD thread: {e}"))?;
+        // Neighbors are spawned one at a time; were two to race, the loser's thread stops
+        // when its handle is dropped here.
+        let _ = self.bfd.set(runtime);
+        self.bfd.get().ok_or_else(|| "the BFD thread did not start".to_string())
+    }
+
+    /// The BFD thread, when a neighbor has asked for BFD.
+    pub fn bfd(&self) -> Option<&BfdRuntime> {
+        self.bfd.get()
     }
 
     /// Ends a neighbor's session with Cease `subcode` and forgets it.
@@ -216,7 +218,7 @@ impl Instance {
         if let Some(task) = &handle.bfd_follow {
             task.abort();
         }
-        if let (Some(runtime), Some(_)) = (&self.bfd, &handle.config.bfd_profile) {
+        if let (Some(runtime), Some(_)) = (self.bfd.get(), &handle.config.bfd_profile) {
             runtime.remove_peer(address);
         }
         let _ = handle
@@ -285,7 +287,7 @@ impl Instance {
             self.remove_neighbor(n.config.address, subcode, reason).await;
         }
         self.listener_task.abort();
-        if let Some(bfd) = &self.bfd {
+        if let Some(bfd) = self.bfd.get() {
             bfd.stop();
         }
     }

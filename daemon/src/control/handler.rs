@@ -109,7 +109,7 @@ pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value,
 async fn bfd_peers(instances: &[Arc<Instance>], selector: &VrfSelector) -> Result<Value, String> {
     let mut out = Vec::new();
     for instance in instances.iter().filter(|i| selector.matches(&i.vrf)) {
-        let Some(bfd) = &instance.bfd else { continue };
+        let Some(bfd) = instance.bfd() else { continue };
         out.extend(bfd.peers().await?.iter().map(bfd_peer_json));
     }
     Ok(Value::Array(out))
