@@ -15,8 +15,9 @@
 //! (no session reset); the FIB writer's VRF leaks follow the new `imports`. Then
 //! `show running-config` shows the new config.
 
-use crate::announce::runtime::{announced_set, AnnouncerHandle};
+use crate::announce::runtime::AnnouncerHandle;
 use crate::announce::{compute_config, router_inputs, Announcements, RuntimeState};
+use crate::bgp::announced::AnnouncedSet;
 use crate::bgp::instance::Instance;
 use crate::config::{self, Router};
 use crate::fib::{Fib, FibInstanceConfig};
@@ -78,6 +79,7 @@ impl Reloader {
                 return;
             }
         };
+        // Only the VRFs each router imports from are read from it (for the FIB's leaks).
         let announcements = compute_config(&config, RuntimeState::default());
         let current = self.instances.borrow().clone();
 
@@ -127,7 +129,7 @@ impl Reloader {
                     }
                     next.push(instance.clone());
                 }
-                None => match self.start(router, &config, &announcements).await {
+                None => match self.start(router, &config).await {
                     Ok(instance) => next.push(Arc::new(instance)),
                     Err(e) => {
                         error!(vrf = %router.vrf, "reload: router {} not started: {e}", router.asn)
@@ -143,16 +145,12 @@ impl Reloader {
     }
 
     /// Starts a router; retries while a stopped instance of the same VRF still holds port 179.
-    async fn start(
-        &self,
-        router: &Router,
-        config: &config::Config,
-        announcements: &Announcements,
-    ) -> Result<Instance, String> {
+    /// It starts announcing nothing: the announcer hands it its set (health verdicts and the
+    /// drain state included) right after, long before a session can come up.
+    async fn start(&self, router: &Router, config: &config::Config) -> Result<Instance, String> {
         let deadline = tokio::time::Instant::now() + RELEASE_TIMEOUT;
         loop {
-            let announced = announced_set(announcements, &router.vrf);
-            match Instance::start(router, config, Some(&self.fib), announced).await {
+            match Instance::start(router, config, Some(&self.fib), AnnouncedSet::new()).await {
                 Ok(instance) => {
                     info!(vrf = %router.vrf, asn = router.asn, "reload: router started");
                     return Ok(instance);

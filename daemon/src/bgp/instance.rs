@@ -56,8 +56,8 @@ pub struct Instance {
     listener_task: tokio::task::JoinHandle<()>,
     /// Seeds the jitter of neighbors added later, so no two share one.
     spawned: AtomicU64,
-    /// The BFD thread, when a neighbor has a `bfd_profile`.
-    /// Started with the first neighbor that has a `bfd_profile` (at start or on a reload).
+    /// The BFD thread: started with the first neighbor that has a `bfd_profile` (at start or
+    /// on a reload).
     bfd: OnceLock<BfdRuntime>,
 }
 
@@ -74,7 +74,7 @@ pub struct ReloadReport {
     pub removed: Vec<IpAddr>,
     /// Neighbors whose settings changed: their session was reset (Cease subcode 6).
     pub reset: Vec<IpAddr>,
-    /// Changes that take effect only after a restart.
+    /// Neighbors that could not be started, with the reason.
     pub deferred: Vec<String>,
 }
 
