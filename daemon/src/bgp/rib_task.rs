@@ -32,7 +32,8 @@ pub struct RibSetup {
     /// included), so the first UPDATE a peer gets already carries it.
     pub announced: AnnouncedSet,
     pub always_block: Vec<IpNet>,
-    /// Where Loc-RIB changes go to be installed in the kernel; `None` with `install = false`.
+    /// Where Loc-RIB changes go to be installed in the kernel (this VRF's table, and the
+    /// tables of the VRFs that import it); `None` when neither installs anything.
     pub fib: Option<FibSender>,
 }
 
@@ -161,7 +162,7 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
         always_block: setup.always_block,
     };
     let mut rib = Rib::new(config);
-    // With `install = false` no FIB writer listens: skip computing next-hop sets at all.
+    // When no FIB writer listens, skip computing next-hop sets at all.
     rib.set_fib_tracking(setup.fib.is_some());
     let span = tracing::info_span!("rib", vrf = %setup.vrf);
     let mut task = RibTask {
@@ -313,8 +314,8 @@ impl RibTask {
         }
     }
 
-    /// Originates what is new, withdraws what is gone, then
-    /// re-derives every peer's export policy so each prefix reaches its peers.
+    /// Originates what is new, withdraws what is gone, then re-derives every peer's export
+    /// policy so each prefix reaches its peers.
     fn set_announced(&mut self, announced: AnnouncedSet) {
         if announced == self.announced {
             return;
