@@ -174,7 +174,7 @@ fn sighup_changes_only_the_sessions_whose_neighbors_changed() {
 /// Router-level changes: a new router id restarts that router (its sessions end with
 /// Cease/Other Configuration Change and come back under the new id); removing the router ends
 /// its sessions with Cease/Peer De-configured and takes its routes out of the kernel; adding it
-/// back starts it. All without restarting uplink.
+/// back starts it; a new kernel metric moves its routes. All without restarting uplink.
 #[test]
 fn sighup_restarts_removes_and_adds_routers() {
     let mut lab = Lab::new("reload-router");
@@ -247,6 +247,18 @@ fn sighup_restarts_removes_and_adds_routers() {
     wait_for("10.88.0.0/24 back in the node's kernel", UP, || {
         let r = kernel_route();
         if r.contains("via 10.0.1.1") {
+            Ok(())
+        } else {
+            Err(r)
+        }
+    });
+
+    // A new kernel metric: the router starts again with a new FIB instance; the route moves
+    // from metric 20 to 30 and no copy stays behind at the old metric.
+    reload(&uplink, &router("10.0.0.10").replacen("prefixes", "metric = 30\nprefixes", 1));
+    wait_for("10.88.0.0/24 at metric 30 only", UP, || {
+        let r = kernel_route();
+        if r.contains("metric 30") && !r.contains("metric 20") && r.contains("via 10.0.1.1") {
             Ok(())
         } else {
             Err(r)
