@@ -12,7 +12,8 @@ use super::wire::attributes::{Family, LargeCommunity};
 use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, Hop, PeerSpec};
 use crate::bfd::session::SessionConfig;
 use crate::config::{
-    self, AddressFamily, AllowMode, BfdProfile, Community, Neighbor, RemoteAsn, Router,
+    self, AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Neighbor, RemoteAsn,
+    Router,
 };
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -413,16 +414,20 @@ fn import_policy(n: &Neighbor) -> policy::ImportPolicy {
     policy::ImportPolicy { to_receive }
 }
 
-/// frr-k8s `toAdvertise` as the RIB's export policy.
-fn export_policy(n: &Neighbor) -> policy::ExportPolicy {
-    let a = &n.to_advertise;
-    let to_advertise = match a.mode {
+/// frr-k8s `toAdvertise.allowed` as the RIB's prefix filter.
+pub fn advertise_filter(a: &AdvertisePolicy) -> policy::AdvertiseFilter {
+    match a.mode {
         AllowMode::All => policy::AdvertiseFilter::All,
         AllowMode::Filtered if a.prefixes.is_empty() => policy::AdvertiseFilter::None,
         AllowMode::Filtered => policy::AdvertiseFilter::Filtered(a.prefixes.clone()),
-    };
+    }
+}
+
+/// frr-k8s `toAdvertise` as the RIB's export policy.
+fn export_policy(n: &Neighbor) -> policy::ExportPolicy {
+    let a = &n.to_advertise;
     policy::ExportPolicy {
-        to_advertise,
+        to_advertise: advertise_filter(a),
         with_local_pref: a
             .with_local_pref
             .iter()

@@ -212,6 +212,14 @@ fn next_hop_self(prefix_is_v4: bool, peer: &PeerInfo) -> NextHop {
     }
 }
 
+impl AdvertiseFilter {
+    /// Whether a prefix this router originates passes the filter (`show announcements` says
+    /// which peers get a prefix left to their `to_advertise`).
+    pub fn allows_local(&self, prefix: &IpNet) -> bool {
+        advertise_allowed(self, prefix, ExportSource::Local)
+    }
+}
+
 fn advertise_allowed(filter: &AdvertiseFilter, prefix: &IpNet, source: ExportSource) -> bool {
     match filter {
         AdvertiseFilter::All => source == ExportSource::Local,

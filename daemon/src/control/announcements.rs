@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 use super::protocol::{Request, VrfSelector};
 use crate::announce::compute::{Announcements, Candidate, PeerSet, State};
 use crate::announce::runtime::AnnouncerHandle;
-use crate::config::{AllowMode, Config, Neighbor};
+use crate::bgp::instance::advertise_filter;
+use crate::config::{Config, Neighbor};
 use ipnet::IpNet;
 
 /// Whether this module answers `request`.
@@ -64,10 +65,9 @@ fn peer_list(
     };
     let listed = match peers {
         PeerSet::All => names(&|_| true),
-        PeerSet::ByPolicy => names(&|n| {
-            let allowed = &n.to_advertise;
-            allowed.mode == AllowMode::All || prefix.is_some_and(|p| allowed.prefixes.contains(&p))
-        }),
+        PeerSet::ByPolicy => {
+            names(&|n| prefix.is_some_and(|p| advertise_filter(&n.to_advertise).allows_local(&p)))
+        }
         PeerSet::Only(_) => None,
     };
     listed.unwrap_or_else(|| peers.to_string())
@@ -302,6 +302,29 @@ load_balancer_ips = ["192.0.2.1", "2001:db8:aaaa:bbbb:cccc:dddd:eeee:1"]
         let column: Vec<usize> =
             lines.iter().map(|l| l.find("default").or_else(|| l.find("VRF")).unwrap()).collect();
         assert!(column.iter().all(|c| *c == column[0]), "{text}");
+    }
+
+    #[test]
+    fn router_prefixes_list_the_peers_whose_to_advertise_allows_them() {
+        let text = r#"
+[[bgp.routers]]
+asn = 65801
+prefixes = ["10.0.0.0/24", "10.0.1.0/24"]
+[[bgp.routers.neighbors]]
+address = "172.18.20.1"
+asn = 65102
+to_advertise = { allowed = { mode = "all" } }
+[[bgp.routers.neighbors]]
+address = "172.18.20.9"
+asn = 65102
+to_advertise = { allowed = { prefixes = ["10.0.1.0/24"] } }
+"#;
+        let config = load_str("t.toml", text).unwrap();
+        let result = compute_config(&config, Default::default());
+        let json = announcements_json(&result, &VrfSelector::Default, Some(&config));
+        let peers = |p: &str| json["vrfs"]["default"]["originate"][p]["peers"].clone();
+        assert_eq!(peers("10.0.0.0/24"), "172.18.20.1");
+        assert_eq!(peers("10.0.1.0/24"), "172.18.20.1, 172.18.20.9");
     }
 
     fn text_of(value: &Value) -> String {
