@@ -18,7 +18,7 @@ use super::model::{
 };
 use super::readiness::{readiness, HealthStates, Readiness};
 use super::selector::any_matches;
-use crate::config::Community;
+use crate::config::{vrf_display_name, Community};
 
 /// The node label that excludes a node from announcing LoadBalancer addresses (Kubernetes
 /// well-known label, honoured by MetalLB's speaker).
@@ -183,23 +183,15 @@ impl fmt::Display for Reason {
             Reason::NodeExcluded => write!(f, "node is labelled {EXCLUDE_LABEL}"),
             Reason::AggregatedInto { aggregate } => write!(f, "aggregated into {aggregate}"),
             Reason::Drained => f.write_str("drained"),
-            Reason::NoRouter { vrf } => write!(f, "no router in VRF {}", vrf_name(vrf)),
+            Reason::NoRouter { vrf } => write!(f, "no router in VRF {}", vrf_display_name(vrf)),
             Reason::NoHostSubnet => f.write_str("layer3 network without a host_subnet"),
             Reason::UnknownPeers { peers } => write!(f, "unknown peers {}", peers.join(", ")),
             Reason::NoMatchingRouter { vrf } => write!(
                 f,
                 "no FRRConfiguration selected by frr_configuration_selector has a router in VRF {}",
-                vrf_name(vrf)
+                vrf_display_name(vrf)
             ),
         }
-    }
-}
-
-fn vrf_name(vrf: &str) -> &str {
-    if vrf.is_empty() {
-        "default"
-    } else {
-        vrf
     }
 }
 

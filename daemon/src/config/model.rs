@@ -44,6 +44,15 @@ pub struct BgpConfig {
     pub bfd_profiles: Vec<BfdProfile>,
 }
 
+/// How operators and FRR name a VRF: "default" for the default VRF (`""` in the config).
+pub fn vrf_display_name(vrf: &str) -> &str {
+    if vrf.is_empty() {
+        "default"
+    } else {
+        vrf
+    }
+}
+
 /// A BGP instance in one VRF.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Router {

@@ -9,7 +9,7 @@ use super::protocol::{Request, VrfSelector};
 use crate::announce::compute::{Announcements, Candidate, PeerSet, State};
 use crate::announce::runtime::AnnouncerHandle;
 use crate::bgp::instance::advertise_filter;
-use crate::config::{Config, Neighbor};
+use crate::config::{vrf_display_name, Config, Neighbor};
 use ipnet::IpNet;
 
 /// Whether this module answers `request`.
@@ -34,14 +34,6 @@ pub fn handle(
             Ok(value)
         }
         _ => Err("not an announcement request".into()),
-    }
-}
-
-fn vrf_key(vrf: &str) -> &str {
-    if vrf.is_empty() {
-        "default"
-    } else {
-        vrf
     }
 }
 
@@ -82,7 +74,7 @@ fn candidate_json(c: &Candidate, config: Option<&Config>) -> Value {
     };
     json!({
         "prefix": c.prefix.map(|p| p.to_string()),
-        "vrf": c.vrf.as_deref().map(vrf_key),
+        "vrf": c.vrf.as_deref().map(vrf_display_name),
         "origin": c.origin.to_string(),
         "state": state,
         "detail": detail,
@@ -117,12 +109,12 @@ pub fn announcements_json(
             .iter()
             .map(|(p, from)| {
                 let peers = peer_list(config, Some(&router.vrf), Some(*p), &PeerSet::ByPolicy);
-                (p.to_string(), json!({ "from": vrf_key(from), "peers": peers }))
+                (p.to_string(), json!({ "from": vrf_display_name(from), "peers": peers }))
             })
             .collect();
-        let imports: Vec<&str> = router.imports.iter().map(|v| vrf_key(v)).collect();
+        let imports: Vec<&str> = router.imports.iter().map(|v| vrf_display_name(v)).collect();
         vrfs.insert(
-            vrf_key(&router.vrf).to_string(),
+            vrf_display_name(&router.vrf).to_string(),
             json!({ "configured": router.configured, "originate": originate, "imports": imports, "imported": imported }),
         );
     }

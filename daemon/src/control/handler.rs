@@ -8,7 +8,7 @@ use crate::bfd::runtime::{Hop, PeerView};
 use crate::bgp::instance::{Instance, NeighborHandle};
 use crate::bgp::view::{PathSource, PathView, RibSummary, RouteView};
 use crate::bgp::wire::attributes::{Afi, Family, NextHop, Origin, SegmentKind};
-use crate::config::AddressFamily;
+use crate::config::{vrf_display_name, AddressFamily};
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value,
     // VRF's own route and one leaked into it from another VRF sit side by side).
     let mut by_vrf: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
     for v in views.iter().filter(|v| selector.matches(&v.vrf)) {
-        let routes = by_vrf.entry(vrf_name(&v.vrf)).or_default();
+        let routes = by_vrf.entry(vrf_display_name(&v.vrf)).or_default();
         for r in &v.routes {
             let nexthops: Vec<Value> = r
                 .via
@@ -62,7 +62,7 @@ pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value,
                         "ip": h.gateway.to_string(),
                         "afi": if h.gateway.is_ipv4() { "ipv4" } else { "ipv6" },
                         "interfaceName": h.interface,
-                        "vrf": vrf_name(v.leaked_from.as_deref().unwrap_or(&v.vrf)),
+                        "vrf": vrf_display_name(v.leaked_from.as_deref().unwrap_or(&v.vrf)),
                         "nexthopId": h.nexthop_id,
                         "active": r.state == "installed",
                     })
@@ -71,8 +71,8 @@ pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value,
             let entry = json!({
                 "prefix": r.prefix.to_string(),
                 "protocol": "bgp",
-                "vrfName": vrf_name(&v.vrf),
-                "leakedFrom": v.leaked_from.as_deref().map(vrf_name),
+                "vrfName": vrf_display_name(&v.vrf),
+                "leakedFrom": v.leaked_from.as_deref().map(vrf_display_name),
                 "installed": r.state == "installed",
                 "state": r.state,
                 "error": r.error,
@@ -124,7 +124,7 @@ fn bfd_peer_json(p: &PeerView) -> Value {
     let mut v = json!({
         "multihop": multihop,
         "peer": p.spec.peer.to_string(),
-        "vrf": vrf_name(&p.vrf),
+        "vrf": vrf_display_name(&p.vrf),
         "id": p.local_discriminator,
         "remote-id": p.remote_discriminator,
         "passive-mode": p.spec.config.passive,
@@ -179,7 +179,7 @@ async fn per_vrf<'a>(
         VrfSelector::All => {
             let mut out = Map::new();
             for i in chosen {
-                out.insert(vrf_name(&i.vrf).to_string(), f(i).await?);
+                out.insert(vrf_display_name(&i.vrf).to_string(), f(i).await?);
             }
             Ok(Value::Object(out))
         }
@@ -190,14 +190,6 @@ async fn per_vrf<'a>(
                 _ => "no BGP instance in the default VRF".into(),
             }),
         },
-    }
-}
-
-fn vrf_name(vrf: &str) -> &str {
-    if vrf.is_empty() {
-        "default"
-    } else {
-        vrf
     }
 }
 
@@ -249,7 +241,7 @@ async fn summary(i: &Instance) -> Result<Value, String> {
                 "routerId": i.router_id.to_string(),
                 "as": i.asn,
                 "vrfId": 0,
-                "vrfName": vrf_name(&i.vrf),
+                "vrfName": vrf_display_name(&i.vrf),
                 "tableVersion": 0,
                 "ribCount": entries,
                 "peerCount": count,
@@ -357,7 +349,7 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
         );
     }
     if let (Some(a), true) = (only, out.is_empty()) {
-        return Err(format!("no such neighbor {a} in VRF {}", vrf_name(&i.vrf)));
+        return Err(format!("no such neighbor {a} in VRF {}", vrf_display_name(&i.vrf)));
     }
     Ok(Value::Object(out))
 }
@@ -412,7 +404,7 @@ async fn routes(
             }
             Ok(json!({
                 "vrfId": 0,
-                "vrfName": vrf_name(&i.vrf),
+                "vrfName": vrf_display_name(&i.vrf),
                 "tableVersion": 0,
                 "routerId": i.router_id.to_string(),
                 "defaultLocPrf": 100,
