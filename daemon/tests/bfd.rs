@@ -33,6 +33,17 @@ to_advertise = {{ allowed = {{ mode = "all" }} }}
     )
 }
 
+/// FRR bfdd's status of its session with the node (10.0.1.2), or "absent".
+fn frr_bfd_status(frr: &Frr) -> String {
+    let v = frr.json("show bfd peers json");
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["peer"] == "10.0.1.2")
+        .map(|p| p["status"].as_str().unwrap_or("").to_string())
+        .unwrap_or_else(|| "absent".into())
+}
+
 /// uplink's `show bfd peers --json` entry for `peer`.
 fn bfd_peer(uplink: &Uplink, peer: &str) -> Result<Value, String> {
     let v = uplink.json(&["show", "bfd", "peers"])?;
@@ -133,15 +144,6 @@ router bgp 65102
 !
 "#,
     );
-    let frr_bfd_status = |frr: &Frr| -> String {
-        let v = frr.json("show bfd peers json");
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["peer"] == "10.0.1.2")
-            .map(|p| p["status"].as_str().unwrap_or("").to_string())
-            .unwrap_or_else(|| "absent".into())
-    };
     let uplink = Uplink::start(&mut lab, &node, "uplink", &uplink_config("10.0.1.1", 65102, 50));
     wait_both_up(&lab, &uplink, "10.0.1.1", || frr_bfd_status(&frr) == "up");
 
@@ -304,9 +306,5 @@ fn bfd_starts_for_a_neighbor_a_reload_gives_a_profile() {
     assert!(bfd_peer(&uplink, "10.0.1.1").is_err(), "no BFD session before the reload");
     std::fs::write(&uplink.config, &with_bfd).unwrap();
     run(&["pkill", "-HUP", "-f", &format!("run --config {}", uplink.config.display())]);
-    let frr_up = || {
-        let v = frr.json("show bfd peers json");
-        v.as_array().into_iter().flatten().any(|p| p["peer"] == "10.0.1.2" && p["status"] == "up")
-    };
-    wait_both_up(&lab, &uplink, "10.0.1.1", frr_up);
+    wait_both_up(&lab, &uplink, "10.0.1.1", || frr_bfd_status(&frr) == "up");
 }
