@@ -15,20 +15,18 @@
 pub mod allocate;
 pub mod compute;
 pub mod health;
-pub mod model;
 pub mod readiness;
 pub mod runtime;
-pub mod selector;
 
 #[cfg(test)]
 mod tests;
 
+pub use crate::config::announce::AnnounceConfig;
 pub use allocate::{allocate, AllocError, Allocation, Collision};
 pub use compute::{
     compute, Announcements, Candidate, Origin, PeerSet, Reason, Route, RouterAnnouncements,
     RouterInput, RuntimeState, State,
 };
-pub use model::AnnounceConfig;
 pub use readiness::HealthStates;
 
 /// What [`compute`] needs to know of the configured BGP routers.

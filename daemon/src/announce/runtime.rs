@@ -11,10 +11,10 @@ use tracing::{info, warn};
 
 use super::compute::{compute, Announcements, PeerSet, RouterInput, RuntimeState};
 use super::health::{self, Verdict};
-use super::model::AnnounceConfig;
 use super::readiness::{endpoints_to_probe, HealthStates};
 use crate::bgp::announced::{AnnouncedRoute, AnnouncedSet};
 use crate::bgp::rib_task::RibHandle;
+use crate::config::announce::AnnounceConfig;
 
 /// Depth of the verdict channel; verdicts are rare (only changes are sent).
 const CHANNEL_DEPTH: usize = 64;

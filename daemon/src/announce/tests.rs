@@ -8,9 +8,9 @@ use ipnet::IpNet;
 
 use super::allocate::tests_support::{pool, service};
 use super::compute::{compute, PeerSet, Reason, RouterInput, RuntimeState, State};
-use super::model::*;
 use super::readiness::{HealthStates, Readiness};
-use super::selector::LabelSelector;
+use crate::config::announce::*;
+use crate::config::selector::LabelSelector;
 use crate::config::Community;
 
 fn net(text: &str) -> IpNet {

@@ -12,9 +12,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Serialize;
 
+use super::announce::AnnounceConfig;
 use super::community::Community;
 use super::duration;
-use crate::announce::AnnounceConfig;
 
 /// The whole node configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
