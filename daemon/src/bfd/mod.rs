@@ -2,5 +2,6 @@
 //! runtime thread that owns the UDP sockets (RFC 5881 single hop, RFC 5883 multihop).
 
 pub mod packet;
+mod realtime;
 pub mod runtime;
 pub mod session;

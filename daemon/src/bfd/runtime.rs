@@ -190,7 +190,7 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
-        if let Err(e) = crate::ops::realtime::raise_current_thread() {
+        if let Err(e) = super::realtime::raise_current_thread() {
             warn!("BFD thread keeps normal priority: {e}; under CPU load packets may be late");
         }
         loop {
@@ -450,7 +450,7 @@ fn ttl_filter(ipv4: bool, minimum: u8) -> [SockFilter; 4] {
 /// The receive loop of one listening socket.
 fn receive(socket: UdpSocket, hop: Hop, input: mpsc::Sender<Input>, stop: Arc<AtomicBool>) {
     // The BFD thread has said whether real-time priority is available; no second warning.
-    let _ = crate::ops::realtime::raise_current_thread();
+    let _ = super::realtime::raise_current_thread();
     let mut buf = [0u8; 512];
     while !stop.load(Ordering::Relaxed) {
         let (len, from) = match socket.recv_from(&mut buf) {
@@ -466,7 +466,7 @@ fn receive(socket: UdpSocket, hop: Hop, input: mpsc::Sender<Input>, stop: Arc<At
         let bytes = buf.get(..len).unwrap_or_default();
         match ControlPacket::decode(bytes) {
             Ok(packet) => {
-                let from = crate::bgp::session::canonical_ip(from.ip());
+                let from = from.ip().to_canonical();
                 if input.send(Input::Received { from, hop, packet }).is_err() {
                     return;
                 }

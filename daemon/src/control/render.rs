@@ -5,17 +5,16 @@ use super::protocol::{Request, VrfSelector};
 use serde_json::Value;
 use std::fmt::Write as _;
 
+/// The operator text of one answer (the client side's one place that knows every request).
 pub fn text(request: &Request, value: &Value) -> String {
-    if super::announcements::handles(request) {
-        return super::announcements::text(request, value);
-    }
     let render: fn(&Value, &str) -> String = match request {
         Request::BgpSummary { .. } => summary,
         Request::BgpNeighbors { .. } => neighbors,
         Request::BgpRoutes { prefix: Some(_), .. } => single_route,
         Request::BgpRoutes { .. } => table,
         Request::BfdPeers { .. } => return bfd_peers(value),
-        Request::Announcements { .. } | Request::RunningConfig => return String::new(),
+        Request::Announcements { .. } => return super::announcements::announcements_text(value),
+        Request::RunningConfig => return super::announcements::running_config_text(value),
         Request::Fib { .. } => fib,
         Request::Drain { drained: true } => {
             return "drained: service addresses are being withdrawn from every peer \

@@ -1,4 +1,3 @@
-
 use std::net::IpAddr;
 use std::path::PathBuf;
 

@@ -1,4 +1,3 @@
-
 use std::net::Ipv6Addr;
 
 use super::super::{load_str, ConfigError};
