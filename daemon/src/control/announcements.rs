@@ -16,7 +16,10 @@ use ipnet::IpNet;
 /// a reload may have changed since the daemon started.
 pub fn running_config_json(config: &Config, announcer: &AnnouncerHandle) -> Result<Value, String> {
     let mut value = serde_json::to_value(config).map_err(|e| e.to_string())?;
-    value["announce"] = serde_json::to_value(&*announcer.config()).map_err(|e| e.to_string())?;
+    let announce = serde_json::to_value(&*announcer.config()).map_err(|e| e.to_string())?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("announce".into(), announce);
+    }
     Ok(value)
 }
 

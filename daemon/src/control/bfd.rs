@@ -51,20 +51,21 @@ fn bfd_peer_json(p: &PeerView) -> Value {
         "session-down": p.counters.session_down,
         "profile": p.spec.profile,
     });
+    let Some(map) = v.as_object_mut() else { return v };
     if let Some(local) = p.local_address {
-        v["local"] = json!(local.to_string());
+        map.insert("local".into(), json!(local.to_string()));
     }
     if multihop {
-        v["minimum-ttl"] = json!(p.spec.minimum_ttl);
+        map.insert("minimum-ttl".into(), json!(p.spec.minimum_ttl));
     }
     // FRR shows `uptime` while Up and `downtime` otherwise, in seconds.
     let key = if p.state == State::Up { "uptime" } else { "downtime" };
-    v[key] = json!(p.since_change.as_secs());
+    map.insert(key.into(), json!(p.since_change.as_secs()));
     if let Some(tx) = p.transmit_interval {
-        v["negotiated-transmit-interval"] = json!(millis(tx));
+        map.insert("negotiated-transmit-interval".into(), json!(millis(tx)));
     }
     if let Some(detect) = p.detection_time {
-        v["detection-time"] = json!(millis(detect));
+        map.insert("detection-time".into(), json!(millis(detect)));
     }
     v
 }

@@ -227,7 +227,7 @@ fn table(v: &Value, _vrf: &str) -> String {
             };
             let internal = if s(&p["pathFrom"]) == "internal" { "i" } else { " " };
             let network = if i == 0 { prefix.as_str() } else { "" };
-            let nh = s(&p["nexthops"][0]["ip"]);
+            let nh = s(p.pointer("/nexthops/0/ip").unwrap_or(&Value::Null));
             let mut line = format!("*{mark}{internal}{network:<17}{nh:<20}");
             if network.len() > 16 || nh.len() > 19 {
                 line = format!("*{mark}{internal}{network}\n                    {nh:<20}");
@@ -302,13 +302,13 @@ fn single_route(v: &Value, _vrf: &str) -> String {
     let _ = writeln!(out, "BGP routing table entry for {}", s(&v["prefix"]));
     let _ = writeln!(out, "Paths: ({} available)", list.len());
     for p in &list {
-        let _ = writeln!(out, "  {}", s(&p["aspath"]["string"]));
-        let nh = s(&p["nexthops"][0]["ip"]);
+        let _ = writeln!(out, "  {}", s(at(p, "/aspath/string")));
+        let nh = s(p.pointer("/nexthops/0/ip").unwrap_or(&Value::Null));
         let _ = writeln!(
             out,
             "    {nh} from {} ({})",
-            s(&p["peer"]["peerId"]),
-            s(&p["peer"]["routerId"])
+            s(at(p, "/peer/peerId")),
+            s(at(p, "/peer/routerId"))
         );
         let mut flags = format!("      Origin {}", s(&p["origin"]));
         if let Some(m) = p["metric"].as_u64() {
@@ -317,21 +317,21 @@ fn single_route(v: &Value, _vrf: &str) -> String {
         if let Some(l) = p["locPrf"].as_u64() {
             let _ = write!(flags, ", localpref {l}");
         }
-        let _ = write!(flags, ", weight {}, valid, {}", s(&p["weight"]), s(&p["peer"]["type"]));
+        let _ = write!(flags, ", weight {}, valid, {}", s(&p["weight"]), s(at(p, "/peer/type")));
         if p["multipath"].as_bool().unwrap_or(false) {
             flags.push_str(", multipath");
         }
-        if p["bestpath"]["overall"].as_bool().unwrap_or(false) {
+        if at(p, "/bestpath/overall").as_bool().unwrap_or(false) {
             flags.push_str(", best");
         }
         let _ = writeln!(out, "{flags}");
-        if let Some(reason) = p["bestpath"]["selectionReason"].as_str() {
+        if let Some(reason) = at(p, "/bestpath/selectionReason").as_str() {
             let _ = writeln!(out, "      Not best: {reason}");
         }
-        if let Some(c) = p["community"]["string"].as_str() {
+        if let Some(c) = at(p, "/community/string").as_str() {
             let _ = writeln!(out, "      Community: {c}");
         }
-        if let Some(c) = p["largeCommunity"]["string"].as_str() {
+        if let Some(c) = at(p, "/largeCommunity/string").as_str() {
             let _ = writeln!(out, "      Large Community: {c}");
         }
     }
@@ -410,6 +410,11 @@ fn frr_duration(secs: u64) -> String {
     }
     parts.push(format!("{seconds} second(s)"));
     parts.join(", ")
+}
+
+/// The value at a JSON pointer (`/paths/0/ip`), or null: rendering never fails on a missing key.
+fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
+    v.pointer(pointer).unwrap_or(&Value::Null)
 }
 
 #[cfg(test)]
