@@ -157,7 +157,11 @@ impl Instance {
         }
         let index = self.spawned.fetch_add(1, Ordering::Relaxed);
         let stats = Arc::new(PeerStats::default());
-        let fsm = Fsm::new(fsm_config(&self.router, n, self.router_id, index));
+        let fsm_config = fsm_config(&self.router, n, self.router_id, index);
+        // The config layer checked each setting; this checks what the OPEN relies on, the
+        // derived router id included, before a session can send a wrong one.
+        fsm_config.validate().map_err(|e| format!("neighbor {}: {e}", n.address))?;
+        let fsm = Fsm::new(fsm_config);
         let params = SessionParams {
             remote: SocketAddr::new(n.address, n.port),
             local_asn: self.asn,
