@@ -5,6 +5,7 @@ pub mod configure;
 pub mod display;
 pub mod fsm;
 pub mod instance;
+pub mod link_local;
 pub mod policy;
 pub mod rib;
 pub mod rib_task;

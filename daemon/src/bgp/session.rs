@@ -7,6 +7,7 @@
 //! never stops us from reading it (and the other way round).
 
 use super::fsm::{Action, ConnId, Event, Fsm, Negotiated};
+use super::link_local;
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::PeerInfo;
 use super::rib_task::{PeerLink, PeerSignal, RibHandle};
@@ -19,7 +20,7 @@ use super::wire::notification::Notification;
 use super::wire::packer::{end_of_rib, pack_announcements, pack_withdrawals};
 use super::wire::rfc7606::UPDATE_MESSAGE_ERROR;
 use super::wire::update::{decode_update, UpdateContext};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
@@ -481,6 +482,12 @@ impl Session {
         );
         let local = self.conns.iter().find(|c| c.id == id).and_then(|c| c.local);
         let local_address = local.map(|a| a.ip().to_canonical()).unwrap_or(self.params.remote.ip());
+        // RFC 2545 §3: our link-local address goes beside the global next hop when the peer
+        // shares our session address's subnet.
+        let local_link_local = match (local_address, self.params.remote.ip()) {
+            (IpAddr::V6(local), IpAddr::V6(peer)) => link_local::shared_link_local(local, peer),
+            _ => None,
+        };
         let info = PeerInfo {
             address: self.params.remote.ip(),
             remote_asn: negotiated.remote_asn,
@@ -488,7 +495,7 @@ impl Session {
             remote_id: negotiated.remote_id,
             ebgp: negotiated.is_ebgp,
             local_address,
-            local_link_local: None,
+            local_link_local,
             families: negotiated.families.clone(),
             import: self.params.import.clone(),
             export: self.params.export.clone(),
