@@ -9,6 +9,7 @@ use super::session::{self, canonical_ip, SessionCommand, SessionParams};
 use super::stats::PeerStats;
 use super::transport::{self, TransportOptions};
 use super::wire::attributes::{Family, LargeCommunity};
+use crate::bfd::auth::Authentication;
 use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, Hop, PeerSpec};
 use crate::bfd::session::SessionConfig;
 use crate::config::{
@@ -182,7 +183,7 @@ impl Instance {
                 .ok_or_else(|| format!("neighbor {}: no BFD profile {name:?}", n.address))?;
             let task = start_bfd_after_bgp(
                 self.bfd_runtime()?.registrar(),
-                bfd_peer(n, profile),
+                bfd_peer(n, profile)?,
                 stats.clone(),
                 commands.clone(),
             );
@@ -344,8 +345,20 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
 
 /// The BFD session of a neighbor: single hop (RFC 5881) unless the neighbor is eBGP
 /// multihop, then multihop (RFC 5883).
-fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> PeerSpec {
-    PeerSpec {
+fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> Result<PeerSpec, String> {
+    let auth = match &profile.authentication {
+        None => None,
+        // Validation has checked the key's length; a key that still does not fit must stop the
+        // session rather than let it run unauthenticated.
+        Some(config) => Some(Authentication::from_config(config).ok_or_else(|| {
+            format!(
+                "BFD profile {:?}: the key does not fit {}",
+                profile.name,
+                config.auth_type.name()
+            )
+        })?),
+    };
+    Ok(PeerSpec {
         peer: n.address,
         local: n.source_address,
         hop: if n.ebgp_multihop.is_some() { Hop::Multi } else { Hop::Single },
@@ -357,7 +370,8 @@ fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> PeerSpec {
         },
         minimum_ttl: profile.minimum_ttl,
         profile: profile.name.clone(),
-    }
+        auth,
+    })
 }
 
 /// Starts the neighbor's BFD session once its BGP session has been Established, then follows

@@ -49,6 +49,7 @@
 //! to the directory of the file that names it, with one trailing newline removed.
 
 mod announce;
+mod bfd_auth;
 pub mod community;
 pub mod duration;
 mod error;
@@ -69,4 +70,5 @@ pub use model::{
     LocalPrefPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
 };
 
+pub use bfd_auth::{BfdAuthType, BfdAuthentication};
 pub use community::Community;

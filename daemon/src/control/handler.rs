@@ -144,8 +144,15 @@ fn bfd_peer_json(p: &PeerView) -> Value {
         "control-packet-output": p.counters.control_output,
         "session-up": p.counters.session_up,
         "session-down": p.counters.session_down,
+        "control-packet-discarded": p.counters.control_discarded,
         "profile": p.spec.profile,
+        // FRR's bfdd has no authentication, so no key of its to reuse; the value is the
+        // config's type name.
+        "authentication-type": p.spec.auth.as_ref().map_or("none", |a| a.auth_type.name()),
     });
+    if let Some(auth) = &p.spec.auth {
+        v["authentication-key-id"] = json!(auth.key_id);
+    }
     if let Some(local) = p.local_address {
         v["local"] = json!(local.to_string());
     }
