@@ -350,9 +350,10 @@ fn log_lines(lab: &Lab, needle: &str) -> Vec<String> {
 
 /// RFC 5880 §6.7 against BIRD 2: keyed SHA1 and meticulous keyed MD5 sessions come up (and
 /// stay up across BIRD's and our sequence numbers), a wrong key never does, and the refused
-/// packets are counted and logged a few times, not once each.
+/// packets are counted and logged a few times, not once each. The right key given by a
+/// reload brings that session up without resetting its BGP session.
 #[test]
-fn bird_authenticated_sessions_come_up_and_a_wrong_key_does_not() {
+fn bird_authenticated_sessions_come_up_and_a_wrong_key_does_not_until_reloaded() {
     require_tool("bird");
     let mut lab = Lab::new("bfdauth");
     let node = lab.ns("node");
@@ -450,6 +451,24 @@ fn bird_authenticated_sessions_come_up_and_a_wrong_key_does_not() {
         );
         assert_eq!(p["control-packet-discarded"], 0, "{p}");
     }
+
+    // The operator fixes the key and reloads: the BFD session starts again with the new key
+    // and comes up; the BGP session is not reset for it.
+    let connections = |uplink: &Uplink| {
+        let v = uplink.json(&["show", "bgp", "neighbors", wrong]).unwrap();
+        v[wrong]["connectionsEstablished"].as_u64().unwrap_or_else(|| panic!("{v}"))
+    };
+    let before = connections(&uplink);
+    let fixed = config.replace("password = \"our-key\"", "password = \"their-key\"");
+    assert_ne!(fixed, config);
+    std::fs::write(&uplink.config, fixed).unwrap();
+    for pid in run(&["ip", "netns", "pids", &node.name]).split_whitespace() {
+        run(&["kill", "-HUP", pid]);
+    }
+    wait_both_up(&lab, &uplink, wrong, || bird_bfd_up(&birds[2]) && birds[2].established("uplink"));
+    assert_eq!(bfd_peer(&uplink, wrong).unwrap()["control-packet-discarded"], 0);
+    assert_eq!(connections(&uplink), before, "the BGP session was reset for a BFD key change");
+    assert!(!log_lines(&lab, "bfd_restarted=[10.0.3.1]").is_empty(), "{}", lab.dump_logs());
 }
 
 /// Node, peer and a stranger on one Ethernet segment (a bridge in a fourth namespace).
