@@ -121,6 +121,7 @@ impl Reloader {
                     info!(
                         vrf = %router.vrf,
                         added = ?report.added, removed = ?report.removed, reset = ?report.reset,
+                        bfd_restarted = ?report.bfd_restarted,
                         "reload: neighbors updated; other sessions untouched"
                     );
                     for note in &report.deferred {

@@ -9,10 +9,12 @@ use super::fsm::{FsmConfig, RemoteAsn as FsmRemoteAsn};
 use super::policy;
 use super::transport::TransportOptions;
 use super::wire::attributes::{Family, LargeCommunity};
+use crate::bfd::auth::Authentication;
 use crate::bfd::runtime::{Hop, PeerSpec};
 use crate::bfd::session::SessionConfig;
 use crate::config::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Neighbor, RemoteAsn, Router,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Config, Neighbor, RemoteAsn,
+    Router,
 };
 
 /// Cap of the connect-retry backoff.
@@ -28,10 +30,34 @@ pub fn community(configured: Community) -> policy::Community {
     }
 }
 
+/// The BFD session a neighbor asks for with its `bfd_profile`, if any.
+pub fn bfd_spec(n: &Neighbor, config: &Config) -> Result<Option<PeerSpec>, String> {
+    let Some(name) = &n.bfd_profile else { return Ok(None) };
+    let profile = config
+        .bgp
+        .bfd_profiles
+        .iter()
+        .find(|p| &p.name == name)
+        .ok_or_else(|| format!("neighbor {}: no BFD profile {name:?}", n.address))?;
+    bfd_peer(n, profile).map(Some)
+}
+
 /// The BFD session of a neighbor: single hop (RFC 5881) unless the neighbor is eBGP
 /// multihop, then multihop (RFC 5883).
-pub fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> PeerSpec {
-    PeerSpec {
+pub fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> Result<PeerSpec, String> {
+    let auth = match &profile.authentication {
+        None => None,
+        // Validation has checked the key's length; a key that still does not fit must stop the
+        // session rather than let it run unauthenticated.
+        Some(config) => Some(Authentication::from_config(config).ok_or_else(|| {
+            format!(
+                "BFD profile {:?}: the key does not fit {}",
+                profile.name,
+                config.auth_type.name()
+            )
+        })?),
+    };
+    Ok(PeerSpec {
         peer: n.address,
         local: n.source_address,
         hop: if n.ebgp_multihop.is_some() { Hop::Multi } else { Hop::Single },
@@ -43,7 +69,8 @@ pub fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> PeerSpec {
         },
         minimum_ttl: profile.minimum_ttl,
         profile: profile.name.clone(),
-    }
+        auth,
+    })
 }
 
 /// frr-k8s `toReceive` as the RIB's import policy.

@@ -2,7 +2,7 @@
 //! that hands incoming connections to the right session.
 
 use super::announced::AnnouncedSet;
-use super::configure::{bfd_peer, export_policy, fsm_config, import_policy, transport_options};
+use super::configure::{bfd_spec, export_policy, fsm_config, import_policy, transport_options};
 use super::fsm::Fsm;
 use super::rib_task::{self, RibHandle, RibSetup};
 use super::session::{self, SessionCommand, SessionParams};
@@ -30,6 +30,9 @@ pub struct NeighborHandle {
     commands: mpsc::Sender<SessionCommand>,
     /// The task carrying BFD state to the session; ended when the neighbor is removed.
     bfd_follow: Option<tokio::task::AbortHandle>,
+    /// The BFD session as configured (its profile's timers and authentication), so a reload
+    /// that changes the profile restarts it.
+    bfd_spec: Option<PeerSpec>,
 }
 
 /// The neighbors of an instance, shared with its listener (which hands each accepted
@@ -68,6 +71,9 @@ pub struct ReloadReport {
     pub removed: Vec<IpAddr>,
     /// Neighbors whose settings changed: their session was reset (Cease subcode 6).
     pub reset: Vec<IpAddr>,
+    /// Neighbors whose BFD profile changed: their BFD session started again (AdminDown to the
+    /// peer, so its BGP stays up, RFC 5882 §3.2), their BGP session was not touched.
+    pub bfd_restarted: Vec<IpAddr>,
     /// Neighbors that could not be started, with the reason.
     pub deferred: Vec<String>,
 }
@@ -170,24 +176,48 @@ impl Instance {
             import: import_policy(n),
             export: export_policy(n),
         };
+        let bfd_spec = bfd_spec(n, config)?;
         let commands = session::spawn(params, fsm, self.rib.clone(), stats.clone());
-        let mut bfd_follow = None;
-        if let Some(name) = &n.bfd_profile {
-            let profile = config
-                .bgp
-                .bfd_profiles
-                .iter()
-                .find(|p| &p.name == name)
-                .ok_or_else(|| format!("neighbor {}: no BFD profile {name:?}", n.address))?;
-            let task = start_bfd_after_bgp(
-                self.bfd_runtime()?.registrar(),
-                bfd_peer(n, profile),
-                stats.clone(),
-                commands.clone(),
-            );
-            bfd_follow = Some(tokio::spawn(task).abort_handle());
+        let bfd_follow = match &bfd_spec {
+            Some(spec) => Some(self.start_bfd(spec.clone(), &stats, &commands)?),
+            None => None,
+        };
+        Ok(NeighborHandle { config: n.clone(), stats, commands, bfd_follow, bfd_spec })
+    }
+
+    /// Starts a neighbor's BFD session (once its BGP session is up) and the task that carries
+    /// its state to BGP.
+    fn start_bfd(
+        &self,
+        spec: PeerSpec,
+        stats: &Arc<PeerStats>,
+        commands: &mpsc::Sender<SessionCommand>,
+    ) -> Result<tokio::task::AbortHandle, String> {
+        let registrar = self.bfd_runtime()?.registrar();
+        let task = start_bfd_after_bgp(registrar, spec, stats.clone(), commands.clone());
+        Ok(tokio::spawn(task).abort_handle())
+    }
+
+    /// Starts the BFD session of an unchanged neighbor again when its profile changed (new
+    /// timers or authentication). Its BGP session is not touched: the old BFD session ends
+    /// with AdminDown, which is no failure (RFC 5882 §3.2), and its state is no longer
+    /// followed.
+    fn restart_bfd(&self, address: IpAddr, spec: Option<PeerSpec>) -> Result<(), String> {
+        let mut list = self.registry_mut();
+        let Some(handle) = list.iter_mut().find(|n| n.config.address == address) else {
+            return Ok(());
+        };
+        if let Some(task) = handle.bfd_follow.take() {
+            task.abort();
         }
-        Ok(NeighborHandle { config: n.clone(), stats, commands, bfd_follow })
+        if let (Some(runtime), Some(_)) = (self.bfd.get(), &handle.bfd_spec) {
+            runtime.remove_peer(address);
+        }
+        handle.bfd_spec = spec.clone();
+        if let Some(spec) = spec {
+            handle.bfd_follow = Some(self.start_bfd(spec, &handle.stats, &handle.commands)?);
+        }
+        Ok(())
     }
 
     /// The instance's BFD thread (RFC 5880), started by the first neighbor that asks for BFD.
@@ -245,7 +275,18 @@ impl Instance {
                     self.remove_neighbor(old.config.address, 6, "configuration changed").await;
                     report.reset.push(old.config.address);
                 }
-                Some(_) => {}
+                Some(same) => match bfd_spec(same, config) {
+                    Ok(spec) if spec != old.bfd_spec => {
+                        match self.restart_bfd(same.address, spec) {
+                            Ok(()) => report.bfd_restarted.push(same.address),
+                            Err(e) => {
+                                report.deferred.push(format!("neighbor {}: {e}", same.address))
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => report.deferred.push(format!("neighbor {}: {e}", same.address)),
+                },
             }
         }
         for n in &router.neighbors {

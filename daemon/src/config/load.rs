@@ -297,6 +297,7 @@ mod tests {
                 echo_mode: false,
                 passive_mode: false,
                 minimum_ttl: 254,
+                authentication: None,
             }],
         };
         assert_eq!(config.bgp, expected);

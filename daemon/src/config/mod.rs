@@ -49,6 +49,7 @@
 //! to the directory of the file that names it, with one trailing newline removed.
 
 pub mod announce;
+mod bfd_auth;
 mod check;
 pub mod community;
 pub mod duration;
@@ -71,4 +72,5 @@ pub use model::{
     LocalPrefPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
 };
 
+pub use bfd_auth::{BfdAuthType, BfdAuthentication};
 pub use community::Community;

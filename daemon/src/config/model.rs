@@ -257,6 +257,8 @@ pub struct BfdProfile {
     pub echo_mode: bool,
     pub passive_mode: bool,
     pub minimum_ttl: u8,
+    /// RFC 5880 §6.7; `None` runs the sessions unauthenticated.
+    pub authentication: Option<super::bfd_auth::BfdAuthentication>,
 }
 
 #[cfg(test)]

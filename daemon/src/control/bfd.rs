@@ -49,9 +49,16 @@ fn bfd_peer_json(p: &PeerView) -> Value {
         "control-packet-output": p.counters.control_output,
         "session-up": p.counters.session_up,
         "session-down": p.counters.session_down,
+        "control-packet-discarded": p.counters.control_discarded,
         "profile": p.spec.profile,
+        // FRR's bfdd has no authentication, so no key of its to reuse; the value is the
+        // config's type name.
+        "authentication-type": p.spec.auth.as_ref().map_or("none", |a| a.auth_type.name()),
     });
     let Some(map) = v.as_object_mut() else { return v };
+    if let Some(auth) = &p.spec.auth {
+        map.insert("authentication-key-id".into(), json!(auth.key_id));
+    }
     if let Some(local) = p.local_address {
         map.insert("local".into(), json!(local.to_string()));
     }

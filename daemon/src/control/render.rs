@@ -361,6 +361,10 @@ fn bfd_peers(v: &Value) -> String {
         let _ = writeln!(out, "\t\tDiagnostics: {}", s(&p["diagnostic"]));
         let _ = writeln!(out, "\t\tRemote diagnostics: {}", s(&p["remote-diagnostic"]));
         let _ = writeln!(out, "\t\tPeer Type: configured (profile {})", s(&p["profile"]));
+        if let Some(key_id) = p.get("authentication-key-id") {
+            let kind = s(&p["authentication-type"]);
+            let _ = writeln!(out, "\t\tAuthentication: {kind}, key ID {}", s(key_id));
+        }
         for (title, prefix) in [("Local timers", ""), ("Remote timers", "remote-")] {
             let _ = writeln!(out, "\t\t{title}:");
             let _ = writeln!(
@@ -387,9 +391,10 @@ fn bfd_peers(v: &Value) -> String {
         }
         let _ = writeln!(
             out,
-            "\t\tCounters: control input {}, output {}, session up {}, down {}",
+            "\t\tCounters: control input {}, output {}, discarded {}, session up {}, down {}",
             s(&p["control-packet-input"]),
             s(&p["control-packet-output"]),
+            s(&p["control-packet-discarded"]),
             s(&p["session-up"]),
             s(&p["session-down"])
         );
@@ -430,7 +435,9 @@ mod bfd_tests {
             "detect-multiplier": 3, "receive-interval": 300, "transmit-interval": 300,
             "remote-detect-multiplier": 3, "remote-receive-interval": 300,
             "remote-transmit-interval": 300, "control-packet-input": 5,
-            "control-packet-output": 6, "session-up": 1, "session-down": 0
+            "control-packet-output": 6, "session-up": 1, "session-down": 0,
+            "control-packet-discarded": 4, "authentication-type": "meticulous-keyed-sha1",
+            "authentication-key-id": 1
         }]);
         let text = text(&Request::BfdPeers { vrf: VrfSelector::All }, &v);
         assert!(
@@ -442,5 +449,7 @@ mod bfd_tests {
             "{text}"
         );
         assert!(text.contains("\t\tRemote timers:\n\t\t\tDetect-multiplier: 3\n"), "{text}");
+        assert!(text.contains("\t\tAuthentication: meticulous-keyed-sha1, key ID 1\n"), "{text}");
+        assert!(text.contains("output 6, discarded 4, session up 1"), "{text}");
     }
 }

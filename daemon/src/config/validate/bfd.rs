@@ -42,6 +42,10 @@ impl Checker<'_, '_> {
                  detect_multiplier)",
             );
         }
+        let authentication = raw.authentication.as_ref().and_then(|auth| {
+            let field = format!("{field}.authentication");
+            crate::config::bfd_auth::validate(self.source, auth, &field, self.errors)
+        });
         if name.is_empty() {
             return None;
         }
@@ -54,6 +58,7 @@ impl Checker<'_, '_> {
             echo_mode: raw.echo_mode.as_ref().is_some_and(|v| *v.get_ref()),
             passive_mode: raw.passive_mode.as_ref().is_some_and(|v| *v.get_ref()),
             minimum_ttl: minimum_ttl.unwrap_or(DEFAULT_BFD_MINIMUM_TTL),
+            authentication,
         })
     }
 }

@@ -72,6 +72,7 @@ fn bfd_profile_defaults() {
         echo_mode: false,
         passive_mode: false,
         minimum_ttl: 254,
+        authentication: None,
     };
     assert_eq!(config.bgp.bfd_profiles, vec![expected]);
 }
