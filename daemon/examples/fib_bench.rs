@@ -8,7 +8,7 @@
 use std::net::Ipv4Addr;
 use std::time::Instant;
 use uplink::fib::{self, FibInstanceConfig};
-use uplink::fib::{NextHop, RouteChange};
+use uplink::fib::{NextHop, RouteBatchBuilder};
 
 /// Changes per message to the writer, like one RIB command's worth.
 const CHUNK: usize = 10_000;
@@ -37,7 +37,7 @@ fn main() {
                 metric: 20,
                 leaked_from: None,
             }],
-            true,
+            &uplink::config::FibConfig { nexthop_objects: true, nexthop_compat_mode: false },
         )
         .unwrap();
         fib.flush().await.unwrap(); // the startup reconcile is not part of the measurement
@@ -48,13 +48,16 @@ fn main() {
             let mut i = 0;
             while i < count {
                 let end = (i + CHUNK).min(count);
-                let changes = (i..end)
-                    .map(|n| RouteChange {
-                        prefix: prefix(n),
-                        next_hops: if install { hops.clone() } else { vec![] },
-                    })
-                    .collect();
-                sender.send(changes).await;
+                let mut changes = RouteBatchBuilder::new();
+                for n in i..end {
+                    match install {
+                        true => changes.change(prefix(n), &[], &hops),
+                        false => changes.change(prefix(n), &hops, &[]),
+                    }
+                }
+                for batch in changes.take() {
+                    sender.send(batch).await;
+                }
                 i = end;
             }
             fib.flush().await.unwrap();

@@ -41,10 +41,7 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             drained,
         );
         // The FIB writer starts before any session: it purges stale routes first.
-        let fib = crate::fib::start(
-            fib_instances(&config, &announcer.current()),
-            config.fib.nexthop_objects,
-        )?;
+        let fib = crate::fib::start(fib_instances(&config, &announcer.current()), &config.fib)?;
         let mut instances = Vec::new();
         for router in &config.bgp.routers {
             let announced = announcer.subscribe(&router.vrf);

@@ -207,7 +207,7 @@ fn sighup_restarts_removes_and_adds_routers() {
             }
         })
     };
-    let kernel_route = || node.run(&["ip", "route", "show", "10.88.0.0/24", "proto", "bgp"]);
+    let kernel_route = || route_with_nexthops(&node, "10.88.0.0/24 proto bgp");
     frr_sees("10.0.0.9");
     wait_for("10.88.0.0/24 in the node's kernel", UP, || {
         let r = kernel_route();

@@ -45,6 +45,13 @@ struct Args {
     /// The next hop of every route; its family picks the address family.
     #[arg(long)]
     next_hop: IpAddr,
+    /// Distinct attribute sets, spread like a full table's (AS paths of 1-10, 0-6
+    /// communities, a MED on a third); 1 gives every route the same set.
+    #[arg(long, default_value_t = 1)]
+    attr_sets: u32,
+    /// The address to connect from (default: the kernel picks).
+    #[arg(long)]
+    source: Option<IpAddr>,
     /// After the session is up, wait until this file exists before sending.
     #[arg(long)]
     go_file: Option<PathBuf>,
@@ -74,7 +81,13 @@ fn run(args: Args) -> Result<(), String> {
                 .unwrap_or_default(),
         ),
     });
-    let set = RouteSet { first, count: args.count, next_hop: args.next_hop, asn: args.asn };
+    let set = RouteSet {
+        first,
+        count: args.count,
+        next_hop: args.next_hop,
+        asn: args.asn,
+        attr_sets: args.attr_sets,
+    };
     let encode_start = Instant::now();
     let (buf, updates) = routes::encode(&set).map_err(|e| e.to_string())?;
     say(&format!(
@@ -85,7 +98,7 @@ fn run(args: Args) -> Result<(), String> {
     ));
 
     let peer = SocketAddr::new(args.target, args.port);
-    let mut stream = session::connect(peer, Duration::from_secs(60))?;
+    let mut stream = session::connect(peer, args.source, Duration::from_secs(60))?;
     let local = Local { asn: args.asn, router_id: args.router_id, hold_time: 180, family };
     let (open, framer) = session::establish(&mut stream, &local)?;
     let hold = open.hold_time.min(local.hold_time);

@@ -1,6 +1,13 @@
-//! The routes to inject, pre-encoded: `count` consecutive prefixes of one length, all with one
-//! attribute set, packed into as few UPDATEs as fit (the daemon's own packer), concatenated
-//! into one buffer so the sender only copies octets.
+//! The routes to inject, pre-encoded: `count` consecutive prefixes of one length, with one
+//! attribute set or spread over `attr_sets` distinct ones like a full table's, packed into as
+//! few UPDATEs as fit (the daemon's own packer), concatenated into one buffer so the sender
+//! only copies octets.
+//!
+//! The full-table-like mix: the prefixes are split into `attr_sets` runs of consecutive
+//! prefixes (a real table's neighbouring prefixes often share a path), each with its own set:
+//! an AS_PATH of 1 to 10 ASNs starting with the injector's, 0 to 6 communities, a MED on about
+//! a third. The sets come from a fixed-seed generator, so every run and every daemon gets the
+//! same table.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -17,8 +24,10 @@ pub struct RouteSet {
     pub count: u32,
     /// The NEXT_HOP (IPv4) or the MP_REACH global next hop (IPv6).
     pub next_hop: IpAddr,
-    /// The injector's ASN, the whole AS_PATH.
+    /// The injector's ASN: the whole AS_PATH with one set, its first ASN with many.
     pub asn: u32,
+    /// Distinct attribute sets (1: every route has the same).
+    pub attr_sets: u32,
 }
 
 #[derive(Debug)]
@@ -84,6 +93,41 @@ pub fn prefixes(first: IpNet, count: u32) -> Result<Vec<IpNet>, RouteError> {
     }
 }
 
+/// A small fixed-seed generator (splitmix64): the mix must be the same in every run, and the
+/// injector needs no more than this.
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `low..=high`.
+    fn range(&mut self, low: u32, high: u32) -> u32 {
+        low + (self.next() % u64::from(high - low + 1)) as u32
+    }
+}
+
+/// Attribute set `index` of the full-table-like mix, on top of `base`: an AS_PATH of 1-10
+/// ASNs (the first the injector's), 0-6 communities (sorted), a MED on about a third.
+fn mixed(base: &PathAttributes, asn: u32, index: u32) -> PathAttributes {
+    let mut mix = Mix(u64::from(index).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let len = mix.range(1, 10);
+    // Public ASNs below the private range, so no path loops through the daemon's AS.
+    let mut path = vec![asn];
+    path.extend((1..len).map(|_| mix.range(1, 64_000)));
+    let mut communities: Vec<u32> =
+        (0..mix.range(0, 6)).map(|_| (mix.range(1, 64_000) << 16) | mix.range(0, 65_535)).collect();
+    communities.sort_unstable();
+    communities.dedup();
+    let med = (mix.range(0, 2) == 0).then(|| mix.range(0, 1000));
+    PathAttributes { as_path: AsPath::sequence(path), communities, med, ..base.clone() }
+}
+
 /// The attribute set every injected route carries: ORIGIN IGP, AS_PATH of the injector's
 /// ASN, and the next hop.
 fn attributes(set: &RouteSet) -> Result<(PathAttributes, Family), RouteError> {
@@ -110,8 +154,22 @@ pub fn encode(set: &RouteSet) -> Result<(Vec<u8>, usize), RouteError> {
     let (attrs, family) = attributes(set)?;
     let ctx = EncodeContext { four_octet_as: true };
     let mut messages = Vec::new();
-    pack_announcements(&attrs, family, &prefixes, &ctx, &mut messages)
-        .map_err(|e| RouteError::Pack(e.to_string()))?;
+    let sets = set.attr_sets.clamp(1, set.count.max(1)) as usize;
+    let pack = |attrs: &PathAttributes, run: &[IpNet], out: &mut Vec<Vec<u8>>| {
+        pack_announcements(attrs, family, run, &ctx, out)
+            .map_err(|e| RouteError::Pack(e.to_string()))
+    };
+    if sets == 1 {
+        pack(&attrs, &prefixes, &mut messages)?;
+    } else {
+        // Run `i` is prefixes[i * n / sets .. (i + 1) * n / sets].
+        let n = prefixes.len();
+        for i in 0..sets {
+            let run = prefixes.get(i * n / sets..(i + 1) * n / sets).unwrap_or(&[]);
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            pack(&mixed(&attrs, set.asn, index), run, &mut messages)?;
+        }
+    }
     let total = messages.iter().map(Vec::len).sum();
     let mut buf = Vec::with_capacity(total);
     for m in &messages {
@@ -169,6 +227,7 @@ mod tests {
             count: 10_000,
             next_hop: "10.99.0.2".parse().unwrap(),
             asn: 65002,
+            attr_sets: 1,
         };
         let (buf, n) = encode(&set).unwrap();
         let (updates, octets) = count_nlri(&buf);
@@ -184,11 +243,38 @@ mod tests {
             count: 1000,
             next_hop: "fd99::2".parse().unwrap(),
             asn: 65002,
+            attr_sets: 1,
         };
         let (buf, n) = encode(&set).unwrap();
         assert_eq!(count_nlri(&buf).0, n);
         // A /48 takes 7 octets: about 580 per UPDATE.
         assert!(n <= 2, "{n} UPDATEs for 1000 /48s");
+    }
+
+    #[test]
+    fn the_full_table_mix_has_the_asked_spread() {
+        let base = PathAttributes::default();
+        let sets: Vec<PathAttributes> = (0..3000).map(|i| mixed(&base, 65002, i)).collect();
+        assert!(sets.iter().all(|a| a.as_path.selection_length() >= 1
+            && a.as_path.selection_length() <= 10
+            && a.as_path.neighbor_asn() == Some(65002)));
+        assert!(sets.iter().all(|a| a.communities.len() <= 6));
+        let with_med = sets.iter().filter(|a| a.med.is_some()).count();
+        assert!((800..1200).contains(&with_med), "{with_med} of 3000 with a MED");
+        let distinct: std::collections::HashSet<_> = sets.iter().collect();
+        assert_eq!(distinct.len(), 3000);
+        // The same index gives the same set in every run.
+        assert_eq!(mixed(&base, 65002, 7), mixed(&base, 65002, 7));
+        let set = RouteSet {
+            first: net("16.0.0.0/24"),
+            count: 10_000,
+            next_hop: "10.99.0.2".parse().unwrap(),
+            asn: 65002,
+            attr_sets: 3000,
+        };
+        let (buf, n) = encode(&set).unwrap();
+        assert_eq!(count_nlri(&buf).0, n);
+        assert_eq!(n, 3000, "one UPDATE per set: its run fits");
     }
 
     #[test]
@@ -198,6 +284,7 @@ mod tests {
             count: 1,
             next_hop: "10.0.0.1".parse().unwrap(),
             asn: 1,
+            attr_sets: 1,
         };
         assert!(matches!(encode(&set), Err(RouteError::NextHopFamily(..))));
     }

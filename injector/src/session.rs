@@ -70,10 +70,14 @@ impl Framer {
 }
 
 /// Connects to `peer`, retrying while nothing listens yet (the daemon may still be starting).
-pub fn connect(peer: SocketAddr, patience: Duration) -> Result<TcpStream, String> {
+pub fn connect(
+    peer: SocketAddr,
+    source: Option<IpAddr>,
+    patience: Duration,
+) -> Result<TcpStream, String> {
     let start = Instant::now();
     loop {
-        match TcpStream::connect_timeout(&peer, Duration::from_secs(2)) {
+        match connect_from(peer, source) {
             Ok(s) => return Ok(s),
             Err(e) if start.elapsed() < patience => {
                 let _ = e;
@@ -82,6 +86,21 @@ pub fn connect(peer: SocketAddr, patience: Duration) -> Result<TcpStream, String
             Err(e) => return Err(format!("connect to {peer}: {e}")),
         }
     }
+}
+
+/// One attempt, from `source` when given (two injectors on one link, as two upstreams).
+fn connect_from(peer: SocketAddr, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect_timeout(&peer, Duration::from_secs(2));
+    };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(peer),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.bind(&SocketAddr::new(source, 0).into())?;
+    socket.connect_timeout(&peer.into(), Duration::from_secs(2))?;
+    Ok(socket.into())
 }
 
 /// RFC 4271 §8.2.2: send OPEN, get OPEN, send KEEPALIVE, get KEEPALIVE. Returns the peer's

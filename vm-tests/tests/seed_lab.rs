@@ -26,6 +26,19 @@ fn gateways(route_text: &str) -> Vec<String> {
     out
 }
 
+/// `ip route show ARGS` on a node running uplink, each `nhid N` followed by the nexthop lines
+/// of the group and its members: uplink turns the kernel's nexthop compatibility mode off, so
+/// its routes name only their group (`[fib] nexthop_compat_mode`).
+fn uplink_route(vm: &uplink_vm_tests::vm::Vm, args: &str) -> Result<String, String> {
+    vm.sh(&format!(
+        "r=$(ip route show {args}); echo \"$r\"; \
+         for id in $(echo \"$r\" | grep -o 'nhid [0-9]*' | cut -d' ' -f2); do \
+           for m in $(ip nexthop show id $id | grep -o 'group [0-9/,]*' | cut -d' ' -f2 \
+                      | tr '/' ' ' | sed 's/,[0-9]*//g') $id; do ip nexthop show id $m; done; \
+         done"
+    ))
+}
+
 fn tor_route(topo: &Topology, prefix: &str) -> Result<Vec<String>, String> {
     Ok(gateways(&topo.tor.sh(&format!("ip route show {prefix}"))?))
 }
@@ -164,7 +177,7 @@ fn worker_fib(topo: &Topology) -> Outcome {
     topo.wait(Duration::from_secs(60), || {
         for w in &topo.workers {
             // uplink installs with `proto bgp`; the static default route is not that.
-            let r = w.vm.sh("ip route show 172.18.10.0/24 proto bgp")?;
+            let r = uplink_route(&w.vm, "172.18.10.0/24 proto bgp")?;
             if gateways(&r) != vec![TOR_ADDR.to_string()] {
                 return Err(format!(
                     "{}: 172.18.10.0/24 proto bgp is {r:?}, want via {TOR_ADDR}",
@@ -216,7 +229,7 @@ fn vrf_lite(topo: &Topology) -> Outcome {
         // The other way: what r3's cudn3 router announces is in each worker's cudn3 table
         // (the VRF device's table, 1003), installed by uplink, not in the main table.
         for w in &topo.workers {
-            let r = w.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto bgp"))?;
+            let r = uplink_route(&w.vm, &format!("vrf cudn3 {VRF_LEARNED} proto bgp"))?;
             if gateways(&r) != vec!["172.19.23.1".to_string()] || !r.contains("vlan2001") {
                 return Err(format!(
                     "{}: {VRF_LEARNED} in VRF cudn3 is {r:?}, want via 172.19.23.1 dev vlan2001",
@@ -238,7 +251,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
         for w in &topo.workers {
             // Learned in the default VRF from r2, installed in cudn4's table (1004) through
             // the default VRF's interface, at the cudn4 router's metric + 1.
-            let r = w.vm.sh("ip route show vrf cudn4 172.18.10.0/24 proto bgp")?;
+            let r = uplink_route(&w.vm, "vrf cudn4 172.18.10.0/24 proto bgp")?;
             if gateways(&r) != vec![TOR_ADDR.to_string()] || r.contains("vlan") {
                 return Err(format!(
                     "{}: 172.18.10.0/24 in VRF cudn4 is {r:?}, want via {TOR_ADDR} on the default VRF's NIC",
@@ -246,7 +259,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
                 ));
             }
             // Learned in cudn3 from r3, installed in main through vlan2001 (VRF cudn3).
-            let r = w.vm.sh(&format!("ip route show {VRF_LEARNED} proto bgp"))?;
+            let r = uplink_route(&w.vm, &format!("{VRF_LEARNED} proto bgp"))?;
             if gateways(&r) != vec!["172.19.23.1".to_string()] || !r.contains("vlan2001") {
                 return Err(format!(
                     "{}: {VRF_LEARNED} in main is {r:?}, want via 172.19.23.1 dev vlan2001",
@@ -303,7 +316,7 @@ fn leak_reload(topo: &Topology) -> Outcome {
          && ! cmp -s {fragment} /root/vrf-lite.toml && systemctl reload uplink"
     ))?;
     topo.wait(Duration::from_secs(60), || {
-        let leaked = wk1.vm.sh("ip route show vrf cudn4 172.18.10.0/24 proto bgp")?;
+        let leaked = uplink_route(&wk1.vm, "vrf cudn4 172.18.10.0/24 proto bgp")?;
         let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {pods}"))?);
         if leaked.trim().is_empty() && gw.is_empty() {
             Ok(())
@@ -313,7 +326,7 @@ fn leak_reload(topo: &Topology) -> Outcome {
     })?;
     wk1.vm.sh(&format!("cp /root/vrf-lite.toml {fragment} && systemctl reload uplink"))?;
     topo.wait(Duration::from_secs(60), || {
-        let leaked = wk1.vm.sh("ip route show vrf cudn4 172.18.10.0/24 proto bgp")?;
+        let leaked = uplink_route(&wk1.vm, "vrf cudn4 172.18.10.0/24 proto bgp")?;
         let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {pods}"))?);
         if gateways(&leaked) == vec![TOR_ADDR.to_string()] && gw == vec!["172.19.24.2".to_string()]
         {

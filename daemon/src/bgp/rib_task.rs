@@ -9,7 +9,7 @@ use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::view::{Lookup, PathSource, PathView, PeerCounts, RibSummary, RouteView};
 use super::wire::attributes::{Family, PathAttributes};
 use super::wire::update::DecodedUpdate;
-use crate::fib::{FibSender, RouteChange};
+use crate::fib::{self, FibSender, RouteBatchBuilder};
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -51,6 +51,8 @@ enum RibCommand {
     Summary(oneshot::Sender<RibSummary>),
     Routes(Family, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
+    /// Every route with something to install, and its next hops (`show fib`).
+    FibRoutes(oneshot::Sender<Vec<(IpNet, Vec<fib::NextHop>)>>),
 }
 
 /// What the RIB task tells a session, without a channel that could be full: the session waits
@@ -142,6 +144,12 @@ impl RibHandle {
     pub async fn lookup(&self, lookup: Lookup) -> Result<Option<RouteView>, String> {
         self.ask(|r| RibCommand::Lookup(lookup, r)).await
     }
+
+    /// The routes this RIB wants in the kernel, with their next hops (the FIB writer keeps no
+    /// copy; `show fib` joins these with its groups).
+    pub async fn fib_routes(&self) -> Result<Vec<(IpNet, Vec<fib::NextHop>)>, String> {
+        self.ask(RibCommand::FibRoutes).await
+    }
 }
 
 impl PeerLink {
@@ -170,6 +178,14 @@ impl PeerLink {
     }
 }
 
+/// Resolves when the FIB writer asks for a replay; never without a writer.
+async fn replay_wanted(fib: Option<&FibSender>) {
+    match fib {
+        Some(fib) => fib.replay_wanted().await,
+        None => std::future::pending().await,
+    }
+}
+
 pub fn spawn(setup: RibSetup) -> RibHandle {
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
     let config = RibConfig {
@@ -188,7 +204,6 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
         announced: AnnouncedSet::new(),
         base_export: HashMap::new(),
         fib: setup.fib,
-        fib_out: Vec::new(),
     };
     let mut announced = setup.announced;
     let current = announced.borrow_and_update().clone();
@@ -204,8 +219,6 @@ struct RibTask {
     /// Each peer's configured export policy, before announcements widen it.
     base_export: HashMap<PeerId, ExportPolicy>,
     fib: Option<FibSender>,
-    /// Changes for the FIB writer, sent after each command.
-    fib_out: Vec<RouteChange>,
 }
 
 impl RibTask {
@@ -216,11 +229,12 @@ impl RibTask {
     ) {
         // Until the announcer goes away (the daemon stops), a new set may come at any time.
         let mut following = true;
+        let fib = self.fib.clone();
         loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
                     Some(cmd) => self.handle(cmd),
-                    None => return,
+                    None => break,
                 },
                 changed = announced.changed(), if following => match changed {
                     Ok(()) => {
@@ -229,17 +243,59 @@ impl RibTask {
                     }
                     Err(_) => following = false,
                 },
+                () = replay_wanted(fib.as_ref()) => self.replay().await,
             }
-            if let Some(fib) = &self.fib {
-                fib.send(std::mem::take(&mut self.fib_out)).await;
+            self.send_fib().await;
+        }
+        // The RIB goes away (its router stopped): its routes leave the kernel with it.
+        self.rib.withdraw_fib();
+        self.send_fib().await;
+    }
+
+    /// Sends what changed for the FIB writer after a command. With `install = false` there
+    /// is no writer, and the RIB records nothing (`Rib::set_fib_tracking`).
+    async fn send_fib(&mut self) {
+        let batches = self.rib.take_fib();
+        if let Some(fib) = &self.fib {
+            for batch in batches {
+                fib.send(batch).await;
             }
         }
     }
 
-    /// Keeps changes for the FIB writer. With `install = false` there is no writer, and the RIB
-    /// reports no changes (`Rib::set_fib_tracking`), so nothing piles up.
-    fn record_fib(&mut self, changes: Vec<RouteChange>) {
-        self.fib_out.extend(changes);
+    /// Answers the FIB writer's replay requests from the Loc-RIB as it is now.
+    async fn replay(&mut self) {
+        let Some(fib) = self.fib.clone() else { return };
+        for request in fib.take_replays() {
+            let mut out = RouteBatchBuilder::new();
+            match &request.scope {
+                fib::ReplayScope::Prefixes(prefixes) => {
+                    for prefix in prefixes {
+                        out.change(*prefix, &[], &self.rib.fib_route(prefix));
+                    }
+                }
+                fib::ReplayScope::Sets(sets) => {
+                    let sets: std::collections::HashSet<&[fib::NextHop]> =
+                        sets.iter().map(|s| &**s).collect();
+                    self.rib.fib_routes(|prefix, hops| {
+                        if sets.contains(hops) {
+                            out.change(prefix, &[], hops);
+                        }
+                    });
+                }
+                fib::ReplayScope::All => self.rib.fib_routes(|prefix, hops| {
+                    out.change(prefix, &[], hops);
+                }),
+            }
+            let batches = out.take();
+            let last = batches.len().saturating_sub(1);
+            if batches.is_empty() {
+                fib.send_replay(request.token, fib::RouteBatch::default(), true).await;
+            }
+            for (i, batch) in batches.into_iter().enumerate() {
+                fib.send_replay(request.token, batch, i == last).await;
+            }
+        }
     }
 
     fn handle(&mut self, cmd: RibCommand) {
@@ -259,7 +315,6 @@ impl RibTask {
                 self.base_export.remove(&id);
                 let changes = self.rib.peer_down(id);
                 self.wake(&changes.outbound);
-                self.record_fib(changes.fib);
             }
             RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
             RibCommand::TakePending(id, reply) => {
@@ -291,6 +346,11 @@ impl RibTask {
             RibCommand::Lookup(lookup, reply) => {
                 let _ = reply.send(self.lookup(lookup));
             }
+            RibCommand::FibRoutes(reply) => {
+                let mut routes = Vec::new();
+                self.rib.fib_routes(|prefix, hops| routes.push((prefix, hops.to_vec())));
+                let _ = reply.send(routes);
+            }
         }
     }
 
@@ -311,7 +371,6 @@ impl RibTask {
             match self.rib.apply_update(id, &announced, &attrs, &withdrawn) {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
-                    self.record_fib(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                     if let Some((prefix, why)) = outcome.rejected.first() {
                         debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
@@ -328,7 +387,6 @@ impl RibTask {
                 mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
                     outbound.extend(outcome.changes.outbound);
-                    self.record_fib(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
                 }
             }
@@ -363,14 +421,12 @@ impl RibTask {
             announced.keys().filter(|p| !self.announced.contains_key(*p)).copied().collect();
         for prefix in gone {
             let changes = self.rib.withdraw_local(prefix);
-            outbound.extend(changes.outbound);
             // A learned path may now be best for a prefix we stopped originating.
-            self.record_fib(changes.fib);
+            outbound.extend(changes.outbound);
         }
         for prefix in new {
             let changes = self.rib.originate(prefix, &PathAttributes::default());
             outbound.extend(changes.outbound);
-            self.record_fib(changes.fib);
         }
         self.announced = announced.clone();
         let peers: Vec<(PeerId, IpAddr)> =

@@ -33,22 +33,23 @@ pub(crate) fn merge(
     let mut profiles: Vec<BfdProfileFragment> = Vec::new();
     let mut always_block = BTreeSet::new();
     let mut nexthop_objects: Option<(bool, Loc)> = None;
+    let mut nexthop_compat_mode: Option<(bool, Loc)> = None;
     let mut announce = Vec::with_capacity(fragments.len());
     for mut fragment in fragments {
         announce.push((fragment.file.clone(), std::mem::take(&mut fragment.announce)));
         always_block.extend(fragment.always_block);
-        match (&nexthop_objects, fragment.nexthop_objects) {
-            (_, None) => {}
-            (None, Some(set)) => nexthop_objects = Some(set),
-            (Some((first, _)), Some((value, _))) if *first == value => {}
-            (Some((first, first_loc)), Some((value, loc))) => errors.push(loc.error(
-                "fib.nexthop_objects",
-                format!(
-                    "is {value} here but {first} at {first_loc}; a node has one FIB setting — \
-                     make them equal or set it in one file"
-                ),
-            )),
-        }
+        merge_fib_flag(
+            "fib.nexthop_objects",
+            &mut nexthop_objects,
+            fragment.nexthop_objects,
+            errors,
+        );
+        merge_fib_flag(
+            "fib.nexthop_compat_mode",
+            &mut nexthop_compat_mode,
+            fragment.nexthop_compat_mode,
+            errors,
+        );
         for profile in fragment.bfd_profiles {
             merge_bfd_profile(&mut profiles, profile, errors);
         }
@@ -65,9 +66,33 @@ pub(crate) fn merge(
     Config {
         bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
         always_block: always_block.into_iter().collect(),
-        fib: FibConfig { nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on) },
+        fib: FibConfig {
+            nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on),
+            nexthop_compat_mode: nexthop_compat_mode.is_some_and(|(on, _)| on),
+        },
         files,
         announce: super::announce::merge(announce, errors),
+    }
+}
+
+/// A node-wide `[fib]` switch: files that set it must agree.
+fn merge_fib_flag(
+    field: &str,
+    merged: &mut Option<(bool, Loc)>,
+    this: Option<(bool, Loc)>,
+    errors: &mut Vec<ConfigError>,
+) {
+    match (&*merged, this) {
+        (_, None) => {}
+        (None, Some(set)) => *merged = Some(set),
+        (Some((first, _)), Some((value, _))) if *first == value => {}
+        (Some((first, first_loc)), Some((value, loc))) => errors.push(loc.error(
+            field,
+            format!(
+                "is {value} here but {first} at {first_loc}; a node has one FIB setting — make \
+                 them equal or set it in one file"
+            ),
+        )),
     }
 }
 

@@ -35,6 +35,12 @@ pub struct FibConfig {
     /// Install ECMP through kernel nexthop objects and groups (default); `false` installs
     /// routes with their hops inline (RTA_MULTIPATH), as on kernels without nexthop objects.
     pub nexthop_objects: bool,
+    /// Keep the kernel's nexthop compatibility mode on. Off by default: uplink turns it off
+    /// (`net.ipv4.nexthop_compat_mode = 0`), so replacing a group (a lost next hop) is one
+    /// kernel event, not one notification per route using it; `ip route` then shows routes
+    /// as `nhid N` and their hops are in `ip nexthop` (and `uplink show fib`). `true` leaves
+    /// the kernel as it is, for software that reads next hops from routes.
+    pub nexthop_compat_mode: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

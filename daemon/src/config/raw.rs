@@ -48,6 +48,9 @@ pub(crate) struct RawFib {
     /// `false`: never use kernel nexthop objects, install ECMP routes with RTA_MULTIPATH
     /// (FRR: `no zebra nexthop kernel enable`).
     pub nexthop_objects: Option<bool>,
+    /// `true` keeps the kernel's nexthop compatibility mode (`net.ipv4.nexthop_compat_mode`),
+    /// which uplink otherwise turns off: see `FibConfig::nexthop_compat_mode`.
+    pub nexthop_compat_mode: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -38,7 +38,7 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             super::bgp::routes_json(&instances, &vrf, family, prefix.as_deref()).await
         }
         Request::BfdPeers { vrf } => super::bfd::peers(&instances, &vrf).await,
-        Request::Fib { vrf } => super::fib::show(&ctx.fib, &vrf).await,
+        Request::Fib { vrf } => super::fib::show(&ctx.fib, &instances, &vrf).await,
         Request::Announcements { vrf } => {
             let config = ctx.running.borrow().clone();
             Ok(super::announcements::announcements_json(

@@ -1,22 +1,37 @@
-//! `show fib`: the routes the FIB writer holds for the kernel, in the keys of FRR's
-//! `show ip route json`.
+//! `show fib`: the routes the FIB writer programs into the kernel, in the keys of FRR's
+//! `show ip route json`. The writer keeps no copy of the routes: each instance's routes come
+//! from its RIB (for a leak, the source VRF's), joined with the writer's groups and refusals.
 
 use super::protocol::VrfSelector;
 use crate::config::vrf_display_name;
+use crate::reload::InstanceList;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
 /// `show fib`: per prefix, FRR's `show ip route json` keys (`prefix`, `protocol`, `installed`,
 /// `table`, `metric`, `nexthopGroupId`, `nexthops[].ip/interfaceName/active`) plus `state`
 /// (installed, pending, failed), `error` (the kernel's) and the BGP next hops.
-pub async fn show(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value, String> {
-    let views = fib.show().await?;
+pub async fn show(
+    fib: &crate::fib::Fib,
+    instances: &InstanceList,
+    selector: &VrfSelector,
+) -> Result<Value, String> {
+    let states = fib.show().await?;
     // prefix -> route entries (FRR's `show ip route json` shape: one entry per source, so a
     // VRF's own route and one leaked into it from another VRF sit side by side).
     let mut by_vrf: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
-    for v in views.iter().filter(|v| selector.matches(&v.vrf)) {
+    for v in states.iter().filter(|v| selector.matches(&v.vrf)) {
         let routes = by_vrf.entry(vrf_display_name(&v.vrf)).or_default();
-        for r in &v.routes {
+        if !v.install {
+            continue;
+        }
+        let source = v.leaked_from.as_deref().unwrap_or(&v.vrf);
+        let Some(instance) = instances.iter().find(|i| i.vrf == source) else { continue };
+        let mut wanted = instance.rib.fib_routes().await?;
+        wanted.sort_unstable_by_key(|(prefix, _)| *prefix);
+        for (prefix, hops) in wanted {
+            let route = v.route(prefix, &hops);
+            let r = &route;
             let nexthops: Vec<Value> = r
                 .via
                 .iter()

@@ -37,12 +37,14 @@ impl fmt::Display for KernelError {
 
 pub const ENOENT: i32 = 2;
 pub const ESRCH: i32 = 3;
-const ENOBUFS: i32 = 105;
+const EIO: i32 = 5;
+pub const ENOBUFS: i32 = 105;
 
 pub struct Kernel {
     socket: Socket,
     pid: u32,
     seq: u32,
+    tx: Vec<u8>,
     rx: Vec<u8>,
     /// Requests per chunk, so that their ACKs fit the receive buffer.
     max_per_chunk: usize,
@@ -61,6 +63,7 @@ impl Kernel {
             socket,
             pid: address.port_number(),
             seq: 1,
+            tx: Vec::with_capacity(CHUNK_BYTES + 4096),
             rx: Vec::with_capacity(DATAGRAM),
             max_per_chunk: (rcvbuf / 2 / ACK_BYTES).max(16),
         })
@@ -78,37 +81,36 @@ impl Kernel {
     }
 
     /// Sends `count` requests, `encode(index, seq, buffer)` appending request `index`, as few
-    /// `sendmsg` calls as fit, and returns each request's outcome in order (matched by
-    /// sequence number). Only the last request of each `sendmsg` asks for an ACK.
+    /// `sendmsg` calls as fit, and returns the requests that failed (index and error), matched
+    /// by sequence number. Only the last request of each `sendmsg` asks for an ACK.
     pub fn execute(
         &mut self,
         count: usize,
         mut encode: impl FnMut(usize, u32, &mut Vec<u8>),
-    ) -> Vec<Result<(), KernelError>> {
-        let mut results = Vec::with_capacity(count);
-        let mut buf = Vec::with_capacity(CHUNK_BYTES + 4096);
+    ) -> Vec<(usize, KernelError)> {
+        let mut failures = Vec::new();
         let mut next = 0;
         while next < count {
-            buf.clear();
+            self.tx.clear();
             let first_seq = self.seq;
             let start = next;
             let mut last_message = 0;
-            while next < count && buf.len() < CHUNK_BYTES && next - start < self.max_per_chunk {
+            while next < count && self.tx.len() < CHUNK_BYTES && next - start < self.max_per_chunk {
                 let seq = self.next_seq();
-                last_message = buf.len();
-                encode(next, seq, &mut buf);
+                last_message = self.tx.len();
+                encode(next, seq, &mut self.tx);
                 next += 1;
             }
-            msg::request_ack(&mut buf, last_message);
+            msg::request_ack(&mut self.tx, last_message);
             let last_index = next - start - 1;
-            let mut chunk: Vec<Option<Result<(), KernelError>>> = vec![None; next - start];
-            if let Err(e) = self.socket.send(&buf, 0) {
-                let errno = e.raw_os_error().unwrap_or(libc_eio());
-                results.extend((start..next).map(|_| Err(KernelError { errno, message: None })));
+            if let Err(e) = self.socket.send(&self.tx, 0) {
+                let errno = e.raw_os_error().unwrap_or(EIO);
+                failures.extend((start..next).map(|i| (i, KernelError { errno, message: None })));
                 continue;
             }
             // Failed requests answer with an error; the last one answers in any case, and
-            // after all the others (the kernel handles one sendmsg in order).
+            // after all the others (the kernel handles one sendmsg in order). No error reply
+            // before the last request's ACK means success.
             let mut answered = false;
             while !answered {
                 self.rx.clear();
@@ -121,26 +123,31 @@ impl Kernel {
                 for m in msg::messages(&self.rx) {
                     let Some(ack) = msg::parse_ack(&m) else { continue };
                     let index = ack.seq.wrapping_sub(first_seq) as usize;
-                    if let Some(slot) = chunk.get_mut(index).filter(|s| s.is_none()) {
-                        *slot = Some(if ack.errno == 0 {
-                            Ok(())
-                        } else {
-                            Err(KernelError { errno: ack.errno, message: ack.message })
-                        });
+                    if index > last_index {
+                        continue;
+                    }
+                    if ack.errno != 0 {
+                        let error = KernelError { errno: ack.errno, message: ack.message };
+                        failures.push((start + index, error));
                     }
                     if index == last_index {
                         answered = true;
                     }
                 }
             }
-            // No error reply before the last request's ACK means success.
-            results.extend(chunk.into_iter().map(|r| match r {
-                Some(r) => r,
-                None if answered => Ok(()),
-                None => Err(KernelError { errno: ENOBUFS, message: None }),
-            }));
+            if !answered {
+                // What the unanswered requests did is unknown: report them, and let the
+                // writer resynchronise.
+                let reported: std::collections::HashSet<usize> =
+                    failures.iter().map(|(i, _)| *i).collect();
+                failures.extend(
+                    (start..next)
+                        .filter(|i| !reported.contains(i))
+                        .map(|i| (i, KernelError { errno: ENOBUFS, message: None })),
+                );
+            }
         }
-        results
+        failures
     }
 
     /// Dumps `kind` (RTM_GETLINK, RTM_GETROUTE, RTM_GETNEXTHOP) of `family`, calling `each`
@@ -154,10 +161,9 @@ impl Kernel {
         let seq = self.next_seq();
         let mut buf = Vec::new();
         msg::dump(&mut buf, seq, kind, family);
-        self.socket.send(&buf, 0).map_err(|e| KernelError {
-            errno: e.raw_os_error().unwrap_or(libc_eio()),
-            message: None,
-        })?;
+        self.socket
+            .send(&buf, 0)
+            .map_err(|e| KernelError { errno: e.raw_os_error().unwrap_or(EIO), message: None })?;
         loop {
             self.rx.clear();
             match self.socket.recv(&mut self.rx, 0) {
@@ -165,7 +171,7 @@ impl Kernel {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     return Err(KernelError {
-                        errno: e.raw_os_error().unwrap_or(libc_eio()),
+                        errno: e.raw_os_error().unwrap_or(EIO),
                         message: None,
                     })
                 }
@@ -189,10 +195,6 @@ impl Kernel {
             }
         }
     }
-}
-
-fn libc_eio() -> i32 {
-    5
 }
 
 /// A socket subscribed to link, address, route and nexthop notifications.
@@ -230,6 +232,25 @@ impl Monitor {
             }
         }
     }
+}
+
+/// `net.ipv4.nexthop_compat_mode` of our network namespace (it covers IPv6 too).
+const NEXTHOP_COMPAT_MODE: &str = "/proc/sys/net/ipv4/nexthop_compat_mode";
+
+/// Turns the kernel's nexthop compatibility mode off; returns whether it was on. In that mode
+/// (the default) replacing or deleting a nexthop group makes the kernel send a route
+/// notification for every route using it, and route dumps repeat every route's hops: a group
+/// replaced for a lost next hop costs one notification per route, which is what nexthop
+/// objects are meant to avoid (ip-sysctl.rst: "Once a system understands the new API, this
+/// sysctl can be disabled"). The FIB writer is the one programmer of routes on the node and
+/// understands the new API; `ip route` shows `nhid N` instead of the hops afterwards.
+pub fn disable_nexthop_compat_mode() -> io::Result<bool> {
+    let now = std::fs::read_to_string(NEXTHOP_COMPAT_MODE)?;
+    if now.trim() == "0" {
+        return Ok(false);
+    }
+    std::fs::write(NEXTHOP_COMPAT_MODE, "0")?;
+    Ok(true)
 }
 
 pub fn is_overflow(e: &io::Error) -> bool {

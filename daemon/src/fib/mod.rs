@@ -1,27 +1,45 @@
 //! The FIB writer: the only code in uplink that programs kernel routes (DESIGN.md).
 //!
-//! Each routing instance's RIB task sends the [`RouteChange`]s of its Loc-RIB through a bounded
-//! channel ([`FibSender`]); the writer thread batches them into netlink messages (many per
-//! `sendmsg`, ACKs matched by sequence number), installs ECMP through kernel nexthop objects and
-//! groups (one group per distinct next-hop set, replaced in place), resolves next hops against
-//! the kernel's own routes, and reconciles with the kernel: at startup it removes `proto bgp`
-//! routes and nexthops uplink does not want, and it restores routes deleted behind its back.
-//! A monitor thread feeds it link, address, route and nexthop notifications, minus our echoes.
+//! Each routing instance's RIB task sends compact batches of route changes through a bounded
+//! channel ([`FibSender`]); the writer thread plans them into kernel requests (`planner`, pure
+//! and tested against an in-memory kernel in `model`), and sends them batched, many per
+//! `sendmsg`, with ACKs matched by sequence number (`kernel`). ECMP goes through kernel nexthop
+//! objects and groups, one per next-hop set and replaced in place; a next hop the RIB loses is
+//! taken out of every group first, one message per group whatever the number of routes. Next
+//! hops are resolved against the kernel's own routes (`resolve`), and the writer reconciles
+//! with the kernel: at startup it removes `proto bgp` routes and nexthops uplink does not
+//! want, and it restores routes deleted behind its back. A monitor thread feeds it link,
+//! address, route and nexthop notifications, minus our echoes.
 //!
-//! Modules: `msg` (message layouts), `kernel` (sockets), `groups` (nexthop/group refcounts),
-//! `resolve` (next-hop reachability), `writer` (the state machine and its thread).
+//! The writer holds no copy of the routes: the RIB is the desired state. It counts routes per
+//! next-hop set, and asks a RIB to replay routes when it must write some it was not just told
+//! about (`replay`).
+//!
+//! Modules: `batch` (what a RIB sends), `msg` (message layouts), `kernel` (sockets, batching,
+//! ACKs), `groups` (nexthop objects and groups, counted), `resolve` (next-hop reachability),
+//! `plan` and `planner` (decisions), `writer` (the thread).
 
+pub mod batch;
 pub mod groups;
 pub mod kernel;
+#[cfg(test)]
+mod model;
 pub mod msg;
+pub mod plan;
+pub mod planner;
+pub mod replay;
 pub mod resolve;
 pub mod route;
 mod writer;
 
-use crate::config::Router;
+use crate::config::{FibConfig, Router};
+pub use batch::{RouteBatch, RouteBatchBuilder};
 use ipnet::IpNet;
-pub use route::{NextHop, RouteChange};
+use replay::ReplaySlot;
+pub use replay::{ReplayRequest, ReplayScope};
+pub use route::NextHop;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, oneshot};
@@ -97,10 +115,18 @@ pub fn instances_for(
 
 /// One of the writer's instances. A reload retires instances rather than removing them, so
 /// the index each RIB task's [`FibSender`] holds stays valid.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct FibSlot {
     pub config: FibInstanceConfig,
     pub retired: bool,
+    /// Where the writer asks the instance's RIB task for replays.
+    replay: Arc<ReplaySlot>,
+}
+
+impl FibSlot {
+    fn new(config: FibInstanceConfig) -> Self {
+        FibSlot { config, retired: false, replay: Arc::default() }
+    }
 }
 
 /// The running writer.
@@ -115,23 +141,41 @@ pub struct Fib {
 pub struct FibSender {
     tx: mpsc::Sender<Command>,
     instance: usize,
+    replay: Arc<ReplaySlot>,
 }
 
 impl FibSender {
     /// Hands a batch of changes to the writer; waits only when its channel is full.
-    pub async fn send(&self, changes: Vec<RouteChange>) {
-        if changes.is_empty() {
+    pub async fn send(&self, batch: RouteBatch) {
+        if batch.is_empty() {
             return;
         }
-        let _ = self.tx.send(Command::Changes { instance: self.instance, changes }).await;
+        let _ = self.tx.send(Command::Routes { instance: self.instance, batch }).await;
+    }
+
+    /// Part of the answer to replay request `token`: the routes as they are now (a batch's
+    /// changes from the empty set); `done` on the last part.
+    pub async fn send_replay(&self, token: u64, batch: RouteBatch, done: bool) {
+        let command = Command::Replay { token, batch, done };
+        let _ = self.tx.send(command).await;
+    }
+
+    /// Resolves when the writer has asked for a replay ([`FibSender::take_replays`]).
+    pub async fn replay_wanted(&self) {
+        self.replay.wanted().await;
+    }
+
+    pub fn take_replays(&self) -> Vec<ReplayRequest> {
+        self.replay.take()
     }
 }
 
 /// Starts the writer and monitor threads. The writer first reconciles with the kernel (removing
 /// every stale `proto bgp` route in uplink's tables), then applies changes as they come.
 /// `nexthop_objects = false` installs ECMP routes with RTA_MULTIPATH (the writer also falls
-/// back to that by itself when the kernel has no nexthop objects).
-pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result<Fib, String> {
+/// back to that by itself when the kernel has no nexthop objects); with objects, the kernel's
+/// nexthop compatibility mode is turned off unless `nexthop_compat_mode` asks to keep it.
+pub fn start(instances: Vec<FibInstanceConfig>, settings: &FibConfig) -> Result<Fib, String> {
     let kernel = kernel::Kernel::open()
         .map_err(|e| format!("cannot open a netlink socket for the FIB: {e}"))?;
     let mut monitor = kernel::Monitor::open()
@@ -162,7 +206,8 @@ pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result
             }
         })
         .map_err(|e| format!("cannot start the FIB monitor thread: {e}"))?;
-    let writer = Writer::new(kernel, instances.clone(), nexthop_objects);
+    let slots: Vec<FibSlot> = instances.into_iter().map(FibSlot::new).collect();
+    let writer = Writer::new(kernel, slots.clone(), settings);
     std::thread::Builder::new()
         .name("uplink-fib".into())
         .spawn(move || {
@@ -170,7 +215,6 @@ pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result
             error!("the FIB writer stopped");
         })
         .map_err(|e| format!("cannot start the FIB writer thread: {e}"))?;
-    let slots = instances.into_iter().map(|config| FibSlot { config, retired: false }).collect();
     Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)) })
 }
 
@@ -185,8 +229,10 @@ impl Fib {
             .position(|s| !s.retired && s.config.vrf == vrf && s.config.leaked_from.is_none())?;
         let leaked =
             slots.iter().filter(active).any(|s| s.config.leaked_from.as_deref() == Some(vrf));
-        let installs = slots.get(instance).is_some_and(|s| s.config.install);
-        (installs || leaked).then(|| FibSender { tx: self.tx.clone(), instance })
+        let slot = slots.get(instance)?;
+        let installs = slot.config.install;
+        let replay = Arc::clone(&slot.replay);
+        (installs || leaked).then(|| FibSender { tx: self.tx.clone(), instance, replay })
     }
 
     /// A reload: the instances (routers and leaks) wanted now. Unchanged ones are kept; the
@@ -200,7 +246,7 @@ impl Fib {
             }
             for config in wanted {
                 if !slots.iter().any(|s| !s.retired && s.config == config) {
-                    slots.push(FibSlot { config, retired: false });
+                    slots.push(FibSlot::new(config));
                 }
             }
             slots.clone()
@@ -226,16 +272,18 @@ impl Fib {
         rx.await.map_err(|_| "the FIB writer has stopped".to_string())
     }
 
-    /// Every instance's routes and their state.
-    pub async fn show(&self) -> Result<Vec<FibInstanceView>, String> {
+    /// Every instance's groups, lost next hops and refused routes; join them with the RIB's
+    /// routes with [`FibInstanceState::route`].
+    pub async fn show(&self) -> Result<Vec<FibInstanceState>, String> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Command::Show(reply)).await.map_err(|_| "the FIB writer has stopped")?;
         rx.await.map_err(|_| "the FIB writer has stopped".to_string())
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FibInstanceView {
+/// What the writer holds for one instance (`show fib`).
+#[derive(Debug, Clone)]
+pub struct FibInstanceState {
     pub vrf: String,
     /// For a leak: the VRF its routes were learned in (their next hops are there).
     pub leaked_from: Option<String>,
@@ -244,7 +292,24 @@ pub struct FibInstanceView {
     pub metric: u32,
     /// False when the kernel refused nexthop objects and routes carry their hops inline.
     pub nexthop_objects: bool,
-    pub routes: Vec<FibRouteView>,
+    /// A new leak waiting for its source's routes.
+    pub filling: bool,
+    /// Next hops the RIB declared lost.
+    pub down: Vec<NextHop>,
+    pub groups: Vec<FibGroupView>,
+    /// Next-hop set -> index into `groups`.
+    by_set: HashMap<Box<[NextHop]>, usize>,
+    /// Routes the kernel refused, with its error.
+    failures: HashMap<IpNet, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FibGroupView {
+    pub id: u32,
+    /// The BGP next-hop sets whose routes use it (more than one while routes move).
+    pub sets: Vec<Vec<NextHop>>,
+    pub via: Vec<FibHopView>,
+    pub routes: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -133,10 +133,29 @@ pub fn request_ack(buf: &mut [u8], start: usize) {
     }
 }
 
-fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
+/// An address's octets without a heap allocation (this runs once per route written).
+struct IpBytes {
+    octets: [u8; 16],
+    len: usize,
+}
+
+impl std::ops::Deref for IpBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.octets.get(..self.len).unwrap_or(&[])
+    }
+}
+
+fn ip_bytes(ip: &IpAddr) -> IpBytes {
     match ip {
-        IpAddr::V4(a) => a.octets().to_vec(),
-        IpAddr::V6(a) => a.octets().to_vec(),
+        IpAddr::V4(a) => {
+            let mut octets = [0; 16];
+            if let Some(head) = octets.get_mut(..4) {
+                head.copy_from_slice(&a.octets());
+            }
+            IpBytes { octets, len: 4 }
+        }
+        IpAddr::V6(a) => IpBytes { octets: a.octets(), len: 16 },
     }
 }
 
@@ -155,13 +174,13 @@ pub struct Hop {
 }
 
 /// Where a route points.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RouteTarget {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteTarget<'a> {
     /// A nexthop object or group (`RTA_NH_ID`).
     Object(u32),
     /// Inline next hops (`RTA_GATEWAY`/`RTA_OIF`, or `RTA_MULTIPATH` for more than one), for
     /// kernels without nexthop objects.
-    Inline(Vec<Hop>),
+    Inline(&'a [Hop]),
 }
 
 /// The key of a route in the kernel: table, destination and metric.
@@ -191,13 +210,13 @@ fn rtmsg(m: &mut MsgBuilder<'_>, key: &RouteKey, rtype: u8) {
 }
 
 /// RTM_NEWROUTE with NLM_F_CREATE|NLM_F_REPLACE: idempotent add-or-replace of our route.
-pub fn new_route(out: &mut Vec<u8>, seq: u32, key: &RouteKey, target: &RouteTarget) {
+pub fn new_route(out: &mut Vec<u8>, seq: u32, key: &RouteKey, target: RouteTarget<'_>) {
     let flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWROUTE, flags, seq);
     rtmsg(&mut m, key, RTN_UNICAST);
     match target {
-        RouteTarget::Object(id) => m.attr_u32(RTA_NH_ID, *id),
-        RouteTarget::Inline(hops) => match hops.as_slice() {
+        RouteTarget::Object(id) => m.attr_u32(RTA_NH_ID, id),
+        RouteTarget::Inline(hops) => match hops {
             [one] => {
                 m.attr(RTA_GATEWAY, &ip_bytes(&one.gateway));
                 m.attr_u32(RTA_OIF, one.ifindex);
@@ -459,12 +478,41 @@ pub fn parse_route(payload: &[u8]) -> Option<KernelRoute> {
 pub struct KernelNexthop {
     pub id: u32,
     pub protocol: u8,
+    /// A group (it has `NHA_GROUP`), not a single next hop.
+    pub group: bool,
+    /// A single next hop's gateway and interface.
+    pub gateway: Option<IpAddr>,
+    pub ifindex: Option<u32>,
+    /// A group's member ids.
+    pub members: Vec<u32>,
 }
 
 pub fn parse_nexthop(payload: &[u8]) -> Option<KernelNexthop> {
     let protocol = *payload.get(2)?;
-    let id = attrs(payload.get(8..)?).find(|(k, _)| *k == NHA_ID).and_then(|(_, v)| u32_from(v))?;
-    Some(KernelNexthop { id, protocol })
+    let mut nh = KernelNexthop {
+        id: 0,
+        protocol,
+        group: false,
+        gateway: None,
+        ifindex: None,
+        members: Vec::new(),
+    };
+    let mut id = None;
+    for (kind, value) in attrs(payload.get(8..)?) {
+        match kind {
+            NHA_ID => id = u32_from(value),
+            NHA_GATEWAY => nh.gateway = ip_from(value),
+            NHA_OIF => nh.ifindex = u32_from(value),
+            NHA_GROUP => {
+                nh.group = true;
+                // struct nexthop_grp: u32 id, u8 weight, u8 resvd1, u16 resvd2.
+                nh.members = value.chunks_exact(8).filter_map(|m| u32_at(m, 0)).collect();
+            }
+            _ => {}
+        }
+    }
+    nh.id = id?;
+    Some(nh)
 }
 
 /// A network interface: whether it can forward, and the table if it is a VRF device.
@@ -530,7 +578,7 @@ mod tests {
     fn route_to_a_group_round_trips_through_the_parser() {
         let mut buf = Vec::new();
         let key = RouteKey { table: 100, prefix: net("10.1.0.0/24"), metric: 20 };
-        new_route(&mut buf, 7, &key, &RouteTarget::Object(42));
+        new_route(&mut buf, 7, &key, RouteTarget::Object(42));
         let msgs: Vec<_> = messages(&buf).collect();
         assert_eq!(msgs.len(), 1);
         assert_eq!((msgs[0].kind, msgs[0].seq), (RTM_NEWROUTE, 7));
@@ -557,7 +605,7 @@ mod tests {
             Hop { gateway: "fe80::1".parse().unwrap(), ifindex: 3 },
             Hop { gateway: "fe80::2".parse().unwrap(), ifindex: 4 },
         ];
-        new_route(&mut buf, 1, &key, &RouteTarget::Inline(hops.clone()));
+        new_route(&mut buf, 1, &key, RouteTarget::Inline(&hops));
         let msg = messages(&buf).next().unwrap();
         let route = parse_route(msg.payload).unwrap();
         assert_eq!(route.prefix, key.prefix);
@@ -575,13 +623,14 @@ mod tests {
         del_nexthop(&mut buf, 4, 501);
         let msgs: Vec<_> = messages(&buf).collect();
         // The kernel refuses a delete with a protocol in the header.
-        assert_eq!(parse_nexthop(msgs[3].payload).unwrap(), KernelNexthop { id: 501, protocol: 0 });
+        let deleted = parse_nexthop(msgs[3].payload).unwrap();
+        assert_eq!((deleted.id, deleted.protocol, deleted.group), (501, 0, false));
         assert_eq!(msgs.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
-        assert_eq!(
-            parse_nexthop(msgs[0].payload).unwrap(),
-            KernelNexthop { id: 500, protocol: 186 }
-        );
-        assert_eq!(parse_nexthop(msgs[1].payload).unwrap().id, 501);
+        let single = parse_nexthop(msgs[0].payload).unwrap();
+        assert_eq!((single.id, single.protocol, single.group), (500, 186, false));
+        assert_eq!((single.gateway, single.ifindex), (Some(hop.gateway), Some(2)));
+        let group = parse_nexthop(msgs[1].payload).unwrap();
+        assert_eq!((group.id, group.group, group.members), (501, true, vec![500, 502]));
         // nexthop_grp entries: two members, 8 bytes each.
         let group = attrs(&msgs[1].payload[8..]).find(|(k, _)| *k == NHA_GROUP).unwrap().1;
         assert_eq!(group.len(), 16);
@@ -611,7 +660,7 @@ mod tests {
             &mut buf,
             1,
             &RouteKey { table: 254, prefix: net("10.0.0.0/8"), metric: 1 },
-            &RouteTarget::Object(1),
+            RouteTarget::Object(1),
         );
         for cut in 0..buf.len() {
             messages(&buf[..cut]).for_each(|m| {

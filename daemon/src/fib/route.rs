@@ -1,8 +1,6 @@
-//! What the FIB writer is asked to install, in its own terms: a prefix and the next hops to
-//! reach it through, whichever protocol learned them. The routing instance a change belongs to
-//! is the channel it arrives on ([`super::FibSender`]).
+//! What the FIB writer is asked to install, in its own terms: next hops to reach a prefix
+//! through, whichever protocol learned them (the changes themselves travel in `batch.rs`).
 
-use ipnet::IpNet;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -29,10 +27,9 @@ impl fmt::Display for NextHop {
     }
 }
 
-/// A prefix whose forwarding changed: the next hops to install now, in a canonical order.
-/// Empty means "nothing to install": the prefix is gone, or the node itself originates it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteChange {
-    pub prefix: IpNet,
-    pub next_hops: Vec<NextHop>,
+/// Shown as text (`10.0.0.1`, `2001:db8::1 (fe80::1)`).
+impl serde::Serialize for NextHop {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }

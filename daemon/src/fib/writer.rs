@@ -1,21 +1,33 @@
-//! The FIB writer: the only code in uplink that programs kernel routes (DESIGN.md). It runs on
-//! its own thread, takes route changes from the RIB tasks and kernel notifications from the
-//! monitor thread through one bounded channel, turns each drained batch into one ordered plan
-//! (nexthop objects and groups, then routes, then what became unused) and sends it batched.
+//! The FIB writer thread: takes route batches from the RIB tasks and kernel notifications from
+//! the monitor thread through one bounded channel, has the planner turn each drained round into
+//! one ordered plan, sends it (the executor: `kernel.rs`, many requests per `sendmsg`, ACKs
+//! matched by sequence number), and hands the planner's replay requests to the RIB tasks.
 
-use super::groups::{GroupKey, Registry};
-use super::kernel::{self, Kernel, KernelError};
-use super::msg::{self, Hop, KernelLink, KernelRoute, RouteKey, RouteTarget, RTPROT_BGP};
-use super::resolve::Resolver;
-use super::route::{NextHop, RouteChange};
-use super::{FibHopView, FibInstanceConfig, FibInstanceView, FibRouteView};
+use super::batch::RouteBatch;
+use super::kernel::Kernel;
+use super::msg::{self, RouteKey, RouteTarget, RTPROT_BGP};
+use super::plan::{ObjectOp, Plan, Request, RouteAction};
+use super::planner::{Event, Planner, ResyncCounts};
+use super::{FibInstanceState, FibSlot};
+use crate::config::FibConfig;
 use ipnet::IpNet;
-use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, info, warn};
+use tracing::{error, info, warn};
 
 /// Route requests from which a plan is sent in scattered order (see `scatter`).
 const SCATTER_FROM: usize = 1024;
+
+/// Commands drained into one plan at most, and route requests a plan is closed at: a plan is
+/// sent whole, so a bound keeps the writer's memory and its latency to a `flush` small.
+const MAX_COMMANDS_PER_ROUND: usize = 256;
+const MAX_ROUTES_PER_ROUND: usize = 64 * 1024;
+
+/// How long changes must be quiet before groups that serve more than one next-hop set are
+/// split (`Planner::settle`): long enough that a peer re-sending its table is not split
+/// half-way, short enough that ECMP for routes whose peer came back with only part of its
+/// table is not held back for long.
+const SETTLE_AFTER: Duration = Duration::from_secs(3);
 
 /// A well-mixed 64-bit key of a prefix (splitmix64 finalizer), to order requests away from
 /// address order.
@@ -33,184 +45,118 @@ fn scatter(prefix: &IpNet) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Commands drained per batch before the plan is sent.
-const MAX_COMMANDS_PER_BATCH: usize = 256;
-
 pub(super) enum Command {
-    Changes {
+    /// A batch from the RIB of `instance`.
+    Routes {
         instance: usize,
-        changes: Vec<RouteChange>,
+        batch: RouteBatch,
+    },
+    /// Part of a RIB's answer to a replay request.
+    Replay {
+        token: u64,
+        batch: RouteBatch,
+        done: bool,
     },
     Kernel(Vec<Event>),
     /// The monitor lost notifications: resynchronise with a dump.
     Overflow,
-    Show(oneshot::Sender<Vec<FibInstanceView>>),
+    Show(oneshot::Sender<Vec<FibInstanceState>>),
     /// Answered once everything sent before it is in the kernel.
     Flush(oneshot::Sender<()>),
     /// A reload: the instances after it, index for index (`Fib::configure`). Those beyond the
     /// writer's list are new; those newly retired leave the kernel.
-    Configure(Vec<super::FibSlot>),
+    Configure(Vec<FibSlot>),
 }
 
 enum Reply {
-    Show(oneshot::Sender<Vec<FibInstanceView>>),
+    Show(oneshot::Sender<Vec<FibInstanceState>>),
     Flush(oneshot::Sender<()>),
-}
-
-/// A kernel notification that is not our own echo.
-#[derive(Debug)]
-pub(super) enum Event {
-    NewRoute(KernelRoute),
-    DelRoute(KernelRoute),
-    Link(KernelLink),
-    DelLink(u32),
-    Address,
-    DelNexthop(u32),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum State {
-    Installed,
-    /// Waiting: no next hop is reachable, the VRF table is unknown, or a request is in flight.
-    Pending,
-    Failed(String),
-}
-
-#[derive(Debug)]
-struct Route {
-    group: u32,
-    state: State,
-}
-
-struct Instance {
-    config: FibInstanceConfig,
-    /// Removed by a reload: its routes are gone and it takes no more (indexes stay stable).
-    retired: bool,
-    /// Where routes go; `None` while the VRF device is missing.
-    table: Option<u32>,
-    /// Where next hops are resolved: the main table for the default VRF, else the VRF's.
-    lookup: Option<u32>,
-}
-
-impl Instance {
-    fn new(config: FibInstanceConfig) -> Self {
-        // The default VRF's table is main; another VRF's is its device's, found later.
-        let main_if_default = |vrf: &str| vrf.is_empty().then_some(msg::RT_TABLE_MAIN);
-        let lookup = main_if_default(config.resolve_vrf());
-        let table = config.table.or(main_if_default(&config.vrf));
-        Instance { config, table, lookup, retired: false }
-    }
-
-    fn route_key(&self, prefix: IpNet) -> Option<RouteKey> {
-        Some(RouteKey { table: self.table?, prefix, metric: self.config.metric })
-    }
-}
-
-enum Op {
-    Nexthop { id: u32, hop: Hop },
-    Group { id: u32, members: Vec<u32> },
-    DelNexthop(u32),
-    Route { key: RouteKey, target: RouteTarget, subject: (usize, IpNet) },
-    DelRoute(RouteKey),
-}
-
-/// Messages in the order the kernel must see them.
-#[derive(Default)]
-struct Plan {
-    objects: Vec<Op>,
-    routes: Vec<Op>,
-    cleanup: Vec<Op>,
-}
-
-impl Plan {
-    fn is_empty(&self) -> bool {
-        self.objects.is_empty() && self.routes.is_empty() && self.cleanup.is_empty()
-    }
 }
 
 pub(super) struct Writer {
     kernel: Kernel,
-    instances: Vec<Instance>,
-    routes: HashMap<(usize, IpNet), Route>,
-    registry: Registry,
-    resolver: Resolver,
-    links: HashMap<u32, KernelLink>,
-    /// Whether the kernel takes nexthop objects; else routes carry their hops (RTA_MULTIPATH).
-    objects: bool,
-    resolution_dirty: bool,
+    planner: Planner,
+    /// Where to post each instance's replay requests.
+    slots: Vec<FibSlot>,
     resync: bool,
-}
-
-fn normalize(mut hops: Vec<NextHop>) -> Vec<NextHop> {
-    hops.sort_unstable();
-    hops.dedup();
-    hops
+    /// Leave the kernel's nexthop compatibility mode as it is.
+    keep_compat_mode: bool,
 }
 
 impl Writer {
-    pub(super) fn new(kernel: Kernel, configs: Vec<FibInstanceConfig>, objects: bool) -> Self {
-        Writer {
-            kernel,
-            instances: configs.into_iter().map(Instance::new).collect(),
-            routes: HashMap::new(),
-            registry: Registry::new(),
-            resolver: Resolver::default(),
-            links: HashMap::new(),
-            objects,
-            resolution_dirty: false,
-            resync: false,
-        }
+    pub(super) fn new(kernel: Kernel, slots: Vec<FibSlot>, settings: &FibConfig) -> Self {
+        let configs = slots.iter().map(|s| s.config.clone()).collect();
+        let planner = Planner::new(configs, settings.nexthop_objects);
+        let keep_compat_mode = settings.nexthop_compat_mode;
+        Writer { kernel, planner, slots, resync: false, keep_compat_mode }
     }
 
     pub(super) fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+        // A runtime of its own, for the channel and the settle timer only.
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_time().build() {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                error!("cannot start the FIB writer's timer: {e}");
+                return;
+            }
+        };
         // Startup: remove every `proto bgp` route and nexthop uplink does not want — which,
         // before any session is up, is all of them (graceful restart will defer this).
         self.reconcile(true);
-        while let Some(first) = rx.blocking_recv() {
+        loop {
+            let first = if self.planner.unsettled() {
+                match runtime
+                    .block_on(async { tokio::time::timeout(SETTLE_AFTER, rx.recv()).await })
+                {
+                    Ok(Some(command)) => command,
+                    Ok(None) => return,
+                    Err(_) => {
+                        let mut plan = Plan::default();
+                        self.planner.settle(&mut plan);
+                        self.finish_round(plan, Vec::new(), Vec::new());
+                        continue;
+                    }
+                }
+            } else {
+                match runtime.block_on(rx.recv()) {
+                    Some(command) => command,
+                    None => return,
+                }
+            };
             let mut plan = Plan::default();
-            let mut shows = Vec::new();
+            let mut replies = Vec::new();
+            let mut purges = Vec::new();
             let mut next = Some(first);
             let mut drained = 0;
             while let Some(command) = next.take() {
                 match command {
-                    Command::Changes { instance, changes } => {
-                        self.apply_changes(instance, changes, &mut plan)
+                    Command::Routes { instance, batch } => {
+                        self.planner.apply(instance, &batch, &mut plan)
+                    }
+                    Command::Replay { token, batch, done } => {
+                        self.planner.replayed(token, &batch, done, &mut plan)
                     }
                     Command::Kernel(events) => {
                         for event in events {
-                            self.kernel_event(event, &mut plan);
+                            self.planner.kernel_event(event);
                         }
                     }
                     Command::Overflow => self.resync = true,
-                    Command::Show(reply) => shows.push(Reply::Show(reply)),
-                    Command::Flush(reply) => shows.push(Reply::Flush(reply)),
-                    Command::Configure(slots) => self.configure(slots, &mut plan),
+                    Command::Show(reply) => replies.push(Reply::Show(reply)),
+                    Command::Flush(reply) => replies.push(Reply::Flush(reply)),
+                    Command::Configure(slots) => {
+                        purges.extend(self.planner.configure(&slots, &mut plan));
+                        self.slots = slots;
+                    }
                 }
                 drained += 1;
-                if drained < MAX_COMMANDS_PER_BATCH {
+                if drained < MAX_COMMANDS_PER_ROUND && plan.routes.len() < MAX_ROUTES_PER_ROUND {
                     next = rx.try_recv().ok();
                 }
             }
-            if self.resolution_dirty {
-                self.resolution_dirty = false;
-                let ids: Vec<u32> = self.registry.groups().map(|g| g.id).collect();
-                for id in ids {
-                    self.refresh_group(id, &mut plan);
-                }
-            }
-            self.execute(plan);
-            for reply in shows {
-                match reply {
-                    Reply::Show(reply) => {
-                        let _ = reply.send(self.views());
-                    }
-                    Reply::Flush(reply) => {
-                        let _ = reply.send(());
-                    }
-                }
-            }
-            // Notifications lost in a burst (mostly our own echoes) are made up for with one
-            // dump once the burst is over, not one per overflow.
+            self.finish_round(plan, replies, purges);
+            // Notifications lost in a burst are made up for with one dump once the burst is
+            // over, not one per overflow.
             if self.resync && rx.is_empty() {
                 self.resync = false;
                 info!("kernel notifications were lost: resynchronising with a dump");
@@ -219,442 +165,61 @@ impl Writer {
         }
     }
 
-    /// Applies one RIB batch. When every route of a group moves to the same new set of next
-    /// hops (a peer went down or came up), the group is re-keyed and replaced in place instead
-    /// of re-pointing each route.
-    fn apply_changes(&mut self, instance: usize, changes: Vec<RouteChange>, plan: &mut Plan) {
-        // The VRFs importing this instance's routes get them too (`Command::Changes` comes
-        // from the source instance's RIB task only). A retired source's last withdrawals do
-        // not reach them: its replacement feeds them now.
-        let source = self.instances.get(instance).filter(|i| !i.retired);
-        if let Some(source) = source.map(|i| i.config.vrf.clone()) {
-            for leak in self.leaks_from(&source) {
-                self.apply_to(leak, changes.clone(), plan);
-            }
+    /// Sends a round's plan, posts the replays it asked for and answers `show` and `flush`.
+    fn finish_round(&mut self, mut plan: Plan, replies: Vec<Reply>, purges: Vec<(u32, u32)>) {
+        self.planner.finish(&mut plan);
+        self.execute(&mut plan);
+        for (table, metric) in purges {
+            self.purge(table, metric);
         }
-        self.apply_to(instance, changes, plan);
-    }
-
-    /// The active leak instances fed by the router of `vrf`.
-    fn leaks_from(&self, vrf: &str) -> Vec<usize> {
-        (0..self.instances.len())
-            .filter(|i| {
-                self.instances
-                    .get(*i)
-                    .is_some_and(|x| !x.retired && x.config.leaked_from.as_deref() == Some(vrf))
-            })
-            .collect()
-    }
-
-    /// Takes every route of an instance out of the kernel.
-    fn clear(&mut self, index: usize, plan: &mut Plan) {
-        let prefixes: Vec<IpNet> =
-            self.routes.keys().filter(|(i, _)| *i == index).map(|(_, p)| *p).collect();
-        for prefix in prefixes {
-            self.apply_one(index, prefix, Vec::new(), plan);
-        }
-    }
-
-    fn apply_to(&mut self, instance: usize, changes: Vec<RouteChange>, plan: &mut Plan) {
-        if self.instances.get(instance).is_none_or(|i| !i.config.install || i.retired) {
-            return;
-        }
-        let changes: Vec<(IpNet, Vec<NextHop>)> =
-            changes.into_iter().map(|c| (c.prefix, normalize(c.next_hops))).collect();
-        // Which groups lose all of their routes to one same new set?
-        let mut moves: HashMap<u32, (usize, Option<Vec<NextHop>>, bool)> = HashMap::new();
-        for (prefix, hops) in &changes {
-            let Some(route) = self.routes.get(&(instance, *prefix)) else { continue };
-            let entry = moves.entry(route.group).or_insert((0, None, true));
-            entry.0 += 1;
-            match &entry.1 {
-                None => entry.1 = Some(hops.clone()),
-                Some(target) if target != hops => entry.2 = false,
-                Some(_) => {}
-            }
-        }
-        for (id, (count, target, same)) in moves {
-            let Some(target) = target.filter(|t| same && !t.is_empty()) else { continue };
-            let Some(group) = self.registry.group(id) else { continue };
-            if group.routes == count && group.key.next_hops != target {
-                let key = GroupKey { instance, next_hops: target };
-                if self.registry.rekey(id, key) {
-                    debug!(
-                        group = id,
-                        "every route of the group moved together: replacing it in place"
-                    );
-                    self.refresh_group(id, plan);
-                }
-            }
-        }
-        for (prefix, hops) in changes {
-            self.apply_one(instance, prefix, hops, plan);
-        }
-    }
-
-    fn apply_one(&mut self, instance: usize, prefix: IpNet, hops: Vec<NextHop>, plan: &mut Plan) {
-        let Some(inst) = self.instances.get(instance) else { return };
-        let route_key = inst.route_key(prefix);
-        let slot = (instance, prefix);
-        if hops.is_empty() {
-            if let Some(old) = self.routes.remove(&slot) {
-                if let (Some(key), State::Installed | State::Pending) = (route_key, &old.state) {
-                    if self.group_has_members(old.group) {
-                        plan.routes.push(Op::DelRoute(key));
-                    }
-                }
-                self.release(old.group, plan);
-            }
-            return;
-        }
-        let key = GroupKey { instance, next_hops: hops };
-        let old_group = self.routes.get(&slot).map(|r| r.group);
-        if let Some(old) = old_group {
-            if self.registry.group(old).is_some_and(|g| g.key == key) {
-                return; // Same set (or the group was re-keyed): the kernel is already right.
-            }
-        }
-        let (id, created) = self.registry.acquire(&key);
-        if created {
-            self.refresh_group(id, plan);
-        }
-        let state = match (route_key, self.target(id)) {
-            (Some(route_key), Some(target)) => {
-                plan.routes.push(Op::Route { key: route_key, target, subject: slot });
-                State::Pending
-            }
-            (route_key, _) => {
-                // Unreachable now: take the old route out of the kernel.
-                if let (Some(route_key), Some(old)) = (route_key, old_group) {
-                    if self.group_has_members(old) {
-                        plan.routes.push(Op::DelRoute(route_key));
-                    }
-                }
-                State::Pending
-            }
-        };
-        self.routes.insert(slot, Route { group: id, state });
-        if let Some(old) = old_group {
-            self.release(old, plan);
-        }
-    }
-
-    /// A reload's instances: retires those that left (their routes leave the kernel), adds
-    /// the new ones, and fills a new leak with the routes its source already has.
-    fn configure(&mut self, slots: Vec<super::FibSlot>, plan: &mut Plan) {
-        for (index, slot) in slots.iter().enumerate() {
-            match self.instances.get(index) {
-                Some(inst) if slot.retired && !inst.retired => {
-                    // A router's leaks go too; its replacement (if any) fills them again.
-                    let leaks = match &inst.config.leaked_from {
-                        None => self.leaks_from(&inst.config.vrf.clone()),
-                        Some(_) => Vec::new(),
-                    };
-                    for target in leaks.into_iter().chain([index]) {
-                        self.clear(target, plan);
-                    }
-                    if let Some(inst) = self.instances.get_mut(index) {
-                        inst.retired = true;
-                    }
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
-                }
-                Some(_) => {}
+        for (source, request) in self.planner.take_requests() {
+            match self.slots.get(source) {
+                Some(slot) => slot.replay.post(request),
                 None => {
-                    self.instances.push(Instance::new(slot.config.clone()));
-                    self.adopt_vrf_tables(index, plan);
-                    self.fill_leak(index, plan);
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
+                    warn!(instance = source, "a replay for an instance the writer does not know")
+                }
+            }
+        }
+        if self.planner.take_resync_wanted() {
+            self.resync = true;
+        }
+        for reply in replies {
+            match reply {
+                Reply::Show(reply) => {
+                    let _ = reply.send(self.planner.state());
+                }
+                Reply::Flush(reply) => {
+                    let _ = reply.send(());
                 }
             }
         }
     }
 
-    /// A new instance's tables, from the VRF devices already known.
-    fn adopt_vrf_tables(&mut self, index: usize, plan: &mut Plan) {
-        let Some(inst) = self.instances.get(index) else { return };
-        let names = [inst.config.vrf.clone(), inst.config.resolve_vrf().to_string()];
-        let links: Vec<KernelLink> = self
-            .links
-            .values()
-            .filter(|l| l.vrf_table.is_some() && names.contains(&l.name))
-            .cloned()
-            .collect();
-        for link in links {
-            self.link(link, plan);
-        }
-    }
-
-    /// A leak added by a reload starts with what its source has installed so far.
-    fn fill_leak(&mut self, index: usize, plan: &mut Plan) {
-        let Some(from) = self.instances.get(index).and_then(|i| i.config.leaked_from.clone())
-        else {
-            return;
-        };
-        let source = self
-            .instances
-            .iter()
-            .position(|i| !i.retired && i.config.leaked_from.is_none() && i.config.vrf == from);
-        let Some(source) = source else { return };
-        let changes: Vec<RouteChange> = self
-            .routes
-            .iter()
-            .filter(|((i, _), _)| *i == source)
-            .filter_map(|((_, prefix), route)| {
-                let group = self.registry.group(route.group)?;
-                Some(RouteChange { prefix: *prefix, next_hops: group.key.next_hops.clone() })
-            })
-            .collect();
-        self.apply_to(index, changes, plan);
-    }
-
-    fn group_has_members(&self, id: u32) -> bool {
-        self.registry.group(id).is_some_and(|g| !g.members.is_empty())
-    }
-
-    /// What a route of group `id` points at; `None` when no next hop is reachable.
-    fn target(&self, id: u32) -> Option<RouteTarget> {
-        let group = self.registry.group(id)?;
-        if group.members.is_empty() {
-            None
-        } else if self.objects {
-            Some(RouteTarget::Object(id))
-        } else {
-            Some(RouteTarget::Inline(group.members.clone()))
-        }
-    }
-
-    fn release(&mut self, id: u32, plan: &mut Plan) {
-        if let Some((group, unused)) = self.registry.release(id) {
-            if self.objects {
-                if !group.members.is_empty() {
-                    plan.cleanup.push(Op::DelNexthop(group.id));
-                }
-                plan.cleanup.extend(unused.into_iter().map(Op::DelNexthop));
-            }
-        }
-    }
-
-    /// Re-resolves a group's next hops and replaces it in the kernel when its members changed;
-    /// its routes leave the kernel when none is reachable and come back when one is.
-    fn refresh_group(&mut self, id: u32, plan: &mut Plan) {
-        let Some(group) = self.registry.group(id) else { return };
-        let instance = group.key.instance;
-        let lookup = self.instances.get(instance).and_then(|i| i.lookup);
-        let hops: Vec<Hop> = match lookup {
-            Some(table) => {
-                group.key.next_hops.iter().flat_map(|nh| self.resolver.resolve(table, nh)).collect()
-            }
-            None => Vec::new(),
-        };
-        let Some(change) = self.registry.set_members(id, hops) else { return };
-        let now_empty = change.member_ids.is_empty();
-        if self.objects {
-            for (nh_id, hop) in &change.created {
-                plan.objects.push(Op::Nexthop { id: *nh_id, hop: *hop });
-            }
-            if now_empty {
-                plan.cleanup.push(Op::DelNexthop(id));
-            } else {
-                plan.objects.push(Op::Group { id, members: change.member_ids.clone() });
-            }
-            plan.cleanup.extend(change.unused.iter().map(|n| Op::DelNexthop(*n)));
-        }
-        // Routes follow when the group appears or disappears, or always without objects.
-        if now_empty || change.was_empty || !self.objects {
-            self.rewrite_routes_of(id, now_empty, plan);
-        }
-    }
-
-    fn rewrite_routes_of(&mut self, id: u32, remove: bool, plan: &mut Plan) {
-        let target = self.target(id);
-        for ((instance, prefix), route) in self.routes.iter_mut().filter(|(_, r)| r.group == id) {
-            let Some(key) = self.instances.get(*instance).and_then(|i| i.route_key(*prefix)) else {
-                continue;
-            };
-            match (&target, remove) {
-                (Some(target), false) => {
-                    plan.routes.push(Op::Route {
-                        key,
-                        target: target.clone(),
-                        subject: (*instance, *prefix),
-                    });
-                }
-                _ => {
-                    if route.state == State::Installed {
-                        plan.routes.push(Op::DelRoute(key));
-                    }
-                }
-            }
-            route.state = State::Pending;
-        }
-    }
-
-    fn instance_of_table(&self, table: u32, metric: u32) -> Option<usize> {
-        self.instances.iter().position(|i| {
-            i.config.install && !i.retired && i.table == Some(table) && i.config.metric == metric
-        })
-    }
-
-    fn kernel_event(&mut self, event: Event, plan: &mut Plan) {
-        match event {
-            Event::NewRoute(route) => {
-                if self.resolver.add_route(&route) {
-                    self.resolution_dirty = true;
-                }
-            }
-            Event::DelRoute(route) if route.protocol == RTPROT_BGP => {
-                // Someone deleted one of our routes: put it back.
-                let Some(instance) = self.instance_of_table(route.table, route.metric) else {
-                    return;
-                };
-                let slot = (instance, route.prefix);
-                let Some(entry) = self.routes.get(&slot) else { return };
-                if entry.state != State::Installed {
-                    return;
-                }
-                let group = entry.group;
-                if let (Some(key), Some(target)) = (
-                    self.instances.get(instance).and_then(|i| i.route_key(route.prefix)),
-                    self.target(group),
-                ) {
-                    info!(prefix = %route.prefix, table = route.table, "route deleted behind uplink's back: restoring it");
-                    plan.routes.push(Op::Route { key, target, subject: slot });
-                }
-            }
-            Event::DelRoute(route) => {
-                if self.resolver.remove_route(&route) {
-                    self.resolution_dirty = true;
-                }
-            }
-            Event::Link(link) => self.link(link, plan),
-            Event::DelLink(index) => {
-                self.links.remove(&index);
-                self.resolver.remove_link(index);
-                self.resolution_dirty = true;
-            }
-            Event::Address => self.resolution_dirty = true,
-            Event::DelNexthop(id) => {
-                if self.registry.owns(id) {
-                    warn!(
-                        id,
-                        "a nexthop object of uplink's was deleted from outside: resynchronising"
-                    );
-                    self.resync = true;
-                }
-            }
-        }
-    }
-
-    fn link(&mut self, link: KernelLink, plan: &mut Plan) {
-        if self.resolver.set_link(link.index, link.up) {
-            self.resolution_dirty = true;
-        }
-        if let Some(table) = link.vrf_table {
-            let indexes: Vec<usize> = (0..self.instances.len())
-                .filter(|i| {
-                    self.instances.get(*i).is_some_and(|x| {
-                        x.config.vrf == link.name || x.config.resolve_vrf() == link.name
-                    })
-                })
-                .collect();
-            for index in indexes {
-                let Some(inst) = self.instances.get_mut(index) else { continue };
-                let resolves_here = inst.config.resolve_vrf() == link.name;
-                let installs_here = inst.config.vrf == link.name && inst.config.table.is_none();
-                if (!resolves_here || inst.lookup == Some(table))
-                    && (!installs_here || inst.table == Some(table))
-                {
-                    continue;
-                }
-                info!(vrf = %link.name, table, "VRF device found");
-                if resolves_here {
-                    inst.lookup = Some(table);
-                }
-                if installs_here {
-                    inst.table = Some(table);
-                }
-                self.resolution_dirty = true;
-                // Routes waiting for the table: write them now.
-                let groups: HashSet<u32> = self
-                    .routes
-                    .iter()
-                    .filter(|((i, _), _)| *i == index)
-                    .map(|(_, r)| r.group)
-                    .collect();
-                for group in groups {
-                    self.rewrite_routes_of(group, false, plan);
-                }
-            }
-        }
-        self.links.insert(link.index, link);
-    }
-
-    /// Sends a plan and records each route's outcome.
-    fn execute(&mut self, plan: Plan) {
+    /// Sends a plan and tells the planner what the kernel refused.
+    fn execute(&mut self, plan: &mut Plan) {
         if plan.is_empty() {
             return;
         }
-        let mut routes = plan.routes;
-        if routes.len() >= SCATTER_FROM {
+        if plan.routes.len() >= SCATTER_FROM {
             // The kernel's FIB trie resizes a node at a time: adding or deleting neighbouring
             // prefixes in address order makes it grow and halve the same nodes over and over.
             // A scattered order is measurably faster (bench/fib.sh). The sort is stable and
             // keyed by prefix, so two requests for one prefix keep their order.
-            routes.sort_by_cached_key(|op| match op {
-                Op::Route { key, .. } | Op::DelRoute(key) => scatter(&key.prefix),
-                _ => 0,
-            });
+            plan.routes.sort_by_cached_key(|op| scatter(&op.key.prefix));
         }
-        let ops: Vec<Op> = plan.objects.into_iter().chain(routes).chain(plan.cleanup).collect();
-        let results = self.kernel.execute(ops.len(), |index, seq, buf| {
-            let Some(op) = ops.get(index) else { return };
-            match op {
-                Op::Nexthop { id, hop } => msg::new_nexthop(buf, seq, *id, hop),
-                Op::Group { id, members } => msg::new_group(buf, seq, *id, members),
-                Op::DelNexthop(id) => msg::del_nexthop(buf, seq, *id),
-                Op::Route { key, target, .. } => msg::new_route(buf, seq, key, target),
-                Op::DelRoute(key) => msg::del_route(buf, seq, key),
-            }
+        let plan_ref: &Plan = plan;
+        let failures = self.kernel.execute(plan_ref.len(), |index, seq, buf| {
+            encode(plan_ref, index, seq, buf);
         });
-        let mut failures = 0usize;
-        for (op, result) in ops.iter().zip(results) {
-            match (op, result) {
-                (Op::Route { subject, .. }, result) => {
-                    let Some(route) = self.routes.get_mut(subject) else { continue };
-                    route.state = match result {
-                        Ok(()) => State::Installed,
-                        Err(e) => {
-                            failures += 1;
-                            if failures <= 3 {
-                                warn!(prefix = %subject.1, "kernel refused the route: {e}");
-                            }
-                            State::Failed(e.to_string())
-                        }
-                    };
-                }
-                (_, Ok(())) => {}
-                // Already gone: the goal is reached.
-                (Op::DelRoute(_) | Op::DelNexthop(_), Err(KernelError { errno, .. }))
-                    if errno == kernel::ESRCH || errno == kernel::ENOENT => {}
-                (Op::DelRoute(key), Err(e)) => {
-                    warn!(prefix = %key.prefix, "cannot delete route: {e}")
-                }
-                (Op::Nexthop { id, hop }, Err(e)) => {
-                    warn!(id, gateway = %hop.gateway, ifindex = hop.ifindex, "kernel refused the nexthop: {e}")
-                }
-                (Op::Group { id, .. }, Err(e)) => {
-                    warn!(id, "kernel refused the nexthop group: {e}")
-                }
-                (Op::DelNexthop(id), Err(e)) => warn!(id, "cannot delete nexthop: {e}"),
-            }
+        if failures.iter().any(|(_, e)| e.errno == super::kernel::ENOBUFS) {
+            self.resync = true;
         }
-        if failures > 3 {
-            warn!("kernel refused {failures} routes in one batch (first three logged)");
-        }
+        self.planner.record(plan, &failures);
     }
 
-    /// Reads links, routes and nexthops from the kernel and makes it hold exactly what uplink
+    /// Reads links, nexthops and routes from the kernel and makes it hold exactly what uplink
     /// wants: stale `proto bgp` routes and nexthops in its tables go, missing ones come back.
+    /// The routes are streamed against the planner's counts, never held.
     fn reconcile(&mut self, startup: bool) {
         let mut links = Vec::new();
         if let Err(e) = self.kernel.dump(msg::RTM_GETLINK, msg::AF_UNSPEC, |m| {
@@ -664,45 +229,14 @@ impl Writer {
         }) {
             warn!("cannot read the interfaces: {e}");
         }
-        self.resolver.clear();
-        self.links.clear();
-        let mut plan = Plan::default();
+        self.planner.forget_kernel_view();
         for link in links {
-            self.link(link, &mut plan);
+            self.planner.link(link);
         }
-        // Routes of ours in the kernel: (table, prefix, metric) -> nexthop id.
-        let our_tables: HashSet<u32> = self.instances.iter().filter_map(|i| i.table).collect();
-        let mut kernel_bgp: HashMap<RouteKey, Option<u32>> = HashMap::new();
-        for family in [msg::AF_INET, msg::AF_INET6] {
-            let resolver = &mut self.resolver;
-            if let Err(e) = self.kernel.dump(msg::RTM_GETROUTE, family, |m| {
-                let Some(route) = msg::parse_route(m.payload) else { return };
-                if route.protocol == RTPROT_BGP {
-                    if our_tables.contains(&route.table) {
-                        let key = RouteKey {
-                            table: route.table,
-                            prefix: route.prefix,
-                            metric: route.metric,
-                        };
-                        kernel_bgp.insert(key, route.nh_id);
-                    }
-                } else {
-                    resolver.add_route(&route);
-                }
-            }) {
-                warn!("cannot read the routes: {e}");
-            }
-        }
-        let mut kernel_nexthops = HashSet::new();
-        let mut stale_nexthops = Vec::new();
-        let mut foreign = Vec::new();
+        let mut nexthops = Vec::new();
         match self.kernel.dump(msg::RTM_GETNEXTHOP, msg::AF_UNSPEC, |m| {
             if let Some(nh) = msg::parse_nexthop(m.payload) {
-                if nh.protocol == RTPROT_BGP {
-                    kernel_nexthops.insert(nh.id);
-                } else {
-                    foreign.push(nh.id);
-                }
+                nexthops.push(nh);
             }
         }) {
             Ok(()) => {}
@@ -710,135 +244,82 @@ impl Writer {
                 warn!(
                     "the kernel has no nexthop objects ({e}): installing routes with RTA_MULTIPATH"
                 );
-                self.objects = false;
+                self.planner.without_objects();
             }
             Err(e) => warn!("cannot read the nexthops: {e}"),
         }
-        self.registry.reserve_foreign(foreign);
-        for id in &kernel_nexthops {
-            if !self.registry.owns(*id) {
-                stale_nexthops.push(*id);
+        if startup && self.planner.objects() && !self.keep_compat_mode {
+            match super::kernel::disable_nexthop_compat_mode() {
+                Ok(true) => info!("net.ipv4.nexthop_compat_mode set to 0: replacing a nexthop group no longer notifies every route using it"),
+                Ok(false) => {}
+                Err(e) => warn!("cannot turn net.ipv4.nexthop_compat_mode off ({e}): every group change will notify each of its routes"),
             }
         }
-        // Groups: re-resolve, and re-create what the kernel lost.
-        let ids: Vec<u32> = self.registry.groups().map(|g| g.id).collect();
-        for id in &ids {
-            self.refresh_group(*id, &mut plan);
+        if self.planner.objects() {
+            // Stale objects go first: their routes leave with them.
+            let mut plan = Plan::default();
+            self.planner.resync_nexthops(&nexthops, &mut plan);
+            self.execute(&mut plan);
         }
-        if self.objects {
-            let nexthops: Vec<(u32, Hop)> = self.registry.nexthops().collect();
-            for (id, hop) in nexthops {
-                if !kernel_nexthops.contains(&id) {
-                    plan.objects.push(Op::Nexthop { id, hop });
+        let mut counts = ResyncCounts::default();
+        let mut plan = Plan::default();
+        for family in [msg::AF_INET, msg::AF_INET6] {
+            let planner = &mut self.planner;
+            if let Err(e) = self.kernel.dump(msg::RTM_GETROUTE, family, |m| {
+                if let Some(route) = msg::parse_route(m.payload) {
+                    planner.resync_route(&mut counts, &route, &mut plan);
                 }
-            }
-            for id in &ids {
-                if kernel_nexthops.contains(id) {
-                    continue;
-                }
-                if let Some(group) = self.registry.group(*id).filter(|g| !g.members.is_empty()) {
-                    let members =
-                        group.members.iter().filter_map(|h| self.registry.nexthop_id(h)).collect();
-                    plan.objects.push(Op::Group { id: *id, members });
-                }
+            }) {
+                warn!("cannot read the routes: {e}");
             }
         }
-        // Routes: what should be there, against what is.
-        let mut wanted = HashSet::new();
-        for ((instance, prefix), route) in self.routes.iter_mut() {
-            let Some(key) = self.instances.get(*instance).and_then(|i| i.route_key(*prefix)) else {
-                continue;
-            };
-            let Some(group) = self.registry.group(route.group).filter(|g| !g.members.is_empty())
-            else {
-                continue;
-            };
-            wanted.insert(key);
-            let target = if self.objects {
-                RouteTarget::Object(group.id)
-            } else {
-                RouteTarget::Inline(group.members.clone())
-            };
-            let present = kernel_bgp.get(&key);
-            let right = match (&target, present) {
-                (RouteTarget::Object(id), Some(Some(nh))) => id == nh,
-                (RouteTarget::Inline(_), Some(_)) => true,
-                _ => false,
-            };
-            if !right {
-                plan.routes.push(Op::Route { key, target, subject: (*instance, *prefix) });
-                route.state = State::Pending;
-            }
-        }
-        let stale_routes: Vec<RouteKey> =
-            kernel_bgp.keys().filter(|k| !wanted.contains(*k)).copied().collect();
-        if !stale_routes.is_empty() {
-            info!("removing {} stale proto bgp route(s) uplink does not want", stale_routes.len());
-        }
-        plan.routes.extend(stale_routes.into_iter().map(Op::DelRoute));
-        if !stale_nexthops.is_empty() {
-            info!("removing {} stale proto bgp nexthop(s)", stale_nexthops.len());
-        }
-        // Order does not matter here: deleting a member takes it out of its groups, and an
-        // already-gone object is not an error (ENOENT is ignored).
-        plan.cleanup.extend(stale_nexthops.into_iter().map(Op::DelNexthop));
-        self.resolution_dirty = false;
-        self.execute(plan);
+        self.planner.resync_finish(counts);
+        self.finish_round(plan, Vec::new(), Vec::new());
     }
 
-    fn views(&self) -> Vec<FibInstanceView> {
-        // Retired instances keep their index but show nothing (and hold no routes).
-        let mut out: Vec<FibInstanceView> = self
-            .instances
-            .iter()
-            .map(|i| FibInstanceView {
-                vrf: i.config.vrf.clone(),
-                leaked_from: i.config.leaked_from.clone(),
-                install: i.config.install,
-                table: i.table,
-                metric: i.config.metric,
-                nexthop_objects: self.objects,
-                routes: Vec::new(),
-            })
-            .collect();
-        for ((instance, prefix), route) in &self.routes {
-            let Some(view) = out.get_mut(*instance) else { continue };
-            let group = self.registry.group(route.group);
-            let (state, error) = match &route.state {
-                State::Installed => ("installed", None),
-                State::Pending => ("pending", None),
-                State::Failed(e) => ("failed", Some(e.clone())),
-            };
-            view.routes.push(FibRouteView {
-                prefix: *prefix,
-                next_hops: group
-                    .map(|g| g.key.next_hops.iter().map(NextHop::to_string).collect())
-                    .unwrap_or_default(),
-                via: group
-                    .map(|g| {
-                        g.members
-                            .iter()
-                            .map(|h| FibHopView {
-                                gateway: h.gateway,
-                                interface: self
-                                    .links
-                                    .get(&h.ifindex)
-                                    .map(|l| l.name.clone())
-                                    .unwrap_or_else(|| h.ifindex.to_string()),
-                                nexthop_id: self.registry.nexthop_id(h).filter(|_| self.objects),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                nexthop_group: self.objects.then_some(route.group),
-                state,
-                error,
+    /// Deletes every `proto bgp` route of `table` at `metric` (a retired instance whose
+    /// routes carry their hops inline, so they did not leave with a group).
+    fn purge(&mut self, table: u32, metric: u32) {
+        let mut plan = Plan::default();
+        for family in [msg::AF_INET, msg::AF_INET6] {
+            let routes = &mut plan.routes;
+            let _ = self.kernel.dump(msg::RTM_GETROUTE, family, |m| {
+                let Some(r) = msg::parse_route(m.payload) else { return };
+                if r.protocol == RTPROT_BGP && r.table == table && r.metric == metric {
+                    let key = RouteKey { table, prefix: r.prefix, metric };
+                    routes.push(super::plan::RouteOp {
+                        key,
+                        instance: u32::MAX,
+                        action: RouteAction::Delete,
+                    });
+                }
             });
         }
-        for view in &mut out {
-            view.routes.sort_by_key(|r| r.prefix);
+        self.execute(&mut plan);
+    }
+}
+
+/// Appends request `index` of `plan` to `buf`.
+fn encode(plan: &Plan, index: usize, seq: u32, buf: &mut Vec<u8>) {
+    match plan.request(index) {
+        Some(Request::Object(ObjectOp::Nexthop { id, hop })) => {
+            msg::new_nexthop(buf, seq, *id, hop)
         }
-        out.into_iter().zip(&self.instances).filter(|(_, i)| !i.retired).map(|(v, _)| v).collect()
+        Some(Request::Object(ObjectOp::Group { id, members })) => {
+            msg::new_group(buf, seq, *id, members)
+        }
+        Some(Request::Object(ObjectOp::Delete(id))) => msg::del_nexthop(buf, seq, *id),
+        Some(Request::Route(op)) => match op.action {
+            RouteAction::Set(group) => {
+                let target = match plan.inline.get(&group) {
+                    Some(hops) => RouteTarget::Inline(hops),
+                    None => RouteTarget::Object(group),
+                };
+                msg::new_route(buf, seq, &op.key, target)
+            }
+            RouteAction::Delete => msg::del_route(buf, seq, &op.key),
+        },
+        None => {}
     }
 }
 
@@ -894,10 +375,9 @@ mod tests {
         // A notification as the kernel sends it: our own request bytes with the sender's pid.
         let mut request = Vec::new();
         let key = RouteKey { table: 254, prefix: "10.1.0.0/24".parse().unwrap(), metric: 20 };
-        let target =
-            RouteTarget::Inline(vec![Hop { gateway: "10.0.0.1".parse().unwrap(), ifindex: 2 }]);
+        let hops = [Hop { gateway: "10.0.0.1".parse().unwrap(), ifindex: 2 }];
         if kind == msg::RTM_NEWROUTE {
-            msg::new_route(&mut request, 1, &key, &target);
+            msg::new_route(&mut request, 1, &key, RouteTarget::Inline(&hops));
         } else {
             msg::del_route(&mut request, 1, &key);
         }
@@ -938,12 +418,5 @@ mod tests {
         });
         let adjacent = prefixes.windows(2).filter(|w| w[0].abs_diff(w[1]) == 1).count();
         assert!(adjacent < 20, "{adjacent} neighbours stayed adjacent");
-    }
-
-    #[test]
-    fn next_hops_are_normalized_into_one_group_key() {
-        let a = NextHop::V4("10.0.0.2".parse().unwrap());
-        let b = NextHop::V4("10.0.0.1".parse().unwrap());
-        assert_eq!(normalize(vec![a, b, a]), vec![b, a]);
     }
 }

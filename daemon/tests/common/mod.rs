@@ -82,6 +82,20 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<
     panic!("timed out after {timeout:?} waiting for {what}: {last}");
 }
 
+/// `ip route show ARGS` in `ns`, each `nhid N` followed by the nexthop lines of the group and
+/// its members (`via GATEWAY dev IF`): uplink turns the kernel's nexthop compatibility mode
+/// off, so its routes name only their group.
+pub fn route_with_nexthops(ns: &Ns, args: &str) -> String {
+    let script = format!(
+        "r=$(ip route show {args}); echo \"$r\"; \
+         for id in $(echo \"$r\" | grep -o 'nhid [0-9]*' | cut -d' ' -f2); do \
+           for m in $(ip nexthop show id $id | grep -o 'group [0-9/,]*' | cut -d' ' -f2 \
+                      | tr '/' ' ' | sed 's/,[0-9]*//g') $id; do ip nexthop show id $m; done; \
+         done"
+    );
+    ns.run(&["sh", "-c", &script])
+}
+
 /// A network namespace owned by a lab.
 #[derive(Clone, Debug)]
 pub struct Ns {

@@ -147,25 +147,26 @@ impl Destination {
         self.paths().iter().find(|p| p.best)
     }
 
-    /// The next hops to install: those of the best path and its multipaths, deduplicated;
-    /// empty when the best path is local (nothing to install) or there is none.
-    /// `peer_address` gives each path's session address (see [`forwarding_next_hop`]).
+    /// The next hops to install, into `out`: those of the best path and its multipaths,
+    /// sorted and deduplicated; empty when the best path is local (nothing to install) or
+    /// there is none. `peer_address` gives each path's session address (see
+    /// [`forwarding_next_hop`]). `out` is the caller's, reused, so no prefix allocates.
     pub(crate) fn fib_next_hops(
         &self,
         peer_address: impl Fn(PeerId) -> Option<IpAddr>,
-    ) -> Vec<fib::NextHop> {
-        let mut hops = Vec::new();
+        out: &mut Vec<fib::NextHop>,
+    ) {
+        out.clear();
         for p in self.paths() {
             if !(p.best || p.multipath) || p.peer == PeerId::LOCAL {
                 continue;
             }
             let hop = forwarding_next_hop(p.attrs.next_hop, peer_address(p.peer));
-            if let Some(hop) = to_fib(hop).filter(|h| !hops.contains(h)) {
-                hops.push(hop);
+            if let Some(hop) = to_fib(hop).filter(|h| !out.contains(h)) {
+                out.push(hop);
             }
         }
-        hops.sort_unstable();
-        hops
+        out.sort_unstable();
     }
 }
 

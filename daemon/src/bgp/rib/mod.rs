@@ -1,7 +1,13 @@
 //! The RIB of one routing instance (VRF): Adj-RIBs-In (post-policy), Loc-RIB with best path and
 //! ECMP, and one Adj-RIB-Out per peer. Plain synchronous data; the instance's tokio task owns
-//! it and feeds it events, and every call returns what changed for the FIB and which peers have
-//! output to drain (DESIGN.md: one RIB task per instance; model holo `holo-bgp/src/rib.rs`).
+//! it and feeds it events; every call returns which peers have output to drain, and records
+//! what changed for the FIB in compact batches ([`Rib::take_fib`]) (DESIGN.md: one RIB task per
+//! instance; model holo `holo-bgp/src/rib.rs`).
+//!
+//! For the FIB the RIB is the desired state: the writer keeps no copy of the routes. Each
+//! change names the next-hop set the writer was told before and the one it should have now,
+//! and when a session goes down the RIB first says which next hops it lost, so the writer can
+//! take them out of every nexthop group before the per-prefix withdrawals arrive.
 
 pub mod adj_out;
 pub mod decision;
@@ -21,7 +27,7 @@ pub use loc_rib::{Path, Prefix, Source};
 
 use crate::bgp::policy::{self, ExportPolicy, ExportSource, ImportPolicy, ImportReject};
 use crate::bgp::wire::attributes::{Afi, AsPath, Family, NextHop, Origin, PathAttributes};
-use crate::fib::RouteChange;
+use crate::fib::{self, RouteBatch, RouteBatchBuilder};
 use adj_out::AdjRibOut;
 use decision::{Candidate, MultipathConfig};
 use loc_rib::{Destination, Removal, Table};
@@ -81,12 +87,24 @@ impl RibConfig {
     }
 }
 
-/// What one call changed.
+/// What one call changed for the peers (the FIB's part goes to [`Rib::take_fib`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
-    pub fib: Vec<RouteChange>,
     /// Peers whose Adj-RIB-Out has output waiting: drain them with [`Rib::take_pending`].
     pub outbound: BTreeSet<PeerId>,
+}
+
+/// What the FIB is told, and scratch space to compute it without allocating per prefix.
+#[derive(Debug, Default)]
+struct FibOut {
+    batches: RouteBatchBuilder,
+    before: Vec<fib::NextHop>,
+    after: Vec<fib::NextHop>,
+    /// Next hops declared lost (their last session went down) and not seen since.
+    down: Vec<fib::NextHop>,
+    /// A peer being removed: its paths are still being withdrawn, and their next hops must
+    /// read as they did while it was up (its address anchors link-local next hops).
+    departing: Option<(PeerId, IpAddr)>,
 }
 
 /// The result of [`Rib::apply_update`].
@@ -110,6 +128,9 @@ pub enum RibError {
 struct Peer {
     info: PeerInfo,
     accepted: usize,
+    /// The FIB next hops of the paths this peer sent (distinct; a handful): when the session
+    /// goes down, those no other peer uses are lost.
+    fib_hops: Vec<fib::NextHop>,
     out_v4: AdjRibOut<Ipv4Net>,
     out_v6: AdjRibOut<Ipv6Net>,
 }
@@ -125,9 +146,10 @@ pub struct Rib {
     next_peer: u32,
     /// The interner is swept when it grows to this many sets (amortised O(1) per call).
     next_sweep_at: usize,
-    /// Whether changes report [`RouteChange`]s; off when nothing installs routes, so ingest
+    /// Whether changes are recorded for the FIB; off when nothing installs routes, so ingest
     /// does not compute next-hop sets that nobody reads.
     track_fib: bool,
+    fib: FibOut,
 }
 
 const MIN_SWEEP_THRESHOLD: usize = 1024;
@@ -158,6 +180,7 @@ struct Parts<'a, P: Prefix> {
     table: &'a mut Table<P>,
     peers: &'a mut BTreeMap<PeerId, Peer>,
     track_fib: bool,
+    fib: &'a mut FibOut,
 }
 
 /// Per-family access to a [`Rib`]'s table and a peer's Adj-RIB-Out.
@@ -174,6 +197,7 @@ impl RibFamily for Ipv4Net {
             table: &mut rib.v4,
             peers: &mut rib.peers,
             track_fib: rib.track_fib,
+            fib: &mut rib.fib,
         }
     }
     fn adj_out(peer: &mut Peer) -> &mut AdjRibOut<Self> {
@@ -189,6 +213,7 @@ impl RibFamily for Ipv6Net {
             table: &mut rib.v6,
             peers: &mut rib.peers,
             track_fib: rib.track_fib,
+            fib: &mut rib.fib,
         }
     }
     fn adj_out(peer: &mut Peer) -> &mut AdjRibOut<Self> {
@@ -243,8 +268,15 @@ fn decide(dest: &mut Destination, peers: &BTreeMap<PeerId, Peer>, config: &RibCo
 /// holds every set until its next sweep, which never runs inside a change.
 type BestKey = Option<(PeerId, *const PathAttributes)>;
 
-fn peer_address(peers: &BTreeMap<PeerId, Peer>, id: PeerId) -> Option<IpAddr> {
-    peers.get(&id).map(|p| p.info.address)
+fn peer_address(
+    peers: &BTreeMap<PeerId, Peer>,
+    departing: Option<(PeerId, IpAddr)>,
+    id: PeerId,
+) -> Option<IpAddr> {
+    match peers.get(&id) {
+        Some(p) => Some(p.info.address),
+        None => departing.filter(|(d, _)| *d == id).map(|(_, a)| a),
+    }
 }
 
 fn best_key(dest: &Destination) -> BestKey {
@@ -324,10 +356,11 @@ impl<P: RibFamily> Parts<'_, P> {
     fn change_path(&mut self, prefix: &P, change: PathChange, changes: &mut Changes) -> PathDelta {
         let mut delta = PathDelta::default();
         let track_fib = self.track_fib;
+        let departing = self.fib.departing;
         // One hash lookup per change: everything below works on this entry. No reference
         // count is incremented here (the caller made the path's): on a million-route ingest an
         // atomic increment per prefix was the largest single cost (it waits for the table store).
-        let (old_best, old_hops, mut dest) = match self.table.map.entry(*prefix) {
+        let (old_best, mut dest) = match self.table.map.entry(*prefix) {
             Entry::Vacant(slot) => {
                 let PathChange::Upsert { peer, attrs } = change else { return delta };
                 delta.added = true;
@@ -337,10 +370,9 @@ impl<P: RibFamily> Parts<'_, P> {
                 let mut dest = Destination::One(Path::new(peer, attrs));
                 decide(&mut dest, self.peers, self.config);
                 if track_fib {
-                    let hops = dest.fib_next_hops(|id| peer_address(self.peers, id));
-                    if !hops.is_empty() {
-                        changes.fib.push(RouteChange { prefix: (*prefix).into(), next_hops: hops });
-                    }
+                    let FibOut { batches, after, .. } = &mut *self.fib;
+                    dest.fib_next_hops(|id| peer_address(self.peers, departing, id), after);
+                    batches.change((*prefix).into(), &[], after);
                 }
                 export_to_all(self.peers, self.interner, *prefix, dest.best(), changes);
                 slot.insert(dest);
@@ -348,11 +380,10 @@ impl<P: RibFamily> Parts<'_, P> {
             }
             Entry::Occupied(mut slot) => {
                 let old_best = best_key(slot.get());
-                let old_hops = if track_fib {
-                    slot.get().fib_next_hops(|id| peer_address(self.peers, id))
-                } else {
-                    Vec::new()
-                };
+                if track_fib {
+                    let before = &mut self.fib.before;
+                    slot.get().fib_next_hops(|id| peer_address(self.peers, departing, id), before);
+                }
                 let removal = match change {
                     PathChange::Upsert { peer, attrs } => {
                         let path = Path::new(peer, attrs);
@@ -372,9 +403,9 @@ impl<P: RibFamily> Parts<'_, P> {
                 };
                 if removal == Removal::LastPath {
                     slot.remove();
-                    (old_best, old_hops, None)
+                    (old_best, None)
                 } else {
-                    (old_best, old_hops, Some(slot.into_mut()))
+                    (old_best, Some(slot.into_mut()))
                 }
             }
         };
@@ -383,12 +414,12 @@ impl<P: RibFamily> Parts<'_, P> {
         }
         let dest = dest.as_deref();
         if track_fib {
-            let new_hops = dest
-                .map(|d| d.fib_next_hops(|id| peer_address(self.peers, id)))
-                .unwrap_or_default();
-            if new_hops != old_hops {
-                changes.fib.push(RouteChange { prefix: (*prefix).into(), next_hops: new_hops });
+            let FibOut { batches, before, after, .. } = &mut *self.fib;
+            match dest {
+                Some(d) => d.fib_next_hops(|id| peer_address(self.peers, departing, id), after),
+                None => after.clear(),
             }
+            batches.change((*prefix).into(), before, after);
         }
         if old_best != dest.and_then(best_key) {
             let best = dest.and_then(Destination::best);
@@ -461,11 +492,60 @@ impl Rib {
             next_peer: 1,
             next_sweep_at: MIN_SWEEP_THRESHOLD,
             track_fib: true,
+            fib: FibOut::default(),
         }
     }
 
-    /// Turns [`Changes::fib`] reporting on or off (on by default). Turning it on does not
-    /// report the routes already present: enable it before the first route arrives.
+    /// What changed for the FIB since the last call, in order.
+    pub fn take_fib(&mut self) -> Vec<RouteBatch> {
+        self.fib.batches.take()
+    }
+
+    /// Every route with something to install: `each(prefix, next hops)`.
+    pub fn fib_routes(&self, mut each: impl FnMut(IpNet, &[fib::NextHop])) {
+        let mut hops = Vec::new();
+        let address = |id| peer_address(&self.peers, None, id);
+        for (prefix, dest) in &self.v4.map {
+            dest.fib_next_hops(address, &mut hops);
+            if !hops.is_empty() {
+                each(IpNet::V4(*prefix), &hops);
+            }
+        }
+        for (prefix, dest) in &self.v6.map {
+            dest.fib_next_hops(address, &mut hops);
+            if !hops.is_empty() {
+                each(IpNet::V6(*prefix), &hops);
+            }
+        }
+    }
+
+    /// The next hops to install for one prefix (empty: none).
+    pub fn fib_route(&self, prefix: &IpNet) -> Vec<fib::NextHop> {
+        let mut hops = Vec::new();
+        let address = |id| peer_address(&self.peers, None, id);
+        match prefix {
+            IpNet::V4(p) => self.v4.map.get(p).map(|d| d.fib_next_hops(address, &mut hops)),
+            IpNet::V6(p) => self.v6.map.get(p).map(|d| d.fib_next_hops(address, &mut hops)),
+        };
+        hops
+    }
+
+    /// Tells the FIB every route is gone (the RIB is going away).
+    pub fn withdraw_fib(&mut self) {
+        if !self.track_fib {
+            return;
+        }
+        let mut gone = RouteBatchBuilder::new();
+        self.fib_routes(|prefix, hops| gone.change(prefix, hops, &[]));
+        for batch in gone.take() {
+            for (prefix, old, _) in batch.changes() {
+                self.fib.batches.change(prefix, old, &[]);
+            }
+        }
+    }
+
+    /// Turns recording for the FIB on or off (on by default). Turning it on does not report
+    /// the routes already present: enable it before the first route arrives.
     pub fn set_fib_tracking(&mut self, on: bool) {
         self.track_fib = on;
     }
@@ -522,7 +602,13 @@ impl Rib {
         self.next_peer = self.next_peer.saturating_add(1);
         self.peers.insert(
             id,
-            Peer { info, accepted: 0, out_v4: AdjRibOut::default(), out_v6: AdjRibOut::default() },
+            Peer {
+                info,
+                accepted: 0,
+                fib_hops: Vec::new(),
+                out_v4: AdjRibOut::default(),
+                out_v6: AdjRibOut::default(),
+            },
         );
         let mut changes = Changes::default();
         Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
@@ -534,11 +620,22 @@ impl Rib {
     /// (FIB changes, other peers' re-advertisements of new best paths).
     pub fn peer_down(&mut self, id: PeerId) -> Changes {
         let mut changes = Changes::default();
-        if self.peers.remove(&id).is_none() {
-            return changes;
+        let Some(peer) = self.peers.remove(&id) else { return changes };
+        if self.track_fib {
+            // Prefix-independent convergence: the next hops only this peer used are lost, and
+            // the FIB hears it before the withdrawals.
+            for hop in &peer.fib_hops {
+                let shared = self.peers.values().any(|p| p.fib_hops.contains(hop));
+                if !shared && !self.fib.down.contains(hop) {
+                    self.fib.batches.hop_down(*hop);
+                    self.fib.down.push(*hop);
+                }
+            }
         }
+        self.fib.departing = Some((id, peer.info.address));
         Ipv4Net::parts(self).remove_peer_paths(id, &mut changes);
         Ipv6Net::parts(self).remove_peer_paths(id, &mut changes);
+        self.fib.departing = None;
         changes.outbound.remove(&id);
         self.maybe_sweep();
         changes
@@ -574,6 +671,9 @@ impl Rib {
         attrs: &PathAttributes,
         withdrawn: &[IpNet],
     ) -> Result<UpdateOutcome, RibError> {
+        if self.track_fib && !announced.is_empty() {
+            self.note_fib_hop(peer, attrs.next_hop);
+        }
         let info = &self.peers.get(&peer).ok_or(RibError::UnknownPeer(peer))?.info;
         let attr_check = policy::check_import_attributes(attrs, info, self.config.router_id);
         let mut outcome = UpdateOutcome::default();
@@ -632,6 +732,21 @@ impl Rib {
         }
         self.maybe_sweep();
         Ok(outcome)
+    }
+
+    /// Records the FIB next hop of a peer's paths; a next hop declared lost is back, which the
+    /// FIB hears before the routes over it.
+    fn note_fib_hop(&mut self, peer: PeerId, next_hop: NextHop) {
+        let Some(p) = self.peers.get_mut(&peer) else { return };
+        let forwarding = loc_rib::forwarding_next_hop(next_hop, Some(p.info.address));
+        let Some(hop) = loc_rib::to_fib(forwarding) else { return };
+        if !p.fib_hops.contains(&hop) {
+            p.fib_hops.push(hop);
+        }
+        if let Some(i) = self.fib.down.iter().position(|h| *h == hop) {
+            self.fib.down.swap_remove(i);
+            self.fib.batches.hop_up(hop);
+        }
     }
 
     /// Originates `prefix` from this router. Origin IGP, an empty AS_PATH and an unspecified

@@ -73,6 +73,25 @@ fn hop(n: u8) -> crate::fib::NextHop {
     crate::fib::NextHop::V4(Ipv4Addr::new(192, 0, 2, n))
 }
 
+/// A prefix and the next hops the FIB is now told to install for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RouteChange {
+    prefix: IpNet,
+    next_hops: Vec<crate::fib::NextHop>,
+}
+
+/// What the RIB recorded for the FIB since the last call (next-hop events left out).
+fn fib(rib: &mut Rib) -> Vec<RouteChange> {
+    rib.take_fib()
+        .iter()
+        .flat_map(|b| {
+            b.changes()
+                .map(|(prefix, _, new)| RouteChange { prefix, next_hops: new.to_vec() })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The single announcement group of a drained batch, for tests that send one attribute set.
 fn single_group(batch: &OutboundBatch) -> (&PathAttributes, Vec<IpNet>) {
     assert_eq!(batch.announce.len(), 1, "{batch:?}");
@@ -87,7 +106,7 @@ fn accepted_route_becomes_best_and_reaches_the_fib() {
     assert!(out.rejected.is_empty());
     assert_eq!(out.accepted_count, 1);
     assert_eq!(
-        out.changes.fib,
+        fib(&mut rib),
         vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1)] }]
     );
     let paths = rib.route(&net("10.1.0.0/24")).unwrap();
@@ -96,13 +115,10 @@ fn accepted_route_becomes_best_and_reaches_the_fib() {
     assert_eq!(paths[0].source(), Source::Peer(a));
     // Re-announcing the same route changes nothing and does not count twice.
     let out = announce(&mut rib, a, &["10.1.0.0/24"], &learned(&[65001], 1));
-    assert!(out.changes.fib.is_empty());
+    assert!(fib(&mut rib).is_empty());
     assert_eq!(out.accepted_count, 1);
     let out = withdraw(&mut rib, a, &["10.1.0.0/24"]);
-    assert_eq!(
-        out.changes.fib,
-        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]
-    );
+    assert_eq!(fib(&mut rib), vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
     assert_eq!(out.accepted_count, 0);
     assert!(rib.route(&net("10.1.0.0/24")).is_none());
 }
@@ -189,14 +205,12 @@ fn rejected_announcement_withdraws_the_previous_path() {
     let a = rib.peer_up(peer(1, 65001));
     announce(&mut rib, a, &["10.1.0.0/24"], &learned(&[65001], 1));
     assert_eq!(rib.accepted_count(a), 1);
+    fib(&mut rib);
     let out = announce(&mut rib, a, &["10.1.0.0/24"], &learned(&[65001, LOCAL_ASN], 1));
     assert_eq!(out.rejected.len(), 1);
     assert_eq!(out.accepted_count, 0);
     assert!(rib.route(&net("10.1.0.0/24")).is_none());
-    assert_eq!(
-        out.changes.fib,
-        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]
-    );
+    assert_eq!(fib(&mut rib), vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
 }
 
 #[test]
@@ -230,18 +244,19 @@ fn ecmp_across_peers_of_the_same_neighbor_as() {
     let a = rib.peer_up(peer(1, 65001));
     let b = rib.peer_up(peer(2, 65001));
     announce(&mut rib, a, &["10.1.0.0/24"], &learned(&[65001, 65100], 1));
-    let out = announce(&mut rib, b, &["10.1.0.0/24"], &learned(&[65001, 65100], 2));
+    fib(&mut rib);
+    announce(&mut rib, b, &["10.1.0.0/24"], &learned(&[65001, 65100], 2));
     assert_eq!(
-        out.changes.fib,
+        fib(&mut rib),
         vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1), hop(2)] }]
     );
     let paths = rib.route(&net("10.1.0.0/24")).unwrap();
     assert!(paths.iter().all(Path::is_multipath));
     assert_eq!(paths.iter().filter(|p| p.is_best()).count(), 1);
     // Losing one path shrinks the set back to a single next hop.
-    let out = withdraw(&mut rib, a, &["10.1.0.0/24"]);
+    withdraw(&mut rib, a, &["10.1.0.0/24"]);
     assert_eq!(
-        out.changes.fib,
+        fib(&mut rib),
         vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(2)] }]
     );
 }
@@ -251,14 +266,15 @@ fn maximum_paths_caps_the_ecmp_set() {
     let mut config = RibConfig::new(ROUTER_ID);
     config.maximum_paths = 2;
     let mut rib = Rib::new(config);
-    let mut last = Changes::default();
+    let mut last = Vec::new();
     for n in [3, 1, 2] {
         let id = rib.peer_up(peer(n, 65001));
-        last = announce(&mut rib, id, &["10.1.0.0/24"], &learned(&[65001], n)).changes;
+        announce(&mut rib, id, &["10.1.0.0/24"], &learned(&[65001], n));
+        last = fib(&mut rib);
     }
     // The two lowest router ids are chosen, whatever the arrival order.
     assert_eq!(
-        last.fib,
+        last,
         vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1), hop(2)] }]
     );
 }
@@ -294,9 +310,10 @@ fn set_config_reruns_decision_and_applies_always_block() {
     let mut config = RibConfig::new(ROUTER_ID);
     config.maximum_paths = 1;
     config.always_block = vec![net("10.2.0.0/16")];
-    let changes = rib.set_config(config);
+    fib(&mut rib);
+    rib.set_config(config);
     assert_eq!(
-        changes.fib,
+        fib(&mut rib),
         vec![
             RouteChange { prefix: net("10.2.0.0/24"), next_hops: vec![] },
             RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1)] },
@@ -344,9 +361,10 @@ fn local_route_wins_and_is_advertised_with_ebgp_rewrite() {
     let a = rib.peer_up(peer(1, 65001));
     announce(&mut rib, a, &["10.1.0.0/24"], &learned(&[65001], 1));
     let local = PathAttributes { med: Some(7), local_pref: Some(300), ..Default::default() };
+    fib(&mut rib);
     let changes = rib.originate(net("10.1.0.0/24"), &local);
     // Our own route wins; there is nothing to install.
-    assert_eq!(changes.fib, vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
+    assert_eq!(fib(&mut rib), vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
     let paths = rib.route(&net("10.1.0.0/24")).unwrap();
     let ours = paths.iter().find(|p| p.source() == Source::Local).unwrap();
     assert!(ours.is_best());
@@ -564,6 +582,44 @@ fn peer_up_receives_the_whole_table_grouped() {
     assert_eq!(rib.advertised(e, V4), vec![net("10.9.0.0/24"), net("10.9.1.0/24")]);
 }
 
+/// Prefix-independent convergence: a session's loss is announced to the FIB as the loss of
+/// the next hops only it used, before the withdrawals; its return before the first route.
+#[test]
+fn lost_and_returning_next_hops_reach_the_fib_before_the_routes() {
+    let mut rib = rib();
+    let a = rib.peer_up(peer(1, 65001));
+    let b = rib.peer_up(peer(2, 65001));
+    // c sends hop 2 as a third-party next hop: hop 2 is not lost when b goes.
+    let c = rib.peer_up(peer(3, 65001));
+    announce(&mut rib, a, &["10.1.0.0/24", "10.2.0.0/24"], &learned(&[65001], 1));
+    announce(&mut rib, b, &["10.1.0.0/24", "10.2.0.0/24"], &learned(&[65001], 2));
+    announce(&mut rib, c, &["10.3.0.0/24"], &learned(&[65001], 2));
+    fib(&mut rib);
+
+    rib.peer_down(a);
+    let batches = rib.take_fib();
+    assert_eq!(batches[0].hops_down(), &[hop(1)]);
+    assert_eq!(batches[0].len(), 2, "the withdrawals follow the loss in the same batch");
+    let changes: Vec<_> =
+        batches[0].changes().map(|(p, o, n)| (p, o.to_vec(), n.to_vec())).collect();
+    assert!(changes.contains(&(net("10.1.0.0/24"), vec![hop(1), hop(2)], vec![hop(2)])));
+
+    rib.peer_down(b);
+    let batches = rib.take_fib();
+    assert!(batches.iter().all(|b| b.hops_down().is_empty()), "c still uses hop 2");
+
+    let a = rib.peer_up(peer(1, 65001));
+    announce(&mut rib, a, &["10.1.0.0/24"], &learned(&[65001], 1));
+    let batches = rib.take_fib();
+    assert_eq!(batches[0].hops_up(), &[hop(1)]);
+    let changes: Vec<_> =
+        batches[0].changes().map(|(p, o, n)| (p, o.to_vec(), n.to_vec())).collect();
+    assert_eq!(changes, vec![(net("10.1.0.0/24"), vec![], vec![hop(1)])]);
+    // Once back, not announced again.
+    announce(&mut rib, a, &["10.2.0.0/24"], &learned(&[65001], 1));
+    assert!(rib.take_fib().iter().all(|b| b.hops_up().is_empty()));
+}
+
 #[test]
 fn peer_down_withdraws_and_readvertises_the_new_best() {
     let mut rib = rib();
@@ -575,9 +631,10 @@ fn peer_down_withdraws_and_readvertises_the_new_best() {
     announce(&mut rib, b, &prefixes, &learned(&[65002, 65100], 2));
     assert_eq!(single_group(&rib.take_pending(i, V4).unwrap()).0.next_hop, nh(1));
 
+    fib(&mut rib);
     let changes = rib.peer_down(a);
     assert_eq!(
-        changes.fib,
+        fib(&mut rib),
         vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(2)] }]
     );
     assert_eq!(changes.outbound, BTreeSet::from([i]));
@@ -587,8 +644,8 @@ fn peer_down_withdraws_and_readvertises_the_new_best() {
     assert_eq!(rib.accepted_count(a), 0);
     assert!(rib.peer_info(a).is_none());
 
-    let changes = rib.peer_down(b);
-    assert_eq!(changes.fib, vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
+    rib.peer_down(b);
+    assert_eq!(fib(&mut rib), vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
     let batch = rib.take_pending(i, V4).unwrap();
     assert_eq!(batch.withdraw, vec![net("10.1.0.0/24")]);
     assert_eq!(rib.prefix_count(V4), 0);
@@ -670,10 +727,11 @@ fn one_million_routes_from_one_peer() {
         println!("RSS growth: {} bytes/route", after.saturating_sub(before) / 1_000_000);
     }
     assert!(table / 1_000_000 <= 140);
+    fib(&mut rib);
     let start = std::time::Instant::now();
-    let changes = rib.peer_down(a);
+    rib.peer_down(a);
     println!("peer down (1M withdrawals) in {:?}", start.elapsed());
-    assert_eq!(changes.fib.len(), 1_000_000);
+    assert_eq!(fib(&mut rib).len(), 1_000_000);
     assert_eq!(rib.prefix_count(V4), 0);
 }
 

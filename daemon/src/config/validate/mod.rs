@@ -57,6 +57,8 @@ pub(crate) struct Fragment {
     pub always_block: Vec<IpNet>,
     /// `[fib] nexthop_objects`, where this file sets it.
     pub nexthop_objects: Option<(bool, Loc)>,
+    /// `[fib] nexthop_compat_mode`, where this file sets it.
+    pub nexthop_compat_mode: Option<(bool, Loc)>,
     pub announce: AnnounceFragment,
 }
 
@@ -148,6 +150,7 @@ pub(crate) fn validate_file(
         bfd_profiles: Vec::new(),
         always_block: Vec::new(),
         nexthop_objects: None,
+        nexthop_compat_mode: None,
         announce: AnnounceFragment::default(),
     };
     let announce = RawAnnounce {
@@ -162,7 +165,9 @@ pub(crate) fn validate_file(
     fragment.announce = super::announce::validate(source, announce, &mut *check.errors);
     if let Some(fib) = raw.fib {
         let loc = source.loc(fib.span().start);
-        fragment.nexthop_objects = fib.into_inner().nexthop_objects.map(|on| (on, loc));
+        let fib = fib.into_inner();
+        fragment.nexthop_objects = fib.nexthop_objects.map(|on| (on, loc.clone()));
+        fragment.nexthop_compat_mode = fib.nexthop_compat_mode.map(|on| (on, loc));
     }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
