@@ -68,6 +68,8 @@ pub(crate) fn merge(
         fib: FibConfig { nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on) },
         files,
         announce: super::announce::merge(announce, errors),
+        // Filled in by `load`, which knows the node's labels.
+        network: Default::default(),
     }
 }
 

@@ -27,6 +27,8 @@ pub struct Config {
     pub files: Vec<PathBuf>,
     /// What the node announces besides router `prefixes` (`crate::announce`).
     pub announce: AnnounceConfig,
+    /// The node's own network: `[network]` and the policies selecting this node.
+    pub network: super::network::NetworkConfig,
 }
 
 /// Node-wide FIB settings.

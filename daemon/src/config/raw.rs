@@ -16,6 +16,8 @@ use super::announce::{
     RawRouteAdvertisement, RawService,
 };
 
+use super::network_validate::{RawNetworkPolicy, RawNetworkSettings};
+
 pub(crate) type S<T> = Spanned<T>;
 
 #[derive(Debug, Deserialize)]
@@ -39,6 +41,10 @@ pub(crate) struct RawFile {
     pub networks: Vec<S<RawNetwork>>,
     #[serde(default)]
     pub route_advertisements: Vec<S<RawRouteAdvertisement>>,
+    // The node's own network (`config::network`).
+    pub network: Option<S<RawNetworkSettings>>,
+    #[serde(default)]
+    pub network_policies: Vec<S<RawNetworkPolicy>>,
 }
 
 /// Node-wide FIB settings (per-router ones are `install`, `table`, `metric`).

@@ -56,6 +56,7 @@ pub(crate) struct Fragment {
     /// `[fib] nexthop_objects`, where this file sets it.
     pub nexthop_objects: Option<(bool, Loc)>,
     pub announce: AnnounceFragment,
+    pub network: super::network_validate::NetworkFragment,
 }
 
 #[derive(Debug)]
@@ -147,6 +148,7 @@ pub(crate) fn validate_file(
         always_block: Vec::new(),
         nexthop_objects: None,
         announce: AnnounceFragment::default(),
+        network: Default::default(),
     };
     let announce = RawAnnounce {
         node: raw.node,
@@ -158,6 +160,12 @@ pub(crate) fn validate_file(
         route_advertisements: raw.route_advertisements,
     };
     fragment.announce = super::announce::validate(source, announce, &mut *check.errors);
+    fragment.network = super::network_validate::validate(
+        source,
+        raw.network,
+        raw.network_policies,
+        &mut *check.errors,
+    );
     if let Some(fib) = raw.fib {
         let loc = source.loc(fib.span().start);
         fragment.nexthop_objects = fib.into_inner().nexthop_objects.map(|on| (on, loc));

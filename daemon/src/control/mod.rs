@@ -4,6 +4,7 @@
 pub mod announcements;
 pub mod client;
 pub mod handler;
+pub mod network;
 pub mod protocol;
 pub mod render;
 pub mod server;
