@@ -280,6 +280,14 @@ fn policies_apply_through_networkmanager_and_a_failed_probe_rolls_back() {
 
     // 2. A bridge with addresses and a route, guarded by the gateway probe: Available.
     let cfg = config(nm.lab.dir.path(), &state_dir, &format!("{UPLINK_POLICY}{BRIDGE_POLICY}"));
+    // `uplink check` first says what applying would change here, from nmstate's diff.
+    let (ok, out) = nm.uplink(&["check"], &cfg);
+    assert!(ok, "{out}");
+    assert!(out.contains("network policy uplink0: no change on this node"), "{out}");
+    let (_, change) = out.split_once("network policy bridge: would change:").expect(&out);
+    assert!(change.contains("br-test") && change.contains("192.0.2.1"), "{out}");
+    let (ok, out) = nm.uplink(&["show", "network", "policies"], &cfg);
+    assert!(ok && out.contains("bridge") && out.contains("br-test"), "{out}");
     let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
     assert!(ok, "bridge not applied: {out}\n{}", nm.lab.dump_logs());
     let enactments = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);

@@ -1,6 +1,7 @@
 //! Kubernetes manifests in `conf.d/*.yaml`: the objects operators already have — frr-k8s
 //! `FRRConfiguration`, MetalLB `IPAddressPool`, `BGPAdvertisement`, `BGPPeer`, `BFDProfile`,
-//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork` — mapped
+//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork`, nmstate
+//! `NodeNetworkConfigurationPolicy` (`manifest/nncp.rs`) — mapped
 //! onto the same model as the TOML sections.
 //!
 //! Each document is translated into the equivalent TOML table (keys from camelCase to the
@@ -25,6 +26,8 @@
 //!   what is announced, and are accepted. The node's own `host_subnet` (OVN-Kubernetes assigns
 //!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name.
 
+mod nncp;
+
 use std::path::Path;
 
 use serde::Deserialize;
@@ -38,7 +41,7 @@ use crate::announce::model::{Labels, PeerName, RouterLabels};
 use crate::announce::selector::{LabelSelector, Operator, Requirement};
 
 /// The kinds understood, with their API groups.
-const KINDS: [(&str, &str); 8] = [
+const KINDS: [(&str, &str); 9] = [
     ("FRRConfiguration", "frrk8s.metallb.io"),
     ("IPAddressPool", "metallb.io"),
     ("BGPAdvertisement", "metallb.io"),
@@ -47,6 +50,7 @@ const KINDS: [(&str, &str); 8] = [
     ("Community", "metallb.io"),
     ("RouteAdvertisements", "k8s.ovn.org"),
     ("ClusterUserDefinedNetwork", "k8s.ovn.org"),
+    ("NodeNetworkConfigurationPolicy", "nmstate.io"),
 ];
 
 /// Keys whose snake_case is not the mechanical one.
@@ -60,7 +64,9 @@ const RENAMES: [(&str, &str); 6] = [
 ];
 
 /// Maps whose keys are label names, copied as written.
-const VERBATIM: [&str; 3] = ["matchLabels", "labels", "namespaceLabels"];
+/// Also `node_selector` and nmstate's `desired_state` (kebab-case keys of its own).
+const VERBATIM: [&str; 5] =
+    ["matchLabels", "labels", "namespaceLabels", "node_selector", "desired_state"];
 
 /// One manifest file → one fragment per applicable document.
 pub(crate) fn fragments(
@@ -270,6 +276,7 @@ impl Document<'_> {
                 )
             }
             "ClusterUserDefinedNetwork" => self.cudn(spec, name, labels),
+            "NodeNetworkConfigurationPolicy" => self.nncp(spec, name),
             _ => None,
         }
     }

@@ -234,7 +234,10 @@ pub(crate) enum SettingValue {
 pub(crate) struct PolicyFragment {
     pub policy: NetworkPolicy,
     pub loc: Loc,
-    pub field: String,
+    /// Where errors about the policy as a whole point: its name and its desired state, in the
+    /// file's own spelling (a manifest rewrites them).
+    pub name_field: String,
+    pub desired_field: String,
     /// Each interface the policy names, with where.
     pub interfaces: Vec<(String, Loc)>,
 }
@@ -261,7 +264,7 @@ pub(crate) fn validate(
                     "policy \"{}\" is defined twice in this file (first at {})",
                     policy.policy.name, first.loc
                 );
-                check.errors.push(policy.loc.error(format!("{field}.name"), message));
+                check.errors.push(policy.loc.error(policy.name_field.clone(), message));
                 continue;
             }
             fragment.policies.push(policy);
@@ -437,7 +440,8 @@ impl Check<'_, '_> {
                 sources: vec![self.source.path.clone()],
             },
             loc,
-            field: field.to_string(),
+            name_field: format!("{field}.name"),
+            desired_field: format!("{field}.desired_state"),
             interfaces,
         })
     }
@@ -901,7 +905,7 @@ pub(crate) fn merge(
         for policy in fragment.policies {
             if let Some(first) = policies.iter().find(|p| p.policy.name == policy.policy.name) {
                 errors.push(policy.loc.error(
-                    format!("{}.name", policy.field),
+                    policy.name_field.clone(),
                     format!(
                         "policy \"{}\" is also defined at {}; policy names are unique",
                         policy.policy.name, first.loc
@@ -921,7 +925,7 @@ pub(crate) fn merge(
         for (interface, loc) in &policy.interfaces {
             if let Some((_, first, first_loc)) = claimed.iter().find(|(n, _, _)| n == interface) {
                 errors.push(loc.error(
-                    format!("{}.desired_state", policy.field),
+                    policy.desired_field.clone(),
                     format!(
                         "policies \"{}\" ({}) and \"{}\" ({}) both configure interface {interface}; one interface belongs to one policy",
                         first.policy.name, first_loc, policy.policy.name, loc
@@ -1018,5 +1022,242 @@ fn apply_setting(config: &mut NetworkConfig, value: &SettingValue) {
         SettingValue::PreProbeTimeout(d) => probes.pre_timeout = *d,
         SettingValue::ProbeInterval(d) => probes.interval = *d,
         SettingValue::DnsName(n) => probes.dns_name = n.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use serde_json::json;
+
+    use super::super::load::load_sources;
+    use super::super::network::NetworkBackend;
+    use super::super::{Config, ConfigErrors};
+
+    fn load(files: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
+        let sources: Vec<(PathBuf, String)> =
+            files.iter().map(|(name, text)| (PathBuf::from(name), text.to_string())).collect();
+        load_sources(&sources)
+    }
+
+    fn nncp_fixture() -> (PathBuf, String) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/manifests/nncp-vrf-lite.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        (path, text)
+    }
+
+    const NODE_WK3: &str = "[node]\nname = \"wk3\"\n";
+
+    const POLICY: &str = r#"
+[network]
+backend = "kernel"
+state_dir = "/tmp/uplink-state"
+probes = { timeout = "5s" }
+
+[[network_policies]]
+name = "uplink"
+node_selector = { "node-role.kubernetes.io/worker" = "" }
+[[network_policies.desired_state.interfaces]]
+name = "br-up"
+type = "linux-bridge"
+ipv4 = { address = [{ ip = "10.77.0.2", prefix-length = 24 }] }
+[[network_policies.desired_state.routes.config]]
+destination = "0.0.0.0/0"
+next-hop-address = "10.77.0.1"
+next-hop-interface = "br-up"
+"#;
+
+    #[test]
+    fn a_toml_policy_selects_by_labels_and_keeps_nmstates_spelling() {
+        let worker =
+            "[node]\nname = \"wk1\"\nlabels = { \"node-role.kubernetes.io/worker\" = \"\" }\n";
+        let config = load(&[("main.toml", worker), ("net.toml", POLICY)]).unwrap();
+        let network = &config.network;
+        assert_eq!(network.backend, NetworkBackend::Kernel);
+        assert_eq!(network.state_dir, PathBuf::from("/tmp/uplink-state"));
+        assert_eq!(network.probes.timeout, std::time::Duration::from_secs(5));
+        assert_eq!(network.policies.len(), 1);
+        assert_eq!(
+            network.policies[0].desired_state.to_json(),
+            json!({
+                "interfaces": [{"name": "br-up", "type": "linux-bridge", "state": "up",
+                    "ipv4": {"enabled": true, "address": [{"ip": "10.77.0.2", "prefix-length": 24}]}}],
+                "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "10.77.0.1",
+                                       "next-hop-interface": "br-up"}]}
+            })
+        );
+        // A node without the label is not selected.
+        let other = load(&[("main.toml", NODE_WK3), ("net.toml", POLICY)]).unwrap();
+        assert!(other.network.policies.is_empty());
+    }
+
+    #[test]
+    fn the_decks_nncp_applies_unchanged_to_its_node_only() {
+        let (path, text) = nncp_fixture();
+        let path = path.to_str().unwrap();
+        let config = load(&[("main.toml", NODE_WK3), (path, &text)]).unwrap();
+        let names: Vec<&str> = config.network.policies.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["enp3s0-wk3"]);
+        let state = config.network.policies[0].desired_state.to_json();
+        assert_eq!(state["interfaces"][1]["controller"], "cudn3");
+        assert_eq!(state["interfaces"][1]["vlan"], json!({"base-iface": "enp3s0", "id": 2001}));
+        assert_eq!(state["interfaces"][2]["ipv4"]["address"][0]["ip"], "172.19.24.113");
+        assert_eq!(state["interfaces"][0]["ipv4"], json!({"enabled": false, "dhcp": false}));
+
+        // A worker that is not wk3 gets the fleet-wide policy, with its per-node value.
+        let wk1 =
+            "[node]\nname = \"wk1\"\nlabels = { \"node-role.kubernetes.io/worker\" = \"\" }\n";
+        let config = load(&[("main.toml", wk1), (path, &text)]).unwrap();
+        let policy = &config.network.policies[0];
+        assert_eq!(policy.name, "vrf-lite-workers");
+        assert_eq!(policy.max_unavailable.as_deref(), Some("50%"));
+        let ip = &policy.desired_state.to_json()["interfaces"][0]["ipv4"]["address"][0]["ip"];
+        assert_eq!(ip, "${node.host(172.19.23.0/24)}");
+    }
+
+    #[test]
+    fn two_selected_policies_on_one_interface_name_both_places() {
+        let (path, text) = nncp_fixture();
+        let wk3_worker =
+            "[node]\nname = \"wk3\"\nlabels = { \"node-role.kubernetes.io/worker\" = \"\" }\n";
+        let errors =
+            load(&[("main.toml", wk3_worker), (path.to_str().unwrap(), &text)]).unwrap_err();
+        let error = &errors.0[0];
+        assert_eq!(errors.0.len(), 1, "{errors}");
+        assert!(
+            error.message.contains("\"enp3s0-wk3\"")
+                && error.message.contains("\"vrf-lite-workers\"")
+                && error.message.contains("interface vlan2001"),
+            "{error}"
+        );
+        // Each manifest document is pointed at by its first line, like every manifest error.
+        assert_eq!(
+            (error.file.as_path(), error.line, error.column, error.field.as_str()),
+            (path.as_path(), 47, 1, "documents[1].spec.desiredState"),
+            "{error}"
+        );
+        assert!(error.message.contains(&format!("{}:3:1)", path.display())), "{error}");
+
+        let again = POLICY.replace("[network]\nbackend = \"kernel\"\nstate_dir = \"/tmp/uplink-state\"\nprobes = { timeout = \"5s\" }\n", "").replace("name = \"uplink\"", "name = \"uplink-2\"");
+        let worker =
+            "[node]\nname = \"wk1\"\nlabels = { \"node-role.kubernetes.io/worker\" = \"\" }\n";
+        let errors =
+            load(&[("node.toml", worker), ("a.toml", POLICY), ("b.toml", &again)]).unwrap_err();
+        let text = errors.to_string();
+        assert!(text.starts_with("b.toml:7:8: network_policies[0].desired_state: "), "{text}");
+        assert!(text.contains("\"uplink\" (a.toml:11:8) and \"uplink-2\" (b.toml:7:8)"), "{text}");
+    }
+
+    #[test]
+    fn field_errors_name_file_line_column_and_field() {
+        let bad = r#"
+[[network_policies]]
+name = "bad"
+[[network_policies.desired_state.interfaces]]
+name = "vlan2001"
+type = "vlan"
+vlan = { base-iface = "enp3s0", id = 5000 }
+ipv4 = { address = [{ ip = "172.19.23.113/24", prefix-length = 24 }] }
+[[network_policies.desired_state.interfaces]]
+name = "ovs0"
+type = "ovs-bridge"
+"#;
+        let errors = load(&[("net.toml", bad)]).unwrap_err();
+        let found: Vec<String> =
+            errors.0.iter().map(|e| format!("{}:{}: {}", e.line, e.column, e.field)).collect();
+        assert_eq!(
+            found,
+            vec![
+                "8:28: network_policies[0].desired_state.interfaces[0].ipv4.address[0].ip",
+                "7:38: network_policies[0].desired_state.interfaces[0].vlan.id",
+                "11:8: network_policies[0].desired_state.interfaces[1].type",
+            ],
+            "{errors}"
+        );
+        assert!(errors.0[2]
+            .message
+            .contains("valid: ethernet, vlan, vrf, bond, linux-bridge, dummy"));
+        let unknown = load(&[("x.toml", "[[network_policies]]\nname = \"x\"\ndesired_state = { interfaces = [{ name = \"a\", type = \"dummy\", lldp = {} }] }\n")]).unwrap_err();
+        assert!(unknown.0[0].message.contains("unknown field `lldp`"), "{unknown}");
+    }
+
+    #[test]
+    fn manifest_errors_use_the_manifests_field_names() {
+        let yaml = "apiVersion: nmstate.io/v1\nkind: NodeNetworkConfigurationPolicy\nmetadata:\n  name: p\nspec:\n  desiredState:\n    interfaces:\n    - name: br0\n      type: linux-bridge\n      mtu: 10\n";
+        let errors = load(&[("p.yaml", yaml)]).unwrap_err();
+        assert_eq!(
+            errors.0[0].field, "documents[0].spec.desiredState.interfaces[0].mtu",
+            "{errors}"
+        );
+        assert_eq!((errors.0[0].line, errors.0[0].column), (1, 1));
+        let capture = "apiVersion: nmstate.io/v1\nkind: NodeNetworkConfigurationPolicy\nmetadata:\n  name: p\nspec:\n  capture:\n    gw: routes.running.destination==\"0.0.0.0/0\"\n  desiredState: {}\n";
+        let errors = load(&[("p.yaml", capture)]).unwrap_err();
+        assert_eq!(errors.0[0].field, "documents[0].spec.capture");
+        assert!(errors.0[0].message.contains("captures are not supported"), "{errors}");
+        let template = capture.replace("  capture:\n    gw: routes.running.destination==\"0.0.0.0/0\"\n", "").replace("desiredState: {}", "desiredState:\n    routes:\n      config:\n      - destination: 0.0.0.0/0\n        next-hop-address: \"{{ capture.gw.routes.running.0.next-hop-address }}\"");
+        let errors = load(&[("p.yaml", &template)]).unwrap_err();
+        assert!(errors.0[0].message.contains("nmstate templates"), "{errors}");
+    }
+
+    #[test]
+    fn network_vrfs_get_a_policy_with_a_stable_table() {
+        let text = r#"
+[[bgp.routers]]
+asn = 65801
+vrf = "cudn3"
+[[bgp.routers]]
+asn = 65801
+vrf = "cudn4"
+table = 2443
+[[networks]]
+name = "cudn3"
+topology = "layer3"
+subnet = "172.23.0.0/16"
+host_subnet = "172.23.2.0/24"
+vrf = "cudn3"
+[[networks]]
+name = "cudn4"
+topology = "layer2"
+subnet = "172.24.0.0/16"
+vrf = "cudn4"
+"#;
+        let config = load(&[("main.toml", text)]).unwrap();
+        let tables: Vec<(String, serde_json::Value)> = config
+            .network
+            .policies
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.desired_state.to_json()["interfaces"][0]["vrf"]["route-table-id"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            tables,
+            vec![
+                (
+                    "uplink-vrf-cudn3".to_string(),
+                    json!(super::super::network::vrf_table_id("cudn3"))
+                ),
+                ("uplink-vrf-cudn4".to_string(), json!(2443)),
+            ]
+        );
+        assert!(config.network.policies.iter().all(|p| p.generated));
+    }
+
+    #[test]
+    fn node_values_pick_this_nodes_row() {
+        let text = "[node]\nname = \"wk2\"\n[network.node_values.wk1]\nvlan_ip = \"10.0.0.1\"\n[network.node_values.wk2]\nvlan_ip = \"10.0.0.2\"\n";
+        let config = load(&[("main.toml", text)]).unwrap();
+        assert_eq!(config.network.node_values.get("vlan_ip").map(String::as_str), Some("10.0.0.2"));
+        let conflict = load(&[
+            ("main.toml", text),
+            ("b.toml", "[network.node_values.wk2]\nvlan_ip = \"10.0.0.9\"\n"),
+        ])
+        .unwrap_err();
+        assert!(conflict.0[0].field.ends_with("node_values.wk2.vlan_ip"), "{conflict}");
     }
 }

@@ -44,9 +44,9 @@ pub enum Piece {
     Ref(Reference),
 }
 
-/// Whether `text` uses a per-node value.
+/// Whether `text` uses a per-node value (or an nmstate template, which `parse` rejects).
 pub fn has_reference(text: &str) -> bool {
-    text.contains("${")
+    text.contains("${") || text.contains("{{")
 }
 
 /// Splits `text` into pieces; an error says what is wrong with the first bad reference.

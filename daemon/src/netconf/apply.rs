@@ -23,6 +23,7 @@ use super::enactment::{decide, interrupted, Decision, Enactment, EnactmentStatus
 use super::identity::node_identity;
 use super::probe::{affected_vrfs, candidates, Probe};
 use super::probe_run;
+use super::state::effective_change;
 use super::store::EnactmentStore;
 
 /// Seconds since the Unix epoch.
@@ -114,7 +115,9 @@ async fn apply_one(
             info!(policy = %policy.name, %reason, "network: policy skipped");
             return enactment;
         }
-        Decision::ApplyIfDrifted => match Backend::diff(&desired, &current) {
+        Decision::ApplyIfDrifted => match Backend::diff(&desired, &current)
+            .map(|diff| effective_change(diff, &desired, &current.json))
+        {
             Ok(Value::Null) => {
                 let enactment = previous
                     .cloned()
@@ -234,7 +237,7 @@ async fn roll_back(backend: &Backend, revert: Option<&Value>, policy: &str) -> &
             return "rolled back to the checkpoint (not verified)";
         }
     };
-    match Backend::diff(revert, &after) {
+    match Backend::diff(revert, &after).map(|diff| effective_change(diff, revert, &after.json)) {
         Ok(Value::Null) => "rolled back",
         Ok(missing) => {
             info!(%policy, missing = %missing, "network: the checkpoint did not restore everything; re-applying the previous state");
@@ -293,8 +296,10 @@ pub async fn plan(config: &Config) -> Result<Vec<(String, Result<Value, String>)
         .policies
         .iter()
         .map(|policy| {
-            let change =
-                resolved_state(policy, &node).and_then(|desired| Backend::diff(&desired, &current));
+            let change = resolved_state(policy, &node).and_then(|desired| {
+                Backend::diff(&desired, &current)
+                    .map(|diff| effective_change(diff, &desired, &current.json))
+            });
             (policy.name.clone(), change)
         })
         .collect())

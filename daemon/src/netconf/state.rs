@@ -85,6 +85,51 @@ pub fn vrf_of(state: &Value, interface: &str) -> Option<String> {
         .and_then(|vrf| Some(vrf.get("name")?.as_str()?.to_string()))
 }
 
+/// nmstate's diff lists every desired route as changed (it is what nmstate would write to the
+/// profiles), even when the kernel already has it. This keeps a diff's `routes` only when a
+/// desired route is missing from `routes.running` (or an absent one is still there), and drops
+/// what is left empty; `Null` means no change.
+pub fn effective_change(mut diff: Value, desired: &Value, current: &Value) -> Value {
+    if let Value::Object(map) = &mut diff {
+        if routes_in_place(desired, current) {
+            map.remove("routes");
+        }
+        map.retain(|_, v| !matches!(v, Value::Null) && v.as_array().is_none_or(|a| !a.is_empty()));
+        if map.is_empty() {
+            return Value::Null;
+        }
+    }
+    diff
+}
+
+/// Whether every desired route is running and no `state: absent` one is.
+pub fn routes_in_place(desired: &Value, current: &Value) -> bool {
+    let running: Vec<&Value> = current
+        .pointer("/routes/running")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    let wanted = desired.pointer("/routes/config").and_then(Value::as_array);
+    wanted.into_iter().flatten().all(|route| {
+        let present = running.iter().any(|r| route_matches(route, r));
+        let absent = route.get("state").and_then(Value::as_str) == Some("absent");
+        present != absent
+    })
+}
+
+/// `want`'s fields (those it sets) equal `have`'s; the table defaults to main.
+fn route_matches(want: &Value, have: &Value) -> bool {
+    let field = |v: &Value, k: &str| {
+        v.get(k).and_then(|x| x.as_str().map(str::to_string).or(x.as_u64().map(|n| n.to_string())))
+    };
+    let table = |v: &Value| v.get("table-id").and_then(Value::as_u64).unwrap_or(MAIN_TABLE);
+    table(want) == table(have)
+        && ["destination", "next-hop-address", "next-hop-interface", "metric"]
+            .iter()
+            .all(|k| field(want, k).is_none() || field(want, k) == field(have, k))
+}
+
 fn interfaces(state: &Value) -> impl Iterator<Item = &Value> {
     state.get("interfaces").and_then(Value::as_array).into_iter().flatten()
 }
@@ -110,6 +155,30 @@ mod tests {
         );
         assert_eq!(default_gateway(&current, Family::V6).unwrap().address.to_string(), "fe80::1");
         assert_eq!(default_gateway(&json!({}), Family::V4), None);
+    }
+
+    #[test]
+    fn a_diff_of_routes_the_kernel_already_has_is_no_change() {
+        let current = json!({"routes": {"running": [
+            {"destination": "0.0.0.0/0", "next-hop-address": "10.77.0.1",
+             "next-hop-interface": "br-up", "table-id": 254, "metric": 425}
+        ]}});
+        let desired = json!({"routes": {"config": [
+            {"destination": "0.0.0.0/0", "next-hop-address": "10.77.0.1", "next-hop-interface": "br-up"}
+        ]}});
+        let diff = json!({"routes": desired["routes"].clone(), "interfaces": []});
+        assert_eq!(effective_change(diff.clone(), &desired, &current), Value::Null);
+        let elsewhere = json!({"routes": {"running": []}});
+        assert_eq!(
+            effective_change(diff.clone(), &desired, &elsewhere),
+            json!({"routes": desired["routes"]})
+        );
+        let absent =
+            json!({"routes": {"config": [{"destination": "0.0.0.0/0", "state": "absent"}]}});
+        assert!(!routes_in_place(&absent, &current));
+        assert!(routes_in_place(&absent, &elsewhere));
+        let changed = json!({"interfaces": [{"name": "br-up", "mtu": 9000}]});
+        assert_eq!(effective_change(changed.clone(), &desired, &current), changed);
     }
 
     #[test]
