@@ -181,6 +181,10 @@ fn state_addresses(state: &Value, device: &str) -> BTreeSet<String> {
 }
 
 fn config(dir: &Path, state_dir: &Path, policies: &str) -> std::path::PathBuf {
+    config_with(dir, state_dir, "networkmanager", policies)
+}
+
+fn config_with(dir: &Path, state_dir: &Path, backend: &str, policies: &str) -> std::path::PathBuf {
     let path = dir.join("uplink.toml");
     std::fs::write(
         &path,
@@ -189,6 +193,7 @@ fn config(dir: &Path, state_dir: &Path, policies: &str) -> std::path::PathBuf {
 name = "wk1"
 
 [network]
+backend = "{backend}"
 state_dir = "{}"
 rollback_timeout = "30s"
 probes = {{ timeout = "3s", pre_timeout = "2s", interval = "500ms" }}
@@ -348,4 +353,98 @@ fn policies_apply_through_networkmanager_and_a_failed_probe_rolls_back() {
     let again = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
     assert_eq!(enactment(&again, "uplink0")["time"], cut["time"], "a failed policy was re-run");
     assert_eq!(nm.kernel_addresses("br-up"), back);
+}
+
+/// Kernel mode (no NetworkManager): the same flow without a checkpoint. uplink keeps the state
+/// that undoes the policy and applies it when a probe fails.
+#[test]
+fn kernel_mode_reapplies_the_previous_state_on_a_failed_probe() {
+    let mut lab = Lab::new("netconf-kernel");
+    let node = lab.ns("knode");
+    let gateway = lab.ns("kgw");
+    let (veth, _) = lab.link(&node, &[], &gateway, &["10.77.0.1/24"]);
+    let state_dir = lab.path("state");
+    let uplink = |config: &Path| -> (bool, String) {
+        let config = config.display().to_string();
+        node.try_run(&[env!("CARGO_BIN_EXE_uplink"), "apply", "network", "--config", &config])
+    };
+    let show = |config: &Path| -> Value {
+        let config = config.display().to_string();
+        let out = node.run(&[
+            env!("CARGO_BIN_EXE_uplink"),
+            "show",
+            "network",
+            "enactments",
+            "--json",
+            "--config",
+            &config,
+        ]);
+        serde_json::from_str(&out).unwrap()
+    };
+    let addresses = |device: &str| -> BTreeSet<String> {
+        let (ok, out) = node.try_run(&["ip", "-j", "addr", "show", "dev", device]);
+        if !ok {
+            return BTreeSet::new();
+        }
+        let value: Value = serde_json::from_str(&out).unwrap();
+        value[0]["addr_info"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["scope"] == "global")
+            .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+            .collect()
+    };
+
+    // nmstate's kernel mode cannot switch IPv6 off on an interface (a sysctl, not netlink):
+    // the kernel-mode policies leave `ipv6` out.
+    let kernel = |policy: &str| policy.replace("ipv6 = { enabled = false }\n", "");
+    let bridge = BRIDGE_POLICY.replace(
+        "ipv6 = { enabled = true, dhcp = false, autoconf = false, address = [{ ip = \"2001:db8:1::1\", prefix-length = 64 }] }\n",
+        "",
+    );
+    let cfg = config_with(lab.dir.path(), &state_dir, "kernel", &kernel(UPLINK_POLICY));
+    let (ok, out) = uplink(&cfg);
+    assert!(ok, "{out}\n{}", lab.dump_logs());
+    node.run(&["ip", "link", "set", &veth, "master", "br-up"]);
+    wait_for("br-up up with the veth as its port", Duration::from_secs(10), || {
+        let out = node.run(&["ip", "-j", "link", "show", "dev", "br-up"]);
+        if out.contains("\"operstate\":\"UP\"") {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    });
+    let cfg = config_with(
+        lab.dir.path(),
+        &state_dir,
+        "kernel",
+        &format!("{}{bridge}", kernel(UPLINK_POLICY)),
+    );
+    let (ok, out) = uplink(&cfg);
+    assert!(ok, "{out}");
+    let enactments = show(&cfg);
+    assert_eq!(enactment(&enactments, "bridge")["status"], "Available", "{enactments}");
+    assert_eq!(enactment(&enactments, "bridge")["probes"][0]["probe"], "default-gateway-ipv4");
+    assert!(addresses("br-test").contains("192.0.2.1/24"));
+
+    let cfg = config_with(
+        lab.dir.path(),
+        &state_dir,
+        "kernel",
+        &format!("{}{bridge}", kernel(CUT_UPLINK_POLICY)),
+    );
+    let (ok, out) = uplink(&cfg);
+    assert!(!ok, "{out}");
+    let cut = show(&cfg);
+    let cut = enactment(&cut, "uplink0");
+    assert_eq!(cut["status"], "Failing", "{cut}");
+    let message = cut["message"].as_str().unwrap();
+    assert!(
+        message.contains("probe default-gateway-ipv4 failed") && message.ends_with("rolled back"),
+        "{message}"
+    );
+    assert_eq!(addresses("br-up"), ["10.77.0.2/24".to_string()].into());
+    let default = node.run(&["ip", "-j", "route", "show", "default"]);
+    assert!(default.contains("10.77.0.1"), "default route not restored: {default}");
 }

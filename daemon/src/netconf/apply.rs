@@ -174,11 +174,14 @@ async fn apply_one(
     };
     let kernel = backend.kind == NetworkBackend::Kernel;
     if let Err(error) = backend.apply(&desired, Some(checkpoint)).await {
-        // nmstate rolls a failed NetworkManager apply back itself.
-        if let (true, Some(revert)) = (kernel, &revert) {
-            reapply(backend, revert, &policy.name).await;
-        }
-        enactment.transition(EnactmentStatus::Failing, format!("{error}; rolled back"), now());
+        // nmstate rolls a failed NetworkManager apply back itself; kernel mode has no
+        // checkpoint, so uplink applies the previous state.
+        let how = match (kernel, &revert) {
+            (false, _) => "rolled back",
+            (true, Some(revert)) if reapply(backend, revert, &policy.name).await => "rolled back",
+            (true, _) => "rollback FAILED",
+        };
+        enactment.transition(EnactmentStatus::Failing, format!("{error}; {how}"), now());
         warn!(policy = %policy.name, %error, "network: apply failed; rolled back");
         return record(store, enactment);
     }
