@@ -50,8 +50,8 @@ pub struct NetworkConfig {
     pub node_addresses: Vec<IpNet>,
     /// This node's row of `[network.node_values.<node name>]`, for `${values.KEY}`.
     pub node_values: BTreeMap<String, String>,
-    /// Policies whose `node_selector` matches this node, sorted by name (the order they are
-    /// applied in), then the VRFs uplink creates for `[[networks]]`.
+    /// In the order they are applied: the VRFs uplink creates for `[[networks]]`, then the
+    /// policies whose `node_selector` matches this node, sorted by name.
     pub policies: Vec<NetworkPolicy>,
 }
 

@@ -938,6 +938,7 @@ pub(crate) fn merge(
     }
     let mut out: Vec<NetworkPolicy> = selected.iter().map(|p| p.policy.clone()).collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut vrfs: Vec<NetworkPolicy> = Vec::new();
     // VRFs for networks: created by uplink unless a policy already names the device.
     let mut tables: Vec<(u32, &str)> = Vec::new();
     for network in network_vrfs {
@@ -955,7 +956,7 @@ pub(crate) fn merge(
             continue;
         }
         tables.push((table, &network.vrf));
-        out.push(NetworkPolicy {
+        vrfs.push(NetworkPolicy {
             name: vrf_policy_name(&network.vrf),
             node_selector: BTreeMap::new(),
             max_unavailable: None,
@@ -981,7 +982,10 @@ pub(crate) fn merge(
             sources: vec![network.source.clone()],
         });
     }
-    config.policies = out;
+    // The VRFs first: policies put VLANs into them with `controller` (on a cluster node,
+    // OVN-Kubernetes creates them before any NNCP needs them).
+    vrfs.append(&mut out);
+    config.policies = vrfs;
     config
 }
 
@@ -1222,12 +1226,23 @@ name = "cudn4"
 topology = "layer2"
 subnet = "172.24.0.0/16"
 vrf = "cudn4"
+[[network_policies]]
+name = "a-vlan-in-cudn3"
+[[network_policies.desired_state.interfaces]]
+name = "vlan2001"
+type = "vlan"
+controller = "cudn3"
+vlan = { base-iface = "enp3s0", id = 2001 }
 "#;
         let config = load(&[("main.toml", text)]).unwrap();
+        // The VRFs come first: the VLAN policy needs cudn3 to exist.
+        let order: Vec<&str> = config.network.policies.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(order, vec!["uplink-vrf-cudn3", "uplink-vrf-cudn4", "a-vlan-in-cudn3"]);
         let tables: Vec<(String, serde_json::Value)> = config
             .network
             .policies
             .iter()
+            .filter(|p| p.generated)
             .map(|p| {
                 (
                     p.name.clone(),
@@ -1245,7 +1260,6 @@ vrf = "cudn4"
                 ("uplink-vrf-cudn4".to_string(), json!(2443)),
             ]
         );
-        assert!(config.network.policies.iter().all(|p| p.generated));
     }
 
     #[test]
