@@ -162,3 +162,50 @@ pub fn check_report(config: &Config) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enactments_render_one_line_each_with_rfc3339_times() {
+        let mut e = Enactment::new("vrf-lite", json!({"interfaces": []}), 0);
+        e.transition(
+            EnactmentStatus::Failing,
+            "probe dns failed after the change: timeout; rolled back",
+            1_796_042_211,
+        );
+        let value = Value::Array(vec![enactment_json(&e)]);
+        assert_eq!(value[0]["since"], "2026-11-30T12:36:51Z");
+        assert_eq!(value[0]["status"], "Failing");
+        let text = render_enactments(&value);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("Policy") && lines[0].contains("Status"), "{text}");
+        assert!(
+            lines[1].starts_with("vrf-lite ")
+                && lines[1].contains(" Failing ")
+                && lines[1].contains("2026-11-30T12:36:51Z")
+                && lines[1].ends_with("rolled back"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn policies_list_their_interfaces_and_sources() {
+        let config = crate::config::load_str(
+            "net.toml",
+            "[[network_policies]]\nname = \"br\"\n[[network_policies.desired_state.interfaces]]\nname = \"br0\"\ntype = \"linux-bridge\"\n",
+        )
+        .unwrap();
+        let value = policies(&config.network);
+        assert_eq!(value[0]["interfaces"], json!(["br0"]));
+        assert_eq!(value[0]["desiredState"]["interfaces"][0]["type"], "linux-bridge");
+        let text = render_policies(&value);
+        assert!(
+            text.lines().nth(1).is_some_and(|l| l.starts_with("br ")
+                && l.contains("br0")
+                && l.ends_with("net.toml")),
+            "{text}"
+        );
+    }
+}

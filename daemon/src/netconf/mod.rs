@@ -6,6 +6,7 @@
 //! - `probe` (which probes, pure), `probe_run` (running them), `ping`, `dns`.
 //! - `enactment` (status and the restart rule, pure), `store` (kept on disk).
 //! - `state` (reading nmstate's JSON, pure), `identity` (the node's primary addresses).
+//! - `readiness` (which BGP routers can start: VRF device and source addresses present, pure).
 //!
 //! Layering: depends on `config` only.
 
@@ -17,6 +18,7 @@ pub mod identity;
 pub mod ping;
 pub mod probe;
 pub mod probe_run;
+pub mod readiness;
 pub mod state;
 pub mod store;
 
