@@ -192,6 +192,16 @@ fn config_with(dir: &Path, state_dir: &Path, backend: &str, policies: &str) -> s
             r#"[node]
 name = "wk1"
 
+# A BGP neighbor on the gateway: policies touching the default VRF probe it (ICMP from the
+# source address). uplink does not run BGP here; the probe only needs the config.
+[[bgp.routers]]
+asn = 65801
+id = "10.77.0.2"
+[[bgp.routers.neighbors]]
+address = "10.77.0.1"
+asn = 65102
+source_address = "10.77.0.2"
+
 [network]
 backend = "{backend}"
 state_dir = "{}"
@@ -300,6 +310,8 @@ fn policies_apply_through_networkmanager_and_a_failed_probe_rolls_back() {
     assert_eq!(bridge["status"], "Available", "{bridge}");
     assert_eq!(bridge["probes"][0]["probe"], "default-gateway-ipv4", "{bridge}");
     assert_eq!(bridge["probes"][0]["error"], Value::Null, "{bridge}");
+    assert_eq!(bridge["probes"][1]["probe"], "bgp-neighbor 10.77.0.1 (vrf default)", "{bridge}");
+    assert_eq!(bridge["probes"][1]["error"], Value::Null, "{bridge}");
     assert_eq!(enactment(&enactments, "uplink0")["status"], "Available");
 
     // uplink's view (nmstate) matches the kernel's and NetworkManager's.
