@@ -31,22 +31,21 @@ pub fn query(id: u16, name: &str) -> Result<Vec<u8>, String> {
 
 /// Whether `reply` answers query `id` with RCODE 0 and at least one answer.
 pub fn answered(reply: &[u8], id: u16) -> Result<bool, String> {
-    let (Some(rid), Some(flags), Some(answers)) =
-        (reply.get(0..2), reply.get(2..4), reply.get(6..8))
-    else {
+    // RFC 1035 §4.1.1: ID (2), flags (2: QR … RCODE), QDCOUNT (2), ANCOUNT (2), …
+    let [id_hi, id_lo, flags_hi, flags_lo, _, _, an_hi, an_lo, ..] = *reply else {
         return Err("short DNS reply".into());
     };
-    if rid != id.to_be_bytes() {
+    if [id_hi, id_lo] != id.to_be_bytes() {
         return Ok(false); // Someone else's reply.
     }
-    if flags[0] & 0x80 == 0 {
+    if flags_hi & 0x80 == 0 {
         return Err("not a DNS response".into());
     }
-    let rcode = flags[1] & 0x0f;
+    let rcode = flags_lo & 0x0f;
     if rcode != 0 {
         return Err(format!("the server answered RCODE {rcode}"));
     }
-    if u16::from_be_bytes([answers[0], answers[1]]) == 0 {
+    if u16::from_be_bytes([an_hi, an_lo]) == 0 {
         return Err("the server answered without records".into());
     }
     Ok(true)
