@@ -7,7 +7,7 @@ STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 # Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
 # that build the namespaces.
 LAB_PKGS := frr iproute2 procps
-TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 network-manager dbus
+TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus
 
 .PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib
 

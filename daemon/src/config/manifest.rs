@@ -54,8 +54,10 @@ const KINDS: [(&str, &str); 9] = [
 ];
 
 /// Keys whose snake_case is not the mechanical one.
-const RENAMES: [(&str, &str); 6] = [
+const RENAMES: [(&str, &str); 7] = [
     ("ebgpMultiHop", "ebgp_multihop"),
+    // MetalLB BGPPeer and frr-k8s neighbors: RFC 4724 graceful restart, both roles.
+    ("enableGracefulRestart", "graceful_restart"),
     ("dynamicASN", "dynamic_asn"),
     ("avoidBuggyIPs", "avoid_buggy_ips"),
     ("targetVRF", "target_vrf"),
@@ -1074,7 +1076,7 @@ spec:
 
     #[test]
     fn errors_name_file_document_and_field_path() {
-        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
+        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        prefixSets: x\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
         let errors =
             load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.to_string())]).unwrap_err().0;
         assert_eq!(errors.len(), 1, "{errors:?}");
@@ -1090,16 +1092,17 @@ spec:
         );
 
         let yaml = yaml.replace("  raw:\n    rawConfig: x\n", "");
-        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap_err().0;
+        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.clone())]).unwrap_err().0;
         assert_eq!(
-            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].enableGracefulRestart",
+            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].prefixSets",
             "{errors:?}"
         );
-        assert!(
-            errors[0].message.contains("unknown field `enableGracefulRestart`"),
-            "{}",
-            errors[0].message
-        );
+        assert!(errors[0].message.contains("unknown field `prefixSets`"), "{}", errors[0].message);
+        // enableGracefulRestart is graceful_restart.
+        let yaml =
+            yaml.replace("        prefixSets: x\n", "").replace("holdTime: 90", "holdTime: 90s");
+        let config = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap();
+        assert!(config.bgp.routers[0].neighbors[0].graceful_restart);
 
         let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
         let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;
