@@ -3,7 +3,7 @@
 //! exact rule.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use ipnet::IpNet;
@@ -13,7 +13,7 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    LocalPrefPrefixes, Neighbor, ReceivePolicy, RemoteAsn, Router,
+    LocalPrefPrefixes, MetricsConfig, Neighbor, ReceivePolicy, RemoteAsn, Router,
 };
 use super::validate::{
     vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
@@ -33,6 +33,7 @@ pub(crate) fn merge(
     let mut profiles: Vec<BfdProfileFragment> = Vec::new();
     let mut always_block = BTreeSet::new();
     let mut nexthop_objects: Option<(bool, Loc)> = None;
+    let mut metrics_listen: Option<(SocketAddr, Loc)> = None;
     let mut announce = Vec::with_capacity(fragments.len());
     for mut fragment in fragments {
         announce.push((fragment.file.clone(), std::mem::take(&mut fragment.announce)));
@@ -46,6 +47,18 @@ pub(crate) fn merge(
                 format!(
                     "is {value} here but {first} at {first_loc}; a node has one FIB setting — \
                      make them equal or set it in one file"
+                ),
+            )),
+        }
+        match (&metrics_listen, fragment.metrics_listen) {
+            (_, None) => {}
+            (None, Some(set)) => metrics_listen = Some(set),
+            (Some((first, _)), Some((value, _))) if *first == value => {}
+            (Some((first, first_loc)), Some((value, loc))) => errors.push(loc.error(
+                "metrics.listen",
+                format!(
+                    "is \"{value}\" here but \"{first}\" at {first_loc}; a node serves its metrics \
+                     on one address — make them equal or set it in one file"
                 ),
             )),
         }
@@ -66,6 +79,7 @@ pub(crate) fn merge(
         bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
         always_block: always_block.into_iter().collect(),
         fib: FibConfig { nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on) },
+        metrics: MetricsConfig { listen: metrics_listen.map(|(address, _)| address) },
         files,
         announce: super::announce::merge(announce, errors),
     }
@@ -606,6 +620,24 @@ bfd_profile = "tor"
             1,
             "fib.nexthop_objects",
             &["true here", "false at a.toml:1:1"],
+        );
+    }
+
+    #[test]
+    fn metrics_listen_off_by_default_and_two_files_must_agree() {
+        assert_eq!(load_two(A, B).unwrap().metrics.listen, None);
+        let on = "[metrics]\nlisten = \"127.0.0.1:9181\"\n";
+        let listen = Some("127.0.0.1:9181".parse().unwrap());
+        assert_eq!(load_two(A, on).unwrap().metrics.listen, listen);
+        assert_eq!(load_two(on, on).unwrap().metrics.listen, listen);
+        let error = only_error(on, "\n[metrics]\nlisten = \"[::1]:9181\"\n");
+        assert_at(
+            &error,
+            "b.toml",
+            3,
+            10,
+            "metrics.listen",
+            &["\"[::1]:9181\" here", "\"127.0.0.1:9181\" at a.toml:2:10"],
         );
     }
 

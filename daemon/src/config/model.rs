@@ -5,7 +5,7 @@
 //! prefix sets) so that two loads of the same files compare equal and diffs stay small.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ pub struct Config {
     /// Prefixes never accepted from any peer, whatever a neighbor's `to_receive` says.
     pub always_block: Vec<IpNet>,
     pub fib: FibConfig,
+    pub metrics: MetricsConfig,
     /// The files this config was loaded from, in merge order.
     pub files: Vec<PathBuf>,
     /// What the node announces besides router `prefixes` (`crate::announce`).
@@ -35,6 +36,13 @@ pub struct FibConfig {
     /// Install ECMP through kernel nexthop objects and groups (default); `false` installs
     /// routes with their hops inline (RTA_MULTIPATH), as on kernels without nexthop objects.
     pub nexthop_objects: bool,
+}
+
+/// The Prometheus endpoint (`[metrics]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MetricsConfig {
+    /// Where `GET /metrics` is served; `None` (the default) serves nothing.
+    pub listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -25,6 +25,7 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub always_block: Vec<S<String>>,
     pub fib: Option<S<RawFib>>,
+    pub metrics: Option<S<RawMetrics>>,
     // Announcement sections (`config::announce`).
     pub node: Option<S<RawNode>>,
     #[serde(default)]
@@ -48,6 +49,14 @@ pub(crate) struct RawFib {
     /// `false`: never use kernel nexthop objects, install ECMP routes with RTA_MULTIPATH
     /// (FRR: `no zebra nexthop kernel enable`).
     pub nexthop_objects: Option<bool>,
+}
+
+/// `[metrics]`: the Prometheus endpoint (off unless `listen` is set).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [metrics] table")]
+pub(crate) struct RawMetrics {
+    /// `"127.0.0.1:9181"`: where `GET /metrics` is served.
+    pub listen: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]
