@@ -9,13 +9,15 @@
 //! A monitor thread feeds it link, address, route and nexthop notifications, minus our echoes.
 //!
 //! Modules: `msg` (message layouts), `kernel` (sockets), `groups` (nexthop/group refcounts),
-//! `resolve` (next-hop reachability), `writer` (the state machine and its thread).
+//! `resolve` (next-hop reachability), `writer` (the state machine and its thread), `stats`
+//! (its counters, read by the metrics endpoint without asking the writer).
 
 pub mod groups;
 pub mod kernel;
 pub mod msg;
 pub mod resolve;
 pub mod route;
+pub mod stats;
 mod writer;
 
 use crate::config::Router;
@@ -108,6 +110,15 @@ pub struct FibSlot {
 pub struct Fib {
     tx: mpsc::Sender<Command>,
     instances: Arc<RwLock<Vec<FibSlot>>>,
+    stats: Arc<stats::FibStats>,
+}
+
+/// How many routes one instance holds in each state, read from the writer's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibRouteCounts {
+    pub config: FibInstanceConfig,
+    /// Installed, pending, failed.
+    pub routes: [(stats::RouteState, u64); 3],
 }
 
 /// One instance's channel to the writer.
@@ -162,7 +173,8 @@ pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result
             }
         })
         .map_err(|e| format!("cannot start the FIB monitor thread: {e}"))?;
-    let writer = Writer::new(kernel, instances.clone(), nexthop_objects);
+    let stats = Arc::new(stats::FibStats::default());
+    let writer = Writer::new(kernel, instances.clone(), nexthop_objects, Arc::clone(&stats));
     std::thread::Builder::new()
         .name("uplink-fib".into())
         .spawn(move || {
@@ -171,7 +183,7 @@ pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result
         })
         .map_err(|e| format!("cannot start the FIB writer thread: {e}"))?;
     let slots = instances.into_iter().map(|config| FibSlot { config, retired: false }).collect();
-    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)) })
+    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)), stats })
 }
 
 impl Fib {
@@ -224,6 +236,29 @@ impl Fib {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Command::Flush(reply)).await.map_err(|_| "the FIB writer has stopped")?;
         rx.await.map_err(|_| "the FIB writer has stopped".to_string())
+    }
+
+    /// The writer's counters (kernel requests, errors, resyncs).
+    pub fn stats(&self) -> &stats::FibStats {
+        &self.stats
+    }
+
+    /// Route counts of every active instance (routers and leaks), without asking the writer.
+    pub fn route_counts(&self) -> Vec<FibRouteCounts> {
+        let Ok(slots) = self.instances.read() else { return Vec::new() };
+        slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| !slot.retired && slot.config.install)
+            .map(|(index, slot)| {
+                let counts = self.stats.instance(index);
+                let count = |state| counts.as_ref().map_or(0, |c| c.get(state));
+                FibRouteCounts {
+                    config: slot.config.clone(),
+                    routes: stats::RouteState::ALL.map(|state| (state, count(state))),
+                }
+            })
+            .collect()
     }
 
     /// Every instance's routes and their state.

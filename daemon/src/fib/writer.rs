@@ -8,9 +8,11 @@ use super::kernel::{self, Kernel, KernelError};
 use super::msg::{self, Hop, KernelLink, KernelRoute, RouteKey, RouteTarget, RTPROT_BGP};
 use super::resolve::Resolver;
 use super::route::{NextHop, RouteChange};
+use super::stats::{FibStats, RouteCounts, RouteState};
 use super::{FibHopView, FibInstanceConfig, FibInstanceView, FibRouteView};
 use ipnet::IpNet;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -76,6 +78,35 @@ enum State {
     Failed(String),
 }
 
+impl State {
+    fn kind(&self) -> RouteState {
+        match self {
+            State::Installed => RouteState::Installed,
+            State::Pending => RouteState::Pending,
+            State::Failed(_) => RouteState::Failed,
+        }
+    }
+}
+
+/// Keeps an instance's route counts (the metrics' view, `stats.rs`) true as one of its routes
+/// appears (`from` is `None`), changes state, or goes (`to` is `None`).
+fn tally(instances: &[Instance], instance: usize, from: Option<&State>, to: Option<&State>) {
+    if let Some(i) = instances.get(instance) {
+        i.counts.moved(from.map(State::kind), to.map(State::kind));
+    }
+}
+
+/// Whether the kernel refused a request (deleting what is already gone is no refusal).
+fn refused(op: &Op, result: &Result<(), KernelError>) -> bool {
+    match (op, result) {
+        (_, Ok(())) => false,
+        (Op::DelRoute(_) | Op::DelNexthop(_), Err(e)) => {
+            e.errno != kernel::ESRCH && e.errno != kernel::ENOENT
+        }
+        (_, Err(_)) => true,
+    }
+}
+
 #[derive(Debug)]
 struct Route {
     group: u32,
@@ -90,15 +121,17 @@ struct Instance {
     table: Option<u32>,
     /// Where next hops are resolved: the main table for the default VRF, else the VRF's.
     lookup: Option<u32>,
+    /// How many of its routes are installed, pending and failed.
+    counts: Arc<RouteCounts>,
 }
 
 impl Instance {
-    fn new(config: FibInstanceConfig) -> Self {
+    fn new(config: FibInstanceConfig, counts: Arc<RouteCounts>) -> Self {
         // The default VRF's table is main; another VRF's is its device's, found later.
         let main_if_default = |vrf: &str| vrf.is_empty().then_some(msg::RT_TABLE_MAIN);
         let lookup = main_if_default(config.resolve_vrf());
         let table = config.table.or(main_if_default(&config.vrf));
-        Instance { config, table, lookup, retired: false }
+        Instance { config, table, lookup, retired: false, counts }
     }
 
     fn route_key(&self, prefix: IpNet) -> Option<RouteKey> {
@@ -139,6 +172,7 @@ pub(super) struct Writer {
     objects: bool,
     resolution_dirty: bool,
     resync: bool,
+    stats: Arc<FibStats>,
 }
 
 fn normalize(mut hops: Vec<NextHop>) -> Vec<NextHop> {
@@ -148,10 +182,18 @@ fn normalize(mut hops: Vec<NextHop>) -> Vec<NextHop> {
 }
 
 impl Writer {
-    pub(super) fn new(kernel: Kernel, configs: Vec<FibInstanceConfig>, objects: bool) -> Self {
+    pub(super) fn new(
+        kernel: Kernel,
+        configs: Vec<FibInstanceConfig>,
+        objects: bool,
+        stats: Arc<FibStats>,
+    ) -> Self {
         Writer {
             kernel,
-            instances: configs.into_iter().map(Instance::new).collect(),
+            instances: configs
+                .into_iter()
+                .map(|c| Instance::new(c, stats.add_instance()))
+                .collect(),
             routes: HashMap::new(),
             registry: Registry::new(),
             resolver: Resolver::default(),
@@ -159,6 +201,7 @@ impl Writer {
             objects,
             resolution_dirty: false,
             resync: false,
+            stats,
         }
     }
 
@@ -298,6 +341,7 @@ impl Writer {
         let slot = (instance, prefix);
         if hops.is_empty() {
             if let Some(old) = self.routes.remove(&slot) {
+                tally(&self.instances, instance, Some(&old.state), None);
                 if let (Some(key), State::Installed | State::Pending) = (route_key, &old.state) {
                     if self.group_has_members(old.group) {
                         plan.routes.push(Op::DelRoute(key));
@@ -333,7 +377,8 @@ impl Writer {
                 State::Pending
             }
         };
-        self.routes.insert(slot, Route { group: id, state });
+        let old = self.routes.insert(slot, Route { group: id, state });
+        tally(&self.instances, instance, old.as_ref().map(|r| &r.state), Some(&State::Pending));
         if let Some(old) = old_group {
             self.release(old, plan);
         }
@@ -360,7 +405,8 @@ impl Writer {
                 }
                 Some(_) => {}
                 None => {
-                    self.instances.push(Instance::new(slot.config.clone()));
+                    let counts = self.stats.add_instance();
+                    self.instances.push(Instance::new(slot.config.clone(), counts));
                     self.adopt_vrf_tables(index, plan);
                     self.fill_leak(index, plan);
                     info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
@@ -485,6 +531,7 @@ impl Writer {
                     }
                 }
             }
+            tally(&self.instances, *instance, Some(&route.state), Some(&State::Pending));
             route.state = State::Pending;
         }
     }
@@ -616,12 +663,16 @@ impl Writer {
                 Op::DelRoute(key) => msg::del_route(buf, seq, key),
             }
         });
+        FibStats::count(&self.stats.kernel_requests, ops.len());
         let mut failures = 0usize;
         for (op, result) in ops.iter().zip(results) {
+            if refused(op, &result) {
+                FibStats::count(&self.stats.kernel_errors, 1);
+            }
             match (op, result) {
                 (Op::Route { subject, .. }, result) => {
                     let Some(route) = self.routes.get_mut(subject) else { continue };
-                    route.state = match result {
+                    let state = match result {
                         Ok(()) => State::Installed,
                         Err(e) => {
                             failures += 1;
@@ -631,6 +682,8 @@ impl Writer {
                             State::Failed(e.to_string())
                         }
                     };
+                    tally(&self.instances, subject.0, Some(&route.state), Some(&state));
+                    route.state = state;
                 }
                 (_, Ok(())) => {}
                 // Already gone: the goal is reached.
@@ -656,6 +709,9 @@ impl Writer {
     /// Reads links, routes and nexthops from the kernel and makes it hold exactly what uplink
     /// wants: stale `proto bgp` routes and nexthops in its tables go, missing ones come back.
     fn reconcile(&mut self, startup: bool) {
+        if !startup {
+            FibStats::count(&self.stats.resyncs, 1);
+        }
         let mut links = Vec::new();
         if let Err(e) = self.kernel.dump(msg::RTM_GETLINK, msg::AF_UNSPEC, |m| {
             if let Some(link) = msg::parse_link(m.payload) {
@@ -767,6 +823,7 @@ impl Writer {
             };
             if !right {
                 plan.routes.push(Op::Route { key, target, subject: (*instance, *prefix) });
+                tally(&self.instances, *instance, Some(&route.state), Some(&State::Pending));
                 route.state = State::Pending;
             }
         }
