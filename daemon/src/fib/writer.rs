@@ -10,6 +10,7 @@ use super::resolve::Resolver;
 use super::route::{NextHop, RouteChange};
 use super::stats::{FibStats, RouteCounts, RouteState};
 use super::{FibHopView, FibInstanceConfig, FibInstanceView, FibRouteView};
+use crate::config::vrf_display_name;
 use ipnet::IpNet;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -94,6 +95,11 @@ fn tally(instances: &[Instance], instance: usize, from: Option<&State>, to: Opti
     if let Some(i) = instances.get(instance) {
         i.counts.moved(from.map(State::kind), to.map(State::kind));
     }
+}
+
+/// The VRF of an instance as logs name it (`VRF=` in the journal): "default" for the default.
+fn vrf_of(instances: &[Instance], instance: usize) -> &str {
+    instances.get(instance).map_or("", |i| vrf_display_name(&i.config.vrf))
 }
 
 /// Whether the kernel refused a request (deleting what is already gone is no refusal).
@@ -401,7 +407,7 @@ impl Writer {
                     if let Some(inst) = self.instances.get_mut(index) {
                         inst.retired = true;
                     }
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
+                    info!(vrf = vrf_display_name(&slot.config.vrf), leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
                 }
                 Some(_) => {}
                 None => {
@@ -409,7 +415,7 @@ impl Writer {
                     self.instances.push(Instance::new(slot.config.clone(), counts));
                     self.adopt_vrf_tables(index, plan);
                     self.fill_leak(index, plan);
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
+                    info!(vrf = vrf_display_name(&slot.config.vrf), leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
                 }
             }
         }
@@ -564,7 +570,7 @@ impl Writer {
                     self.instances.get(instance).and_then(|i| i.route_key(route.prefix)),
                     self.target(group),
                 ) {
-                    info!(prefix = %route.prefix, table = route.table, "route deleted behind uplink's back: restoring it");
+                    info!(vrf = vrf_of(&self.instances, instance), prefix = %route.prefix, table = route.table, "route deleted behind uplink's back: restoring it");
                     plan.routes.push(Op::Route { key, target, subject: slot });
                 }
             }
@@ -677,7 +683,8 @@ impl Writer {
                         Err(e) => {
                             failures += 1;
                             if failures <= 3 {
-                                warn!(prefix = %subject.1, "kernel refused the route: {e}");
+                                let vrf = vrf_of(&self.instances, subject.0);
+                                warn!(vrf, prefix = %subject.1, "kernel refused the route: {e}");
                             }
                             State::Failed(e.to_string())
                         }
