@@ -193,7 +193,7 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     };
     let mut announced = setup.announced;
     let current = announced.borrow_and_update().clone();
-    task.set_announced(&current);
+    span.in_scope(|| task.set_announced(&current));
     tokio::spawn(tracing::Instrument::instrument(task.run(rx, announced), span));
     RibHandle { tx }
 }
