@@ -90,6 +90,25 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     let peer2 = lab.ns("peer2");
     lab.link(&node, &["10.0.1.2/24"], &peer1, &["10.0.1.1/24"]);
     lab.link(&node, &["10.0.2.2/24"], &peer2, &["10.0.2.1/24"]);
+    // Prometheus scrapes every second, in the node's namespace; it starts first, as its
+    // storage takes a few seconds to open.
+    let prom_conf = lab.path("prometheus.yml");
+    std::fs::write(
+        &prom_conf,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+             - job_name: uplink\n    static_configs:\n      - targets: ['{METRICS}']\n"
+        ),
+    )
+    .unwrap();
+    let mut prometheus = node.command("prometheus");
+    prometheus.args([
+        &format!("--config.file={}", prom_conf.display()),
+        &format!("--storage.tsdb.path={}", lab.path("prometheus-data").display()),
+        &format!("--web.listen-address={PROMETHEUS}"),
+        "--log.level=warn",
+    ]);
+    lab.spawn("prometheus", prometheus);
     let conf1 =
         frr_conf("10.0.1.1", "10.0.1.2", 65101, &["198.51.100.0/24", "203.0.113.0/24"], true);
     Frr::start_with_bfd(&mut lab, &peer1, &conf1);
@@ -111,25 +130,6 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
         neighbor("10.0.2.1", 65102, receive_all),
     );
     let uplink = Uplink::start(&mut lab, &node, "uplink", &config);
-
-    // Prometheus scrapes every second, in the node's namespace.
-    let prom_conf = lab.path("prometheus.yml");
-    std::fs::write(
-        &prom_conf,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-             - job_name: uplink\n    static_configs:\n      - targets: ['{METRICS}']\n"
-        ),
-    )
-    .unwrap();
-    let mut prometheus = node.command("prometheus");
-    prometheus.args([
-        &format!("--config.file={}", prom_conf.display()),
-        &format!("--storage.tsdb.path={}", lab.path("prometheus-data").display()),
-        &format!("--web.listen-address={PROMETHEUS}"),
-        "--log.level=warn",
-    ]);
-    lab.spawn("prometheus", prometheus);
 
     // The scrape itself works: Prometheus parsed the text (a parse error makes `up` 0).
     wait_query(&lab, &node, "up{job=\"uplink\"}", "job", &[("uplink", "1")]);
