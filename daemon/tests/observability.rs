@@ -122,8 +122,12 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     Frr::start_with_bfd(&mut lab, &peer2, &conf2);
 
     let receive_all = "bfd_profile = \"fast\"\nto_receive = { allowed = { mode = \"all\" } }";
+    // A service with an address but no advertisement: a withdrawn candidate, for the
+    // dashboard's panel of withdrawn prefixes.
     let config = format!(
-        "[metrics]\nlisten = \"{METRICS}\"\n\n[[bgp.bfd_profiles]]\nname = \"fast\"\n\
+        "[metrics]\nlisten = \"{METRICS}\"\n\n[[pools]]\nname = \"vips\"\n\
+         addresses = [\"192.0.2.32/28\"]\n\n[[services]]\nname = \"web\"\n\
+         address_pool = \"vips\"\n\n[[bgp.bfd_profiles]]\nname = \"fast\"\n\
          transmit_interval = \"100ms\"\nreceive_interval = \"100ms\"\n\n\
          [[bgp.routers]]\nasn = 65001\nid = \"10.0.1.2\"\nprefixes = [\"192.0.2.10/32\"]\n{}{}",
         neighbor("10.0.1.1", 65101, receive_all),
@@ -159,6 +163,28 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     // The router's own prefix is announced.
     let announced = "uplink_announcements{state=\"announced\",origin=\"router\"}";
     wait_query(&lab, &node, announced, "vrf", &[("default", "1")]);
+    let withdrawn = "uplink_announcements{state=\"withdrawn\",origin=\"service\"}";
+    wait_query(&lab, &node, withdrawn, "reason", &[("no_advertisement", "1")]);
+
+    // Every query of the shipped Grafana dashboard runs on this Prometheus and finds data.
+    let dashboard = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grafana/uplink.json");
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(dashboard).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    collect_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() > 20, "{exprs:?}");
+    for expr in exprs {
+        // Grafana's variables, as the dashboard's "All" and its defaults fill them in.
+        let expr = expr
+            .replace("$instance", ".*")
+            .replace("$vrf", ".*")
+            .replace("$__rate_interval", "15s")
+            .replace("$__range", "1m");
+        wait_for(&format!("dashboard query {expr}"), Duration::from_secs(20), || {
+            let samples = query(&node, &expr)?;
+            (!samples.is_empty()).then_some(()).ok_or_else(|| "no data".to_string())
+        });
+    }
 
     // A rejected reload is counted and flagged; the endpoint and the sessions stay.
     let good = std::fs::read_to_string(&uplink.config).unwrap();
@@ -174,6 +200,22 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     wait_query(&lab, &node, success, "result", &[("success", "1")]);
     wait_query(&lab, &node, "uplink_config_last_reload_successful", "job", &[("uplink", "1")]);
     wait_query(&lab, &node, "frrk8s_bgp_session_up == 1", "peer", &both);
+}
+
+/// Every `expr` of a Grafana dashboard.
+fn collect_exprs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("expr", Value::String(expr)) => out.push(expr.clone()),
+                    _ => collect_exprs(v, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_exprs(v, out)),
+        _ => {}
+    }
 }
 
 /// `journalctl -D DIR -o json MATCHES...`: one JSON object per entry.

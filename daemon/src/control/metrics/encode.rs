@@ -428,6 +428,56 @@ mod tests {
         assert_eq!(sample(&text, &version), Some("1"));
     }
 
+    /// Every metric name the shipped Grafana dashboard (docs/grafana/uplink.json) queries is
+    /// one the endpoint exports (tests/observability.rs runs its queries on a real Prometheus).
+    #[test]
+    fn the_dashboard_queries_exported_families() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/grafana/uplink.json");
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let text = encode(&snapshot()).unwrap();
+        let exported: Vec<String> = types(&text).into_iter().map(|(name, _)| name).collect();
+        let mut used = Vec::new();
+        let mut exprs = Vec::new();
+        collect_exprs(&dashboard, &mut exprs);
+        assert!(exprs.len() > 20, "{exprs:?}");
+        for expr in &exprs {
+            for (at, _) in expr.match_indices(['f', 'm', 'u']) {
+                let rest = &expr[at..];
+                let boundary =
+                    expr[..at].chars().last().is_none_or(|c| !c.is_alphanumeric() && c != '_');
+                let prefixed =
+                    ["frrk8s_", "metallb_", "uplink_"].iter().any(|p| rest.starts_with(p));
+                if boundary && prefixed {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    used.push(name);
+                }
+            }
+        }
+        assert!(used.len() > 20, "{used:?}");
+        for name in &used {
+            assert!(exported.contains(name), "the dashboard queries {name}, which is not exported");
+        }
+    }
+
+    fn collect_exprs(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, v) in map {
+                    match (key.as_str(), v) {
+                        ("expr", serde_json::Value::String(expr)) => out.push(expr.clone()),
+                        _ => collect_exprs(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| collect_exprs(v, out)),
+            _ => {}
+        }
+    }
+
     #[test]
     fn every_family_is_declared_once_with_its_labels() {
         let text = encode(&snapshot()).unwrap();
