@@ -10,6 +10,7 @@ pub mod client;
 pub mod dispatch;
 pub mod fib;
 pub mod metrics;
+pub mod network;
 pub mod protocol;
 pub mod render;
 pub mod server;
