@@ -5,9 +5,10 @@ STATIC_FLAGS := -C target-feature=+crt-static
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 # Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
-# that build the namespaces.
+# that build the namespaces, a Prometheus server to scrape the metrics endpoint and
+# systemd-journald to receive the logs (tests/observability.rs).
 LAB_PKGS := frr iproute2 procps
-TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus
+TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus prometheus systemd
 
 .PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib
 

@@ -8,7 +8,7 @@ use crate::config;
 use crate::control::dispatch;
 use crate::control::protocol::Request;
 use crate::ops::{drain, systemd};
-use crate::reload::{fib_instances, InstanceList, Reloader};
+use crate::reload::{fib_instances, InstanceList, ReloadStats, Reloader};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,14 +68,25 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         ));
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
+        let reloads = Arc::new(ReloadStats::started());
         Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
             announcer: announcer.clone(),
             instances: instances_tx,
             running: running_tx,
+            stats: reloads.clone(),
         }
         .spawn();
+        crate::control::metrics::spawn(
+            crate::control::metrics::Sources {
+                instances: instances.clone(),
+                fib: fib.clone(),
+                announcer: announcer.clone(),
+                reloads,
+            },
+            running.clone(),
+        );
         let fib_for_shutdown = fib.clone();
         let context = dispatch::Context {
             instances: instances.clone(),

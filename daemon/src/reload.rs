@@ -22,6 +22,7 @@ use crate::config::{self, Router};
 use crate::fib::{Fib, FibInstanceConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -40,6 +41,46 @@ pub struct Reloader {
     pub announcer: AnnouncerHandle,
     pub instances: watch::Sender<InstanceList>,
     pub running: watch::Sender<Arc<config::Config>>,
+    pub stats: Arc<ReloadStats>,
+}
+
+/// Reload outcomes for the metrics endpoint (named after Prometheus's own
+/// `prometheus_config_last_reload_*`): counts, and when the config last loaded.
+#[derive(Debug)]
+pub struct ReloadStats {
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+    /// Whether the last reload was applied (true until one is rejected).
+    pub last_ok: AtomicBool,
+    /// Unix seconds of the last config applied: the start, then each successful reload.
+    pub last_success: AtomicU64,
+}
+
+impl ReloadStats {
+    /// At start: the config just loaded counts as the last success.
+    pub fn started() -> Self {
+        Self {
+            succeeded: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            last_ok: AtomicBool::new(true),
+            last_success: AtomicU64::new(unix_now()),
+        }
+    }
+
+    fn record(&self, ok: bool) {
+        let count = if ok { &self.succeeded } else { &self.failed };
+        count.fetch_add(1, Ordering::Relaxed);
+        self.last_ok.store(ok, Ordering::Relaxed);
+        if ok {
+            self.last_success.store(unix_now(), Ordering::Relaxed);
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 /// Which VRFs each router (configured, or implied by a route advertisement) imports from.
@@ -75,6 +116,7 @@ impl Reloader {
             Ok(config) => config,
             Err(errors) => {
                 warn!("reload rejected, the running config stays:\n{errors}");
+                self.stats.record(false);
                 return;
             }
         };
@@ -141,6 +183,7 @@ impl Reloader {
         self.announcer.replace_config(config.announce.clone(), router_inputs(&config)).await;
         info!("reload: applied {}", self.config_path.display());
         self.running.send_replace(Arc::new(config));
+        self.stats.record(true);
     }
 
     /// Starts a router; retries while a stopped instance of the same VRF still holds port 179.

@@ -11,7 +11,7 @@ use super::session::{self, SessionCommand, SessionParams};
 use super::stats::PeerStats;
 use super::transport;
 use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, PeerSpec};
-use crate::config::{self, Neighbor, Router};
+use crate::config::{self, vrf_display_name, Neighbor, Router};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -140,7 +140,7 @@ impl Instance {
             let handle = instance.spawn_neighbor(n, config)?;
             instance.registry_mut().push(handle);
         }
-        info!(vrf = %router.vrf, asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", router.neighbors.len());
+        info!(vrf = vrf_display_name(&router.vrf), asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", router.neighbors.len());
         Ok(instance)
     }
 
@@ -388,6 +388,7 @@ impl Instance {
 
 /// Hands each accepted connection to its neighbor's session, after the GTSM check.
 async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: String) {
+    let vrf_name = vrf_display_name(&vrf);
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(pair) => pair,
@@ -409,17 +410,19 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
             Some((Some(min_ttl), _)) if syn_ttl.is_none_or(|ttl| ttl < min_ttl) => {
                 // RFC 5082 §3: a GTSM peer's packets must arrive with TTL >= 256 - hops.
                 warn!(
-                    vrf = %vrf,
+                    vrf = vrf_name, peer = %ip,
                     "refused connection from {ip}: its SYN arrived with TTL {syn_ttl:?}, \
                      ttl_security requires at least {min_ttl} (RFC 5082)"
                 );
             }
             Some((_, tx)) => {
-                debug!(vrf = %vrf, "accepted connection from {ip}");
+                debug!(vrf = vrf_name, peer = %ip, "accepted connection from {ip}");
                 let _ = tx.send(SessionCommand::Accepted(stream)).await;
             }
             // RFC 4271 §8.2.1.5 leaves unconfigured peers to policy: refuse them.
-            None => info!(vrf = %vrf, "refused connection from unconfigured peer {ip}"),
+            None => {
+                info!(vrf = vrf_name, peer = %ip, "refused connection from unconfigured peer {ip}")
+            }
         }
     }
 }

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 /// Depth of the command channel: enough for a burst of UPDATE batches from every session.
 const CHANNEL_DEPTH: usize = 256;
@@ -201,7 +201,8 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     let mut rib = Rib::new(config);
     // When no FIB writer listens, skip computing next-hop sets at all.
     rib.set_fib_tracking(setup.fib.is_some());
-    let span = tracing::info_span!("rib", vrf = %setup.vrf);
+    // `vrf` becomes VRF= in the journal (`ops::logging`), "default" as FRR names it.
+    let span = tracing::info_span!("rib", vrf = crate::config::vrf_display_name(&setup.vrf));
     let mut task = RibTask {
         rib,
         peers: HashMap::new(),
@@ -212,7 +213,7 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     };
     let mut announced = setup.announced;
     let current = announced.borrow_and_update().clone();
-    task.set_announced(&current);
+    span.in_scope(|| task.set_announced(&current));
     tokio::spawn(tracing::Instrument::instrument(task.run(rx, announced), span));
     RibHandle { tx }
 }
@@ -352,13 +353,10 @@ impl RibTask {
                     outbound.extend(outcome.changes.outbound);
                     self.record_fib(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
-                    if let Some((prefix, why)) = outcome.rejected.first() {
-                        debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
-                            outcome.rejected.len());
-                    }
+                    self.log_refused(id, &outcome.rejected);
                 }
                 Err(e) => {
-                    warn!("{e}");
+                    warn!(peer = self.peer_address(id).map(tracing::field::display), "{e}");
                     return;
                 }
             }
@@ -366,6 +364,7 @@ impl RibTask {
                 let mut mp_attrs = attrs;
                 mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
+                    self.log_refused(id, &outcome.rejected);
                     outbound.extend(outcome.changes.outbound);
                     self.record_fib(outcome.changes.fib);
                     accepted = Some(outcome.accepted_count);
@@ -389,6 +388,22 @@ impl RibTask {
         }
     }
 
+    fn peer_address(&self, id: PeerId) -> Option<IpAddr> {
+        self.rib.peer_info(id).map(|info| info.address)
+    }
+
+    /// The first announcement import policy refused, with the peer and the prefix as fields
+    /// (`PEER=`, `PREFIX=` in the journal).
+    fn log_refused(&self, id: PeerId, rejected: &[(IpNet, impl std::fmt::Display)]) {
+        if let Some((prefix, why)) = rejected.first() {
+            debug!(
+                peer = self.peer_address(id).map(tracing::field::display), prefix = %prefix,
+                "{} announcement(s) refused by import policy, first: {prefix} ({why})",
+                rejected.len()
+            );
+        }
+    }
+
     /// Originates what is new, withdraws what is gone, then re-derives every peer's export
     /// policy so each prefix reaches its peers.
     fn set_announced(&mut self, announced: &AnnouncedSet) {
@@ -401,12 +416,14 @@ impl RibTask {
         let new: Vec<IpNet> =
             announced.keys().filter(|p| !self.announced.contains_key(*p)).copied().collect();
         for prefix in gone {
+            info!(prefix = %prefix, "no longer originated");
             let changes = self.rib.withdraw_local(prefix);
             outbound.extend(changes.outbound);
             // A learned path may now be best for a prefix we stopped originating.
             self.record_fib(changes.fib);
         }
         for prefix in new {
+            info!(prefix = %prefix, "originated");
             let changes = self.rib.originate(prefix, &PathAttributes::default());
             outbound.extend(changes.outbound);
             self.record_fib(changes.fib);
@@ -423,7 +440,7 @@ impl RibTask {
             }
             match self.rib.set_export_policy(id, export) {
                 Ok(changes) => outbound.extend(changes.outbound),
-                Err(e) => warn!("announced routes for peer {address}: {e}"),
+                Err(e) => warn!(peer = %address, "announced routes for peer {address}: {e}"),
             }
         }
         self.wake(&outbound);

@@ -107,7 +107,10 @@ pub fn spawn(
     stats: Arc<PeerStats>,
 ) -> mpsc::Sender<SessionCommand> {
     let (tx, rx) = mpsc::channel(16);
-    let span = tracing::info_span!("peer", addr = %params.remote.ip());
+    // `peer` and `vrf` become PEER= and VRF= on every event of the session in the journal
+    // (`ops::logging`), so `journalctl PEER=192.0.2.1` shows one neighbor's story.
+    let vrf = params.transport.device.as_deref().unwrap_or("default");
+    let span = tracing::info_span!("session", peer = %params.remote.ip(), vrf);
     let helper = graceful_restart::Helper::new(params.graceful_restart, params.stale_path_time);
     let session = Session {
         params,

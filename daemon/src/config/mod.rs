@@ -33,6 +33,8 @@
 //! - **BFD profiles** are identified by `name`; identical copies are fine, different settings under
 //!   one name conflict (as in frr-k8s); one name twice in one file is an error.
 //! - **`always_block`** is unioned.
+//! - **`[fib] nexthop_objects`** and **`[metrics] listen`** are node-wide: files that set them
+//!   must agree.
 //!
 //! A conflict error points at the later file and names the earlier file, line and column.
 //! Cross-references are checked on the merged result, so a fragment may use a BFD profile or a
@@ -72,7 +74,8 @@ pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, 
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
-    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, Neighbor, Password, PrefixMatch,
+    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MetricsConfig, Neighbor,
+    Password, PrefixMatch,
     ReceivePolicy, RemoteAsn, Router,
 };
 

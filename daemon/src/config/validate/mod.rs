@@ -11,7 +11,7 @@ mod neighbor;
 mod tests;
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -64,6 +64,8 @@ pub(crate) struct Fragment {
     pub always_block: Vec<IpNet>,
     /// `[fib] nexthop_objects`, where this file sets it.
     pub nexthop_objects: Option<(bool, Loc)>,
+    /// `[metrics] listen`, where this file sets it.
+    pub metrics_listen: Option<(SocketAddr, Loc)>,
     /// `drain_time`, where this file sets it.
     pub drain_time: Option<(Duration, Loc)>,
     /// `[graceful_restart]` timers, each where this file sets it.
@@ -162,6 +164,7 @@ pub(crate) fn validate_file(
         bfd_profiles: Vec::new(),
         always_block: Vec::new(),
         nexthop_objects: None,
+        metrics_listen: None,
         drain_time: None,
         restart_time: None,
         stale_path_time: None,
@@ -211,6 +214,11 @@ pub(crate) fn validate_file(
     if let Some(fib) = raw.fib {
         let loc = source.loc(fib.span().start);
         fragment.nexthop_objects = fib.into_inner().nexthop_objects.map(|on| (on, loc));
+    }
+    if let Some(listen) = raw.metrics.and_then(|m| m.into_inner().listen) {
+        let loc = check.loc(&listen);
+        fragment.metrics_listen =
+            check.listen_address(&listen, "metrics.listen").map(|address| (address, loc));
     }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
