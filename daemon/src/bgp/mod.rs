@@ -7,6 +7,7 @@ pub mod fsm;
 pub mod instance;
 pub mod link_local;
 pub mod policy;
+pub mod reconfigure;
 pub mod rib;
 pub mod rib_task;
 pub mod session;
