@@ -56,7 +56,7 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         let count = instances.len();
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
-        Reloader {
+        let reload = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
             announcer: announcer.clone(),
@@ -70,6 +70,7 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             announcer,
             fib,
             drain_marker,
+            reload,
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)

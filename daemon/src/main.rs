@@ -42,6 +42,17 @@ enum Command {
     Drain,
     /// Announce the service addresses again after `drain`.
     Undrain,
+    /// Re-read the config and apply what changed; wait for the result and print it (routers
+    /// and neighbors added, removed, reset and why, updated live). Exits non-zero when the
+    /// config is rejected, with its errors; nothing changes then.
+    Reload {
+        /// How long to wait for the daemon's answer (e.g. "90s").
+        #[arg(long, default_value = "90s")]
+        timeout: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -211,8 +222,46 @@ fn main() -> ExitCode {
             };
             show(&cli.socket, &request, json)
         }
+        Command::Reload { timeout, json } => reload(&cli.socket, &timeout, json),
         Command::Drain => show(&cli.socket, &Request::Drain { drained: true }, false),
         Command::Undrain => show(&cli.socket, &Request::Drain { drained: false }, false),
+    }
+}
+
+/// `uplink reload`: asks the daemon to reload and prints what it did. Exits 1 when the config
+/// was rejected (the errors go to stderr) or the daemon did not answer, so `systemctl reload`
+/// fails too.
+fn reload(socket: &std::path::Path, timeout: &str, json: bool) -> ExitCode {
+    let timeout = match uplink::config::duration::parse_duration(timeout) {
+        Ok(timeout) => timeout,
+        Err(e) => {
+            eprintln!("uplink: --timeout: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let value = match client::call_with_timeout(socket, &Request::Reload, timeout) {
+        Ok(value) => value,
+        Err(e) => {
+            eprintln!("uplink: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let applied = value.get("applied") == Some(&serde_json::Value::Bool(true));
+    let text = if json {
+        format!("{}\n", serde_json::to_string_pretty(&value).unwrap_or_default())
+    } else {
+        render::text(&Request::Reload, &value)
+    };
+    if applied {
+        print!("{text}");
+        ExitCode::SUCCESS
+    } else {
+        if json {
+            print!("{text}");
+        } else {
+            eprint!("{text}");
+        }
+        ExitCode::FAILURE
     }
 }
 

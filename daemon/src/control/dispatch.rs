@@ -11,7 +11,7 @@ use super::protocol::Request;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
-use crate::reload::InstanceList;
+use crate::reload::{InstanceList, ReloadHandle};
 
 /// What a control request may read or act on. Cheap to clone: handles and `watch` receivers.
 #[derive(Clone)]
@@ -24,6 +24,8 @@ pub struct Context {
     pub fib: Fib,
     /// The drained mark (`crate::ops::drain`).
     pub drain_marker: PathBuf,
+    /// Runs a reload and hands back its outcome.
+    pub reload: ReloadHandle,
 }
 
 /// Answers one request.
@@ -53,6 +55,10 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
         }
         Request::Drain { drained } => {
             crate::ops::drain::set(&ctx.announcer, &ctx.drain_marker, drained).await
+        }
+        Request::Reload => {
+            let outcome = ctx.reload.reload().await?;
+            serde_json::to_value(outcome).map_err(|e| e.to_string())
         }
     }
 }

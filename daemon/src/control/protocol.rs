@@ -73,6 +73,9 @@ pub enum Request {
     Drain {
         drained: bool,
     },
+    /// `uplink reload`: re-read the config, apply what changed, answer with what was done
+    /// (`reload::ReloadOutcome`), or why the config was rejected.
+    Reload,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
