@@ -106,6 +106,17 @@ pub enum RouterAction {
     Kept,
 }
 
+impl std::fmt::Display for RouterAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Added => "added",
+            Self::Removed => "removed",
+            Self::Restarted => "restarted",
+            Self::Kept => "kept",
+        })
+    }
+}
+
 impl ReloadOutcome {
     fn new(config: PathBuf) -> Self {
         Self {
@@ -140,8 +151,8 @@ impl ReloadOutcome {
             let vrf = &r.vrf;
             match (&r.action, &r.reason) {
                 (RouterAction::Kept, _) => {}
-                (action, Some(reason)) => info!(%vrf, "reload: router {action:?}: {reason}"),
-                (action, None) => info!(%vrf, "reload: router {action:?}"),
+                (action, Some(reason)) => info!(%vrf, "reload: router {action}: {reason}"),
+                (action, None) => info!(%vrf, "reload: router {action}"),
             }
             let n = &r.neighbors;
             for setting in &n.settings {

@@ -615,17 +615,20 @@ impl Instance {
             }
         };
         if change.import {
-            applied.push(match established {
-                Some(true) => {
-                    "to_receive (ROUTE-REFRESH sent; what it refuses now was withdrawn)".into()
-                }
-                _ => "to_receive".into(),
-            });
+            let what = match established {
+                Some(true) => "to_receive (ROUTE-REFRESH sent; what it refuses now was withdrawn)",
+                Some(false) => "to_receive (narrower: what it refuses now was withdrawn)",
+                None => "to_receive",
+            };
+            applied.push(what.to_string());
         } else if established == Some(true) {
             applied.push("always_block: ROUTE-REFRESH sent".into());
         }
         if change.export {
-            applied.push("to_advertise (new UPDATEs for what changed)".into());
+            applied.push(format!(
+                "to_advertise {} (new UPDATEs for what changed)",
+                change.export_parts.join(", ")
+            ));
         }
         if change.max_prefixes {
             applied.push(format!(

@@ -25,6 +25,8 @@ pub struct NeighborChange {
     pub import_widened: bool,
     /// `to_advertise` changed (prefixes, `with_local_pref`, `with_community`).
     pub export: bool,
+    /// Which parts of `to_advertise` changed, by name.
+    pub export_parts: Vec<&'static str>,
     pub max_prefixes: bool,
     /// `bfd_profile` names another profile (or none, or one now).
     pub bfd_profile: bool,
@@ -117,6 +119,18 @@ pub fn neighbor_change(old: &Neighbor, new: &Neighbor) -> NeighborChange {
         import: old.to_receive != *to_receive,
         import_widened: receive_widened(&old.to_receive, to_receive),
         export: old.to_advertise != *to_advertise,
+        export_parts: [
+            (old.to_advertise.mode != to_advertise.mode
+                || old.to_advertise.prefixes != to_advertise.prefixes)
+                .then_some("allowed prefixes"),
+            (old.to_advertise.with_community != to_advertise.with_community)
+                .then_some("with_community"),
+            (old.to_advertise.with_local_pref != to_advertise.with_local_pref)
+                .then_some("with_local_pref"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         max_prefixes: old.max_prefixes != *max_prefixes,
         bfd_profile: old.bfd_profile != *bfd_profile,
     }
@@ -242,6 +256,7 @@ mod tests {
         let change = neighbor_change(&base, &filters);
         assert!(change.reset.is_empty(), "{change:?}");
         assert!(change.import && change.import_widened && change.export && change.max_prefixes);
+        assert_eq!(change.export_parts, vec!["allowed prefixes", "with_community"]);
         assert!(change.policy());
 
         let timers = neighbor("hold_time = \"30s\"\npassword = \"k\"");

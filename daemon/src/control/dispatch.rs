@@ -30,16 +30,18 @@ pub struct Context {
 
 /// Answers one request.
 pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
-    let instances = ctx.instances.borrow().clone();
+    // A snapshot only for the requests that read it: a reload waits for the instances it
+    // stops to be let go.
+    let instances = || ctx.instances.borrow().clone();
     match request {
-        Request::BgpSummary { vrf } => super::bgp::summary_json(&instances, &vrf).await,
+        Request::BgpSummary { vrf } => super::bgp::summary_json(&instances(), &vrf).await,
         Request::BgpNeighbors { vrf, address } => {
-            super::bgp::neighbors_json(&instances, &vrf, address.as_deref()).await
+            super::bgp::neighbors_json(&instances(), &vrf, address.as_deref()).await
         }
         Request::BgpRoutes { vrf, family, prefix } => {
-            super::bgp::routes_json(&instances, &vrf, family, prefix.as_deref()).await
+            super::bgp::routes_json(&instances(), &vrf, family, prefix.as_deref()).await
         }
-        Request::BfdPeers { vrf } => super::bfd::peers(&instances, &vrf).await,
+        Request::BfdPeers { vrf } => super::bfd::peers(&instances(), &vrf).await,
         Request::Fib { vrf } => super::fib::show(&ctx.fib, &vrf).await,
         Request::Announcements { vrf } => {
             let config = ctx.running.borrow().clone();

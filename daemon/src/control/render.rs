@@ -72,7 +72,7 @@ fn reload(v: &Value) -> String {
     }
     let _ = writeln!(out, "reloaded {} in {} ms", s(&v["config"]), v["duration_ms"]);
     for note in v["node"].as_array().into_iter().flatten() {
-        let _ = writeln!(out, "  {}", s(note));
+        let _ = writeln!(out, "node: {}", s(note));
     }
     for r in v["routers"].as_array().into_iter().flatten() {
         let _ = write!(out, "router {} (vrf {}): {}", r["asn"], s(&r["vrf"]), s(&r["action"]));
