@@ -1,6 +1,9 @@
-//! Config reload (SIGHUP) against real FRR and BIRD: a neighbor added or removed starts or
-//! ends only its own session, a changed neighbor is reset alone, and a config with an error
-//! changes nothing. The sessions a change did not touch never flap.
+//! Config reload against real FRR and BIRD, by SIGHUP and by `uplink reload`: a neighbor
+//! added or removed starts or ends only its own session, a neighbor whose session settings
+//! changed is reset alone, filters, communities, BFD timers, `always_block` and `[fib]`
+//! settings change on the running sessions and kernel routes, and a config with an error — or
+//! one that cannot be applied — changes nothing. The sessions a change did not touch never
+//! flap.
 
 mod common;
 use common::*;
@@ -599,4 +602,103 @@ fn a_peer_without_route_refresh_is_reset_and_a_failed_reload_changes_nothing() {
     assert_eq!(connections(), 2, "a rejected reload reset the session");
     let running = uplink.json(&["show", "running-config"]).unwrap().to_string();
     assert!(!running.contains("\"vrf\":\"red\""), "{running}");
+}
+
+/// `[fib] nexthop_objects` takes effect on reload: the ECMP route of two peers moves from inline
+/// hops (RTA_MULTIPATH) onto a nexthop group and back, replaced in place — `ip monitor` never
+/// sees it deleted — and no nexthop object is left behind.
+#[test]
+fn fib_settings_change_on_reload_without_withdrawing_routes() {
+    const PREFIX: &str = "198.51.100.0/24";
+    let mut lab = Lab::new("reload-fib");
+    let node = lab.ns("node");
+    let frr_ns = lab.ns("frr");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.1.2/24"], &frr_ns, &["10.0.1.1/24"]);
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    for (kind, ns, asn, id) in
+        [(Kind::Frr, &frr_ns, 65101, "10.0.1.1"), (Kind::Bird, &bird_ns, 65102, "10.0.2.1")]
+    {
+        let mut s = spec(asn, id, "10.0.1.2");
+        s.neighbors[0].address = if kind == Kind::Frr { "10.0.1.2" } else { "10.0.2.2" }.into();
+        s.announce = vec![PREFIX.into()];
+        let _ = Speaker::start(kind, &mut lab, ns, &s);
+    }
+    let config = |objects: bool| {
+        let all = "to_receive = { allowed = { mode = \"all\" } }";
+        format!(
+            "[fib]\nnexthop_objects = {objects}\n[[bgp.routers]]\nasn = 65001\nid = \"10.0.0.9\"\n{}{}",
+            neighbor("10.0.1.1", 65101, all),
+            neighbor("10.0.2.1", 65102, all)
+        )
+    };
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &config(false));
+    // (nexthop id, gateways) of PREFIX in the kernel.
+    let kernel = || -> Result<(Option<u64>, Vec<String>), String> {
+        let out = node.run(&["ip", "-j", "route", "show", PREFIX, "proto", "bgp"]);
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        let r = v.get(0).ok_or(format!("no route: {out}"))?;
+        let mut gateways: Vec<String> = match (r["nhid"].as_u64(), r["nexthops"].as_array()) {
+            (Some(id), _) => {
+                let group = node.run(&["ip", "-j", "nexthop", "show", "id", &id.to_string()]);
+                let g: serde_json::Value =
+                    serde_json::from_str(&group).map_err(|e| e.to_string())?;
+                g[0]["group"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|m| {
+                        let member = m["id"].to_string();
+                        let out = node.run(&["ip", "-j", "nexthop", "show", "id", &member]);
+                        let mv: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+                        mv[0]["gateway"].as_str().unwrap_or("?").to_string()
+                    })
+                    .collect()
+            }
+            (None, Some(hops)) => {
+                hops.iter().filter_map(|h| h["gateway"].as_str().map(String::from)).collect()
+            }
+            (None, None) => r["gateway"].as_str().map(String::from).into_iter().collect(),
+        };
+        gateways.sort();
+        Ok((r["nhid"].as_u64(), gateways))
+    };
+    let both = vec!["10.0.1.1".to_string(), "10.0.2.1".to_string()];
+    wait_for("the ECMP route with inline hops", UP, || match kernel()? {
+        (None, g) if g == both => Ok(()),
+        other => Err(format!("{other:?}\n{}", lab.dump_logs())),
+    });
+    let mut monitor = node.command("ip");
+    monitor.args(["monitor", "route"]);
+    lab.spawn("monitor", monitor);
+    std::thread::sleep(Duration::from_millis(300));
+
+    std::fs::write(&uplink.config, config(true)).unwrap();
+    let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("node: fib.nexthop_objects false → true"), "{out}");
+    wait_for("the route on a nexthop group of both peers", UP, || match kernel()? {
+        (Some(_), g) if g == both => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+
+    std::fs::write(&uplink.config, config(false)).unwrap();
+    let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("node: fib.nexthop_objects true → false"), "{out}");
+    wait_for("inline hops again and no nexthop object left", UP, || {
+        let objects = node.run(&["ip", "nexthop", "show"]);
+        match kernel()? {
+            (None, g) if g == both && objects.trim().is_empty() => Ok(()),
+            other => Err(format!("{other:?} {objects}")),
+        }
+    });
+    let log = std::fs::read_to_string(lab.path("monitor.log")).unwrap_or_default();
+    assert!(log.contains(PREFIX), "ip monitor saw no change at all: {log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("Deleted") && l.contains(PREFIX)),
+        "the route left the kernel while changing form:\n{log}"
+    );
+    let sessions = uplink.json(&["show", "bgp", "summary"]).unwrap();
+    for peer in ["10.0.1.1", "10.0.2.1"] {
+        assert_eq!(sessions["ipv4Unicast"]["peers"][peer]["state"], "Established", "{sessions}");
+    }
 }
