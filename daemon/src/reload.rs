@@ -374,6 +374,15 @@ impl Reloader {
                 Err(e) => outcome.node.push(format!("fib.nexthop_objects not changed: {e}")),
             }
         }
+        if config.graceful_restart != old.graceful_restart {
+            // RFC 4724 §3: the Restart Time is in the OPEN; no session is reset for it.
+            outcome.node.push(format!(
+                "graceful_restart timers changed (restart_time {} → {}): sessions started from \
+                 now on use them; established ones keep what they negotiated",
+                crate::config::duration::format_duration(old.graceful_restart.restart_time),
+                crate::config::duration::format_duration(config.graceful_restart.restart_time),
+            ));
+        }
         if config.always_block != old.always_block {
             let list = |l: &[ipnet::IpNet]| {
                 format!("[{}]", l.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "))

@@ -2,7 +2,9 @@
 //! that hands incoming connections to the right session.
 
 use super::announced::AnnouncedSet;
-use super::configure::{bfd_spec, export_policy, fsm_config, import_policy, transport_options};
+use super::configure::{
+    bfd_spec, export_policy, fsm_config, import_policy, transport_options, Restart,
+};
 use super::fsm::Fsm;
 use super::reconfigure::{neighbor_change, router_change, NeighborChange};
 use super::rib::RibConfig;
@@ -11,7 +13,7 @@ use super::session::{self, LiveOutcome, SessionCommand, SessionParams};
 use super::stats::PeerStats;
 use super::transport;
 use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, PeerSpec};
-use crate::config::{self, Neighbor, Password, Router};
+use crate::config::{self, GracefulRestartConfig, Neighbor, Password, Router};
 use ipnet::IpNet;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -68,6 +70,9 @@ pub struct Instance {
     /// The BFD thread: started with the first neighbor that has a `bfd_profile` (at start or
     /// on a reload).
     bfd: OnceLock<BfdRuntime>,
+    /// The daemon started with the previous run's routes in the kernel (RFC 4724 R bit), and
+    /// the Restart Time its neighbors advertise.
+    restart: Restart,
 }
 
 impl Drop for Instance {
@@ -121,6 +126,8 @@ pub struct Prepared {
     refresh_all: bool,
     /// TCP-MD5 keys set on the listener, with the key each replaced.
     md5_undo: Vec<(IpAddr, Option<Password>)>,
+    /// The node's graceful restart timers, for the sessions started.
+    graceful: GracefulRestartConfig,
 }
 
 #[derive(Debug)]
@@ -223,12 +230,17 @@ impl Instance {
             listener_task,
             spawned: AtomicU64::new(0),
             bfd: OnceLock::new(),
+            restart: Restart {
+                restart_time: config.graceful_restart.restart_time,
+                restarted: fib.is_some_and(crate::fib::Fib::previous_run_kept),
+            },
         };
         for n in &router.neighbors {
             if let Some(password) = &n.password {
                 instance.set_md5_key(n.address, Some(password))?;
             }
-            let handle = instance.spawn_neighbor(n, bfd_spec(n, config)?)?;
+            let handle =
+                instance.spawn_neighbor(n, bfd_spec(n, config)?, &config.graceful_restart)?;
             instance.registry_mut().push(handle);
         }
         info!(vrf = %router.vrf, asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", router.neighbors.len());
@@ -278,10 +290,13 @@ impl Instance {
         &self,
         n: &Neighbor,
         bfd: Option<PeerSpec>,
+        graceful: &GracefulRestartConfig,
     ) -> Result<NeighborHandle, String> {
         let index = self.spawned.fetch_add(1, Ordering::Relaxed);
         let stats = Arc::new(PeerStats::default());
-        let fsm_config = fsm_config(&self.router(), n, self.router_id, index);
+        let restart =
+            Restart { restart_time: graceful.restart_time, restarted: self.restart.restarted };
+        let fsm_config = fsm_config(&self.router(), n, self.router_id, index, restart);
         // The config layer checked each setting; this checks what the OPEN relies on, the
         // derived router id included, before a session can send a wrong one.
         fsm_config.validate().map_err(|e| format!("neighbor {}: {e}", n.address))?;
@@ -293,6 +308,8 @@ impl Instance {
             max_prefixes: n.max_prefixes,
             import: import_policy(n),
             export: export_policy(n),
+            graceful_restart: n.graceful_restart,
+            stale_path_time: graceful.stale_path_time,
         };
         let commands = session::spawn(params, fsm, self.rib.clone(), stats.clone());
         let bfd_spec = bfd.map(|spec| Arc::new(Mutex::new(spec)));
@@ -465,6 +482,7 @@ impl Instance {
             settings,
             refresh_all: super::reconfigure::always_block_widened(old_block, new_block),
             md5_undo: Vec::new(),
+            graceful: config.graceful_restart.clone(),
         };
         // Last, as the one step here that changes the kernel: undone if it fails half-way.
         for (address, old, new) in keys {
@@ -512,11 +530,11 @@ impl Instance {
                     let address = neighbor.address;
                     info!(vrf = %self.vrf, "reload: resetting neighbor {address}: {reason}");
                     self.remove_neighbor(address, 6, "configuration changed").await;
-                    self.start_neighbor(&neighbor, bfd, &mut report);
+                    self.start_neighbor(&neighbor, bfd, &prepared.graceful, &mut report);
                     report.reset.push(NeighborReset { address, reason });
                 }
                 Step::Add { neighbor, bfd } => {
-                    self.start_neighbor(&neighbor, bfd, &mut report);
+                    self.start_neighbor(&neighbor, bfd, &prepared.graceful, &mut report);
                     report.added.push(neighbor.address);
                 }
                 Step::Update { neighbor, change, bfd } => {
@@ -542,8 +560,14 @@ impl Instance {
         report
     }
 
-    fn start_neighbor(&self, n: &Neighbor, bfd: Option<PeerSpec>, report: &mut ReloadReport) {
-        match self.spawn_neighbor(n, bfd) {
+    fn start_neighbor(
+        &self,
+        n: &Neighbor,
+        bfd: Option<PeerSpec>,
+        graceful: &GracefulRestartConfig,
+        report: &mut ReloadReport,
+    ) {
+        match self.spawn_neighbor(n, bfd, graceful) {
             Ok(handle) => self.registry_mut().push(handle),
             Err(e) => report.deferred.push(format!("neighbor {}: {e}", n.address)),
         }
@@ -661,9 +685,36 @@ impl Instance {
         }
     }
 
-    /// Stops every session with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2).
-    pub async fn shutdown(&self) {
+    /// This run started with the previous run's routes in the kernel (a graceful restart).
+    pub fn restarted(&self) -> bool {
+        self.restart.restarted
+    }
+
+    /// The Restart Time this router's graceful-restart neighbors advertise.
+    pub fn restart_time(&self) -> Duration {
+        self.restart.restart_time
+    }
+
+    /// Whether every neighbor with graceful restart is Established and has sent End-of-RIB
+    /// for all its families: after our restart, the point where the previous run's routes
+    /// that did not come back can go (RFC 4724 §4.1).
+    pub fn restart_converged(&self) -> bool {
+        self.neighbors().iter().filter(|n| n.config.graceful_restart).all(|n| {
+            let snap = n.stats.snapshot();
+            snap.state == "Established" && snap.end_of_rib_received
+        })
+    }
+
+    /// Stops the sessions for a daemon shutdown. With `graceful`, a neighbor with graceful
+    /// restart gets no NOTIFICATION: its connection simply closes when the process exits, so
+    /// the peer keeps our routes for our Restart Time (RFC 4724 §4.2). Every other session
+    /// ends with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2) and an RFC 9003
+    /// message.
+    pub async fn shutdown(&self, graceful: bool) {
         for n in self.neighbors() {
+            if graceful && n.config.graceful_restart {
+                continue;
+            }
             let _ = n
                 .commands
                 .send(SessionCommand::Stop { subcode: 2, reason: "uplink is shutting down".into() })
@@ -764,7 +815,8 @@ fn check_neighbor(
     index: u64,
     config: &config::Config,
 ) -> Result<(), String> {
-    fsm_config(router, n, router_id, index)
+    let restart = Restart { restart_time: config.graceful_restart.restart_time, restarted: false };
+    fsm_config(router, n, router_id, index, restart)
         .validate()
         .map_err(|e| format!("neighbor {}: {e}", n.address))?;
     bfd_spec(n, config)?;

@@ -1,7 +1,7 @@
 //! What a reload may change on a running router or neighbor without resetting its sessions.
 //!
 //! A BGP session cannot change what its OPEN carried (AS numbers, router id, hold time,
-//! families; RFC 4271 §4.2, RFC 4760 §8), what its TCP connection is (addresses, port, TCP-MD5
+//! families, graceful restart; RFC 4271 §4.2, RFC 4760 §8, RFC 4724 §3), what its TCP connection is (addresses, port, TCP-MD5
 //! key, RFC 2385; TTL and GTSM, RFC 5082) or how it is opened (passive, connect retry):
 //! changing one of those resets the session, with the setting and both values named. Filters
 //! and attributes are policy, applied to a running session: export changes become UPDATEs,
@@ -62,6 +62,7 @@ pub fn neighbor_change(old: &Neighbor, new: &Neighbor) -> NeighborChange {
         passive,
         bfd_profile,
         max_prefixes,
+        graceful_restart,
         families,
         to_advertise,
         to_receive,
@@ -99,6 +100,8 @@ pub fn neighbor_change(old: &Neighbor, new: &Neighbor) -> NeighborChange {
         optional(ttl_security.map(|v| v.to_string())),
     );
     differs("passive", old.passive.to_string(), passive.to_string());
+    // RFC 4724 §3: a capability in the OPEN.
+    differs("graceful_restart", old.graceful_restart.to_string(), graceful_restart.to_string());
     let names = |list: &[crate::config::AddressFamily]| {
         list.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
     };
