@@ -579,17 +579,18 @@ fn a_peer_without_route_refresh_is_reset_and_a_failed_reload_changes_nothing() {
         (has("10.99.2.0/24") && connections() == 2).then_some(()).ok_or(lab.dump_logs())
     });
 
-    // Narrower: live, no reset.
-    std::fs::write(&uplink.config, config(one, "")).unwrap();
+    // Narrower, and a prefix limit: live, no reset.
+    std::fs::write(&uplink.config, config(one, "max_prefixes = 1\n")).unwrap();
     let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.contains("updated live: to_receive (narrower"), "{out}");
+    assert!(out.contains("; max_prefixes 1"), "{out}");
     wait_for("10.99.2.0/24 withdrawn", UP, || {
         (!has("10.99.2.0/24")).then_some(()).ok_or("still there".to_string())
     });
     assert_eq!(connections(), 2);
 
     // Valid, but the new router cannot listen (no VRF device "red" here): rejected whole.
-    let red = "[[bgp.routers]]\nasn = 65001\nvrf = \"red\"\nid = \"10.0.0.9\"\ninstall = false\n";
+    let red = "max_prefixes = 1\n[[bgp.routers]]\nasn = 65001\nvrf = \"red\"\nid = \"10.0.0.9\"\ninstall = false\n";
     std::fs::write(&uplink.config, config(both, red)).unwrap();
     let out = match uplink.cli(&["reload"]) {
         Ok(out) => panic!("the reload should have failed: {out}"),

@@ -846,3 +846,42 @@ fn derive_router_id(router: &Router) -> Option<Ipv4Addr> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bfd::runtime::Hop;
+    use crate::bfd::session::SessionConfig;
+
+    fn spec(interval_ms: u64, minimum_ttl: u8) -> PeerSpec {
+        let interval = Duration::from_millis(interval_ms);
+        PeerSpec {
+            peer: "10.0.0.1".parse().unwrap(),
+            local: None,
+            hop: Hop::Single,
+            config: SessionConfig {
+                desired_min_tx: interval,
+                required_min_rx: interval,
+                detect_mult: 3,
+                passive: false,
+            },
+            minimum_ttl,
+            profile: "fast".into(),
+            auth: None,
+        }
+    }
+
+    /// A profile's timers change with a Poll Sequence; anything else about the BFD session
+    /// starts it again.
+    #[test]
+    fn only_timer_changes_keep_the_bfd_session() {
+        assert!(only_timers_differ(&spec(300, 254), &spec(200, 254)));
+        let mut renamed = spec(200, 254);
+        renamed.profile = "faster".into();
+        assert!(only_timers_differ(&spec(300, 254), &renamed));
+        assert!(!only_timers_differ(&spec(300, 254), &spec(300, 250)));
+        let mut multihop = spec(300, 254);
+        multihop.hop = Hop::Multi;
+        assert!(!only_timers_differ(&spec(300, 254), &multihop));
+    }
+}
