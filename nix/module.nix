@@ -219,13 +219,16 @@ in
         after = [ "network-online.target" ];
         # Like the Debian unit: no config, no start (the config drive may not have one).
         unitConfig.ConditionPathExists = "/etc/uplink/uplink.toml";
-        restartTriggers = [ configTree ];
+        # A new config is reloaded, not restarted: sessions it does not change stay up, and
+        # `nixos-rebuild switch` fails when uplink rejects it.
+        reloadTriggers = [ configTree ];
         serviceConfig = {
           Type = "notify";
           NotifyAccess = "main";
           ExecStart = "${lib.getExe cfg.package} run --config /etc/uplink/uplink.toml";
-          # SIGHUP re-reads the config; announcement changes apply without a restart.
-          ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
+          # Re-reads the config and waits for the result: only what changed is touched, and a
+          # rejected config (printed with file:line:column) fails the reload and changes nothing.
+          ExecReload = "${lib.getExe cfg.package} reload";
           Restart = "on-failure";
           RestartSec = "2s";
           WatchdogSec = mkIf (cfg.watchdogSec != null) cfg.watchdogSec;

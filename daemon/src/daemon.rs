@@ -69,7 +69,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
         let reloads = Arc::new(ReloadStats::started());
-        Reloader {
+        let reload = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
             announcer: announcer.clone(),
@@ -94,6 +94,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             announcer,
             fib,
             drain: drain.clone(),
+            reload,
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)

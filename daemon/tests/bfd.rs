@@ -468,7 +468,8 @@ fn bird_authenticated_sessions_come_up_and_a_wrong_key_does_not_until_reloaded()
     wait_both_up(&lab, &uplink, wrong, || bird_bfd_up(&birds[2]) && birds[2].established("uplink"));
     assert_eq!(bfd_peer(&uplink, wrong).unwrap()["control-packet-discarded"], 0);
     assert_eq!(connections(&uplink), before, "the BGP session was reset for a BFD key change");
-    assert!(!log_lines(&lab, "bfd_restarted=[10.0.3.1]").is_empty(), "{}", lab.dump_logs());
+    let restarted = "neighbor 10.0.3.1 updated: bfd_profile \"p3\": BFD session started again";
+    assert!(!log_lines(&lab, restarted).is_empty(), "{}", lab.dump_logs());
 }
 
 /// Node, peer and a stranger on one Ethernet segment (a bridge in a fourth namespace).

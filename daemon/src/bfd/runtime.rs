@@ -106,6 +106,8 @@ enum Command {
     Add(PeerSpec, watch::Sender<BfdLink>),
     /// The neighbor was removed from the config.
     Remove(IpAddr),
+    /// A reload changed the peer's profile timers (and nothing else about it).
+    Reconfigure(IpAddr, SessionConfig, String),
     Snapshot(oneshot::Sender<Vec<PeerView>>),
 }
 
@@ -211,6 +213,12 @@ impl BfdRuntime {
         let _ = self.commands.send(Command::Remove(peer));
     }
 
+    /// New timers for the session to `peer` (its profile changed, named `profile` now): an Up
+    /// session changes them with a Poll Sequence (RFC 5880 §6.8.3) and stays Up.
+    pub fn reconfigure_peer(&self, peer: IpAddr, config: SessionConfig, profile: String) {
+        let _ = self.commands.send(Command::Reconfigure(peer, config, profile));
+    }
+
     /// Every peer's state, for `show bfd peers`.
     pub async fn peers(&self) -> Result<Vec<PeerView>, String> {
         let (tx, rx) = oneshot::channel();
@@ -304,6 +312,16 @@ impl Worker {
             }
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
+            }
+            Command::Reconfigure(peer, config, profile) => {
+                if let Some(index) = self.peers.iter().position(|p| p.spec.peer == peer) {
+                    if let Some(p) = self.peers.get_mut(index) {
+                        p.spec.config = config;
+                        p.spec.profile = profile;
+                    }
+                    self.feed(index, Event::Reconfigure(config), Instant::now());
+                    info!(vrf = %self.vrf, %peer, "BFD timers changed (Poll Sequence, RFC 5880 §6.8.3)");
+                }
             }
             Command::Remove(peer) => {
                 if let Some(index) = self.peers.iter().position(|p| p.spec.peer == peer) {

@@ -8,6 +8,7 @@ pub mod graceful_restart;
 pub mod instance;
 pub mod link_local;
 pub mod policy;
+pub mod reconfigure;
 pub mod rib;
 pub mod rib_task;
 pub mod session;

@@ -4,7 +4,7 @@
 //! they pull it when their socket has room.
 
 use super::announced::{effective_export, AnnouncedSet};
-use super::policy::ExportPolicy;
+use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::view::{Lookup, PathSource, PathView, PeerCounts, RibSummary, RouteView};
 use super::wire::attributes::{Family, PathAttributes};
@@ -54,9 +54,23 @@ enum RibCommand {
     Updates(PeerId, Vec<DecodedUpdate>),
     TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
     RouteRefresh(PeerId, Family),
+    /// A reload changed the peer's policies: applied live, answered once done.
+    SetPeerPolicy(PeerId, Box<PeerPolicy>, oneshot::Sender<()>),
+    /// A reload changed the instance's settings (`always_block`, multipath): answered once
+    /// applied, so a ROUTE-REFRESH sent after it meets the new settings.
+    SetConfig(Box<RibConfig>, oneshot::Sender<()>),
     Summary(oneshot::Sender<RibSummary>),
     Routes(Family, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
+}
+
+/// The settings of a session that a reload changes without resetting it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerPolicy {
+    pub import: ImportPolicy,
+    /// As configured; the RIB widens it with the announced set.
+    pub export: ExportPolicy,
+    pub max_prefixes: Option<u32>,
 }
 
 /// What the RIB task tells a session, without a channel that could be full: the session waits
@@ -97,6 +111,19 @@ struct PeerSide {
     /// Set once the Cease has been requested, so it is asked for only once.
     over_limit: bool,
     last_update_applied: Option<std::time::SystemTime>,
+}
+
+impl PeerSide {
+    /// RFC 4486 §4: more accepted prefixes than `max_prefixes` ends the session with Cease,
+    /// Maximum Number of Prefixes Reached (asked for once).
+    fn check_limit(&mut self, count: usize) {
+        let Some(max) = self.max_prefixes else { return };
+        if count > max as usize && !self.over_limit {
+            self.over_limit = true;
+            self.signal
+                .ask_cease(1, format!("{count} prefixes accepted, more than max_prefixes {max}"));
+        }
+    }
 }
 
 /// A cheap, cloneable handle to the RIB task.
@@ -141,6 +168,11 @@ impl RibHandle {
         rx.await.map_err(|_| GONE.to_string())
     }
 
+    /// A reload: new instance settings, applied before this returns.
+    pub async fn set_config(&self, config: RibConfig) -> Result<(), String> {
+        self.ask(|r| RibCommand::SetConfig(Box::new(config), r)).await
+    }
+
     pub async fn summary(&self) -> Result<RibSummary, String> {
         self.ask(RibCommand::Summary).await
     }
@@ -164,6 +196,15 @@ impl PeerLink {
     /// The peer sent ROUTE-REFRESH for `family`: queue its Adj-RIB-Out again.
     pub async fn route_refresh(&self, family: Family) {
         let _ = self.tx.send(RibCommand::RouteRefresh(self.id, family)).await;
+    }
+
+    /// A reload changed the session's policies: withdraw what the import policy refuses now,
+    /// re-export under the new export policy, check the new prefix limit. Returns once done.
+    pub async fn set_policy(&self, policy: PeerPolicy) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(RibCommand::SetPeerPolicy(self.id, Box::new(policy), reply)).await.is_ok() {
+            let _ = rx.await;
+        }
     }
 
     pub async fn peer_down(&self) {
@@ -316,6 +357,16 @@ impl RibTask {
                     }
                 }
             }
+            RibCommand::SetPeerPolicy(id, policy, reply) => {
+                self.set_peer_policy(id, *policy);
+                let _ = reply.send(());
+            }
+            RibCommand::SetConfig(config, reply) => {
+                let changes = self.rib.set_config(*config);
+                self.wake(&changes.outbound);
+                self.record_fib(changes.fib);
+                let _ = reply.send(());
+            }
             RibCommand::Summary(reply) => {
                 let _ = reply.send(self.summary());
             }
@@ -375,16 +426,40 @@ impl RibTask {
         let Some(side) = self.peers.get_mut(&id) else { return };
         side.last_update_applied = Some(std::time::SystemTime::now());
         if let Some(count) = accepted {
-            if let Some(max) = side.max_prefixes {
-                if count > max as usize && !side.over_limit {
-                    side.over_limit = true;
-                    // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached.
-                    side.signal.ask_cease(
-                        1,
-                        format!("{count} prefixes accepted, more than max_prefixes {max}"),
-                    );
+            side.check_limit(count);
+        }
+    }
+
+    /// A reload's new policies for one established session, applied without a reset: what the
+    /// import policy refuses now is withdrawn (what it newly allows comes with the peer's
+    /// answer to ROUTE-REFRESH), the export policy is re-applied to the whole table (new
+    /// UPDATEs for what changed), and the prefix limit is checked against the new value.
+    fn set_peer_policy(&mut self, id: PeerId, policy: PeerPolicy) {
+        let Some(address) = self.rib.peer_info(id).map(|info| info.address) else { return };
+        let mut outbound = BTreeSet::new();
+        let import_changed = self.rib.peer_info(id).is_some_and(|i| i.import != policy.import);
+        if import_changed {
+            match self.rib.set_import_policy(id, policy.import) {
+                Ok(changes) => {
+                    outbound.extend(changes.outbound);
+                    self.record_fib(changes.fib);
                 }
+                Err(e) => warn!("import policy for peer {address}: {e}"),
             }
+        }
+        let export = effective_export(&policy.export, &self.announced, address);
+        self.base_export.insert(id, policy.export);
+        if self.rib.peer_info(id).is_some_and(|info| info.export != export) {
+            match self.rib.set_export_policy(id, export) {
+                Ok(changes) => outbound.extend(changes.outbound),
+                Err(e) => warn!("export policy for peer {address}: {e}"),
+            }
+        }
+        self.wake(&outbound);
+        let accepted = self.rib.accepted_count(id);
+        if let Some(side) = self.peers.get_mut(&id) {
+            side.max_prefixes = policy.max_prefixes;
+            side.check_limit(accepted);
         }
     }
 

@@ -387,10 +387,21 @@ fn merge_neighbor(
         for (name, here, there) in differences {
             let loc = incoming.loc_of(name);
             let there_loc = existing.loc_of(name);
+            // Only defaults differ: a manifest's neighbor gets upstream's timers, a TOML one
+            // uplink's (`TimerDefaults`).
+            let defaults_differ =
+                is_timer(name) && !existing.written(name) && !incoming.written(name);
+            let hint = if defaults_differ {
+                " (neither file sets it: a Kubernetes manifest's neighbor gets MetalLB's and \
+                 frr-k8s's defaults, hold 3m/keepalive 1m/connect 2m, a TOML neighbor uplink's, \
+                 1m30s/30s/5s; set it in both)"
+            } else {
+                ""
+            };
             errors.push(loc.error(
                 format!("{}.{name}", incoming.field),
                 format!(
-                    "neighbor {} has {here} here but {there} at {there_loc} ({}); a file may add neighbors, \
+                    "neighbor {} has {here} here but {there} at {there_loc} ({}){hint}; a file may add neighbors, \
                      prefixes and filters but not change a neighbor's session settings — make them equal",
                     incoming.neighbor.address, existing.field
                 ),
@@ -413,6 +424,10 @@ fn merge_neighbor(
     if !current.sources.iter().any(|s| s == file) {
         current.sources.push(file.to_path_buf());
     }
+}
+
+fn is_timer(name: &str) -> bool {
+    matches!(name, "hold_time" | "keepalive_time" | "connect_time")
 }
 
 fn union_receive(a: &ReceivePolicy, b: &ReceivePolicy) -> ReceivePolicy {

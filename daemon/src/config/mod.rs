@@ -43,7 +43,9 @@
 //! advertised to that neighbor, and `bfd_profile` must name a defined profile. These checks are
 //! skipped while other errors exist, so a value already rejected does not also show as dangling.
 //!
-//! Defaults: `port` 179, `hold_time` 90s, `keepalive_time` hold/3, `connect_time` 5s,
+//! Defaults: `port` 179, `hold_time` 90s, `keepalive_time` hold/3, `connect_time` 5s (in TOML
+//! files; a manifest's neighbor gets MetalLB's and frr-k8s's 180s, 60s and 120s, see
+//! `validate::TimerDefaults`),
 //! `maximum_paths` 64, `multipath_relax` true, `install` true, `table` none (main for the default
 //! VRF, the VRF device's table otherwise), `metric` 20 (FRR's), `families` the family of `address`, filters
 //! `mode = "filtered"` with nothing listed (send and accept nothing). BFD: intervals 300ms, echo

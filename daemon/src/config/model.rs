@@ -61,6 +61,16 @@ pub enum GracefulRestartMode {
     Enabled,
 }
 
+impl std::fmt::Display for GracefulRestartMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GracefulRestartMode::Disabled => "disabled",
+            GracefulRestartMode::Helper => "helper only",
+            GracefulRestartMode::Enabled => "enabled",
+        })
+    }
+}
+
 impl GracefulRestartMode {
     pub fn helps(self) -> bool {
         self != GracefulRestartMode::Disabled

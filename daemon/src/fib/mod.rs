@@ -237,6 +237,17 @@ impl Fib {
             .map_err(|_| "the FIB writer has stopped".into())
     }
 
+    /// A reload changed `[fib] nexthop_objects`: the routes in the kernel change form (nexthop
+    /// groups, or hops inline) in place, none is withdrawn. Returns once done.
+    pub async fn set_nexthop_objects(&self, on: bool) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::NexthopObjects(on, reply))
+            .await
+            .map_err(|_| "the FIB writer has stopped")?;
+        rx.await.map_err(|_| "the FIB writer has stopped".to_string())?
+    }
+
     /// Whether the instance of `vrf` would be installed with `config` (else a reload must
     /// start the router again).
     pub fn has_instance(&self, config: &FibInstanceConfig) -> bool {

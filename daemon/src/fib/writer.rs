@@ -53,6 +53,8 @@ pub(super) enum Command {
     /// A reload: the instances after it, index for index (`Fib::configure`). Those beyond the
     /// writer's list are new; those newly retired leave the kernel.
     Configure(Vec<super::FibSlot>),
+    /// A reload changed `[fib] nexthop_objects` (`Fib::set_nexthop_objects`).
+    NexthopObjects(bool, oneshot::Sender<Result<(), String>>),
     /// Our graceful restart is over: what the previous run left and nobody wants now goes.
     EndRestart,
     /// Every route leaves the kernel (shutdown without graceful restart); answered when done.
@@ -180,6 +182,8 @@ pub(super) struct Writer {
     links: HashMap<u32, KernelLink>,
     /// Whether the kernel takes nexthop objects; else routes carry their hops (RTA_MULTIPATH).
     objects: bool,
+    /// Whether the kernel has nexthop objects at all (its last nexthop dump worked).
+    kernel_objects: bool,
     resolution_dirty: bool,
     resync: bool,
     stats: Arc<FibStats>,
@@ -213,6 +217,7 @@ impl Writer {
             resolver: Resolver::default(),
             links: HashMap::new(),
             objects,
+            kernel_objects: true,
             resolution_dirty: false,
             resync: false,
             stats,
@@ -249,6 +254,11 @@ impl Writer {
                     Command::Show(reply) => shows.push(Reply::Show(reply)),
                     Command::Flush(reply) => shows.push(Reply::Flush(reply)),
                     Command::Configure(slots) => self.configure(slots, &mut plan),
+                    Command::NexthopObjects(on, reply) => {
+                        // What came before goes out in the old form.
+                        self.execute(std::mem::take(&mut plan));
+                        let _ = reply.send(self.set_objects(on));
+                    }
                     Command::EndRestart => end_restart = true,
                     Command::Clear(reply) => {
                         for index in 0..self.instances.len() {
@@ -796,12 +806,13 @@ impl Writer {
                 }
             }
         }) {
-            Ok(()) => {}
+            Ok(()) => self.kernel_objects = true,
             Err(e) if startup => {
                 warn!(
                     "the kernel has no nexthop objects ({e}): installing routes with RTA_MULTIPATH"
                 );
                 self.objects = false;
+                self.kernel_objects = false;
             }
             Err(e) => warn!("cannot read the nexthops: {e}"),
         }
@@ -895,6 +906,44 @@ impl Writer {
         self.resolution_dirty = false;
         self.execute(plan);
         kept
+    }
+
+    /// Switches between nexthop objects and inline hops with every route staying in the
+    /// kernel: each is replaced in place (RTM_NEWROUTE with NLM_F_REPLACE) by its other form,
+    /// and the objects are created first or deleted after.
+    fn set_objects(&mut self, on: bool) -> Result<(), String> {
+        if on == self.objects {
+            return Ok(());
+        }
+        if on && !self.kernel_objects {
+            return Err("the kernel has no nexthop objects; routes keep their hops inline".into());
+        }
+        self.objects = on;
+        if on {
+            // Creates every group's objects, then points each route at its group.
+            info!("nexthop objects on: routes move onto nexthop groups");
+            self.reconcile(false);
+            return Ok(());
+        }
+        info!("nexthop objects off: routes carry their hops inline (RTA_MULTIPATH)");
+        let mut plan = Plan::default();
+        for ((instance, prefix), route) in self.routes.iter_mut() {
+            let Some(key) = self.instances.get(*instance).and_then(|i| i.route_key(*prefix)) else {
+                continue;
+            };
+            let Some(group) = self.registry.group(route.group).filter(|g| !g.members.is_empty())
+            else {
+                continue;
+            };
+            let target = RouteTarget::Inline(group.members.clone());
+            plan.routes.push(Op::Route { key, target, subject: (*instance, *prefix) });
+            route.state = State::Pending;
+        }
+        // Groups before their members.
+        plan.cleanup.extend(self.registry.groups().map(|g| Op::DelNexthop(g.id)));
+        plan.cleanup.extend(self.registry.nexthops().map(|(id, _)| Op::DelNexthop(id)));
+        self.execute(plan);
+        Ok(())
     }
 
     fn views(&self) -> Vec<FibInstanceView> {

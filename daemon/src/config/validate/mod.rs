@@ -7,6 +7,7 @@
 
 mod bfd;
 mod neighbor;
+pub(crate) use neighbor::TimerDefaults;
 #[cfg(test)]
 mod tests;
 
@@ -34,8 +35,6 @@ use super::raw::{
 use super::source::SourceText;
 
 pub(crate) const DEFAULT_PORT: u16 = 179;
-pub(crate) const DEFAULT_HOLD_TIME: Duration = Duration::from_secs(90);
-pub(crate) const DEFAULT_CONNECT_TIME: Duration = Duration::from_secs(5);
 pub(crate) const DEFAULT_MAXIMUM_PATHS: u16 = 64;
 pub(crate) const DEFAULT_MULTIPATH_RELAX: bool = true;
 pub(crate) const DEFAULT_INSTALL: bool = true;
@@ -151,10 +150,13 @@ pub(crate) struct BfdProfileFragment {
     pub field: String,
 }
 
-/// Validates one file. Errors go to `errors`; the fragment holds what was valid.
+/// Validates one file. Errors go to `errors`; the fragment holds what was valid. `timers` are
+/// the session timers a neighbor that leaves them out gets: uplink's in TOML files, upstream's
+/// in Kubernetes manifests.
 pub(crate) fn validate_file(
     source: &SourceText<'_>,
     raw: RawFile,
+    timers: TimerDefaults,
     errors: &mut Vec<ConfigError>,
 ) -> Fragment {
     let mut check = Checker::new(source, errors);
@@ -226,13 +228,13 @@ pub(crate) fn validate_file(
         }
     }
     if let Some(bgp) = raw.bgp {
-        check.bgp(bgp, &mut fragment);
+        check.bgp(bgp, &mut fragment, timers);
     }
     fragment
 }
 
 impl Checker<'_, '_> {
-    fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment) {
+    fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment, timers: TimerDefaults) {
         for (index, raw) in bgp.bfd_profiles.iter().enumerate() {
             let field = format!("bgp.bfd_profiles[{index}]");
             let Some(profile) = self.bfd_profile(raw.get_ref(), &field) else { continue };
@@ -257,7 +259,7 @@ impl Checker<'_, '_> {
             let header = self.loc(&raw);
             let raw = raw.into_inner();
             let labels = raw.labels.clone();
-            let Some(router) = self.router(raw, &field, header) else { continue };
+            let Some(router) = self.router(raw, &field, header, timers) else { continue };
             if !labels.is_empty() {
                 fragment.announce.router_labels.push(RouterLabels {
                     config_name: format!("{}:{field}", self.source.path.display()),
@@ -281,7 +283,13 @@ impl Checker<'_, '_> {
         }
     }
 
-    fn router(&mut self, raw: RawRouter, field: &str, header: Loc) -> Option<RouterFragment> {
+    fn router(
+        &mut self,
+        raw: RawRouter,
+        field: &str,
+        header: Loc,
+        timers: TimerDefaults,
+    ) -> Option<RouterFragment> {
         let asn = self.asn(&raw.asn, &format!("{field}.asn"));
         let vrf = match &raw.vrf {
             Some(vrf) => self.vrf_name(vrf, &format!("{field}.vrf")).unwrap_or_default(),
@@ -351,7 +359,7 @@ impl Checker<'_, '_> {
         let mut neighbors: Vec<NeighborFragment> = Vec::new();
         for (index, neighbor) in raw.neighbors.iter().enumerate() {
             let neighbor_field = format!("{field}.neighbors[{index}]");
-            let Some(neighbor) = self.neighbor(neighbor, &neighbor_field) else { continue };
+            let Some(neighbor) = self.neighbor(neighbor, &neighbor_field, timers) else { continue };
             if let Some(first) =
                 neighbors.iter().find(|n| n.neighbor.address == neighbor.neighbor.address)
             {
