@@ -26,6 +26,13 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
+        // The node's network first: the policies, then the routers whose VRF exists
+        // (docs/network.md). The others wait and start when their VRF appears.
+        let network = crate::netconf::gate::NetworkGate::start()?;
+        if !config.network.policies.is_empty() {
+            systemd::status("applying network policies");
+        }
+        let waiting = network.prepare(&config, &Default::default()).await;
         // The drain state and the announcements are known before any session starts, so a
         // peer's first UPDATEs already carry the node's prefixes. A drain outlives a daemon
         // restart (an upgrade in a maintenance window must not bring the VIPs back); the
@@ -49,7 +56,7 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             graceful,
         )?;
         let mut instances = Vec::new();
-        for router in &config.bgp.routers {
+        for router in config.bgp.routers.iter().filter(|r| !waiting.contains(&r.vrf)) {
             let announced = announcer.subscribe(&router.vrf);
             let instance = Instance::start(router, &config, Some(&fib), announced)
                 .await
@@ -64,12 +71,14 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         ));
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
+        let network_view = network.show();
         Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
             announcer: announcer.clone(),
             instances: instances_tx,
             running: running_tx,
+            network,
         }
         .spawn();
         let (fib_for_shutdown, drain_marker_for_shutdown) = (fib.clone(), drain_marker.clone());
@@ -79,6 +88,7 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             announcer,
             fib,
             drain_marker,
+            network: network_view,
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)

@@ -20,6 +20,7 @@ use crate::announce::{compute_config, router_inputs, Announcements, RuntimeState
 use crate::bgp::instance::Instance;
 use crate::config::{self, Router};
 use crate::fib::{Fib, FibInstanceConfig};
+use crate::netconf::gate::NetworkGate;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,6 +41,9 @@ pub struct Reloader {
     pub announcer: AnnouncerHandle,
     pub instances: watch::Sender<InstanceList>,
     pub running: watch::Sender<Arc<config::Config>>,
+    /// The node's network: policies applied before the router diff; routers waiting for
+    /// their VRF.
+    pub network: NetworkGate,
 }
 
 /// Which VRFs each router (configured, or implied by a route advertisement) imports from.
@@ -56,16 +60,24 @@ pub fn fib_instances(
 }
 
 impl Reloader {
-    /// Reloads on every SIGHUP until the process ends.
+    /// Reloads on every SIGHUP until the process ends; starts waiting routers when the
+    /// node's links or addresses change.
     pub fn spawn(self) {
         use tokio::signal::unix::{signal, SignalKind};
         let Ok(mut hup) = signal(SignalKind::hangup()) else {
             error!("cannot install the SIGHUP handler; the config reloads only on restart");
             return;
         };
+        let mut links = self.network.view();
         tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                self.reload().await;
+            loop {
+                tokio::select! {
+                    signal = hup.recv() => match signal {
+                        Some(()) => self.reload().await,
+                        None => return,
+                    },
+                    Ok(()) = links.changed() => self.start_waiting().await,
+                }
             }
         });
     }
@@ -81,6 +93,10 @@ impl Reloader {
         // Only the VRFs each router imports from are read from it (for the FIB's leaks).
         let announcements = compute_config(&config, RuntimeState::default());
         let current = self.instances.borrow().clone();
+        // The node's network first (docs/network.md): the policies, then the routers whose
+        // VRF exists; `held` wait for theirs.
+        let held =
+            self.network.prepare(&config, &current.iter().map(|i| i.vrf.clone()).collect()).await;
 
         // Routers that leave, or whose own settings changed, stop first.
         let mut kept: Vec<Arc<Instance>> = Vec::new();
@@ -129,6 +145,7 @@ impl Reloader {
                     }
                     next.push(instance.clone());
                 }
+                None if held.contains(&router.vrf) => {}
                 None => match self.start(router, &config).await {
                     Ok(instance) => next.push(Arc::new(instance)),
                     Err(e) => {
@@ -141,6 +158,29 @@ impl Reloader {
         self.announcer.replace_config(config.announce.clone(), router_inputs(&config)).await;
         info!("reload: applied {}", self.config_path.display());
         self.running.send_replace(Arc::new(config));
+    }
+
+    /// Starts the waiting routers whose VRF device is there now.
+    async fn start_waiting(&self) {
+        let waited = self.network.waiting_vrfs();
+        if waited.is_empty() {
+            return;
+        }
+        let config = self.running.borrow().clone();
+        let current = self.instances.borrow().clone();
+        let held = self
+            .network
+            .hold(&config.bgp.routers, &current.iter().map(|i| i.vrf.clone()).collect());
+        let mut next = current.as_ref().clone();
+        for router in
+            config.bgp.routers.iter().filter(|r| waited.contains(&r.vrf) && !held.contains(&r.vrf))
+        {
+            match self.start(router, &config).await {
+                Ok(instance) => next.push(Arc::new(instance)),
+                Err(e) => error!(vrf = %router.vrf, "router {} not started: {e}", router.asn),
+            }
+        }
+        self.instances.send_replace(Arc::new(next));
     }
 
     /// Starts a router; retries while a stopped instance of the same VRF still holds port 179.

@@ -11,6 +11,7 @@ use super::protocol::Request;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
+use crate::netconf::gate::GateView;
 use crate::reload::InstanceList;
 
 /// What a control request may read or act on. Cheap to clone: handles and `watch` receivers.
@@ -24,13 +25,18 @@ pub struct Context {
     pub fib: Fib,
     /// The drained mark (`crate::ops::drain`).
     pub drain_marker: PathBuf,
+    /// Routers waiting for their VRF device, and the kernel's view of the node.
+    pub network: GateView,
 }
 
 /// Answers one request.
 pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
     let instances = ctx.instances.borrow().clone();
     match request {
-        Request::BgpSummary { vrf } => super::bgp::summary_json(&instances, &vrf).await,
+        Request::BgpSummary { vrf } => {
+            let answer = super::bgp::summary_json(&instances, &vrf).await;
+            super::waiting::summary(answer, &instances, &ctx.network, &vrf)
+        }
         Request::BgpNeighbors { vrf, address } => {
             super::bgp::neighbors_json(&instances, &vrf, address.as_deref()).await
         }
