@@ -8,6 +8,7 @@
 #   hostname                 -> the node's hostname (and [node] name if no uplink file sets one)
 #   uplink/                  -> /etc/uplink/ (uplink.toml, conf.d/...)
 #   network/*.nmconnection   -> /etc/NetworkManager/system-connections/ (mode 0600)
+#   network/*.link           -> /etc/systemd/network/ (stable NIC names), applied at once
 #   ssh/authorized_keys      -> /root/.ssh/authorized_keys
 #   frr/                     -> /etc/frr/
 #   sysctl.conf              -> /etc/sysctl.d/90-uplink-config.conf, applied
@@ -101,7 +102,19 @@ apply_tree() {
     chmod 0600 "$root/etc/uplink/conf.d/00-uplink-config-node.toml"
   fi
   if [ -d "$src/network" ]; then
-    local conn
+    local conn link named=""
+    # systemd.link files: udev named the NICs before this hook ran; a triggered "add" names
+    # them again while they are still down (NetworkManager starts after this hook).
+    for link in "$src"/network/*.link; do
+      [ -f "$link" ] || continue
+      install_file "$link" "$root/etc/systemd/network/$(basename "$link")" 0644
+      named=1
+    done
+    if [ -n "$named" ] && [ -z "$root" ]; then
+      udevadm control --reload || true
+      udevadm trigger --action=add --subsystem-match=net || true
+      udevadm settle --timeout=30 || true
+    fi
     for conn in "$src"/network/*.nmconnection; do
       [ -f "$conn" ] || continue
       install_file "$conn" "$root/etc/NetworkManager/system-connections/$(basename "$conn")" 0600
