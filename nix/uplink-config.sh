@@ -114,6 +114,21 @@ apply_tree() {
       udevadm control --reload || true
       udevadm trigger --action=add --subsystem-match=net || true
       udevadm settle --timeout=30 || true
+      # udev may refuse to rename a NIC it named already: rename what it left.
+      local mac want dev
+      for link in "$src"/network/*.link; do
+        [ -f "$link" ] || continue
+        mac=$(awk -F= '$1 == "MACAddress" || $1 == "PermanentMACAddress" { print tolower($2) }' "$link")
+        want=$(awk -F= '$1 == "Name" { print $2 }' "$link")
+        if [ -z "$mac" ] || [ -z "$want" ]; then continue; fi
+        for dev in /sys/class/net/*; do
+          [ -e "$dev/device" ] || continue # a NIC, not a VLAN with its MAC
+          [ "$(cat "$dev/address" 2>/dev/null)" = "$mac" ] || continue
+          [ "$(basename "$dev")" = "$want" ] && continue
+          ip link set dev "$(basename "$dev")" down || true
+          ip link set dev "$(basename "$dev")" name "$want" || true
+        done
+      done
     fi
     for conn in "$src"/network/*.nmconnection; do
       [ -f "$conn" ] || continue

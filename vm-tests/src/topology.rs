@@ -127,8 +127,16 @@ fn tor_frr_conf(workers: &[(String, String)]) -> String {
     for (i, (_, addr)) in workers.iter().enumerate() {
         neighbors.push_str(&format!(" neighbor {addr} peer-group workers\n"));
         // r3's role (VRF-lite): the workers' addresses on VLANs 2001/2002.
-        vrf3.push_str(&format!(" neighbor 172.19.23.{} remote-as {WORKER_ASN}\n", i + 2));
-        vrf4.push_str(&format!(" neighbor 172.19.24.{} remote-as {WORKER_ASN}\n", i + 2));
+        // The VRF sessions keep the usual timers (30 s keepalive, 90 s hold: uplink's, MetalLB's
+        // and frr-k8s's defaults), not the 3/9 s of the default VRF's: the network-policy
+        // scenario cuts a VRF uplink, and under TCG NetworkManager takes about 20 s to apply a
+        // VLAN change and roll it back (natively well under the 9 s).
+        for (net, vrf) in [(23, &mut vrf3), (24, &mut vrf4)] {
+            let peer = format!("172.19.{net}.{}", i + 2);
+            vrf.push_str(&format!(
+                " neighbor {peer} remote-as {WORKER_ASN}\n neighbor {peer} timers 30 90\n"
+            ));
+        }
     }
     format!(
         "frr version 8.4\n\
@@ -175,9 +183,9 @@ name = "{name}"
 labels = {{ "node-role.kubernetes.io/worker" = "" }}
 
 # Network policies (conf.d/*.yaml) are applied before the routers start. Short probes: a
-# change that cuts a VRF-lite uplink must be rolled back well inside the BGP hold time (9 s,
-# no BFD on the VRF sessions); pre_timeout keeps the boot short (probes that fail before a
-# change are not required after it).
+# change that cuts a VRF-lite uplink must be rolled back well inside the BGP hold time of the
+# sessions it cuts (no BFD on the VRF sessions); pre_timeout keeps the boot short (probes that
+# fail before a change are not required after it).
 [network]
 probes = {{ timeout = "2s", pre_timeout = "1s", interval = "200ms" }}
 
@@ -250,7 +258,9 @@ pub fn worker_vrf_lite(n: u8, trunk_mac: &str) -> Vec<(String, String)> {
     vec![
         (
             "network/10-trunk.link".to_string(),
-            format!("[Match]\nMACAddress={trunk_mac}\n\n[Link]\nName={TRUNK_NIC}\n"),
+            // The permanent address: VLANs on the NIC carry its MAC too, and must keep their
+            // names.
+            format!("[Match]\nPermanentMACAddress={trunk_mac}\n\n[Link]\nName={TRUNK_NIC}\n"),
         ),
         if n == 1 {
             (format!("uplink/conf.d/{DECK_NNCP_FILE}"), deck_nncp(n))
@@ -424,8 +434,7 @@ vrf = "{vrf}"
 address = "172.19.{net}.1"
 asn = {VRF_TOR_ASN}
 connect_time = "5s"
-hold_time = "9s"
-keepalive_time = "3s"
+# The default timers (30 s / 90 s), as on the ToR's VRF routers (tor_frr_conf).
 to_receive = {{ allowed = {{ mode = "all" }} }}
 {advertise}"#
         ));

@@ -45,18 +45,23 @@ fn config_drive_applied(topo: &Topology) -> Outcome {
         }
     }
     for w in &topo.workers {
-        let got = w.vm.sh("hostname; systemctl is-active uplink; uplink --version || true")?;
-        let mut lines = got.lines();
-        if lines.next() != Some(w.name.as_str()) || lines.next() != Some("active") {
-            return Err(format!(
-                "{}: want hostname {} and uplink active, got:\n{got}{}",
-                w.name,
-                w.name,
-                w.vm.sh("journalctl -u uplink -u uplink-config --no-pager -n 40")
-                    .unwrap_or_default()
-            ));
-        }
-        notes.push(format!("{}: {}", w.name, lines.next().unwrap_or("").trim()));
+        // uplink is `activating` until its routers run: it applies the node's network
+        // policies first, which takes tens of seconds under TCG.
+        let got = topo.wait(Duration::from_secs(180), || {
+            let got = w.vm.sh("hostname; systemctl is-active uplink; uplink --version || true")?;
+            let mut lines = got.lines();
+            if lines.next() != Some(w.name.as_str()) || lines.next() != Some("active") {
+                return Err(format!(
+                    "{}: want hostname {} and uplink active, got:\n{got}{}",
+                    w.name,
+                    w.name,
+                    w.vm.sh("journalctl -u uplink -u uplink-config --no-pager -n 40")
+                        .unwrap_or_default()
+                ));
+            }
+            Ok(got)
+        })?;
+        notes.push(format!("{}: {}", w.name, got.lines().nth(2).unwrap_or("").trim()));
     }
     Ok(notes.join("; "))
 }
@@ -609,27 +614,46 @@ fn node_network_from_policies(topo: &Topology) -> Outcome {
     Ok(format!("every policy Available, applied before the routers; {}", notes.join(", ")))
 }
 
-/// FRR's view of one session: (state, connections established, established since (epoch)).
-fn tor_session(
-    topo: &Topology,
-    vrf: Option<&str>,
-    peer: &str,
-) -> Result<(String, u64, u64), String> {
+/// FRR's view of one session: state, connections established and dropped, and when it was
+/// established (epoch seconds; FRR derives it from the uptime, so it may move by a second).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TorSession {
+    state: String,
+    established: u64,
+    dropped: u64,
+    since: u64,
+}
+
+impl TorSession {
+    /// The same session, not reset in between.
+    fn same(&self, other: &TorSession) -> bool {
+        (&self.state, self.established, self.dropped)
+            == (&other.state, other.established, other.dropped)
+            && self.since.abs_diff(other.since) <= 2
+    }
+}
+
+fn same_sessions(a: &[TorSession], b: &[TorSession]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y))
+}
+
+fn tor_session(topo: &Topology, vrf: Option<&str>, peer: &str) -> Result<TorSession, String> {
     let cmd = match vrf {
         Some(vrf) => format!("show bgp vrf {vrf} neighbors {peer} json"),
         None => format!("show bgp neighbors {peer} json"),
     };
     let v = json(&topo.vtysh(&cmd)?, "show bgp neighbors json")?;
     let n = &v[peer];
-    Ok((
-        n["bgpState"].as_str().unwrap_or("?").to_string(),
-        n["connectionsEstablished"].as_u64().unwrap_or(0),
-        n["bgpTimerUpEstablishedEpoch"].as_u64().unwrap_or(0),
-    ))
+    Ok(TorSession {
+        state: n["bgpState"].as_str().unwrap_or("?").to_string(),
+        established: n["connectionsEstablished"].as_u64().unwrap_or(0),
+        dropped: n["connectionsDropped"].as_u64().unwrap_or(0),
+        since: n["bgpTimerUpEstablishedEpoch"].as_u64().unwrap_or(0),
+    })
 }
 
 /// The ToR's sessions with wk1: default VRF (BFD), cudn3, cudn4.
-fn wk1_sessions(topo: &Topology) -> Result<Vec<(String, u64, u64)>, String> {
+fn wk1_sessions(topo: &Topology) -> Result<Vec<TorSession>, String> {
     let wk1 = topo.workers.first().ok_or("no worker")?;
     Ok(vec![
         tor_session(topo, None, &wk1.addr)?,
@@ -647,7 +671,7 @@ fn wk1_sessions(topo: &Topology) -> Result<Vec<(String, u64, u64)>, String> {
 fn network_cut_rolled_back(topo: &Topology) -> Outcome {
     let wk1 = topo.workers.first().ok_or("no worker")?;
     let before = wk1_sessions(topo)?;
-    if before.iter().any(|s| s.0 != "Established") {
+    if before.iter().any(|s| s.state != "Established") {
         return Err(format!("r2's sessions with wk1 are not all Established: {before:?}"));
     }
     let file = format!("/etc/uplink/conf.d/{DECK_NNCP_FILE}");
@@ -660,7 +684,7 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
     // Watched on the ToR throughout: one changed session fails the scenario at once.
     let failing = loop {
         let now = wk1_sessions(topo)?;
-        if now != before {
+        if !same_sessions(&now, &before) {
             return Err(format!(
                 "r2's sessions with wk1 changed during the cut: {before:?} -> {now:?}{}",
                 flap_report(topo, 0)
@@ -689,10 +713,20 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
     {
         return Err(format!("vlan2001 not restored: {}", link[0]));
     }
+    // Traffic flows again: the route r3 announces in cudn3 is back in wk1's cudn3 table (the
+    // kernel dropped it with the old VLAN device; uplink's FIB writer puts it back).
+    topo.wait(Duration::from_secs(30), || {
+        let r = wk1.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto bgp"))?;
+        if gateways(&r) == vec!["172.19.23.1".to_string()] && r.contains("vlan2001") {
+            Ok(())
+        } else {
+            Err(format!("wk1: {VRF_LEARNED} in VRF cudn3 after the rollback is {r:?}"))
+        }
+    })?;
     // Past a hold time after the rollback: still the same sessions.
     std::thread::sleep(Duration::from_secs(10));
     let after = wk1_sessions(topo)?;
-    if after != before {
+    if !same_sessions(&after, &before) {
         return Err(format!(
             "r2's sessions with wk1 changed: {before:?} -> {after:?}{}",
             flap_report(topo, 0)
@@ -712,7 +746,7 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
         }
     })?;
     let restored = wk1_sessions(topo)?;
-    if restored != before {
+    if !same_sessions(&restored, &before) {
         return Err(format!(
             "r2's sessions with wk1 changed by the restore: {before:?} -> {restored:?}"
         ));
