@@ -216,7 +216,11 @@ in
         description = "uplink: BGP, BFD and announcements towards the fabric";
         wantedBy = [ "multi-user.target" ];
         wants = [ "network-online.target" ];
-        after = [ "network-online.target" ];
+        # Network policies are applied through NetworkManager (D-Bus) when the node runs it.
+        after = [
+          "network-online.target"
+        ]
+        ++ lib.optional config.networking.networkmanager.enable "NetworkManager.service";
         # Like the Debian unit: no config, no start (the config drive may not have one).
         unitConfig.ConditionPathExists = "/etc/uplink/uplink.toml";
         # A new config is reloaded, not restarted: sessions it does not change stay up, and
@@ -236,6 +240,9 @@ in
           # The control socket /run/uplink/uplink.sock is root-only.
           RuntimeDirectory = "uplink";
           RuntimeDirectoryMode = "0700";
+          # /var/lib/uplink/enactments.json: what each network policy did (docs/network.md).
+          StateDirectory = "uplink";
+          StateDirectoryMode = "0700";
           UMask = "0077";
 
           # Root, limited to these capabilities (the control socket is root-only).

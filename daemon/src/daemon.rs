@@ -27,6 +27,13 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
+        // The node's network first: the policies, then the routers whose VRF exists
+        // (docs/network.md). The others wait and start when their VRF appears.
+        let network = crate::netconf::gate::NetworkGate::start()?;
+        if !config.network.policies.is_empty() {
+            systemd::status("applying network policies");
+        }
+        let waiting = network.prepare(&config, &Default::default()).await;
         // The drain state and the announcements are known before any session starts, so a
         // peer's first UPDATEs already carry the node's prefixes. An operator's drain outlives
         // a daemon restart (an upgrade in a maintenance window must not bring the VIPs back).
@@ -53,7 +60,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             graceful,
         )?;
         let mut instances = Vec::new();
-        for router in &config.bgp.routers {
+        for router in config.bgp.routers.iter().filter(|r| !waiting.contains(&r.vrf)) {
             let announced = announcer.subscribe(&router.vrf);
             let instance = Instance::start(router, &config, Some(&fib), announced)
                 .await
@@ -68,6 +75,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         ));
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
+        let network_view = network.show();
         let reloads = Arc::new(ReloadStats::started());
         let reload = Reloader {
             config_path: config_path.to_path_buf(),
@@ -76,6 +84,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             instances: instances_tx,
             running: running_tx,
             stats: reloads.clone(),
+            network,
         }
         .spawn();
         crate::control::metrics::spawn(
@@ -95,6 +104,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             fib,
             drain: drain.clone(),
             reload,
+            network: network_view,
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)

@@ -2,7 +2,9 @@
 //! SIGHUP and on `uplink reload` (a control request that waits for the [`ReloadOutcome`]),
 //! one reload at a time.
 //!
-//! A config with an error changes nothing. Otherwise the reload is prepared first — everything
+//! A config with an error changes nothing. Otherwise the node's network policies are applied
+//! first (`netconf::gate`, docs/network.md), and a new router whose VRF device is still
+//! missing waits for it (it starts when the device appears). Then the reload is prepared — everything
 //! that can fail happens before anything running changes: each new or reset neighbor's OPEN
 //! and BFD profile are checked, new routers' listening sockets are bound, new TCP-MD5 keys are
 //! installed (and removed again if a later step fails). A failure there rejects the reload
@@ -28,6 +30,7 @@ use crate::announce::{compute_config, router_inputs, Announcements, RuntimeState
 use crate::bgp::instance::{Instance, Prepared, ReloadReport};
 use crate::config::{self, vrf_display_name, ConfigError, Router};
 use crate::fib::{Fib, FibInstanceConfig};
+use crate::netconf::gate::NetworkGate;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -52,6 +55,9 @@ pub struct Reloader {
     pub instances: watch::Sender<InstanceList>,
     pub running: watch::Sender<Arc<config::Config>>,
     pub stats: Arc<ReloadStats>,
+    /// The node's network: policies applied before the router diff; routers waiting for
+    /// their VRF.
+    pub network: NetworkGate,
 }
 
 /// Reload outcomes for the metrics endpoint (named after Prometheus's own
@@ -145,6 +151,8 @@ pub enum RouterAction {
     Removed,
     Restarted,
     Kept,
+    /// Configured, but its VRF device is not there yet.
+    Waiting,
 }
 
 impl std::fmt::Display for RouterAction {
@@ -154,6 +162,7 @@ impl std::fmt::Display for RouterAction {
             Self::Removed => "removed",
             Self::Restarted => "restarted",
             Self::Kept => "kept",
+            Self::Waiting => "waiting for its VRF device",
         })
     }
 }
@@ -243,10 +252,13 @@ enum Plan {
     },
     Keep(Arc<Instance>, Prepared),
     Start(Router, Arc<TcpListener>),
+    /// A new router whose VRF device is missing: it starts when the device appears.
+    Wait(Router),
 }
 
 impl Reloader {
-    /// Reloads on every SIGHUP and every request until the process ends, one at a time.
+    /// Reloads on every SIGHUP and every request until the process ends, one at a time;
+    /// starts waiting routers when the node's links or addresses change.
     pub fn spawn(self) -> ReloadHandle {
         use tokio::signal::unix::{signal, SignalKind};
         let (requests, mut inbox) = mpsc::channel::<oneshot::Sender<ReloadOutcome>>(4);
@@ -257,6 +269,7 @@ impl Reloader {
                 None
             }
         };
+        let mut links = self.network.view();
         tokio::spawn(async move {
             loop {
                 let reply = tokio::select! {
@@ -265,6 +278,10 @@ impl Reloader {
                         Some(reply) => Some(reply),
                         None => return,
                     },
+                    Ok(()) = links.changed() => {
+                        self.start_waiting().await;
+                        continue;
+                    }
                 };
                 let outcome = self.reload().await;
                 outcome.log();
@@ -288,7 +305,11 @@ impl Reloader {
             }
         };
         let old = self.running.borrow().clone();
-        let plans = match self.prepare(&config, &old) {
+        // The node's network first (docs/network.md): the policies, then the routers whose
+        // VRF exists; `held` wait for theirs and start when it appears.
+        let running_vrfs = self.instances.borrow().iter().map(|i| i.vrf.clone()).collect();
+        let held = self.network.prepare(&config, &running_vrfs).await;
+        let plans = match self.prepare(&config, &old, &held) {
             Ok(plans) => plans,
             Err(e) => {
                 outcome.error = Some(e);
@@ -304,10 +325,15 @@ impl Reloader {
 
     /// Plans every router's part and does what can fail; on an error undoes it and changes
     /// nothing.
-    fn prepare(&self, config: &config::Config, old: &config::Config) -> Result<Vec<Plan>, String> {
+    fn prepare(
+        &self,
+        config: &config::Config,
+        old: &config::Config,
+        held: &BTreeSet<String>,
+    ) -> Result<Vec<Plan>, String> {
         let current = self.instances.borrow().clone();
         let mut plans = Vec::new();
-        match self.prepare_into(config, old, &current, &mut plans) {
+        match self.prepare_into(config, old, &current, held, &mut plans) {
             Ok(()) => Ok(plans),
             Err(e) => {
                 for plan in plans {
@@ -325,6 +351,7 @@ impl Reloader {
         config: &config::Config,
         old: &config::Config,
         current: &[Arc<Instance>],
+        held: &BTreeSet<String>,
         plans: &mut Vec<Plan>,
     ) -> Result<(), String> {
         let always_block = (&old.always_block[..], &config.always_block[..]);
@@ -353,6 +380,10 @@ impl Reloader {
         }
         for router in &config.bgp.routers {
             if current.iter().any(|i| i.vrf == router.vrf) {
+                continue;
+            }
+            if held.contains(&router.vrf) {
+                plans.push(Plan::Wait(router.clone()));
                 continue;
             }
             Instance::check(router, config).map_err(|e| format!("{}: {e}", named(router)))?;
@@ -398,7 +429,7 @@ impl Reloader {
                     stopped.push(instance.clone());
                 }
                 Plan::Keep(instance, _) => kept.push(instance.clone()),
-                Plan::Start(..) => {}
+                Plan::Start(..) | Plan::Wait(_) => {}
             }
         }
         self.instances.send_replace(Arc::new(kept));
@@ -496,6 +527,16 @@ impl Reloader {
                     });
                     next.extend(instance.map(Arc::new));
                 }
+                Plan::Wait(router) => outcome.routers.push(RouterOutcome {
+                    vrf: vrf(&router.vrf),
+                    asn: router.asn,
+                    action: RouterAction::Waiting,
+                    reason: Some(format!(
+                        "no VRF device {:?} yet; the router starts when it appears",
+                        router.vrf
+                    )),
+                    neighbors: ReloadReport::default(),
+                }),
                 Plan::Start(router, listener) => {
                     let (action, reason, instance) = match self
                         .start(&router, config, listener)
@@ -525,6 +566,29 @@ impl Reloader {
         self.announcer.replace_config(config.announce.clone(), router_inputs(config)).await;
     }
 
+    /// Starts the waiting routers whose VRF device is there now.
+    async fn start_waiting(&self) {
+        let waited = self.network.waiting_vrfs();
+        if waited.is_empty() {
+            return;
+        }
+        let config = self.running.borrow().clone();
+        let current = self.instances.borrow().clone();
+        let held = self
+            .network
+            .hold(&config.bgp.routers, &current.iter().map(|i| i.vrf.clone()).collect());
+        let mut next = current.as_ref().clone();
+        for router in
+            config.bgp.routers.iter().filter(|r| waited.contains(&r.vrf) && !held.contains(&r.vrf))
+        {
+            match self.bind_and_start(router, &config).await {
+                Ok(instance) => next.push(Arc::new(instance)),
+                Err(e) => error!(vrf = %router.vrf, "router {} not started: {e}", router.asn),
+            }
+        }
+        self.instances.send_replace(Arc::new(next));
+    }
+
     /// Starts a router on `listener`, from the announcer's current set for its VRF (health
     /// verdicts and the drain state included), following it.
     async fn start(
@@ -538,6 +602,16 @@ impl Reloader {
             Instance::start_on(router, config, Some(&self.fib), announced, listener).await?;
         info!(vrf = %router.vrf, asn = router.asn, "reload: router started");
         Ok(instance)
+    }
+
+    /// Starts a router that waited for its VRF device, on a socket of its own.
+    async fn bind_and_start(
+        &self,
+        router: &Router,
+        config: &config::Config,
+    ) -> Result<Instance, String> {
+        let listener = Instance::bind(&router.vrf)?;
+        self.start(router, config, listener).await
     }
 }
 

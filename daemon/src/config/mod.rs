@@ -77,8 +77,7 @@ pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
     GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MetricsConfig, Neighbor,
-    Password, PrefixMatch,
-    ReceivePolicy, RemoteAsn, Router,
+    Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

@@ -10,6 +10,7 @@ use super::protocol::Request;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
+use crate::netconf::gate::GateView;
 use crate::ops::drain::DrainHandle;
 use crate::reload::{InstanceList, ReloadHandle};
 
@@ -26,6 +27,8 @@ pub struct Context {
     pub drain: DrainHandle,
     /// Runs a reload and hands back its outcome.
     pub reload: ReloadHandle,
+    /// Routers waiting for their VRF device, and the kernel's view of the node.
+    pub network: GateView,
 }
 
 /// Answers one request.
@@ -34,7 +37,10 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
     // stops to be let go.
     let instances = || ctx.instances.borrow().clone();
     match request {
-        Request::BgpSummary { vrf } => super::bgp::summary_json(&instances(), &vrf).await,
+        Request::BgpSummary { vrf } => {
+            let answer = super::bgp::summary_json(&instances(), &vrf).await;
+            super::waiting::summary(answer, &instances(), &ctx.network, &vrf)
+        }
         Request::BgpNeighbors { vrf, address } => {
             super::bgp::neighbors_json(&instances(), &vrf, address.as_deref()).await
         }

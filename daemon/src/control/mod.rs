@@ -14,6 +14,7 @@ pub mod network;
 pub mod protocol;
 pub mod render;
 pub mod server;
+pub mod waiting;
 
 /// Default socket path (`--socket` overrides it on every subcommand).
 pub const DEFAULT_SOCKET: &str = "/run/uplink/uplink.sock";

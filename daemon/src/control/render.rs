@@ -125,6 +125,9 @@ fn s(v: &Value) -> String {
 }
 
 fn summary(v: &Value, _vrf: &str) -> String {
+    if let Some(waiting) = super::waiting::render_waiting(v) {
+        return waiting;
+    }
     let mut out = String::new();
     for (key, title) in [("ipv4Unicast", "IPv4 Unicast"), ("ipv6Unicast", "IPv6 Unicast")] {
         let Some(f) = v.get(key) else { continue };
@@ -165,7 +168,11 @@ fn summary(v: &Value, _vrf: &str) -> String {
                 s(&p["pfxSnt"]),
             );
         }
-        let _ = writeln!(out, "\nTotal number of neighbors {}\n", s(&f["totalPeers"]));
+        let _ = writeln!(out, "\nTotal number of neighbors {}", s(&f["totalPeers"]));
+        if let Some(peers) = f["peers"].as_object() {
+            out.push_str(&super::waiting::render_waiting_peers(peers));
+        }
+        out.push('\n');
     }
     if out.is_empty() {
         out.push_str("No BGP neighbors found\n");
