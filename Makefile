@@ -43,6 +43,7 @@ test: deps-test lint
 	cargo test --workspace --exclude uplink-vm-tests --no-fail-fast -- --test-threads=4
 	$(MAKE) fuzz-smoke
 	$(MAKE) nix-check
+	$(MAKE) ansible-check
 	$(MAKE) vm-test
 	$(MAKE) image-test
 
@@ -83,6 +84,16 @@ bench-fib: deps-test
 nix-check:
 	@./scripts/apt-install nix-bin shellcheck python3
 	./scripts/nix-check
+
+# Ansible content (ansible/): the role's TOML filter tests, ansible-lint (production profile),
+# --syntax-check of the playbooks, and the seed-lab inventory's configs rendered by the role and
+# checked by this tree's uplink (ansible/tests/run.sh). The VM tier runs the playbooks for real.
+ANSIBLE_PKGS := ansible-core ansible-lint python3
+.PHONY: ansible-check
+ansible-check:
+	@./scripts/apt-install $(ANSIBLE_PKGS)
+	cargo build -p uplink --bin uplink
+	./ansible/tests/run.sh $(TARGET_DIR)/debug/uplink
 
 # VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
 # running uplink) under QEMU TCG, in a network namespace of their own (root; ~3 min on two
