@@ -96,10 +96,10 @@ ansible-check:
 	./ansible/tests/run.sh $(TARGET_DIR)/debug/uplink
 
 # VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
-# running uplink) under QEMU TCG, in a network namespace of their own (root; ~3 min on two
+# running uplink) under QEMU TCG, in a network namespace of their own (root; ~12 min on two
 # cores once the image exists). `make image` builds this tree's static uplink (reproducibly)
 # and rebuilds the image only when it or the image inputs changed.
-VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2
+VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2 ansible-core binutils
 .PHONY: vm-test
 vm-test:
 	@./scripts/apt-install $(VM_TEST_PKGS)

@@ -516,7 +516,7 @@ fn seed_lab() {
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";
-    let scenarios: [(&str, Scenario); 9] = [
+    let scenarios: [(&str, Scenario); 10] = [
         ("config drive applied", |t| config_drive_applied(t)),
         (SESSIONS, |t| sessions_established(t)),
         ("pod subnets on the ToR", |t| pod_subnets(t)),
@@ -525,6 +525,7 @@ fn seed_lab() {
         ("worker FIB: client subnet from the ToR", |t| worker_fib(t)),
         ("VRF-lite over VLANs 2001/2002 (r3's role)", |t| vrf_lite(t)),
         ("route leaking between VRFs (imports)", |t| vrf_leaking(t)),
+        ("Ansible rollout (ansible/ playbooks over SSH)", |t| uplink_vm_tests::ansible::rollout(t)),
         ("power-off: BFD failover", bfd_failover),
     ];
     let mut failed = Vec::new();
