@@ -7,9 +7,8 @@
 
 use std::net::Ipv4Addr;
 use std::time::Instant;
-use uplink::bgp::rib::FibChange;
-use uplink::bgp::wire::attributes::NextHop;
 use uplink::fib::{self, FibInstanceConfig};
+use uplink::fib::{NextHop, RouteChange};
 
 /// Changes per message to the writer, like one RIB command's worth.
 const CHUNK: usize = 10_000;
@@ -50,7 +49,7 @@ fn main() {
             while i < count {
                 let end = (i + CHUNK).min(count);
                 let changes = (i..end)
-                    .map(|n| FibChange {
+                    .map(|n| RouteChange {
                         prefix: prefix(n),
                         next_hops: if install { hops.clone() } else { vec![] },
                     })

@@ -4,10 +4,11 @@
 
 use crate::bgp::instance::Instance;
 use crate::config;
+use crate::control::dispatch;
 use crate::control::protocol::Request;
-use crate::ops::systemd;
+use crate::ops::{drain, systemd};
 use crate::reload::{fib_instances, InstanceList, Reloader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -29,32 +30,29 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         // peer's first UPDATEs already carry the node's prefixes. A drain outlives a daemon
         // restart (an upgrade in a maintenance window must not bring the VIPs back); the
         // marker lives beside the socket, in /run, so a reboot clears it.
-        let marker = drain_marker(socket);
-        let drained = marker.exists();
+        let drain_marker = drain::marker(socket);
+        let drained = drain::is_marked(&drain_marker);
         if drained {
-            info!(marker = %marker.display(), "starting drained: service addresses withdrawn");
+            info!(marker = %drain_marker.display(), "starting drained: service addresses withdrawn");
         }
-        let initial = crate::announce::compute_config(
-            &config,
-            crate::announce::RuntimeState { health: None, drained },
+        let announcer = crate::announce::runtime::spawn(
+            config.announce.clone(),
+            crate::announce::router_inputs(&config),
+            drained,
         );
         // The FIB writer starts before any session: it purges stale routes first.
-        let fib = crate::fib::start(fib_instances(&config, &initial), config.fib.nexthop_objects)?;
+        let fib = crate::fib::start(
+            fib_instances(&config, &announcer.current()),
+            config.fib.nexthop_objects,
+        )?;
         let mut instances = Vec::new();
         for router in &config.bgp.routers {
-            let announced = crate::announce::runtime::announced_set(&initial, &router.vrf);
+            let announced = announcer.subscribe(&router.vrf);
             let instance = Instance::start(router, &config, Some(&fib), announced)
                 .await
                 .map_err(|e| format!("router {} (vrf {:?}): {e}", router.asn, router.vrf))?;
             instances.push(Arc::new(instance));
         }
-        let ribs = instances.iter().map(|i| (i.vrf.clone(), i.rib.clone())).collect();
-        let announcer = crate::announce::runtime::spawn(
-            config.announce.clone(),
-            crate::announce::router_inputs(&config),
-            ribs,
-            drained,
-        );
         let count = instances.len();
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
@@ -66,22 +64,15 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             running: running_tx,
         }
         .spawn();
-        let handler_instances = instances.clone();
+        let context = dispatch::Context {
+            instances: instances.clone(),
+            running,
+            announcer,
+            fib,
+            drain_marker,
+        };
         let _control = crate::control::server::serve(socket, move |request: Request| {
-            let instances = handler_instances.borrow().clone();
-            let (announcer, fib) = (announcer.clone(), fib.clone());
-            let config = running.borrow().clone();
-            let marker = marker.clone();
-            async move {
-                if crate::control::announcements::handles(&request) {
-                    return crate::control::announcements::handle(&announcer, &config, &request);
-                }
-                match request {
-                    Request::Fib { vrf } => crate::control::handler::fib(&fib, &vrf).await,
-                    Request::Drain { drained } => set_drained(&announcer, &marker, drained).await,
-                    other => crate::control::handler::handle(&instances, other).await,
-                }
-            }
+            dispatch::answer(context.clone(), request)
         })
         .map_err(|e| format!("cannot open the control socket {}: {e}", socket.display()))?;
         info!(socket = %socket.display(), "uplink running with {count} routing instance(s)");
@@ -100,32 +91,6 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         let _ = std::fs::remove_file(socket);
         Ok(())
     })
-}
-
-/// Where the drain state is kept: `drained` in the control socket's directory.
-fn drain_marker(socket: &Path) -> PathBuf {
-    socket.parent().unwrap_or(Path::new(".")).join("drained")
-}
-
-/// `uplink drain` / `undrain`: records the state (so a restart keeps it), then tells the
-/// announcer. The marker is written first: if it cannot be, nothing changes.
-async fn set_drained(
-    announcer: &crate::announce::runtime::AnnouncerHandle,
-    marker: &Path,
-    drained: bool,
-) -> Result<serde_json::Value, String> {
-    let recorded = if drained {
-        std::fs::write(marker, b"drained by `uplink drain`\n")
-    } else {
-        match std::fs::remove_file(marker) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
-    };
-    recorded.map_err(|e| format!("cannot record the drain state in {}: {e}", marker.display()))?;
-    info!(drained, "drain requested over the control socket");
-    announcer.drain(drained).await;
-    Ok(serde_json::json!({ "drained": drained }))
 }
 
 async fn wait_for_shutdown() {

@@ -1,4 +1,7 @@
 //! uplink: one process that connects a bare-metal node to its data-centre fabric.
+// The no-panic rule: production code never unwraps, panics or indexes past a bound on data
+// from the network or files (tests may; see clippy.toml).
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 pub mod announce;
 pub mod bfd;

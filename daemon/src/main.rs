@@ -1,5 +1,6 @@
 //! The `uplink` command: `run` starts the daemon; the other subcommands talk to it over the
 //! control socket or work on config files.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;

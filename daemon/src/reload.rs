@@ -17,7 +17,6 @@
 
 use crate::announce::runtime::AnnouncerHandle;
 use crate::announce::{compute_config, router_inputs, Announcements, RuntimeState};
-use crate::bgp::announced::AnnouncedSet;
 use crate::bgp::instance::Instance;
 use crate::config::{self, Router};
 use crate::fib::{Fib, FibInstanceConfig};
@@ -122,6 +121,7 @@ impl Reloader {
                     info!(
                         vrf = %router.vrf,
                         added = ?report.added, removed = ?report.removed, reset = ?report.reset,
+                        bfd_restarted = ?report.bfd_restarted,
                         "reload: neighbors updated; other sessions untouched"
                     );
                     for note in &report.deferred {
@@ -137,20 +137,20 @@ impl Reloader {
                 },
             }
         }
-        let ribs = next.iter().map(|i| (i.vrf.clone(), i.rib.clone())).collect();
         self.instances.send_replace(Arc::new(next));
-        self.announcer.replace_config(config.announce.clone(), router_inputs(&config), ribs).await;
+        self.announcer.replace_config(config.announce.clone(), router_inputs(&config)).await;
         info!("reload: applied {}", self.config_path.display());
         self.running.send_replace(Arc::new(config));
     }
 
     /// Starts a router; retries while a stopped instance of the same VRF still holds port 179.
-    /// It starts announcing nothing: the announcer hands it its set (health verdicts and the
-    /// drain state included) right after, long before a session can come up.
+    /// It starts from the announcer's current set for its VRF (health verdicts and the drain
+    /// state included) and follows it.
     async fn start(&self, router: &Router, config: &config::Config) -> Result<Instance, String> {
         let deadline = tokio::time::Instant::now() + RELEASE_TIMEOUT;
         loop {
-            match Instance::start(router, config, Some(&self.fib), AnnouncedSet::new()).await {
+            let announced = self.announcer.subscribe(&router.vrf);
+            match Instance::start(router, config, Some(&self.fib), announced).await {
                 Ok(instance) => {
                     info!(vrf = %router.vrf, asn = router.asn, "reload: router started");
                     return Ok(instance);

@@ -2,6 +2,11 @@
 //! Silencing the peer's BFD (nftables drop of its UDP 3784 output) must take BFD Down within
 //! the detection time and BGP with it (Cease subcode 10, "BFD Down", RFC 9384), hold BGP down
 //! while BFD is Down, and bring both back when the packets flow again.
+//!
+//! Hostile and misconfigured neighbours: authenticated sessions (RFC 5880 §6.7) against BIRD 2
+//! come up with the right key and never with a wrong one; a stranger on the segment can
+//! neither take an Up session down with a forged Down nor disturb it with a flood
+//! (`tests/tools/bfd_spoof.py` writes the forged packets).
 
 mod common;
 use common::*;
@@ -307,4 +312,296 @@ fn bfd_starts_for_a_neighbor_a_reload_gives_a_profile() {
     std::fs::write(&uplink.config, &with_bfd).unwrap();
     run(&["pkill", "-HUP", "-f", &format!("run --config {}", uplink.config.display())]);
     wait_both_up(&lab, &uplink, "10.0.1.1", || frr_bfd_status(&frr) == "up");
+}
+
+/// BIRD's BFD config with `auth` (e.g. `authentication keyed sha1; password "x" { id 1; };`)
+/// and a BGP session to the node at `node`.
+fn bird_bfd_conf(id: &str, asn: u32, node: &str, tx_ms: u32, auth: &str) -> String {
+    format!(
+        r#"router id {id};
+protocol device {{}}
+protocol bfd {{
+  interface "*" {{
+    min rx interval {tx_ms} ms; min tx interval {tx_ms} ms; idle tx interval 100 ms; multiplier 3;
+    {auth}
+  }};
+}}
+protocol bgp uplink {{
+  local {id} as {asn};
+  neighbor {node} as 65001;
+  bfd on;
+  connect retry time 1;
+  error wait time 1, 5;
+  ipv4 {{ import all; export none; }};
+}}
+"#
+    )
+}
+
+fn bird_bfd_up(bird: &Bird) -> bool {
+    bird.birdc("show bfd sessions").lines().any(|l| l.contains(" Up "))
+}
+
+/// Lines of uplink's log that contain `needle`.
+fn log_lines(lab: &Lab, needle: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(lab.path("uplink.log")).unwrap_or_default();
+    log.lines().filter(|l| l.contains(needle)).map(str::to_string).collect()
+}
+
+/// RFC 5880 §6.7 against BIRD 2: keyed SHA1 and meticulous keyed MD5 sessions come up (and
+/// stay up across BIRD's and our sequence numbers), a wrong key never does, and the refused
+/// packets are counted and logged a few times, not once each. The right key given by a
+/// reload brings that session up without resetting its BGP session.
+#[test]
+fn bird_authenticated_sessions_come_up_and_a_wrong_key_does_not_until_reloaded() {
+    require_tool("bird");
+    let mut lab = Lab::new("bfdauth");
+    let node = lab.ns("node");
+    // (peer address, BIRD's BFD auth, uplink's authentication, expected to come up)
+    let cases = [
+        (
+            "10.0.1.1",
+            r#"authentication keyed sha1; password "sha1-secret" { id 1; };"#,
+            r#"{ type = "keyed-sha1", key_id = 1, password = "sha1-secret" }"#,
+            "keyed-sha1",
+        ),
+        (
+            "10.0.2.1",
+            r#"authentication meticulous keyed md5; password "md5-secret" { id 7; };"#,
+            r#"{ type = "meticulous-keyed-md5", key_id = 7, password_file = "md5.key" }"#,
+            "meticulous-keyed-md5",
+        ),
+        (
+            "10.0.3.1",
+            r#"authentication meticulous keyed sha1; password "their-key" { id 1; };"#,
+            r#"{ type = "meticulous-keyed-sha1", key_id = 1, password = "our-key" }"#,
+            "meticulous-keyed-sha1",
+        ),
+    ];
+    let mut config = String::new();
+    let mut birds = Vec::new();
+    for (index, (peer, bird_auth, our_auth, _)) in cases.iter().enumerate() {
+        let n = index + 1;
+        let peer_ns = lab.ns(&format!("peer{n}"));
+        let node_addr = format!("10.0.{n}.2/24");
+        lab.link(&node, &[&node_addr], &peer_ns, &[&format!("{peer}/24")]);
+        let asn = 65100 + n as u32;
+        birds.push(Bird::start(
+            &mut lab,
+            &peer_ns,
+            &bird_bfd_conf(peer, asn, &format!("10.0.{n}.2"), 50, bird_auth),
+        ));
+        config.push_str(&format!(
+            "[[bgp.bfd_profiles]]\nname = \"p{n}\"\ntransmit_interval = \"50ms\"\n\
+             receive_interval = \"50ms\"\nauthentication = {our_auth}\n\n"
+        ));
+    }
+    config.push_str("[[bgp.routers]]\nasn = 65001\nid = \"10.0.1.2\"\n");
+    for (index, (peer, ..)) in cases.iter().enumerate() {
+        let n = index + 1;
+        config.push_str(&format!(
+            "\n[[bgp.routers.neighbors]]\naddress = \"{peer}\"\nasn = {}\nconnect_time = \"1s\"\n\
+             bfd_profile = \"p{n}\"\n",
+            65100 + n
+        ));
+    }
+    // The MD5 key comes from a file next to the config, as an operator would keep it.
+    std::fs::create_dir_all(lab.path("uplink")).unwrap();
+    std::fs::write(lab.path("uplink/md5.key"), "md5-secret\n").unwrap();
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &config);
+
+    for (index, (peer, _, _, kind)) in cases.iter().enumerate().take(2) {
+        let bird = &birds[index];
+        wait_both_up(&lab, &uplink, peer, || bird_bfd_up(bird) && bird.established("uplink"));
+        let p = bfd_peer(&uplink, peer).unwrap();
+        assert_eq!(p["authentication-type"], *kind, "{p}");
+        assert_eq!(p["control-packet-discarded"], 0, "{p}");
+        assert!(bird.birdc("show bfd sessions").contains("Up"));
+    }
+    assert_eq!(bfd_peer(&uplink, "10.0.2.1").unwrap()["authentication-key-id"], 7);
+    let text = uplink.cli(&["show", "bfd", "peers"]).unwrap();
+    assert!(text.contains("Authentication: keyed-sha1, key ID 1"), "{text}");
+
+    // The wrong key: BGP is up (BFD starts after it), BFD never is.
+    let wrong = "10.0.3.1";
+    wait_for("BGP Established with the wrong-key peer", UP, || match bgp_state(&uplink, wrong) {
+        s if s == "Established" => Ok(()),
+        s => Err(s),
+    });
+    wait_for("uplink discards the wrong-key packets", Duration::from_secs(10), || {
+        let p = bfd_peer(&uplink, wrong)?;
+        (p["control-packet-discarded"].as_u64() > Some(10)).then_some(()).ok_or(format!("{p}"))
+    });
+    let p = bfd_peer(&uplink, wrong).unwrap();
+    assert_ne!(p["status"], "up", "{p}");
+    assert_eq!(p["session-up"], 0, "{p}");
+    assert!(!bird_bfd_up(&birds[2]), "{}", birds[2].birdc("show bfd sessions"));
+    // Summarised: dozens of packets refused, one or two lines.
+    let lines = log_lines(&lab, "wrong digest");
+    assert!(!lines.is_empty() && lines.len() <= 2, "{lines:#?}");
+    assert!(lines[0].contains(wrong), "{lines:#?}");
+    // The good sessions are still Up and never flapped, with the sequence numbers moving.
+    std::thread::sleep(Duration::from_secs(2));
+    for (peer, ..) in cases.iter().take(2) {
+        let p = bfd_peer(&uplink, peer).unwrap();
+        assert_eq!(
+            (p["status"].as_str(), p["session-down"].as_u64()),
+            (Some("up"), Some(0)),
+            "{p}"
+        );
+        assert_eq!(p["control-packet-discarded"], 0, "{p}");
+    }
+
+    // The operator fixes the key and reloads: the BFD session starts again with the new key
+    // and comes up; the BGP session is not reset for it.
+    let connections = |uplink: &Uplink| {
+        let v = uplink.json(&["show", "bgp", "neighbors", wrong]).unwrap();
+        v[wrong]["connectionsEstablished"].as_u64().unwrap_or_else(|| panic!("{v}"))
+    };
+    let before = connections(&uplink);
+    let fixed = config.replace("password = \"our-key\"", "password = \"their-key\"");
+    assert_ne!(fixed, config);
+    std::fs::write(&uplink.config, fixed).unwrap();
+    for pid in run(&["ip", "netns", "pids", &node.name]).split_whitespace() {
+        run(&["kill", "-HUP", pid]);
+    }
+    wait_both_up(&lab, &uplink, wrong, || bird_bfd_up(&birds[2]) && birds[2].established("uplink"));
+    assert_eq!(bfd_peer(&uplink, wrong).unwrap()["control-packet-discarded"], 0);
+    assert_eq!(connections(&uplink), before, "the BGP session was reset for a BFD key change");
+    assert!(!log_lines(&lab, "bfd_restarted=[10.0.3.1]").is_empty(), "{}", lab.dump_logs());
+}
+
+/// Node, peer and a stranger on one Ethernet segment (a bridge in a fourth namespace).
+/// Returns (lab, node, peer, stranger).
+fn shared_segment(test: &str) -> (Lab, Ns, Ns, Ns) {
+    let mut lab = Lab::new(test);
+    let node = lab.ns("node");
+    let peer = lab.ns("peer");
+    let stranger = lab.ns("evil");
+    let sw = lab.ns("sw");
+    sw.run(&["ip", "link", "add", "br0", "type", "bridge"]);
+    sw.run(&["ip", "link", "set", "br0", "up"]);
+    let mut ifaces = Vec::new();
+    for (ns, addr) in [(&node, "10.0.1.2/24"), (&peer, "10.0.1.1/24"), (&stranger, "10.0.1.66/24")]
+    {
+        let (iface, port) = lab.link(ns, &[addr], &sw, &[]);
+        sw.run(&["ip", "link", "set", &port, "master", "br0"]);
+        ifaces.push(iface);
+    }
+    // The stranger knows the node's MAC address (as anyone on the segment can learn it), so
+    // its forged packets need no ARP exchange first.
+    let link: Value =
+        serde_json::from_str(&node.run(&["ip", "-j", "link", "show", &ifaces[0]])).unwrap();
+    let mac = link[0]["address"].as_str().unwrap().to_string();
+    let lladdr = ["ip", "neigh", "replace", "10.0.1.2", "lladdr", &mac];
+    stranger.run(&[&lladdr[..], &["dev", &ifaces[2], "nud", "permanent"]].concat());
+    (lab, node, peer, stranger)
+}
+
+/// Sends BFD packets with a forged source from `ns`; returns how many went out.
+fn spoof(ns: &Ns, src: &str, kind: &str, count: u32, seconds: f32) -> u64 {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/bfd_spoof.py");
+    let out = ns.run(&[
+        "nice",
+        "-n",
+        "19",
+        "python3",
+        script,
+        src,
+        "10.0.1.2",
+        kind,
+        &count.to_string(),
+        &seconds.to_string(),
+    ]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["sent"].as_u64().unwrap()
+}
+
+/// RFC 5880 §6.8.6 demultiplexing: a stranger on the segment forging the peer's address
+/// cannot take an unauthenticated Up session down with a Down or AdminDown (it cannot know
+/// the session's discriminator), and a flood of BFD packets — from its own address and forged
+/// as the peer's — leaves the session Up with the same detection time, with a few summary
+/// lines in the log instead of one per packet.
+#[test]
+fn spoofed_down_and_flood_from_a_stranger_leave_the_session_up() {
+    require_tool("bird");
+    require_tool("python3");
+    require_tool("chrt");
+    let (mut lab, node, peer_ns, stranger) = shared_segment("bfdspoof");
+    let bird =
+        Bird::start(&mut lab, &peer_ns, &bird_bfd_conf("10.0.1.1", 65102, "10.0.1.2", 100, ""));
+    // The flood competes for the CPU with BIRD too: keep BIRD's BFD on time, as uplink keeps
+    // its own (SCHED_FIFO), so that only uplink's handling is under test.
+    let pid = std::fs::read_to_string(lab.path(&format!("{}.pid", bird.label))).unwrap();
+    run(&["chrt", "-a", "-f", "-p", "40", pid.trim()]);
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &uplink_config("10.0.1.1", 65102, 100));
+    wait_both_up(&lab, &uplink, "10.0.1.1", || bird_bfd_up(&bird) && bird.established("uplink"));
+    let before = wait_for("negotiated 100 ms timers", Duration::from_secs(10), || {
+        let p = bfd_peer(&uplink, "10.0.1.1")?;
+        (p["detection-time"] == 300).then_some(p.clone()).ok_or(format!("{p}"))
+    });
+
+    // Forged Down and AdminDown with Your Discriminator 0: they reach the session (counted as
+    // discarded there) and change nothing.
+    let sent = spoof(&stranger, "10.0.1.1", "down-zero", 5, 5.0)
+        + spoof(&stranger, "10.0.1.1", "admindown-zero", 5, 5.0);
+    assert_eq!(sent, 10);
+    let discarded_before = before["control-packet-discarded"].as_u64().unwrap();
+    let p = wait_for("the forged packets to reach the session", Duration::from_secs(5), || {
+        let p = bfd_peer(&uplink, "10.0.1.1")?;
+        let discarded = p["control-packet-discarded"].as_u64() == Some(discarded_before + 10);
+        let went_down = p["session-down"] != before["session-down"];
+        (discarded || went_down).then_some(p.clone()).ok_or(format!("{p}"))
+    });
+    assert_eq!(
+        p["session-down"],
+        before["session-down"],
+        "a forged Down took the session down: {p}\n{}",
+        lab.dump_logs()
+    );
+    assert_eq!(p["status"], "up", "{p}");
+    assert_eq!(p["control-packet-discarded"].as_u64(), Some(discarded_before + 10), "{p}");
+    assert!(log_lines(&lab, "BFD Up -> Down").is_empty(), "{}", lab.dump_logs());
+
+    // The flood: from the stranger's own address (the kernel drops it before any thread
+    // wakes), and forged as the peer's with random and zero discriminators, all at once.
+    let flood_start = std::time::Instant::now();
+    let floods: Vec<_> = [("10.0.1.66", "mixed"), ("10.0.1.1", "mixed")]
+        .into_iter()
+        .map(|(src, kind)| {
+            let ns = stranger.clone();
+            std::thread::spawn(move || spoof(&ns, src, kind, 100_000, 3.0))
+        })
+        .collect();
+    let mut samples = 0;
+    while floods.iter().any(|f| !f.is_finished()) {
+        let p = bfd_peer(&uplink, "10.0.1.1").unwrap();
+        assert_eq!(p["status"], "up", "during the flood: {p}\n{}", lab.dump_logs());
+        assert_eq!(p["detection-time"], before["detection-time"], "{p}");
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let total: u64 = floods.into_iter().map(|f| f.join().unwrap()).sum();
+    let took = flood_start.elapsed();
+    eprintln!("flood: {total} packets in {took:?}, {samples} looks at the session, all Up");
+    assert!(total > 10_000, "the flood was too small to mean anything: {total}");
+    std::thread::sleep(Duration::from_millis(500));
+    let after = bfd_peer(&uplink, "10.0.1.1").unwrap();
+    for key in ["status", "session-down", "detection-time", "remote-id", "remote-detect-multiplier"]
+    {
+        assert_eq!(after[key], before[key], "{key} changed: {before} -> {after}");
+    }
+    assert!(bird_bfd_up(&bird), "{}", bird.birdc("show bfd sessions"));
+    assert_eq!(bgp_state(&uplink, "10.0.1.1"), "Established");
+    // A handful of summary lines, not one per packet.
+    let noisy: Vec<String> = log_lines(&lab, "BFD packet")
+        .into_iter()
+        .filter(|l| l.contains("10.0.1.1") || l.contains("10.0.1.66"))
+        .collect();
+    assert!(noisy.len() <= 6, "{} lines about the flood:\n{}", noisy.len(), noisy.join("\n"));
+    eprintln!("{}", noisy.join("\n"));
+    // The forged flood did reach the session (a third of it says Down with discriminator 0),
+    // which discarded it.
+    let discarded = after["control-packet-discarded"].as_u64().unwrap() - discarded_before;
+    assert!(discarded > 1000, "only {discarded} forged packets reached the session: {after}");
 }

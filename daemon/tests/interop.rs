@@ -51,6 +51,16 @@ fn wait_established(
     });
 }
 
+/// The link-local address of `ifname` in `ns`.
+fn link_local_of(ns: &Ns, ifname: &str) -> String {
+    let out = ns.run(&["ip", "-6", "-j", "addr", "show", "dev", ifname, "scope", "link"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let addresses = v[0]["addr_info"].as_array().cloned().unwrap_or_default();
+    let link_local =
+        addresses.iter().find_map(|a| a["local"].as_str().filter(|l| l.starts_with("fe80")));
+    link_local.unwrap_or_else(|| panic!("no link-local: {out}")).into()
+}
+
 fn uplink_has(uplink: &Uplink, prefix: &str) -> bool {
     uplink.route_nexthops(prefix).map(|h| !h.is_empty()).unwrap_or(false)
 }
@@ -61,7 +71,12 @@ fn dual_stack_ebgp(kind: Kind) {
     let mut lab = Lab::new("dual");
     let node = lab.ns("node");
     let peer_ns = lab.ns("peer");
-    lab.link(&node, &["10.0.1.2/24", "fd00:1::2/64"], &peer_ns, &["10.0.1.1/24", "fd00:1::1/64"]);
+    let (node_if, peer_if) = lab.link(
+        &node,
+        &["10.0.1.2/24", "fd00:1::2/64"],
+        &peer_ns,
+        &["10.0.1.1/24", "fd00:1::1/64"],
+    );
 
     let spec = SpeakerSpec {
         asn: 65102,
@@ -76,6 +91,11 @@ fn dual_stack_ebgp(kind: Kind) {
             "2001:db8:100::/48".into(),
         ],
     };
+    // The wire, independently of how each peer shows it: the UPDATEs uplink sends.
+    let capture = lab.path("bgp.pcap");
+    let mut tcpdump = peer_ns.command("tcpdump");
+    tcpdump.args(["-i", &peer_if, "-U", "-w"]).arg(&capture).args(["tcp", "port", "179"]);
+    lab.spawn("tcpdump", tcpdump);
     let peer = Speaker::start(kind, &mut lab, &peer_ns, &spec);
     let receive_v4 = r#"to_receive = { allowed = { prefixes = [{ prefix = "198.51.100.0/24" }] } }
 to_advertise = { allowed = { mode = "all" } }"#;
@@ -118,6 +138,25 @@ to_advertise = { allowed = { mode = "all" } }"#;
     }
     let text = peer.route_text("192.0.2.10/32").unwrap();
     assert!(text.contains("4200000001"), "the AS path should carry the 4-octet ASN: {text}");
+    // RFC 2545 §3: on the shared link, the IPv6 next hop is our global address plus our
+    // link-local address on that link.
+    let link_local = link_local_of(&node, &node_if);
+    let detail = peer.route_detail("2001:db8:200::/48");
+    assert!(detail.contains("fd00:1::2"), "next hop fd00:1::2 expected: {detail}");
+    // GoBGP accepts the pair but shows only the global address in its CLI.
+    if kind != Kind::Gobgp {
+        assert!(
+            detail.contains(&link_local),
+            "{} should show link-local {link_local} beside fd00:1::2: {detail}",
+            peer.label()
+        );
+    }
+    lab.stop("tcpdump");
+    let decoded = node.run(&["tcpdump", "-nn", "-vv", "-r", &capture.to_string_lossy()]);
+    assert!(
+        decoded.contains(&format!("fd00:1::2, {link_local}")),
+        "the MP_REACH_NLRI uplink sent should carry fd00:1::2 and {link_local}:\n{decoded}"
+    );
 
     // The text CLI works too.
     let summary_text = uplink.cli(&["show", "bgp", "summary"]).unwrap();

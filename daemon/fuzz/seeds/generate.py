@@ -115,6 +115,12 @@ FSM_PASSIVE = FSM_CFG_PASSIVE + [
     6, 0, 8, 0, 4, 1, 2, 0, 2, 0,
 ]
 
+def bfd_header(length, flags):
+    # Vers 1 / Diag 1, state Up plus `flags`, Detect Mult 3, Length, discriminators, intervals.
+    return struct.pack("!BBBBIIIII", 0x21, 0xC0 | flags, 3, length, 0x01020304, 0x0A0B0C0D,
+                       300000, 50000, 0)
+
+
 SEEDS = {
     "message": {
         "open": b"\x07" + OPEN,
@@ -137,6 +143,16 @@ SEEDS = {
         "happy-path": bytes(FSM_HAPPY),
         "collision": bytes(FSM_COLLISION),
         "passive-ibgp": bytes(FSM_PASSIVE),
+    },
+    # RFC 5880 §4.1 header (Up, Poll, Detect Mult 3) alone and with authentication sections
+    # (§4.2-4.4); the digests are those of the unit vectors in bfd/auth.rs (key "secret").
+    "bfd_packet": {
+        "plain-up-poll": bfd_header(24, 0x20),
+        "keyed-md5": bfd_header(48, 0x24)
+        + bytes.fromhex("0218050000000102104d0587cc7b760441d4ea4c94f41282"),
+        "meticulous-keyed-sha1": bfd_header(52, 0x24)
+        + bytes.fromhex("051c050000000102bf8c17a66496151b1dd22a856afe0d1f5842e4a5"),
+        "simple-password": bfd_header(31, 0x24) + bytes([1, 7, 1]) + b"secr",
     },
     "config": {
         "minimal.toml": b'[[bgp.routers]]\nasn = 65001\n\n[[bgp.routers.neighbors]]\naddress = "192.0.2.1"\nasn = 65002\n',

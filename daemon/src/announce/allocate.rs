@@ -53,8 +53,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-use super::model::{AddressRange, IpFamily, IpFamilyPolicy, Pool, Service};
-use super::selector::any_matches;
+use crate::config::announce::{AddressRange, IpFamily, IpFamilyPolicy, Pool, Service};
+use crate::config::selector::any_matches;
 
 /// Upper bound on linear probing within one pool, so a huge, nearly full pool cannot stall.
 const MAX_PROBES: u128 = 1 << 24;
@@ -657,7 +657,7 @@ fn place(
 /// Builders shared by the unit tests of the `announce` modules.
 #[cfg(test)]
 pub(crate) mod tests_support {
-    use super::super::model::{AddressRange, Pool, Service, TrafficPolicy};
+    use crate::config::announce::{AddressRange, Pool, Service, TrafficPolicy};
 
     pub(crate) fn range(text: &str) -> AddressRange {
         match text.split_once('-') {
@@ -703,10 +703,10 @@ pub(crate) mod tests_support {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::ServiceAllocation;
-    use super::super::selector::LabelSelector;
     use super::tests_support::{pool, service};
     use super::*;
+    use crate::config::announce::ServiceAllocation;
+    use crate::config::selector::LabelSelector;
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()

@@ -12,12 +12,12 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use super::allocate::{allocate, AllocError, Allocation};
-use super::model::{
+use super::readiness::{readiness, HealthStates, Readiness};
+use crate::config::announce::{
     AdvertisementKind, AnnounceConfig, Network, NetworkSelector, RouteAdvertisement, TargetVrf,
     Topology,
 };
-use super::readiness::{readiness, HealthStates, Readiness};
-use super::selector::any_matches;
+use crate::config::selector::any_matches;
 use crate::config::{vrf_display_name, Community};
 
 /// The node label that excludes a node from announcing LoadBalancer addresses (Kubernetes

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use super::model::{HealthCheck, ProbeKind};
+use crate::config::announce::{HealthCheck, ProbeKind};
 
 /// Consecutive-result counting: `rise` successes make an endpoint healthy, `fall` failures make
 /// it unhealthy. Until the first verdict it is unknown (readiness treats that as unhealthy).

@@ -1,9 +1,10 @@
 //! What this node announces: MetalLB-style LoadBalancer addresses and OVN-Kubernetes-style pod
 //! networks and EgressIPs, turned into the set of prefixes each BGP router (VRF) originates.
 //!
-//! - [`model`]: the config sections (`[node]`, `[[pools]]`, `[[services]]`,
-//!   `[[advertisements]]`, `[[communities]]`, `[[networks]]`, `[[route_advertisements]]`).
-//! - [`selector`]: Kubernetes label selectors.
+//! The config sections it works from (`[node]`, `[[pools]]`, `[[services]]`,
+//! `[[advertisements]]`, `[[communities]]`, `[[networks]]`, `[[route_advertisements]]`) are
+//! parsed and validated in [`crate::config::announce`]; this layer depends on `config` only.
+//!
 //! - [`allocate`]: deterministic VIP allocation — a pure function of the config, so all nodes
 //!   agree without talking to each other. The algorithm is documented there and in
 //!   `docs/announcements.md`.
@@ -11,25 +12,27 @@
 //! - [`compute`]: (config, health states) → per router: prefixes with communities, LOCAL_PREF
 //!   and peers, plus a reason for every candidate that is not announced.
 //! - [`health`]: the health checks (tokio tasks) that produce the verdicts.
+//! - [`set`]: one router's announced prefixes, as its RIB task applies them.
+//! - [`runtime`]: the announcer task, publishing each VRF's set to the router subscribed to it.
 
 pub mod allocate;
 pub mod compute;
 pub mod health;
-pub mod model;
 pub mod readiness;
 pub mod runtime;
-pub mod selector;
+pub mod set;
 
 #[cfg(test)]
 mod tests;
 
+pub use crate::config::announce::AnnounceConfig;
 pub use allocate::{allocate, AllocError, Allocation, Collision};
 pub use compute::{
     compute, Announcements, Candidate, Origin, PeerSet, Reason, Route, RouterAnnouncements,
     RouterInput, RuntimeState, State,
 };
-pub use model::AnnounceConfig;
 pub use readiness::HealthStates;
+pub use set::{announced_set, AnnouncedRoute, AnnouncedSet};
 
 /// What [`compute`] needs to know of the configured BGP routers.
 pub fn router_inputs(config: &crate::config::Config) -> Vec<RouterInput> {

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use super::model::{Service, TrafficPolicy};
+use crate::config::announce::{Service, TrafficPolicy};
 
 /// Health verdicts by (service key, endpoint address). Missing means "not known yet".
 pub type HealthStates = BTreeMap<(String, IpAddr), bool>;
@@ -88,8 +88,8 @@ mod tests {
     use std::time::Duration;
 
     use super::super::allocate::tests_support::service;
-    use super::super::model::{Endpoint, HealthCheck, ProbeKind};
     use super::*;
+    use crate::config::announce::{Endpoint, HealthCheck, ProbeKind};
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()

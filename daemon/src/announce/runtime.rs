@@ -1,20 +1,21 @@
 //! The announcer task: keeps the config, the health verdicts and the drain flag, recomputes the
-//! announcements when any of them changes, and hands each router's set to its RIB task. Only
-//! the difference is applied there, so no BGP session is reset.
+//! announcements when any of them changes, and publishes each VRF's set on a `watch` channel
+//! that the router of that VRF subscribes to ([`AnnouncerHandle::subscribe`]). The router
+//! applies only the difference, so no BGP session is reset; a router started later (a reload)
+//! gets the current set the moment it subscribes.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
-use super::compute::{compute, Announcements, PeerSet, RouterInput, RuntimeState};
+use super::compute::{compute, Announcements, RouterInput, RuntimeState};
 use super::health::{self, Verdict};
-use super::model::AnnounceConfig;
 use super::readiness::{endpoints_to_probe, HealthStates};
-use crate::bgp::announced::{AnnouncedRoute, AnnouncedSet};
-use crate::bgp::rib_task::RibHandle;
+use super::set::{announced_set, AnnouncedSet};
+use crate::config::announce::AnnounceConfig;
 
 /// Depth of the verdict channel; verdicts are rare (only changes are sent).
 const CHANNEL_DEPTH: usize = 64;
@@ -22,8 +23,12 @@ const CHANNEL_DEPTH: usize = 64;
 enum Event {
     Verdict(Verdict),
     Drain(bool),
-    Config(Box<AnnounceConfig>, Vec<RouterInput>, BTreeMap<String, RibHandle>),
+    Config(Box<AnnounceConfig>, Vec<RouterInput>),
 }
+
+/// One `watch` channel per VRF that a router subscribed to. Shared by the handle (which
+/// creates a channel on the first subscription) and the task (which publishes into each).
+type Feeds = Arc<Mutex<BTreeMap<String, watch::Sender<Arc<AnnouncedSet>>>>>;
 
 /// A handle to the running announcer.
 #[derive(Clone)]
@@ -31,9 +36,26 @@ pub struct AnnouncerHandle {
     tx: mpsc::Sender<Event>,
     latest: watch::Receiver<Arc<Announcements>>,
     config: watch::Receiver<Arc<AnnounceConfig>>,
+    feeds: Feeds,
 }
 
 impl AnnouncerHandle {
+    /// The announced set of `vrf`'s router ("" for the default VRF): its current value, and
+    /// every change after it.
+    pub fn subscribe(&self, vrf: &str) -> watch::Receiver<Arc<AnnouncedSet>> {
+        // Held only to look up or insert one entry: a poisoned lock left no half-made entry.
+        let mut feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        match feeds.get(vrf) {
+            Some(feed) => feed.subscribe(),
+            None => {
+                let current = Arc::new(announced_set(&self.latest.borrow(), vrf));
+                let (tx, rx) = watch::channel(current);
+                feeds.insert(vrf.to_string(), tx);
+                rx
+            }
+        }
+    }
+
     /// The announcement config in force (changes on reload).
     pub fn config(&self) -> Arc<AnnounceConfig> {
         self.config.borrow().clone()
@@ -49,51 +71,16 @@ impl AnnouncerHandle {
         let _ = self.tx.send(Event::Drain(drained)).await;
     }
 
-    /// A reloaded config and the RIB tasks of its routers: recompute and restart the health
-    /// checks it names.
-    pub async fn replace_config(
-        &self,
-        config: AnnounceConfig,
-        routers: Vec<RouterInput>,
-        ribs: BTreeMap<String, RibHandle>,
-    ) {
-        let _ = self.tx.send(Event::Config(Box::new(config), routers, ribs)).await;
+    /// A reloaded config and its routers: recompute, and restart the health checks it names.
+    pub async fn replace_config(&self, config: AnnounceConfig, routers: Vec<RouterInput>) {
+        let _ = self.tx.send(Event::Config(Box::new(config), routers)).await;
     }
-}
-
-/// Converts one router's originations into what its RIB task applies: its own prefixes, then
-/// the ones it imports from another VRF (frr-k8s `imports`), which only reach the peers whose
-/// `to_advertise` allows them, without the source's communities (frr-k8s sets those per
-/// neighbor, so a leaked route does not carry them).
-pub fn announced_set(announcements: &Announcements, vrf: &str) -> AnnouncedSet {
-    let Some(router) = announcements.router(vrf) else { return AnnouncedSet::new() };
-    let mut set: AnnouncedSet = router
-        .originate
-        .iter()
-        .map(|(prefix, route)| {
-            let peers = match &route.peers {
-                PeerSet::All => None,
-                PeerSet::Only(set) => Some(set.clone()),
-                PeerSet::ByPolicy => Some(BTreeSet::new()),
-            };
-            let communities = route.communities.iter().copied().collect();
-            (*prefix, AnnouncedRoute { communities, local_pref: route.local_pref, peers })
-        })
-        .collect();
-    for prefix in router.imported.keys() {
-        set.entry(*prefix).or_insert_with(|| AnnouncedRoute {
-            communities: Vec::new(),
-            local_pref: None,
-            peers: Some(BTreeSet::new()),
-        });
-    }
-    set
 }
 
 struct Announcer {
     config: AnnounceConfig,
     routers: Vec<RouterInput>,
-    ribs: BTreeMap<String, RibHandle>,
+    feeds: Feeds,
     health: HealthStates,
     drained: bool,
     checks: Vec<JoinHandle<()>>,
@@ -127,20 +114,28 @@ impl Announcer {
         }));
     }
 
-    async fn publish(&mut self) {
+    fn publish(&mut self) {
         let runtime = RuntimeState { health: Some(&self.health), drained: self.drained };
-        let result = compute(&self.config, &self.routers, runtime);
-        for (vrf, rib) in &self.ribs {
-            if let Err(e) = rib.set_announced(announced_set(&result, vrf)).await {
-                warn!(vrf = %vrf, "cannot hand announcements to the RIB: {e}");
-            }
+        let result = Arc::new(compute(&self.config, &self.routers, runtime));
+        // `latest` first: a subscription made meanwhile starts from this result or gets it below.
+        self.latest.send_replace(result.clone());
+        let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        for (vrf, feed) in feeds.iter() {
+            let set = announced_set(&result, vrf);
+            // Unchanged sets are not sent: the router would re-derive every export policy.
+            feed.send_if_modified(|current| {
+                let changed = **current != set;
+                if changed {
+                    *current = Arc::new(set);
+                }
+                changed
+            });
         }
-        let _ = self.latest.send(Arc::new(result));
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
         self.start_checks();
-        self.publish().await;
+        self.publish();
         while let Some(event) = rx.recv().await {
             match event {
                 Event::Verdict(v) => {
@@ -150,35 +145,30 @@ impl Announcer {
                     info!(drained, "drain state changed");
                     self.drained = drained;
                 }
-                Event::Config(config, routers, ribs) => {
+                Event::Config(config, routers) => {
                     self.config = *config;
                     self.routers = routers;
-                    self.ribs = ribs;
                     let _ = self.config_out.send(Arc::new(self.config.clone()));
                     self.start_checks();
                 }
             }
-            self.publish().await;
+            self.publish();
         }
     }
 }
 
-/// Starts the announcer for `config`, feeding the RIB tasks in `ribs` (by VRF); `drained`
-/// starts it drained (the node was drained before the daemon restarted).
-pub fn spawn(
-    config: AnnounceConfig,
-    routers: Vec<RouterInput>,
-    ribs: BTreeMap<String, RibHandle>,
-    drained: bool,
-) -> AnnouncerHandle {
+/// Starts the announcer for `config` and its `routers`; `drained` starts it drained (the node
+/// was drained before the daemon restarted). Routers subscribe to their VRF's set.
+pub fn spawn(config: AnnounceConfig, routers: Vec<RouterInput>, drained: bool) -> AnnouncerHandle {
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
     let initial = compute(&config, &routers, RuntimeState { health: None, drained });
     let (latest_tx, latest_rx) = watch::channel(Arc::new(initial));
     let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
+    let feeds = Feeds::default();
     let announcer = Announcer {
         config,
         routers,
-        ribs,
+        feeds: feeds.clone(),
         health: HealthStates::new(),
         drained,
         checks: Vec::new(),
@@ -187,5 +177,5 @@ pub fn spawn(
         config_out: config_tx,
     };
     tokio::spawn(announcer.run(rx));
-    AnnouncerHandle { tx, latest: latest_rx, config: config_rx }
+    AnnouncerHandle { tx, latest: latest_rx, config: config_rx, feeds }
 }

@@ -8,9 +8,9 @@ use ipnet::IpNet;
 
 use super::allocate::tests_support::{pool, service};
 use super::compute::{compute, PeerSet, Reason, RouterInput, RuntimeState, State};
-use super::model::*;
 use super::readiness::{HealthStates, Readiness};
-use super::selector::LabelSelector;
+use crate::config::announce::*;
+use crate::config::selector::LabelSelector;
 use crate::config::Community;
 
 fn net(text: &str) -> IpNet {
@@ -575,7 +575,7 @@ fn router_prefixes_go_to_the_peers_their_policy_allows_and_are_imported_like_the
     assert_eq!(imported, vec![net("10.0.0.0/24"), net("172.18.20.201/32")]);
     // What blue's RIB gets: its own prefix, and the imported ones for the peers whose
     // `to_advertise` allows them (an empty widening set), without the source's attributes.
-    let set = super::runtime::announced_set(&result, "blue");
+    let set = super::announced_set(&result, "blue");
     let keys: Vec<IpNet> = set.keys().copied().collect();
     assert_eq!(keys, vec![net("10.0.0.0/24"), net("10.9.9.0/24"), net("172.18.20.201/32")]);
     for route in set.values() {

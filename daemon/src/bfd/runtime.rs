@@ -3,20 +3,29 @@
 //! netlink write). It is a plain OS thread, not a tokio task.
 //!
 //! Receiving runs in one small thread per listening socket (blocking `recv_from`), which
-//! decodes the packet and hands it to the session thread over a channel; the session thread
-//! sleeps in `recv_timeout` until the next packet or the next timer, whichever comes first.
-//! State changes reach the BGP side through a `tokio::sync::watch` per peer, which never
-//! blocks this thread.
+//! decodes the packet and hands it to the session thread over a bounded queue; the session
+//! thread sleeps in `recv_timeout` until the next packet or the next timer, whichever comes
+//! first. Commands (add, remove, show) come over a channel of their own, so a flood of packets
+//! never holds them up. State changes reach the BGP side through a `tokio::sync::watch` per
+//! peer, which never blocks this thread.
+//!
+//! What a stranger can make this thread do is bounded: the kernel drops packets whose TTL is
+//! too low or whose source is not a configured peer before they wake a receive thread (a
+//! socket filter, [`admission_filter`]); the receive thread checks the source again and drops a
+//! packet naming a discriminator that is not the peer's session before it is queued; the queue
+//! has a fixed size; and every log line a packet can trigger is summarised ([`LogThrottle`]).
 
+use super::auth::Authentication;
 use super::packet::{ControlPacket, Diagnostic, State};
 use super::session::{Action, Counters, Event, Session, SessionConfig};
+use super::throttle::{held_back_note, LogThrottle, LOG_PERIOD};
 use socket2::{Domain, Protocol, SockAddr, SockFilter, Socket, Type};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
@@ -31,6 +40,14 @@ pub const MULTI_HOP_PORT: u16 = 4784;
 const SOURCE_PORTS: std::ops::RangeInclusive<u16> = 49152..=65535;
 /// RFC 5881 §5: single-hop packets are sent with TTL 255 and received only with TTL 255.
 const SINGLE_HOP_TTL: u8 = 255;
+/// Received packets waiting for the session thread. A peer sends one per interval (10 ms at
+/// the fastest a profile allows), and the session thread handles one in microseconds, so this
+/// is a second of backlog for ten fast peers; beyond it packets are dropped, not stored.
+const RECEIVE_QUEUE: usize = 1024;
+/// A receive error that repeats (the socket is broken) is retried after this much, doubling
+/// up to [`RECEIVE_BACKOFF_MAX`], instead of in a busy loop.
+const RECEIVE_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const RECEIVE_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Hop {
@@ -51,6 +68,8 @@ pub struct PeerSpec {
     /// Multihop only: the lowest TTL accepted (RFC 5883 §5 leaves the check to policy).
     pub minimum_ttl: u8,
     pub profile: String,
+    /// RFC 5880 §6.7: the profile's authentication, if any.
+    pub auth: Option<Authentication>,
 }
 
 /// What the BGP side sees of one BFD peer: whether it is Up, and how many times it went
@@ -82,36 +101,63 @@ pub struct PeerView {
     pub counters: Counters,
 }
 
-enum Input {
+/// What the rest of the daemon asks of the BFD thread.
+enum Command {
     Add(PeerSpec, watch::Sender<BfdLink>),
     /// The neighbor was removed from the config.
     Remove(IpAddr),
-    Received {
+    Snapshot(oneshot::Sender<Vec<PeerView>>),
+}
+
+/// What arrives on the bounded queue.
+enum Inbound {
+    Packet {
         from: IpAddr,
         hop: Hop,
         packet: ControlPacket,
     },
-    Snapshot(oneshot::Sender<Vec<PeerView>>),
+    /// A command is waiting.
+    Wake,
+}
+
+/// The peers packets are accepted from, by address and hop, with the discriminator of their
+/// session. Written by the session thread, read by the receive threads for every packet.
+type Admitted = Arc<RwLock<HashMap<(IpAddr, Hop), u32>>>;
+
+/// The way in for commands: a channel of their own, plus a wake-up on the packet queue.
+#[derive(Clone)]
+struct Commands {
+    commands: mpsc::Sender<Command>,
+    wake: mpsc::SyncSender<Inbound>,
+}
+
+impl Commands {
+    fn send(&self, command: Command) -> Result<(), String> {
+        self.commands.send(command).map_err(|_| "the BFD thread has stopped")?;
+        // A full queue means the thread is busy and looks at its commands between packets.
+        let _ = self.wake.try_send(Inbound::Wake);
+        Ok(())
+    }
 }
 
 /// Adds sessions to a running BFD thread (it does not keep the thread alive).
 #[derive(Clone)]
 pub struct BfdRegistrar {
-    input: mpsc::Sender<Input>,
+    commands: Commands,
 }
 
 impl BfdRegistrar {
     /// Starts a session to `spec.peer`. The returned watch follows its state for BGP.
     pub fn add_peer(&self, spec: PeerSpec) -> Result<watch::Receiver<BfdLink>, String> {
         let (tx, rx) = watch::channel(BfdLink::default());
-        self.input.send(Input::Add(spec, tx)).map_err(|_| "the BFD thread has stopped")?;
+        self.commands.send(Command::Add(spec, tx))?;
         Ok(rx)
     }
 }
 
 /// Handle on the BFD thread of one routing instance. Dropping it stops the thread.
 pub struct BfdRuntime {
-    input: mpsc::Sender<Input>,
+    commands: Commands,
     stop: Arc<AtomicBool>,
 }
 
@@ -125,19 +171,23 @@ impl BfdRuntime {
     /// Starts the thread for the instance of `vrf` ("" for the default VRF): its sockets are
     /// bound to the VRF device otherwise.
     pub fn start(vrf: &str) -> io::Result<BfdRuntime> {
-        let (input, inbox) = mpsc::channel();
+        let (commands, command_inbox) = mpsc::channel();
+        let (packets, packet_inbox) = mpsc::sync_channel(RECEIVE_QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
         let worker = Worker {
             vrf: vrf.to_string(),
-            inbox,
-            input: input.clone(),
+            commands: command_inbox,
+            packets: packet_inbox,
+            packet_queue: packets.clone(),
+            admitted: Arc::default(),
             stop: stop.clone(),
             peers: Vec::new(),
             listening: HashMap::new(),
+            unmatched: LogThrottle::new(LOG_PERIOD),
         };
         let name = if vrf.is_empty() { "bfd".to_string() } else { format!("bfd-{vrf}") };
         thread::Builder::new().name(name).spawn(move || worker.run())?;
-        Ok(BfdRuntime { input, stop })
+        Ok(BfdRuntime { commands: Commands { commands, wake: packets }, stop })
     }
 
     /// Starts a session to `spec.peer`. The returned watch follows its state for BGP.
@@ -152,19 +202,19 @@ impl BfdRuntime {
 
     /// A handle that can add sessions later, from another task.
     pub fn registrar(&self) -> BfdRegistrar {
-        BfdRegistrar { input: self.input.clone() }
+        BfdRegistrar { commands: self.commands.clone() }
     }
 
     /// Ends the session to `peer`: it sends AdminDown once (RFC 5880 §6.8.16, so the peer's
     /// clients do not take it for a failure, RFC 5882 §3.2) and is forgotten.
     pub fn remove_peer(&self, peer: IpAddr) {
-        let _ = self.input.send(Input::Remove(peer));
+        let _ = self.commands.send(Command::Remove(peer));
     }
 
     /// Every peer's state, for `show bfd peers`.
     pub async fn peers(&self) -> Result<Vec<PeerView>, String> {
         let (tx, rx) = oneshot::channel();
-        self.input.send(Input::Snapshot(tx)).map_err(|_| "the BFD thread has stopped")?;
+        self.commands.send(Command::Snapshot(tx))?;
         rx.await.map_err(|_| "the BFD thread did not answer".to_string())
     }
 }
@@ -174,26 +224,47 @@ struct Peer {
     session: Session,
     socket: UdpSocket,
     link: watch::Sender<BfdLink>,
+    /// Summarises the lines about this peer's discarded packets (a wrong key, a spoof).
+    discards: LogThrottle,
+}
+
+/// A receive socket and the TTL its filter requires.
+struct Listener {
+    /// The receive thread's socket (a second descriptor), to change its filter.
+    socket: Socket,
+    minimum_ttl: u8,
 }
 
 /// The session thread's state.
 struct Worker {
     vrf: String,
-    inbox: mpsc::Receiver<Input>,
+    commands: mpsc::Receiver<Command>,
+    packets: mpsc::Receiver<Inbound>,
     /// For the receive threads.
-    input: mpsc::Sender<Input>,
+    packet_queue: mpsc::SyncSender<Inbound>,
+    admitted: Admitted,
     stop: Arc<AtomicBool>,
     peers: Vec<Peer>,
-    /// Receive sockets opened so far, by (IPv4?, hop), with the TTL their filter requires.
-    listening: HashMap<(bool, Hop), u8>,
+    /// Receive sockets opened so far, by (IPv4?, hop).
+    listening: HashMap<(bool, Hop), Listener>,
+    /// Summarises queued packets that no session takes.
+    unmatched: LogThrottle,
 }
 
 impl Worker {
     fn run(mut self) {
-        if let Err(e) = crate::ops::realtime::raise_current_thread() {
+        if let Err(e) = super::realtime::raise_current_thread() {
             warn!("BFD thread keeps normal priority: {e}; under CPU load packets may be late");
         }
         loop {
+            loop {
+                match self.commands.try_recv() {
+                    Ok(command) => self.on_command(command),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    // Every handle is gone: nobody can add, remove or look any more.
+                    Err(mpsc::TryRecvError::Disconnected) => return self.stopped(),
+                }
+            }
             let now = Instant::now();
             for index in 0..self.peers.len() {
                 let due = self
@@ -208,51 +279,60 @@ impl Worker {
             let next = self.peers.iter().filter_map(|p| p.session.next_deadline()).min();
             let wait = next
                 .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(Instant::now()));
-            match self.inbox.recv_timeout(wait) {
-                Ok(input) => self.on_input(input),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            match self.packets.recv_timeout(wait) {
+                Ok(Inbound::Packet { from, hop, packet }) => self.on_packet(from, hop, packet),
+                Ok(Inbound::Wake) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return self.stopped(),
             }
             if self.stop.load(Ordering::Relaxed) {
-                break;
+                return self.stopped();
             }
         }
+    }
+
+    fn stopped(&self) {
         debug!(vrf = %self.vrf, "BFD thread stopped");
     }
 
-    fn on_input(&mut self, input: Input) {
-        match input {
-            Input::Add(spec, link) => {
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Add(spec, link) => {
                 if let Err(e) = self.add(spec.clone(), link) {
                     warn!(peer = %spec.peer, "cannot start the BFD session: {e}");
                 }
             }
-            Input::Received { from, hop, packet } => {
-                // RFC 5880 §6.8.6: select the session by Your Discriminator when it is
-                // nonzero, else by the addresses (RFC 5881 §3 / RFC 5883 §4).
-                let found = self.peers.iter().position(|p| {
-                    p.spec.peer == from
-                        && p.spec.hop == hop
-                        && (packet.your_discriminator == 0
-                            || packet.your_discriminator == p.session.local_discriminator())
-                });
-                match found {
-                    Some(index) => self.feed(index, Event::Received(packet), Instant::now()),
-                    None => debug!(
-                        %from,
-                        your = packet.your_discriminator,
-                        "BFD packet for no session; discarded (RFC 5880 §6.8.6)"
-                    ),
-                }
-            }
-            Input::Snapshot(reply) => {
+            Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }
-            Input::Remove(peer) => {
+            Command::Remove(peer) => {
                 if let Some(index) = self.peers.iter().position(|p| p.spec.peer == peer) {
                     self.feed(index, Event::AdminDown, Instant::now());
-                    self.peers.remove(index);
+                    let removed = self.peers.remove(index);
+                    self.admit_peers(removed.spec.peer.is_ipv4(), removed.spec.hop);
                     info!(vrf = %self.vrf, %peer, "BFD session removed (AdminDown sent)");
+                }
+            }
+        }
+    }
+
+    fn on_packet(&mut self, from: IpAddr, hop: Hop, packet: ControlPacket) {
+        // RFC 5880 §6.8.6: select the session by Your Discriminator when it is nonzero, else by
+        // the addresses (RFC 5881 §3 / RFC 5883 §4). The session checks the rest.
+        let found = self.peers.iter().position(|p| {
+            p.spec.peer == from
+                && p.spec.hop == hop
+                && (packet.your_discriminator == 0
+                    || packet.your_discriminator == p.session.local_discriminator())
+        });
+        match found {
+            Some(index) => self.feed(index, Event::Received(packet), Instant::now()),
+            None => {
+                if let Some(held_back) = self.unmatched.event(Instant::now()) {
+                    info!(
+                        vrf = %self.vrf, %from, your = packet.your_discriminator,
+                        "BFD packet for no session; discarded (RFC 5880 §6.8.6){}",
+                        held_back_note(held_back)
+                    );
                 }
             }
         }
@@ -270,15 +350,50 @@ impl Worker {
                 break candidate;
             }
         };
-        let session = Session::new(spec.config, discriminator, rand::random(), Instant::now());
+        let mut session = Session::new(spec.config, discriminator, rand::random(), Instant::now());
+        if let Some(auth) = &spec.auth {
+            session = session.authenticated(auth.clone(), rand::random());
+        }
         info!(
             vrf = %self.vrf, peer = %spec.peer, hop = ?spec.hop, profile = %spec.profile,
-            "BFD session started: tx {:?} rx {:?} x{}{}",
+            "BFD session started: tx {:?} rx {:?} x{}{}{}",
             spec.config.desired_min_tx, spec.config.required_min_rx, spec.config.detect_mult,
-            if spec.config.passive { " (passive)" } else { "" }
+            if spec.config.passive { " (passive)" } else { "" },
+            spec.auth.as_ref().map(|a| format!(", {} key ID {}", a.auth_type, a.key_id)).unwrap_or_default()
         );
-        self.peers.push(Peer { spec, session, socket, link });
+        let (ipv4, hop) = (spec.peer.is_ipv4(), spec.hop);
+        self.peers.push(Peer {
+            spec,
+            session,
+            socket,
+            link,
+            discards: LogThrottle::new(LOG_PERIOD),
+        });
+        self.admit_peers(ipv4, hop);
         Ok(())
+    }
+
+    /// Tells the receive threads and the kernel which peers of a family and hop to accept
+    /// packets from, after a session was added or removed.
+    fn admit_peers(&mut self, ipv4: bool, hop: Hop) {
+        let peers: Vec<(IpAddr, u32)> = self
+            .peers
+            .iter()
+            .filter(|p| p.spec.peer.is_ipv4() == ipv4 && p.spec.hop == hop)
+            .map(|p| (p.spec.peer, p.session.local_discriminator()))
+            .collect();
+        {
+            let mut admitted = self.admitted.write().unwrap_or_else(PoisonError::into_inner);
+            admitted.retain(|(address, h), _| !(address.is_ipv4() == ipv4 && *h == hop));
+            admitted.extend(peers.iter().map(|(address, discr)| ((*address, hop), *discr)));
+        }
+        let Some(listener) = self.listening.get(&(ipv4, hop)) else { return };
+        let addresses: Vec<IpAddr> = peers.iter().map(|(address, _)| *address).collect();
+        let filter = admission_filter(ipv4, listener.minimum_ttl, &addresses);
+        if let Err(e) = listener.socket.attach_filter(&filter) {
+            // The receive thread still checks every source; only the kernel's early drop is lost.
+            warn!(vrf = %self.vrf, "cannot update the BFD socket filter: {e}");
+        }
     }
 
     fn feed(&mut self, index: usize, event: Event, now: Instant) {
@@ -315,25 +430,36 @@ impl Worker {
                         }
                     });
                 }
+                Action::Discarded(why) => {
+                    if let Some(held_back) = peer.discards.event(now) {
+                        warn!(
+                            vrf = %self.vrf, peer = %peer.spec.peer,
+                            "BFD packet discarded: {why}{}",
+                            held_back_note(held_back)
+                        );
+                    }
+                }
             }
         }
     }
 
     /// Opens (once per family and hop) the socket that receives from every peer, with a
-    /// socket filter that drops packets below the required TTL in the kernel.
+    /// socket filter that drops packets below the required TTL or from other sources in the
+    /// kernel.
     fn listen(&mut self, ipv4: bool, hop: Hop, minimum_ttl: u8) -> io::Result<()> {
         let required = match hop {
             // RFC 5881 §5: "received ... with a TTL or Hop Limit value of 255".
             Hop::Single => SINGLE_HOP_TTL,
             Hop::Multi => minimum_ttl,
         };
-        if let Some(current) = self.listening.get(&(ipv4, hop)).copied() {
-            if hop == Hop::Multi && required < current {
+        if let Some(listener) = self.listening.get_mut(&(ipv4, hop)) {
+            if hop == Hop::Multi && required < listener.minimum_ttl {
                 // One socket serves every multihop peer: it admits the lowest minimum.
                 warn!(
                     "multihop BFD peers with different minimum_ttl share one socket; \
                      accepting TTL >= {required} from all of them"
                 );
+                listener.minimum_ttl = required;
             }
             return Ok(());
         }
@@ -354,15 +480,22 @@ impl Worker {
         if !self.vrf.is_empty() {
             socket.bind_device(Some(self.vrf.as_bytes()))?;
         }
-        socket.attach_filter(&ttl_filter(ipv4, required))?;
+        // No peer of this kind is admitted yet: the caller's `admit_peers` opens the filter.
+        socket.attach_filter(&admission_filter(ipv4, required, &[]))?;
         socket.bind(&SockAddr::from(SocketAddr::new(any, port)))?;
         socket.set_read_timeout(Some(Duration::from_millis(500)))?;
-        let socket: UdpSocket = socket.into();
-        let input = self.input.clone();
-        let stop = self.stop.clone();
+        let control = socket.try_clone()?;
+        let receiver = Receiver {
+            socket: socket.into(),
+            hop,
+            queue: self.packet_queue.clone(),
+            admitted: self.admitted.clone(),
+            stop: self.stop.clone(),
+            vrf: self.vrf.clone(),
+        };
         let name = format!("bfd-rx-{port}-{}", if ipv4 { "v4" } else { "v6" });
-        thread::Builder::new().name(name).spawn(move || receive(socket, hop, input, stop))?;
-        self.listening.insert((ipv4, hop), required);
+        thread::Builder::new().name(name).spawn(move || receiver.run())?;
+        self.listening.insert((ipv4, hop), Listener { socket: control, minimum_ttl: required });
         Ok(())
     }
 
@@ -428,50 +561,201 @@ impl Worker {
     }
 }
 
-/// A classic BPF program for a UDP socket: accept only packets whose IPv4 TTL (octet 8 of
-/// the IP header) or IPv6 Hop Limit (octet 7) is at least `minimum`. The kernel runs it
-/// before queueing, so a spoofed packet from further away never reaches the session.
-fn ttl_filter(ipv4: bool, minimum: u8) -> [SockFilter; 4] {
-    // linux/filter.h: BPF_LD|BPF_B|BPF_ABS, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K; and
-    // SKF_NET_OFF, the offset that addresses the network header from a transport socket.
-    const LD_B_ABS: u16 = 0x30;
-    const JGE_K: u16 = 0x35;
-    const RET_K: u16 = 0x06;
-    const SKF_NET_OFF: u32 = 0xfff0_0000;
-    let ttl_offset = if ipv4 { 8 } else { 7 };
-    [
-        SockFilter::new(LD_B_ABS, 0, 0, SKF_NET_OFF + ttl_offset),
-        SockFilter::new(JGE_K, 0, 1, u32::from(minimum)),
-        SockFilter::new(RET_K, 0, 0, u32::MAX),
-        SockFilter::new(RET_K, 0, 0, 0),
-    ]
-}
+// Classic BPF (linux/filter.h): BPF_LD|BPF_B|BPF_ABS, BPF_LD|BPF_W|BPF_ABS,
+// BPF_JMP|BPF_JGE|BPF_K, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K; and SKF_NET_OFF, the offset that
+// addresses the network header from a transport socket.
+const LD_B_ABS: u16 = 0x30;
+const LD_W_ABS: u16 = 0x20;
+const JGE_K: u16 = 0x35;
+const JEQ_K: u16 = 0x15;
+const RET_K: u16 = 0x06;
+const SKF_NET_OFF: u32 = 0xfff0_0000;
+/// Conditional jumps reach at most 255 instructions ahead, which bounds the sources one
+/// program can list: one compare each for IPv4, eight instructions each for IPv6. With more
+/// peers than this the kernel checks the TTL only and the receive thread checks sources alone.
+const FILTER_MAX_V4_SOURCES: usize = 250;
+const FILTER_MAX_V6_SOURCES: usize = 31;
 
-/// The receive loop of one listening socket.
-fn receive(socket: UdpSocket, hop: Hop, input: mpsc::Sender<Input>, stop: Arc<AtomicBool>) {
-    // The BFD thread has said whether real-time priority is available; no second warning.
-    let _ = crate::ops::realtime::raise_current_thread();
-    let mut buf = [0u8; 512];
-    while !stop.load(Ordering::Relaxed) {
-        let (len, from) = match socket.recv_from(&mut buf) {
-            Ok(pair) => pair,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                continue
-            }
-            Err(e) => {
-                debug!("BFD receive error: {e}");
-                continue;
-            }
-        };
-        let bytes = buf.get(..len).unwrap_or_default();
-        match ControlPacket::decode(bytes) {
-            Ok(packet) => {
-                let from = crate::bgp::session::canonical_ip(from.ip());
-                if input.send(Input::Received { from, hop, packet }).is_err() {
-                    return;
+/// A classic BPF program for a receive socket: accept only packets whose IPv4 TTL (octet 8 of
+/// the IP header) or IPv6 Hop Limit (octet 7) is at least `minimum_ttl` and whose source is
+/// one of `sources`. The kernel runs it before queueing, so a spoofed packet from further away,
+/// or any packet from a stranger, never wakes the receive thread.
+fn admission_filter(ipv4: bool, minimum_ttl: u8, sources: &[IpAddr]) -> Vec<SockFilter> {
+    let ttl_offset = if ipv4 { 8 } else { 7 };
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for source in sources {
+        match source {
+            IpAddr::V4(address) => v4.push(u32::from(*address)),
+            IpAddr::V6(address) => v6.push(address.octets()),
+        }
+    }
+    // The source checks, each ending in a jump `accept` instructions ahead of its own position
+    // (the program closes with "drop" then "accept"). Built back to front, so the distance
+    // to the end is known.
+    let mut checks: Vec<SockFilter> = Vec::new();
+    let too_many =
+        if ipv4 { v4.len() > FILTER_MAX_V4_SOURCES } else { v6.len() > FILTER_MAX_V6_SOURCES };
+    if ipv4 && !too_many {
+        // Octets 12-15 of the IPv4 header, loaded once; each compare jumps to "accept".
+        checks.push(SockFilter::new(LD_W_ABS, 0, 0, SKF_NET_OFF + 12));
+        for (index, address) in v4.iter().enumerate() {
+            // Past the remaining compares and "drop".
+            let to_accept = jump(v4.len() - index);
+            checks.push(SockFilter::new(JEQ_K, to_accept, 0, *address));
+        }
+    } else if !ipv4 && !too_many {
+        // Octets 8-23 of the IPv6 header, four words; a mismatch moves to the next address.
+        for (index, octets) in v6.iter().enumerate() {
+            let later_blocks = (v6.len() - index - 1) * 8;
+            for (word_index, word) in octets.chunks_exact(4).enumerate() {
+                let Ok(word) = <[u8; 4]>::try_from(word).map(u32::from_be_bytes) else { continue };
+                let offset = 8 + 4 * u32::try_from(word_index).unwrap_or(0);
+                checks.push(SockFilter::new(LD_W_ABS, 0, 0, SKF_NET_OFF + offset));
+                if word_index == 3 {
+                    checks.push(SockFilter::new(JEQ_K, jump(later_blocks + 1), 0, word));
+                } else {
+                    let rest_of_block = (3 - word_index) * 2;
+                    checks.push(SockFilter::new(JEQ_K, 0, jump(rest_of_block), word));
                 }
             }
-            Err(e) => debug!(%from, "BFD packet discarded: {e}"),
+        }
+    }
+    let mut program = vec![SockFilter::new(LD_B_ABS, 0, 0, SKF_NET_OFF + ttl_offset)];
+    // TTL too low: to "drop", past the checks. Enough: on to the checks, or straight to
+    // "accept" when the sources are not checked here.
+    let to_drop = jump(checks.len());
+    let to_checks = if too_many { to_drop.saturating_add(1) } else { 0 };
+    program.push(SockFilter::new(JGE_K, to_checks, to_drop, u32::from(minimum_ttl)));
+    program.extend(checks);
+    program.push(SockFilter::new(RET_K, 0, 0, 0));
+    program.push(SockFilter::new(RET_K, 0, 0, u32::MAX));
+    program
+}
+
+/// A jump distance; the callers keep programs short enough for it to fit.
+fn jump(distance: usize) -> u8 {
+    u8::try_from(distance).unwrap_or(u8::MAX)
+}
+
+/// One listening socket's receive loop, in its own thread.
+struct Receiver {
+    socket: UdpSocket,
+    hop: Hop,
+    queue: mpsc::SyncSender<Inbound>,
+    admitted: Admitted,
+    stop: Arc<AtomicBool>,
+    vrf: String,
+}
+
+/// What a receive thread drops, each kind summarised in the log on its own.
+#[derive(Default)]
+struct Drops {
+    errors: Option<LogThrottle>,
+    strangers: Option<LogThrottle>,
+    malformed: Option<LogThrottle>,
+    foreign_discriminator: Option<LogThrottle>,
+    queue_full: Option<LogThrottle>,
+}
+
+/// Counts one drop of a kind; true when a line about it is due (and sets the held-back count).
+fn due(throttle: &mut Option<LogThrottle>, now: Instant, held_back: &mut u64) -> bool {
+    match throttle.get_or_insert_with(|| LogThrottle::new(LOG_PERIOD)).event(now) {
+        Some(count) => {
+            *held_back = count;
+            true
+        }
+        None => false,
+    }
+}
+
+impl Receiver {
+    fn run(self) {
+        // The BFD thread has said whether real-time priority is available; no second warning.
+        let _ = super::realtime::raise_current_thread();
+        let mut buf = [0u8; 512];
+        let mut drops = Drops::default();
+        let mut backoff = RECEIVE_BACKOFF_MIN;
+        let mut held_back = 0;
+        while !self.stop.load(Ordering::Relaxed) {
+            let (len, from) = match self.socket.recv_from(&mut buf) {
+                Ok(pair) => {
+                    backoff = RECEIVE_BACKOFF_MIN;
+                    pair
+                }
+                Err(e)
+                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+                {
+                    continue
+                }
+                Err(e) => {
+                    if due(&mut drops.errors, Instant::now(), &mut held_back) {
+                        warn!(
+                            vrf = %self.vrf, "BFD receive error: {e}; retrying in {backoff:?}{}",
+                            held_back_note(held_back)
+                        );
+                    }
+                    thread::sleep(backoff);
+                    backoff = backoff.saturating_mul(2).min(RECEIVE_BACKOFF_MAX);
+                    continue;
+                }
+            };
+            let from = from.ip().to_canonical();
+            let now = Instant::now();
+            let discriminator = self
+                .admitted
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&(from, self.hop))
+                .copied();
+            let Some(discriminator) = discriminator else {
+                if due(&mut drops.strangers, now, &mut held_back) {
+                    warn!(
+                        vrf = %self.vrf, %from,
+                        "BFD packet from an address that is no configured peer: dropped{}",
+                        held_back_note(held_back)
+                    );
+                }
+                continue;
+            };
+            let bytes = buf.get(..len).unwrap_or_default();
+            let packet = match ControlPacket::decode(bytes) {
+                Ok(packet) => packet,
+                Err(e) => {
+                    if due(&mut drops.malformed, now, &mut held_back) {
+                        warn!(
+                            vrf = %self.vrf, %from, "BFD packet discarded: {e}{}",
+                            held_back_note(held_back)
+                        );
+                    }
+                    continue;
+                }
+            };
+            // RFC 5880 §6.8.6: a nonzero Your Discriminator selects the session; one that is not
+            // this peer's session selects none, and need not wait in the queue to be told so.
+            if packet.your_discriminator != 0 && packet.your_discriminator != discriminator {
+                if due(&mut drops.foreign_discriminator, now, &mut held_back) {
+                    warn!(
+                        vrf = %self.vrf, %from, your = packet.your_discriminator,
+                        "BFD packet for no session of this peer: dropped (RFC 5880 §6.8.6){}",
+                        held_back_note(held_back)
+                    );
+                }
+                continue;
+            }
+            match self.queue.try_send(Inbound::Packet { from, hop: self.hop, packet }) {
+                Ok(()) => {}
+                Err(mpsc::TrySendError::Full(_)) => {
+                    if due(&mut drops.queue_full, now, &mut held_back) {
+                        warn!(
+                            vrf = %self.vrf, %from,
+                            "BFD receive queue full ({RECEIVE_QUEUE} packets): packet dropped{}",
+                            held_back_note(held_back)
+                        );
+                    }
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => return,
+            }
         }
     }
 }
@@ -506,6 +790,7 @@ mod tests {
             desired_min_tx_us: 20_000,
             required_min_rx_us: 20_000,
             required_min_echo_rx_us: 0,
+            auth: None,
         }
     }
 
@@ -532,6 +817,7 @@ mod tests {
             },
             minimum_ttl: 254,
             profile: "test".into(),
+            auth: None,
         };
         let mut link = runtime.add_peer(spec).unwrap();
         // The fake peer cannot listen on 4784 (we do), so it learns our discriminator from
@@ -561,21 +847,54 @@ mod tests {
         assert_eq!(view[0].local_diagnostic, Diagnostic::ControlDetectionTimeExpired);
     }
 
-    #[test]
-    fn ttl_filter_checks_the_right_octet() {
-        let v4 = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let socket = Socket::from(v4);
-        socket.attach_filter(&ttl_filter(true, 255)).unwrap();
-        socket.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-        let v4: UdpSocket = socket.into();
-        let to = v4.local_addr().unwrap();
-        let sender = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
-        for (ttl, delivered) in [(254u32, false), (255, true)] {
+    /// Sends one datagram from `from` with `ttl` to `to` and says whether it was delivered.
+    fn delivered(to: &UdpSocket, from: SocketAddr, ttl: u32) -> bool {
+        let domain = if from.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sender = Socket::new(domain, Type::DGRAM, None).unwrap();
+        if from.is_ipv4() {
             sender.set_ttl_v4(ttl).unwrap();
-            sender.send_to(&[ttl as u8], &to.into()).unwrap();
-            let mut buf = [0u8; 4];
-            let got = v4.recv_from(&mut buf).map(|(n, _)| buf[..n].to_vec());
-            assert_eq!(got.is_ok(), delivered, "TTL {ttl}");
+        } else {
+            sender.set_unicast_hops_v6(ttl).unwrap();
         }
+        sender.bind(&from.into()).unwrap();
+        sender.send_to(&[1], &to.local_addr().unwrap().into()).unwrap();
+        let mut buf = [0u8; 4];
+        to.recv_from(&mut buf).is_ok()
+    }
+
+    fn filtered(bind: &str, filter: &[SockFilter]) -> UdpSocket {
+        let socket = Socket::from(UdpSocket::bind(bind).unwrap());
+        socket.attach_filter(filter).unwrap();
+        socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        socket.into()
+    }
+
+    #[test]
+    fn the_socket_filter_checks_ttl_and_source_in_the_kernel() {
+        let any = |a: &str| SocketAddr::new(a.parse().unwrap(), 0);
+        let peers: Vec<IpAddr> =
+            ["127.0.0.5", "127.0.0.2", "127.0.0.7"].iter().map(|a| a.parse().unwrap()).collect();
+        let v4 = filtered("127.0.0.1:0", &admission_filter(true, 255, &peers));
+        assert!(!delivered(&v4, any("127.0.0.2"), 254), "TTL 254 from a peer");
+        assert!(delivered(&v4, any("127.0.0.2"), 255), "TTL 255 from a peer");
+        assert!(delivered(&v4, any("127.0.0.7"), 255), "the last peer");
+        assert!(!delivered(&v4, any("127.0.0.3"), 255), "a stranger");
+        // No peers: nothing passes. Too many to list: the TTL alone decides.
+        let none = filtered("127.0.0.1:0", &admission_filter(true, 255, &[]));
+        assert!(!delivered(&none, any("127.0.0.2"), 255));
+        let many: Vec<IpAddr> = (0..=FILTER_MAX_V4_SOURCES as u32)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)))
+            .collect();
+        let ttl_only = filtered("127.0.0.1:0", &admission_filter(true, 255, &many));
+        assert!(delivered(&ttl_only, any("127.0.0.3"), 255));
+        assert!(!delivered(&ttl_only, any("127.0.0.3"), 254));
+        // IPv6: the four words of the source, after another peer's block.
+        let v6_peers: Vec<IpAddr> =
+            ["2001:db8::1", "::1"].iter().map(|a| a.parse().unwrap()).collect();
+        let v6 = filtered("[::1]:0", &admission_filter(false, 255, &v6_peers));
+        assert!(delivered(&v6, any("::1"), 255), "IPv6 peer");
+        assert!(!delivered(&v6, any("::1"), 254), "IPv6 Hop Limit 254");
+        let other = filtered("[::1]:0", &admission_filter(false, 255, &v6_peers[..1]));
+        assert!(!delivered(&other, any("::1"), 255), "IPv6 stranger");
     }
 }

@@ -2,6 +2,7 @@
 //! packets to send and state changes come out. No sockets, no clock: the caller passes `now`
 //! and asks [`Session::next_deadline`] when to call again.
 
+use super::auth::{AuthFailure, AuthState, Authentication};
 use super::packet::{ControlPacket, Diagnostic, State};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,22 @@ pub enum Action {
         /// must not be taken down for it.
         remote_admin_down: bool,
     },
+    /// A packet for this session was discarded (RFC 5880 §6.7, §6.8.6); nothing changed.
+    Discarded(Discard),
+}
+
+/// Why a packet that reached the session was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Discard {
+    #[error("authentication failed: {0}")]
+    Authentication(#[from] AuthFailure),
+    /// RFC 5880 §6.8.6: a nonzero Your Discriminator selects the session; this one is not ours.
+    #[error("Your Discriminator {0} is not this session's (RFC 5880 §6.8.6)")]
+    NotOurDiscriminator(u32),
+    /// An unauthenticated packet without our discriminator cannot be told from a spoofed one:
+    /// while Up it is ignored, and the peer's Down reaches us by the Detection Time instead.
+    #[error("{0} with Your Discriminator 0 while Up, unauthenticated: ignored as a possible spoof (RFC 5880 §6.8.6 demultiplexing)")]
+    ZeroDiscriminatorWhileUp(State),
 }
 
 /// Packet counters, as FRR's `show bfd peers counters` has them.
@@ -55,6 +72,8 @@ pub struct Counters {
     pub control_output: u64,
     pub session_up: u64,
     pub session_down: u64,
+    /// Packets for this session that were discarded ([`Discard`]).
+    pub control_discarded: u64,
 }
 
 /// Timer values a Poll Sequence is changing (RFC 5880 §6.8.3).
@@ -91,6 +110,8 @@ pub struct Session {
     last_change: Instant,
     counters: Counters,
     rng: u64,
+    /// RFC 5880 §6.7: the key and sequence numbers when the session is authenticated.
+    auth: Option<AuthState>,
 }
 
 fn micros(d: Duration) -> u32 {
@@ -124,11 +145,25 @@ impl Session {
             last_change: now,
             counters: Counters::default(),
             rng: seed | 1,
+            auth: None,
         };
         if !config.passive {
             session.next_tx = Some(now);
         }
         session
+    }
+
+    /// Authenticates every packet sent and demands it of every packet received (RFC 5880
+    /// §6.7). `initial_sequence` is bfd.XmitAuthSeq's start, which "MUST be initialized to a
+    /// random 32-bit value".
+    pub fn authenticated(mut self, auth: Authentication, initial_sequence: u32) -> Session {
+        self.auth = Some(AuthState::new(auth, initial_sequence));
+        self
+    }
+
+    /// The authentication in use, if any.
+    pub fn authentication(&self) -> Option<&Authentication> {
+        self.auth.as_ref().map(AuthState::authentication)
     }
 
     pub fn state(&self) -> State {
@@ -227,6 +262,11 @@ impl Session {
 
     fn receive(&mut self, p: ControlPacket, now: Instant, actions: &mut Vec<Action>) {
         self.counters.control_input = self.counters.control_input.saturating_add(1);
+        if let Err(discard) = self.admit(&p, now) {
+            self.counters.control_discarded = self.counters.control_discarded.saturating_add(1);
+            actions.push(Action::Discarded(discard));
+            return;
+        }
         // RFC 5880 §6.8.6, in order.
         self.remote_discr = p.my_discriminator;
         self.remote_state = p.state;
@@ -291,6 +331,50 @@ impl Session {
         if self.final_due || (self.state != before && !sent) {
             self.send_now(now, actions);
         }
+    }
+
+    /// The checks of RFC 5880 §6.8.6 that select and authenticate a packet, before anything of
+    /// the session changes.
+    fn admit(&mut self, p: &ControlPacket, now: Instant) -> Result<(), Discard> {
+        // "If the Your Discriminator field is nonzero, it MUST be used to select the session
+        // with which this BFD packet is associated."
+        if p.your_discriminator != 0 && p.your_discriminator != self.local_discr {
+            return Err(Discard::NotOurDiscriminator(p.your_discriminator));
+        }
+        match (&mut self.auth, p.auth) {
+            // "If the A bit is set and no authentication is in use (bfd.AuthType is zero), the
+            // packet MUST be discarded."
+            (None, Some(section)) => {
+                return Err(AuthFailure::Unexpected(section.auth_type).into());
+            }
+            (None, None) => {}
+            // "If the A bit is clear and authentication is in use (bfd.AuthType is nonzero),
+            // the packet MUST be discarded. If the A bit is set, the packet MUST be
+            // authenticated under the rules of section 6.7".
+            (Some(auth), _) => {
+                // The sequence window is "3 * Detect Mult"; RFC 5880 does not say whose, so
+                // the wider of ours and the peer's (BIRD uses its own).
+                let mult = self.config.detect_mult.max(p.detect_mult);
+                // Twice the Detection Time this packet sets (RFC 5880 §6.8.1, AuthSeqKnown).
+                let agreed = self
+                    .in_effect
+                    .required_min_rx
+                    .max(Duration::from_micros(u64::from(p.desired_min_tx_us)));
+                let forget_after = agreed.saturating_mul(2 * u32::from(p.detect_mult));
+                auth.check(p, mult, forget_after, now)?;
+                // An authenticated packet is the peer's own word, whatever it says.
+                return Ok(());
+            }
+        }
+        // Demultiplexing by address alone (Your Discriminator zero) lets anyone on the path who
+        // can forge the peer's source address speak for it. A peer that has our discriminator
+        // sends it; one that lost it (its Detection Time passed) stops sending it, and our own
+        // Detection Time then takes the session down. So an Up session takes no unauthenticated
+        // Down or AdminDown without its discriminator: a stranger cannot tear it down.
+        if self.state == State::Up && p.your_discriminator == 0 {
+            return Err(Discard::ZeroDiscriminatorWhileUp(p.state));
+        }
+        Ok(())
     }
 
     fn tick(&mut self, now: Instant, actions: &mut Vec<Action>) {
@@ -420,7 +504,7 @@ impl Session {
     /// Sends one packet now and schedules the next periodic one.
     fn send_now(&mut self, now: Instant, actions: &mut Vec<Action>) {
         let final_bit = std::mem::take(&mut self.final_due);
-        let packet = ControlPacket {
+        let mut packet = ControlPacket {
             diagnostic: self.local_diag,
             state: self.state,
             // RFC 5880 §6.8.7: "A BFD Control packet MUST NOT have both the Poll (P) and
@@ -436,7 +520,11 @@ impl Session {
             required_min_rx_us: micros(self.required_min_rx),
             // No Echo function: RFC 5880 §6.8.9, zero means echo is not supported.
             required_min_echo_rx_us: 0,
+            auth: None,
         };
+        if let Some(auth) = self.auth.as_mut() {
+            auth.sign(&mut packet, now);
+        }
         self.counters.control_output = self.counters.control_output.saturating_add(1);
         actions.push(Action::Send(packet));
         self.next_tx = self.transmit_interval().and_then(|i| now.checked_add(self.jittered(i)));

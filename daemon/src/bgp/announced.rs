@@ -8,36 +8,11 @@
 //! entries carry the attributes. A neighbor whose configured `to_advertise` is `mode = "all"`
 //! already sends every local prefix (frr-k8s: the more permissive filter wins).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use ipnet::IpNet;
-
-use super::policy::{AdvertiseFilter, Community, CommunityRule, ExportPolicy, LocalPrefRule};
-use super::wire::attributes::LargeCommunity;
-use crate::config;
-
-/// One announced prefix with its attributes and audience.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnnouncedRoute {
-    pub communities: Vec<config::Community>,
-    /// RFC 4271 §5.1.5: only sent to internal peers (the export policy enforces that).
-    pub local_pref: Option<u32>,
-    /// `None`: every peer of the router. An empty set: no peer beyond those whose own
-    /// `to_advertise` already allows the prefix.
-    pub peers: Option<BTreeSet<IpAddr>>,
-}
-
-pub type AnnouncedSet = BTreeMap<IpNet, AnnouncedRoute>;
-
-fn to_policy(community: config::Community) -> Community {
-    match community {
-        config::Community::Standard(value) => Community::Standard(value),
-        config::Community::Large(global_admin, local_data1, local_data2) => {
-            Community::Large(LargeCommunity { global_admin, local_data1, local_data2 })
-        }
-    }
-}
+use super::configure;
+use super::policy::{AdvertiseFilter, CommunityRule, ExportPolicy, LocalPrefRule};
+pub use crate::announce::{AnnouncedRoute, AnnouncedSet};
 
 /// `base` (the neighbor's configured policy) widened by what is announced to `peer`.
 pub fn effective_export(
@@ -59,8 +34,8 @@ pub fn effective_export(
             }
             none @ AdvertiseFilter::None => *none = AdvertiseFilter::Filtered(vec![*prefix]),
         }
-        for community in &route.communities {
-            let community = to_policy(*community);
+        for configured in &route.communities {
+            let community = configure::community(*configured);
             match out.with_community.iter_mut().find(|r| r.community == community) {
                 Some(rule) if !rule.prefixes.contains(prefix) => rule.prefixes.push(*prefix),
                 Some(_) => {}
@@ -87,6 +62,8 @@ pub fn effective_export(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config;
+    use ipnet::IpNet;
 
     fn net(text: &str) -> IpNet {
         text.parse().unwrap()

@@ -2,19 +2,14 @@
 //! that hands incoming connections to the right session.
 
 use super::announced::AnnouncedSet;
-use super::fsm::{Fsm, FsmConfig, RemoteAsn as FsmRemoteAsn};
-use super::policy;
+use super::configure::{bfd_spec, export_policy, fsm_config, import_policy, transport_options};
+use super::fsm::Fsm;
 use super::rib_task::{self, RibHandle, RibSetup};
-use super::session::{self, canonical_ip, SessionCommand, SessionParams};
+use super::session::{self, SessionCommand, SessionParams};
 use super::stats::PeerStats;
-use super::transport::{self, TransportOptions};
-use super::wire::attributes::{Family, LargeCommunity};
-use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, Hop, PeerSpec};
-use crate::bfd::session::SessionConfig;
-use crate::config::{
-    self, AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Neighbor, RemoteAsn,
-    Router,
-};
+use super::transport;
+use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, PeerSpec};
+use crate::config::{self, Neighbor, Router};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +21,6 @@ use tracing::{debug, info, warn};
 
 /// The BGP port (RFC 4271 §8.2.1).
 pub const BGP_PORT: u16 = 179;
-/// Cap of the connect-retry backoff.
-const CONNECT_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A configured neighbor and its running session.
 #[derive(Clone)]
@@ -37,6 +30,9 @@ pub struct NeighborHandle {
     commands: mpsc::Sender<SessionCommand>,
     /// The task carrying BFD state to the session; ended when the neighbor is removed.
     bfd_follow: Option<tokio::task::AbortHandle>,
+    /// The BFD session as configured (its profile's timers and authentication), so a reload
+    /// that changes the profile restarts it.
+    bfd_spec: Option<PeerSpec>,
 }
 
 /// The neighbors of an instance, shared with its listener (which hands each accepted
@@ -75,16 +71,21 @@ pub struct ReloadReport {
     pub removed: Vec<IpAddr>,
     /// Neighbors whose settings changed: their session was reset (Cease subcode 6).
     pub reset: Vec<IpAddr>,
+    /// Neighbors whose BFD profile changed: their BFD session started again (AdminDown to the
+    /// peer, so its BGP stays up, RFC 5882 §3.2), their BGP session was not touched.
+    pub bfd_restarted: Vec<IpAddr>,
     /// Neighbors that could not be started, with the reason.
     pub deferred: Vec<String>,
 }
 
 impl Instance {
+    /// Starts the router: its RIB task (originating what `announced` holds, and following it),
+    /// its listener and one session per neighbor.
     pub async fn start(
         router: &Router,
         config: &config::Config,
         fib: Option<&crate::fib::Fib>,
-        announced: AnnouncedSet,
+        announced: watch::Receiver<Arc<AnnouncedSet>>,
     ) -> Result<Instance, String> {
         let router_id = match router.id {
             Some(id) => id,
@@ -162,7 +163,11 @@ impl Instance {
         }
         let index = self.spawned.fetch_add(1, Ordering::Relaxed);
         let stats = Arc::new(PeerStats::default());
-        let fsm = Fsm::new(fsm_config(&self.router, n, self.router_id, index));
+        let fsm_config = fsm_config(&self.router, n, self.router_id, index);
+        // The config layer checked each setting; this checks what the OPEN relies on, the
+        // derived router id included, before a session can send a wrong one.
+        fsm_config.validate().map_err(|e| format!("neighbor {}: {e}", n.address))?;
+        let fsm = Fsm::new(fsm_config);
         let params = SessionParams {
             remote: SocketAddr::new(n.address, n.port),
             local_asn: self.asn,
@@ -171,24 +176,48 @@ impl Instance {
             import: import_policy(n),
             export: export_policy(n),
         };
+        let bfd_spec = bfd_spec(n, config)?;
         let commands = session::spawn(params, fsm, self.rib.clone(), stats.clone());
-        let mut bfd_follow = None;
-        if let Some(name) = &n.bfd_profile {
-            let profile = config
-                .bgp
-                .bfd_profiles
-                .iter()
-                .find(|p| &p.name == name)
-                .ok_or_else(|| format!("neighbor {}: no BFD profile {name:?}", n.address))?;
-            let task = start_bfd_after_bgp(
-                self.bfd_runtime()?.registrar(),
-                bfd_peer(n, profile),
-                stats.clone(),
-                commands.clone(),
-            );
-            bfd_follow = Some(tokio::spawn(task).abort_handle());
+        let bfd_follow = match &bfd_spec {
+            Some(spec) => Some(self.start_bfd(spec.clone(), &stats, &commands)?),
+            None => None,
+        };
+        Ok(NeighborHandle { config: n.clone(), stats, commands, bfd_follow, bfd_spec })
+    }
+
+    /// Starts a neighbor's BFD session (once its BGP session is up) and the task that carries
+    /// its state to BGP.
+    fn start_bfd(
+        &self,
+        spec: PeerSpec,
+        stats: &Arc<PeerStats>,
+        commands: &mpsc::Sender<SessionCommand>,
+    ) -> Result<tokio::task::AbortHandle, String> {
+        let registrar = self.bfd_runtime()?.registrar();
+        let task = start_bfd_after_bgp(registrar, spec, stats.clone(), commands.clone());
+        Ok(tokio::spawn(task).abort_handle())
+    }
+
+    /// Starts the BFD session of an unchanged neighbor again when its profile changed (new
+    /// timers or authentication). Its BGP session is not touched: the old BFD session ends
+    /// with AdminDown, which is no failure (RFC 5882 §3.2), and its state is no longer
+    /// followed.
+    fn restart_bfd(&self, address: IpAddr, spec: Option<PeerSpec>) -> Result<(), String> {
+        let mut list = self.registry_mut();
+        let Some(handle) = list.iter_mut().find(|n| n.config.address == address) else {
+            return Ok(());
+        };
+        if let Some(task) = handle.bfd_follow.take() {
+            task.abort();
         }
-        Ok(NeighborHandle { config: n.clone(), stats, commands, bfd_follow })
+        if let (Some(runtime), Some(_)) = (self.bfd.get(), &handle.bfd_spec) {
+            runtime.remove_peer(address);
+        }
+        handle.bfd_spec = spec.clone();
+        if let Some(spec) = spec {
+            handle.bfd_follow = Some(self.start_bfd(spec, &handle.stats, &handle.commands)?);
+        }
+        Ok(())
     }
 
     /// The instance's BFD thread (RFC 5880), started by the first neighbor that asks for BFD.
@@ -246,7 +275,18 @@ impl Instance {
                     self.remove_neighbor(old.config.address, 6, "configuration changed").await;
                     report.reset.push(old.config.address);
                 }
-                Some(_) => {}
+                Some(same) => match bfd_spec(same, config) {
+                    Ok(spec) if spec != old.bfd_spec => {
+                        match self.restart_bfd(same.address, spec) {
+                            Ok(()) => report.bfd_restarted.push(same.address),
+                            Err(e) => {
+                                report.deferred.push(format!("neighbor {}: {e}", same.address))
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => report.deferred.push(format!("neighbor {}: {e}", same.address)),
+                },
             }
         }
         for n in &router.neighbors {
@@ -315,7 +355,7 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
                 continue;
             }
         };
-        let ip = canonical_ip(from.ip());
+        let ip = from.ip().to_canonical();
         // The kernel hands the saved SYN out once: read it for every connection.
         let syn_ttl = transport::syn_ttl(stream.as_raw_fd());
         let found = neighbors.read().ok().and_then(|list| {
@@ -339,24 +379,6 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
             // RFC 4271 §8.2.1.5 leaves unconfigured peers to policy: refuse them.
             None => info!(vrf = %vrf, "refused connection from unconfigured peer {ip}"),
         }
-    }
-}
-
-/// The BFD session of a neighbor: single hop (RFC 5881) unless the neighbor is eBGP
-/// multihop, then multihop (RFC 5883).
-fn bfd_peer(n: &Neighbor, profile: &BfdProfile) -> PeerSpec {
-    PeerSpec {
-        peer: n.address,
-        local: n.source_address,
-        hop: if n.ebgp_multihop.is_some() { Hop::Multi } else { Hop::Single },
-        config: SessionConfig {
-            desired_min_tx: profile.transmit_interval,
-            required_min_rx: profile.receive_interval,
-            detect_mult: profile.detect_multiplier,
-            passive: profile.passive_mode,
-        },
-        minimum_ttl: profile.minimum_ttl,
-        profile: profile.name.clone(),
     }
 }
 
@@ -396,111 +418,6 @@ async fn follow_bfd(mut link: watch::Receiver<BfdLink>, session: mpsc::Sender<Se
         if now.up && session.send(SessionCommand::BfdState { up: true }).await.is_err() {
             return;
         }
-    }
-}
-
-/// frr-k8s `toReceive` as the RIB's import policy.
-fn import_policy(n: &Neighbor) -> policy::ImportPolicy {
-    let to_receive = match n.to_receive.mode {
-        AllowMode::All => policy::ReceiveFilter::All,
-        AllowMode::Filtered => policy::ReceiveFilter::Filtered(
-            n.to_receive
-                .prefixes
-                .iter()
-                .map(|m| policy::PrefixListEntry { prefix: m.prefix, ge: m.ge, le: m.le })
-                .collect(),
-        ),
-    };
-    policy::ImportPolicy { to_receive }
-}
-
-/// frr-k8s `toAdvertise.allowed` as the RIB's prefix filter.
-pub fn advertise_filter(a: &AdvertisePolicy) -> policy::AdvertiseFilter {
-    match a.mode {
-        AllowMode::All => policy::AdvertiseFilter::All,
-        AllowMode::Filtered if a.prefixes.is_empty() => policy::AdvertiseFilter::None,
-        AllowMode::Filtered => policy::AdvertiseFilter::Filtered(a.prefixes.clone()),
-    }
-}
-
-/// frr-k8s `toAdvertise` as the RIB's export policy.
-fn export_policy(n: &Neighbor) -> policy::ExportPolicy {
-    let a = &n.to_advertise;
-    policy::ExportPolicy {
-        to_advertise: advertise_filter(a),
-        with_local_pref: a
-            .with_local_pref
-            .iter()
-            .map(|r| policy::LocalPrefRule {
-                local_pref: r.local_pref,
-                prefixes: r.prefixes.clone(),
-            })
-            .collect(),
-        with_community: a
-            .with_community
-            .iter()
-            .map(|r| policy::CommunityRule {
-                community: match r.community {
-                    Community::Standard(c) => policy::Community::Standard(c),
-                    Community::Large(g, l1, l2) => policy::Community::Large(LargeCommunity {
-                        global_admin: g,
-                        local_data1: l1,
-                        local_data2: l2,
-                    }),
-                },
-                prefixes: r.prefixes.clone(),
-            })
-            .collect(),
-    }
-}
-
-fn families(n: &Neighbor) -> Vec<Family> {
-    n.families
-        .iter()
-        .map(|f| match f {
-            AddressFamily::Ipv4Unicast => Family::IPV4_UNICAST,
-            AddressFamily::Ipv6Unicast => Family::IPV6_UNICAST,
-        })
-        .collect()
-}
-
-fn fsm_config(router: &Router, n: &Neighbor, router_id: Ipv4Addr, index: u64) -> FsmConfig {
-    FsmConfig {
-        local_asn: router.asn,
-        local_id: router_id,
-        remote_asn: match n.remote_asn {
-            RemoteAsn::Fixed(asn) => FsmRemoteAsn::Fixed(asn),
-            RemoteAsn::Internal => FsmRemoteAsn::Internal,
-            RemoteAsn::External => FsmRemoteAsn::External,
-        },
-        hold_time: n.hold_time,
-        keepalive_time: n.keepalive_time,
-        connect_retry: n.connect_time,
-        connect_retry_max: CONNECT_RETRY_MAX.max(n.connect_time),
-        passive: n.passive,
-        families: families(n),
-        graceful_restart: None,
-        // Different seeds per neighbor so their retries do not march in step.
-        jitter_seed: u64::from(u32::from(router_id)) ^ (index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-    }
-}
-
-fn transport_options(n: &Neighbor, vrf: &str) -> TransportOptions {
-    let external = !matches!(n.remote_asn, RemoteAsn::Internal);
-    // RFC 5082 §3: with GTSM send 255 and accept only TTL ≥ 256 - hops. Without it, eBGP
-    // peers are one hop away (TTL 1) unless multihop says otherwise; iBGP uses 255.
-    let (ttl, min_ttl) = match (n.ttl_security, n.ebgp_multihop) {
-        (Some(hops), _) => (255, Some(255u8.saturating_sub(hops).saturating_add(1))),
-        (None, Some(ttl)) => (ttl, None),
-        (None, None) if external => (1, None),
-        (None, None) => (255, None),
-    };
-    TransportOptions {
-        source: n.source_address,
-        ttl,
-        min_ttl,
-        md5_key: n.password.as_ref().map(|p| p.expose().as_bytes().to_vec()),
-        device: (!vrf.is_empty()).then(|| vrf.to_string()),
     }
 }
 

@@ -1,9 +1,11 @@
 //! BGP-4 (RFC 4271): codec, sans-IO state machine, RIB, and the tokio drivers around them.
 
 pub mod announced;
+pub mod configure;
 pub mod display;
 pub mod fsm;
 pub mod instance;
+pub mod link_local;
 pub mod policy;
 pub mod rib;
 pub mod rib_task;

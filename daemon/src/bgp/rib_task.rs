@@ -5,18 +5,17 @@
 
 use super::announced::{effective_export, AnnouncedSet};
 use super::policy::ExportPolicy;
-use super::rib::{FibChange, OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
-use super::session::SessionCommand;
-use super::view::{PathSource, PathView, PeerCounts, RibSummary, RouteView};
+use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
+use super::view::{Lookup, PathSource, PathView, PeerCounts, RibSummary, RouteView};
 use super::wire::attributes::{Family, PathAttributes};
 use super::wire::update::DecodedUpdate;
-use crate::control::handler::Lookup;
-use crate::fib::FibSender;
+use crate::fib::{FibSender, RouteChange};
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot, Notify};
+use std::sync::{Mutex, PoisonError};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::{debug, warn};
 
 /// Depth of the command channel: enough for a burst of UPDATE batches from every session.
@@ -28,9 +27,10 @@ pub struct RibSetup {
     pub router_id: Ipv4Addr,
     pub maximum_paths: u16,
     pub multipath_relax: bool,
-    /// What the router originates from the start (`crate::announce`, router `prefixes`
-    /// included), so the first UPDATE a peer gets already carries it.
-    pub announced: AnnouncedSet,
+    /// What the router originates (`crate::announce`, router `prefixes` included): the
+    /// current set is applied before any session comes up, so the first UPDATE a peer gets
+    /// already carries it, and every later set replaces it without a session reset.
+    pub announced: watch::Receiver<Arc<AnnouncedSet>>,
     pub always_block: Vec<IpNet>,
     /// Where Loc-RIB changes go to be installed in the kernel (this VRF's table, and the
     /// tables of the VRFs that import it); `None` when neither installs anything.
@@ -51,14 +51,42 @@ enum RibCommand {
     Summary(oneshot::Sender<RibSummary>),
     Routes(Family, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
-    /// Replace the announced set (`crate::announce`): originate/withdraw the difference.
-    SetAnnounced(AnnouncedSet),
+}
+
+/// What the RIB task tells a session, without a channel that could be full: the session waits
+/// on [`PeerSignal::woken`] and then looks at what is set.
+#[derive(Default)]
+pub struct PeerSignal {
+    wake: Notify,
+    /// The RIB asks the session to end with this Cease (RFC 4486 subcode, reason). Kept until
+    /// the session takes it, so the request is never lost.
+    cease: Mutex<Option<(u8, String)>>,
+}
+
+impl PeerSignal {
+    /// Resolves when the RIB has queued output for the peer or asked for a Cease.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The Cease the RIB asked for, once.
+    pub fn take_cease(&self) -> Option<(u8, String)> {
+        self.cease.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    fn output_ready(&self) {
+        self.wake.notify_one();
+    }
+
+    fn ask_cease(&self, subcode: u8, reason: String) {
+        *self.cease.lock().unwrap_or_else(PoisonError::into_inner) = Some((subcode, reason));
+        self.wake.notify_one();
+    }
 }
 
 /// What the RIB task keeps of each session.
 struct PeerSide {
-    notify: Arc<Notify>,
-    session: mpsc::Sender<SessionCommand>,
+    signal: Arc<PeerSignal>,
     max_prefixes: Option<u32>,
     /// Set once the Cease has been requested, so it is asked for only once.
     over_limit: bool,
@@ -80,21 +108,15 @@ pub struct PeerLink {
 const GONE: &str = "the routing instance has stopped";
 
 impl RibHandle {
+    /// A session came up: the RIB sends it its table (waking it through `signal`).
     pub async fn peer_up(
         &self,
         info: PeerInfo,
-        notify: Arc<Notify>,
-        session: mpsc::Sender<SessionCommand>,
+        signal: Arc<PeerSignal>,
         max_prefixes: Option<u32>,
     ) -> Option<PeerLink> {
         let (reply, rx) = oneshot::channel();
-        let link = PeerSide {
-            notify,
-            session,
-            max_prefixes,
-            over_limit: false,
-            last_update_applied: None,
-        };
+        let link = PeerSide { signal, max_prefixes, over_limit: false, last_update_applied: None };
         self.tx.send(RibCommand::PeerUp { info: Box::new(info), link, reply }).await.ok()?;
         let id = rx.await.ok()?;
         Some(PeerLink { id, tx: self.tx.clone() })
@@ -119,11 +141,6 @@ impl RibHandle {
 
     pub async fn lookup(&self, lookup: Lookup) -> Result<Option<RouteView>, String> {
         self.ask(|r| RibCommand::Lookup(lookup, r)).await
-    }
-
-    /// Replaces the announced routes; sessions are not reset, peers get UPDATEs for the change.
-    pub async fn set_announced(&self, announced: AnnouncedSet) -> Result<(), String> {
-        self.tx.send(RibCommand::SetAnnounced(announced)).await.map_err(|_| GONE.to_string())
     }
 }
 
@@ -173,8 +190,10 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
         fib: setup.fib,
         fib_out: Vec::new(),
     };
-    task.set_announced(setup.announced);
-    tokio::spawn(tracing::Instrument::instrument(task.run(rx), span));
+    let mut announced = setup.announced;
+    let current = announced.borrow_and_update().clone();
+    task.set_announced(&current);
+    tokio::spawn(tracing::Instrument::instrument(task.run(rx, announced), span));
     RibHandle { tx }
 }
 
@@ -186,13 +205,31 @@ struct RibTask {
     base_export: HashMap<PeerId, ExportPolicy>,
     fib: Option<FibSender>,
     /// Changes for the FIB writer, sent after each command.
-    fib_out: Vec<FibChange>,
+    fib_out: Vec<RouteChange>,
 }
 
 impl RibTask {
-    async fn run(mut self, mut rx: mpsc::Receiver<RibCommand>) {
-        while let Some(cmd) = rx.recv().await {
-            self.handle(cmd);
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<RibCommand>,
+        mut announced: watch::Receiver<Arc<AnnouncedSet>>,
+    ) {
+        // Until the announcer goes away (the daemon stops), a new set may come at any time.
+        let mut following = true;
+        loop {
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => self.handle(cmd),
+                    None => return,
+                },
+                changed = announced.changed(), if following => match changed {
+                    Ok(()) => {
+                        let set = announced.borrow_and_update().clone();
+                        self.set_announced(&set);
+                    }
+                    Err(_) => following = false,
+                },
+            }
             if let Some(fib) = &self.fib {
                 fib.send(std::mem::take(&mut self.fib_out)).await;
             }
@@ -201,7 +238,7 @@ impl RibTask {
 
     /// Keeps changes for the FIB writer. With `install = false` there is no writer, and the RIB
     /// reports no changes (`Rib::set_fib_tracking`), so nothing piles up.
-    fn record_fib(&mut self, changes: Vec<FibChange>) {
+    fn record_fib(&mut self, changes: Vec<RouteChange>) {
         self.fib_out.extend(changes);
     }
 
@@ -213,7 +250,7 @@ impl RibTask {
                 let id = self.rib.peer_up(*info);
                 self.base_export.insert(id, base);
                 // The initial advertisement is queued by peer_up: wake the session for it.
-                link.notify.notify_one();
+                link.signal.output_ready();
                 self.peers.insert(id, link);
                 let _ = reply.send(id);
             }
@@ -225,7 +262,6 @@ impl RibTask {
                 self.record_fib(changes.fib);
             }
             RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
-            RibCommand::SetAnnounced(announced) => self.set_announced(announced),
             RibCommand::TakePending(id, reply) => {
                 let batches = [Family::IPV4_UNICAST, Family::IPV6_UNICAST]
                     .into_iter()
@@ -236,7 +272,7 @@ impl RibTask {
             RibCommand::RouteRefresh(id, family) => {
                 if self.rib.route_refresh(id, family) {
                     if let Some(side) = self.peers.get(&id) {
-                        side.notify.notify_one();
+                        side.signal.output_ready();
                     }
                 }
             }
@@ -305,10 +341,10 @@ impl RibTask {
                 if count > max as usize && !side.over_limit {
                     side.over_limit = true;
                     // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached.
-                    let _ = side.session.try_send(SessionCommand::Stop {
-                        subcode: 1,
-                        reason: format!("{count} prefixes accepted, more than max_prefixes {max}"),
-                    });
+                    side.signal.ask_cease(
+                        1,
+                        format!("{count} prefixes accepted, more than max_prefixes {max}"),
+                    );
                 }
             }
         }
@@ -316,8 +352,8 @@ impl RibTask {
 
     /// Originates what is new, withdraws what is gone, then re-derives every peer's export
     /// policy so each prefix reaches its peers.
-    fn set_announced(&mut self, announced: AnnouncedSet) {
-        if announced == self.announced {
+    fn set_announced(&mut self, announced: &AnnouncedSet) {
+        if *announced == self.announced {
             return;
         }
         let mut outbound = BTreeSet::new();
@@ -336,7 +372,7 @@ impl RibTask {
             outbound.extend(changes.outbound);
             self.record_fib(changes.fib);
         }
-        self.announced = announced;
+        self.announced = announced.clone();
         let peers: Vec<(PeerId, IpAddr)> =
             self.rib.peers().map(|(id, info)| (id, info.address)).collect();
         for (id, address) in peers {
@@ -357,7 +393,7 @@ impl RibTask {
     fn wake(&self, peers: &std::collections::BTreeSet<PeerId>) {
         for id in peers {
             if let Some(side) = self.peers.get(id) {
-                side.notify.notify_one();
+                side.signal.output_ready();
             }
         }
     }

@@ -7,9 +7,10 @@
 //! never stops us from reading it (and the other way round).
 
 use super::fsm::{Action, ConnId, Event, Fsm, Negotiated};
+use super::link_local;
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::PeerInfo;
-use super::rib_task::{PeerLink, RibHandle};
+use super::rib_task::{PeerLink, PeerSignal, RibHandle};
 use super::stats::PeerStats;
 use super::transport::{self, TransportOptions};
 use super::wire::attr_codec::EncodeContext;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 /// Messages to a session task.
@@ -108,7 +109,6 @@ pub fn spawn(
         rib,
         stats,
         commands: rx,
-        self_tx: tx.clone(),
         conns: Vec::new(),
         connecting: None,
         connect_requested: false,
@@ -117,7 +117,7 @@ pub fn spawn(
         next_conn: 0,
         established: None,
         pending_out: false,
-        out_notify: Arc::new(Notify::new()),
+        signal: Arc::new(PeerSignal::default()),
     };
     tokio::spawn(session.run().instrument(span));
     tx
@@ -139,7 +139,6 @@ struct Session {
     rib: RibHandle,
     stats: Arc<PeerStats>,
     commands: mpsc::Receiver<SessionCommand>,
-    self_tx: mpsc::Sender<SessionCommand>,
     conns: Vec<Conn>,
     connecting: Option<tokio::task::JoinHandle<()>>,
     /// The FSM asked for an outgoing connection; started after the current event.
@@ -152,7 +151,8 @@ struct Session {
     established: Option<EstablishedState>,
     /// The RIB has announced pending Adj-RIB-Out changes for this peer.
     pending_out: bool,
-    out_notify: Arc<Notify>,
+    /// The RIB wakes the session through it: output queued, or a Cease asked for.
+    signal: Arc<PeerSignal>,
 }
 
 /// What woke the session loop.
@@ -160,7 +160,8 @@ enum Wake {
     Command(Option<SessionCommand>),
     Read(usize, Option<ReadEvent>),
     Deadline,
-    OutboundReady,
+    /// The RIB task has output for the peer, or asks for a Cease.
+    Rib,
     WriterReady,
     Connected(ConnId, std::io::Result<TcpStream>),
 }
@@ -183,7 +184,7 @@ impl Session {
                 cmd = self.commands.recv() => Wake::Command(cmd),
                 (index, ev) = recv_any(&mut self.conns) => Wake::Read(index, ev),
                 _ = sleep_until(deadline) => Wake::Deadline,
-                _ = self.out_notify.notified(), if self.established.is_some() => Wake::OutboundReady,
+                _ = self.signal.woken(), if self.established.is_some() => Wake::Rib,
                 _ = writer_room(blocked_writer) => Wake::WriterReady,
                 res = connected_rx.recv() => match res {
                     Some((id, r)) => Wake::Connected(id, r),
@@ -236,9 +237,14 @@ impl Session {
                 }
                 Wake::Read(i, ev) => self.on_read(i, ev).await,
                 Wake::Deadline => self.apply(Event::Tick).await,
-                Wake::OutboundReady => {
-                    self.pending_out = true;
-                    self.flush_outbound().await;
+                Wake::Rib => {
+                    if let Some((subcode, reason)) = self.signal.take_cease() {
+                        warn!("ending the session: {reason}");
+                        self.apply(Event::ManualStop { subcode, reason }).await;
+                    } else {
+                        self.pending_out = true;
+                        self.flush_outbound().await;
+                    }
                 }
                 Wake::WriterReady => self.flush_outbound().await,
                 Wake::Connected(id, result) => {
@@ -475,7 +481,13 @@ impl Session {
             negotiated.families
         );
         let local = self.conns.iter().find(|c| c.id == id).and_then(|c| c.local);
-        let local_address = local.map(|a| canonical_ip(a.ip())).unwrap_or(self.params.remote.ip());
+        let local_address = local.map(|a| a.ip().to_canonical()).unwrap_or(self.params.remote.ip());
+        // RFC 2545 §3: our link-local address goes beside the global next hop when the peer
+        // shares our session address's subnet.
+        let local_link_local = match (local_address, self.params.remote.ip()) {
+            (IpAddr::V6(local), IpAddr::V6(peer)) => link_local::shared_link_local(local, peer),
+            _ => None,
+        };
         let info = PeerInfo {
             address: self.params.remote.ip(),
             remote_asn: negotiated.remote_asn,
@@ -483,7 +495,7 @@ impl Session {
             remote_id: negotiated.remote_id,
             ebgp: negotiated.is_ebgp,
             local_address,
-            local_link_local: None,
+            local_link_local,
             families: negotiated.families.clone(),
             import: self.params.import.clone(),
             export: self.params.export.clone(),
@@ -501,10 +513,8 @@ impl Session {
                 graceful_restart: negotiated.remote_graceful_restart.is_some(),
             },
         );
-        let Some(link) = self
-            .rib
-            .peer_up(info, self.out_notify.clone(), self.self_tx.clone(), self.params.max_prefixes)
-            .await
+        let Some(link) =
+            self.rib.peer_up(info, self.signal.clone(), self.params.max_prefixes).await
         else {
             return;
         };
@@ -652,13 +662,5 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The IP of a peer as seen on the dual-stack listener, with v4-mapped addresses unmapped.
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
     }
 }

@@ -53,3 +53,10 @@ pub struct RibSummary {
     pub destinations_v6: u64,
     pub peers: HashMap<IpAddr, PeerCounts>,
 }
+
+/// What `show bgp routes PREFIX` looks up: an exact prefix, or an address (longest match).
+#[derive(Debug, Clone, Copy)]
+pub enum Lookup {
+    Prefix(IpNet),
+    Address(IpAddr),
+}

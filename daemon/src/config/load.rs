@@ -9,12 +9,12 @@ use super::model::Config;
 use super::raw::RawFile;
 use super::source::SourceText;
 use super::validate::{validate_file, Fragment};
-use crate::announce::model::Labels;
+use crate::config::announce::Labels;
 
 /// The node's labels as the TOML fragments give them (plus `kubernetes.io/hostname`), for
 /// manifests' `nodeSelector`s. Conflicts are reported later, by the merge.
 fn node_labels<'a>(fragments: impl Iterator<Item = &'a Fragment>) -> Labels {
-    let mut node = crate::announce::model::Node::default();
+    let mut node = crate::config::announce::Node::default();
     for fragment in fragments {
         if node.name.is_none() {
             node.name = fragment.announce.node_name.as_ref().map(|n| n.item.clone());
@@ -297,6 +297,7 @@ mod tests {
                 echo_mode: false,
                 passive_mode: false,
                 minimum_ttl: 254,
+                authentication: None,
             }],
         };
         assert_eq!(config.bgp, expected);

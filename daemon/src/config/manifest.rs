@@ -34,8 +34,8 @@ use super::error::ConfigError;
 use super::raw::RawFile;
 use super::source::SourceText;
 use super::validate::{validate_file, Fragment};
-use crate::announce::model::{Labels, PeerName, RouterLabels};
-use crate::announce::selector::{LabelSelector, Operator, Requirement};
+use crate::config::announce::{Labels, PeerName, RouterLabels};
+use crate::config::selector::{LabelSelector, Operator, Requirement};
 
 /// The kinds understood, with their API groups.
 const KINDS: [(&str, &str); 8] = [

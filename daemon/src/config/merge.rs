@@ -116,6 +116,9 @@ fn bfd_differences(a: &BfdProfile, b: &BfdProfile) -> Vec<String> {
     compare("echo_mode", a.echo_mode.to_string(), b.echo_mode.to_string());
     compare("passive_mode", a.passive_mode.to_string(), b.passive_mode.to_string());
     compare("minimum_ttl", a.minimum_ttl.to_string(), b.minimum_ttl.to_string());
+    if a.authentication != b.authentication {
+        out.push(super::bfd_auth::difference(b.authentication.as_ref(), a.authentication.as_ref()));
+    }
     out
 }
 

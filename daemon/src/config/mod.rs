@@ -48,7 +48,9 @@
 //! 50ms, `detect_multiplier` 3, `minimum_ttl` 254. `password_file` is read at load time, relative
 //! to the directory of the file that names it, with one trailing newline removed.
 
-mod announce;
+pub mod announce;
+mod bfd_auth;
+mod check;
 pub mod community;
 pub mod duration;
 mod error;
@@ -57,6 +59,7 @@ mod manifest;
 mod merge;
 mod model;
 mod raw;
+pub mod selector;
 mod source;
 mod validate;
 pub(crate) use validate::DEFAULT_METRIC;
@@ -69,4 +72,5 @@ pub use model::{
     LocalPrefPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
 };
 
+pub use bfd_auth::{BfdAuthType, BfdAuthentication};
 pub use community::Community;

@@ -12,9 +12,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Serialize;
 
+use super::announce::AnnounceConfig;
 use super::community::Community;
 use super::duration;
-use crate::announce::AnnounceConfig;
 
 /// The whole node configuration.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -257,6 +257,8 @@ pub struct BfdProfile {
     pub echo_mode: bool,
     pub passive_mode: bool,
     pub minimum_ttl: u8,
+    /// RFC 5880 §6.7; `None` runs the sessions unauthenticated.
+    pub authentication: Option<super::bfd_auth::BfdAuthentication>,
 }
 
 #[cfg(test)]

@@ -171,6 +171,7 @@ pub(crate) struct RawBfdProfile {
     pub echo_mode: Option<S<bool>>,
     pub passive_mode: Option<S<bool>>,
     pub minimum_ttl: Option<S<i64>>,
+    pub authentication: Option<S<super::bfd_auth::RawBfdAuthentication>>,
 }
 
 /// A duration as written: text to parse, or a bare number that gets a "write "90s"" hint.

@@ -5,36 +5,22 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use super::protocol::{Request, VrfSelector};
+use super::protocol::VrfSelector;
 use crate::announce::compute::{Announcements, Candidate, PeerSet, State};
 use crate::announce::runtime::AnnouncerHandle;
-use crate::bgp::instance::advertise_filter;
+use crate::bgp::configure::advertise_filter;
 use crate::config::{vrf_display_name, Config, Neighbor};
 use ipnet::IpNet;
 
-/// Whether this module answers `request`.
-pub fn handles(request: &Request) -> bool {
-    matches!(request, Request::Announcements { .. } | Request::RunningConfig)
-}
-
-pub fn handle(
-    announcer: &AnnouncerHandle,
-    config: &Config,
-    request: &Request,
-) -> Result<Value, String> {
-    match request {
-        Request::Announcements { vrf } => {
-            Ok(announcements_json(&announcer.current(), vrf, Some(config)))
-        }
-        Request::RunningConfig => {
-            // The announcement part may have been reloaded (SIGHUP) since the daemon started.
-            let mut value = serde_json::to_value(config).map_err(|e| e.to_string())?;
-            value["announce"] =
-                serde_json::to_value(&*announcer.config()).map_err(|e| e.to_string())?;
-            Ok(value)
-        }
-        _ => Err("not an announcement request".into()),
+/// `show running-config`: the merged config; the announcement part is the announcer's, which
+/// a reload may have changed since the daemon started.
+pub fn running_config_json(config: &Config, announcer: &AnnouncerHandle) -> Result<Value, String> {
+    let mut value = serde_json::to_value(config).map_err(|e| e.to_string())?;
+    let announce = serde_json::to_value(&*announcer.config()).map_err(|e| e.to_string())?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("announce".into(), announce);
     }
+    Ok(value)
 }
 
 /// The neighbors a prefix goes to: "all peers" and "by policy" spelt out for the router in
@@ -139,15 +125,13 @@ fn s(v: &Value) -> String {
     }
 }
 
-/// Operator text for the two requests.
-pub fn text(request: &Request, value: &Value) -> String {
-    match request {
-        Request::RunningConfig => serde_norway::to_string(value).unwrap_or_default(),
-        _ => announcements_text(value),
-    }
+/// `show running-config` as YAML-like text.
+pub fn running_config_text(value: &Value) -> String {
+    serde_norway::to_string(value).unwrap_or_default()
 }
 
-fn announcements_text(value: &Value) -> String {
+/// `show announcements` as operator text.
+pub fn announcements_text(value: &Value) -> String {
     let mut out = String::new();
     // Wide enough for the longest prefix (a dual-stack service's IPv6 /128 can be long), so
     // the columns stay aligned.
@@ -320,6 +304,6 @@ to_advertise = { allowed = { prefixes = ["10.0.1.0/24"] } }
     }
 
     fn text_of(value: &Value) -> String {
-        text(&Request::Announcements { vrf: VrfSelector::Default }, value)
+        announcements_text(value)
     }
 }

@@ -1,9 +1,13 @@
 //! The operator interface: a root-only Unix socket that answers `show` requests with JSON in
-//! FRR's key names, and the renderers that turn that JSON into vtysh-like text.
+//! FRR's key names ([`dispatch`] routes each request to the module that answers it), and the
+//! renderers that turn that JSON into vtysh-like text ([`render`], on the client side).
 
 pub mod announcements;
+pub mod bfd;
+pub mod bgp;
 pub mod client;
-pub mod handler;
+pub mod dispatch;
+pub mod fib;
 pub mod protocol;
 pub mod render;
 pub mod server;

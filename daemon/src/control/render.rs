@@ -5,17 +5,16 @@ use super::protocol::{Request, VrfSelector};
 use serde_json::Value;
 use std::fmt::Write as _;
 
+/// The operator text of one answer (the client side's one place that knows every request).
 pub fn text(request: &Request, value: &Value) -> String {
-    if super::announcements::handles(request) {
-        return super::announcements::text(request, value);
-    }
     let render: fn(&Value, &str) -> String = match request {
         Request::BgpSummary { .. } => summary,
         Request::BgpNeighbors { .. } => neighbors,
         Request::BgpRoutes { prefix: Some(_), .. } => single_route,
         Request::BgpRoutes { .. } => table,
         Request::BfdPeers { .. } => return bfd_peers(value),
-        Request::Announcements { .. } | Request::RunningConfig => return String::new(),
+        Request::Announcements { .. } => return super::announcements::announcements_text(value),
+        Request::RunningConfig => return super::announcements::running_config_text(value),
         Request::Fib { .. } => fib,
         Request::Drain { drained: true } => {
             return "drained: service addresses are being withdrawn from every peer \
@@ -228,7 +227,7 @@ fn table(v: &Value, _vrf: &str) -> String {
             };
             let internal = if s(&p["pathFrom"]) == "internal" { "i" } else { " " };
             let network = if i == 0 { prefix.as_str() } else { "" };
-            let nh = s(&p["nexthops"][0]["ip"]);
+            let nh = s(p.pointer("/nexthops/0/ip").unwrap_or(&Value::Null));
             let mut line = format!("*{mark}{internal}{network:<17}{nh:<20}");
             if network.len() > 16 || nh.len() > 19 {
                 line = format!("*{mark}{internal}{network}\n                    {nh:<20}");
@@ -303,13 +302,13 @@ fn single_route(v: &Value, _vrf: &str) -> String {
     let _ = writeln!(out, "BGP routing table entry for {}", s(&v["prefix"]));
     let _ = writeln!(out, "Paths: ({} available)", list.len());
     for p in &list {
-        let _ = writeln!(out, "  {}", s(&p["aspath"]["string"]));
-        let nh = s(&p["nexthops"][0]["ip"]);
+        let _ = writeln!(out, "  {}", s(at(p, "/aspath/string")));
+        let nh = s(p.pointer("/nexthops/0/ip").unwrap_or(&Value::Null));
         let _ = writeln!(
             out,
             "    {nh} from {} ({})",
-            s(&p["peer"]["peerId"]),
-            s(&p["peer"]["routerId"])
+            s(at(p, "/peer/peerId")),
+            s(at(p, "/peer/routerId"))
         );
         let mut flags = format!("      Origin {}", s(&p["origin"]));
         if let Some(m) = p["metric"].as_u64() {
@@ -318,21 +317,21 @@ fn single_route(v: &Value, _vrf: &str) -> String {
         if let Some(l) = p["locPrf"].as_u64() {
             let _ = write!(flags, ", localpref {l}");
         }
-        let _ = write!(flags, ", weight {}, valid, {}", s(&p["weight"]), s(&p["peer"]["type"]));
+        let _ = write!(flags, ", weight {}, valid, {}", s(&p["weight"]), s(at(p, "/peer/type")));
         if p["multipath"].as_bool().unwrap_or(false) {
             flags.push_str(", multipath");
         }
-        if p["bestpath"]["overall"].as_bool().unwrap_or(false) {
+        if at(p, "/bestpath/overall").as_bool().unwrap_or(false) {
             flags.push_str(", best");
         }
         let _ = writeln!(out, "{flags}");
-        if let Some(reason) = p["bestpath"]["selectionReason"].as_str() {
+        if let Some(reason) = at(p, "/bestpath/selectionReason").as_str() {
             let _ = writeln!(out, "      Not best: {reason}");
         }
-        if let Some(c) = p["community"]["string"].as_str() {
+        if let Some(c) = at(p, "/community/string").as_str() {
             let _ = writeln!(out, "      Community: {c}");
         }
-        if let Some(c) = p["largeCommunity"]["string"].as_str() {
+        if let Some(c) = at(p, "/largeCommunity/string").as_str() {
             let _ = writeln!(out, "      Large Community: {c}");
         }
     }
@@ -362,6 +361,10 @@ fn bfd_peers(v: &Value) -> String {
         let _ = writeln!(out, "\t\tDiagnostics: {}", s(&p["diagnostic"]));
         let _ = writeln!(out, "\t\tRemote diagnostics: {}", s(&p["remote-diagnostic"]));
         let _ = writeln!(out, "\t\tPeer Type: configured (profile {})", s(&p["profile"]));
+        if let Some(key_id) = p.get("authentication-key-id") {
+            let kind = s(&p["authentication-type"]);
+            let _ = writeln!(out, "\t\tAuthentication: {kind}, key ID {}", s(key_id));
+        }
         for (title, prefix) in [("Local timers", ""), ("Remote timers", "remote-")] {
             let _ = writeln!(out, "\t\t{title}:");
             let _ = writeln!(
@@ -388,9 +391,10 @@ fn bfd_peers(v: &Value) -> String {
         }
         let _ = writeln!(
             out,
-            "\t\tCounters: control input {}, output {}, session up {}, down {}",
+            "\t\tCounters: control input {}, output {}, discarded {}, session up {}, down {}",
             s(&p["control-packet-input"]),
             s(&p["control-packet-output"]),
+            s(&p["control-packet-discarded"]),
             s(&p["session-up"]),
             s(&p["session-down"])
         );
@@ -413,6 +417,11 @@ fn frr_duration(secs: u64) -> String {
     parts.join(", ")
 }
 
+/// The value at a JSON pointer (`/paths/0/ip`), or null: rendering never fails on a missing key.
+fn at<'a>(v: &'a Value, pointer: &str) -> &'a Value {
+    v.pointer(pointer).unwrap_or(&Value::Null)
+}
+
 #[cfg(test)]
 mod bfd_tests {
     use super::*;
@@ -426,7 +435,9 @@ mod bfd_tests {
             "detect-multiplier": 3, "receive-interval": 300, "transmit-interval": 300,
             "remote-detect-multiplier": 3, "remote-receive-interval": 300,
             "remote-transmit-interval": 300, "control-packet-input": 5,
-            "control-packet-output": 6, "session-up": 1, "session-down": 0
+            "control-packet-output": 6, "session-up": 1, "session-down": 0,
+            "control-packet-discarded": 4, "authentication-type": "meticulous-keyed-sha1",
+            "authentication-key-id": 1
         }]);
         let text = text(&Request::BfdPeers { vrf: VrfSelector::All }, &v);
         assert!(
@@ -438,5 +449,7 @@ mod bfd_tests {
             "{text}"
         );
         assert!(text.contains("\t\tRemote timers:\n\t\t\tDetect-multiplier: 3\n"), "{text}");
+        assert!(text.contains("\t\tAuthentication: meticulous-keyed-sha1, key ID 1\n"), "{text}");
+        assert!(text.contains("output 6, discarded 4, session up 1"), "{text}");
     }
 }

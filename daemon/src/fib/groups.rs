@@ -7,7 +7,7 @@
 //! messages.
 
 use super::msg::Hop;
-use crate::bgp::wire::attributes::NextHop;
+use super::route::NextHop;
 use std::collections::{HashMap, HashSet};
 
 /// The BGP next hops of a route (sorted, deduplicated) in one routing instance.

@@ -1,6 +1,6 @@
 //! The FIB writer: the only code in uplink that programs kernel routes (DESIGN.md).
 //!
-//! Each routing instance's RIB task sends the [`FibChange`]s of its Loc-RIB through a bounded
+//! Each routing instance's RIB task sends the [`RouteChange`]s of its Loc-RIB through a bounded
 //! channel ([`FibSender`]); the writer thread batches them into netlink messages (many per
 //! `sendmsg`, ACKs matched by sequence number), installs ECMP through kernel nexthop objects and
 //! groups (one group per distinct next-hop set, replaced in place), resolves next hops against
@@ -15,11 +15,12 @@ pub mod groups;
 pub mod kernel;
 pub mod msg;
 pub mod resolve;
+pub mod route;
 mod writer;
 
-use crate::bgp::rib::FibChange;
 use crate::config::Router;
 use ipnet::IpNet;
+pub use route::{NextHop, RouteChange};
 use serde::Serialize;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
@@ -118,7 +119,7 @@ pub struct FibSender {
 
 impl FibSender {
     /// Hands a batch of changes to the writer; waits only when its channel is full.
-    pub async fn send(&self, changes: Vec<FibChange>) {
+    pub async fn send(&self, changes: Vec<RouteChange>) {
         if changes.is_empty() {
             return;
         }

@@ -4,7 +4,7 @@
 //! in FRR (`ip nht resolve-via-default` off), neither does the default route.
 
 use super::msg::{Hop, KernelRoute, RTN_UNICAST, RTPROT_BGP};
-use crate::bgp::wire::attributes::NextHop;
+use super::route::NextHop;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -99,7 +99,6 @@ impl Resolver {
     /// The kernel hops for a BGP next hop in `table`.
     pub fn resolve(&self, table: u32, next_hop: &NextHop) -> Vec<Hop> {
         match next_hop {
-            NextHop::Unspecified => Vec::new(),
             NextHop::V4(a) => self.reach(table, IpAddr::V4(*a)),
             // A link-local address is on every link (each has fe80::/64): a route to it says
             // nothing about which one. The RIB anchors link-local hops to their session's

@@ -7,9 +7,8 @@ use super::groups::{GroupKey, Registry};
 use super::kernel::{self, Kernel, KernelError};
 use super::msg::{self, Hop, KernelLink, KernelRoute, RouteKey, RouteTarget, RTPROT_BGP};
 use super::resolve::Resolver;
+use super::route::{NextHop, RouteChange};
 use super::{FibHopView, FibInstanceConfig, FibInstanceView, FibRouteView};
-use crate::bgp::rib::FibChange;
-use crate::bgp::wire::attributes::NextHop;
 use ipnet::IpNet;
 use std::collections::{HashMap, HashSet};
 use tokio::sync::{mpsc, oneshot};
@@ -40,7 +39,7 @@ const MAX_COMMANDS_PER_BATCH: usize = 256;
 pub(super) enum Command {
     Changes {
         instance: usize,
-        changes: Vec<FibChange>,
+        changes: Vec<RouteChange>,
     },
     Kernel(Vec<Event>),
     /// The monitor lost notifications: resynchronise with a dump.
@@ -143,12 +142,7 @@ pub(super) struct Writer {
 }
 
 fn normalize(mut hops: Vec<NextHop>) -> Vec<NextHop> {
-    hops.retain(|h| *h != NextHop::Unspecified);
-    hops.sort_by_key(|h| match h {
-        NextHop::Unspecified => (0, None, None),
-        NextHop::V4(a) => (1, Some(a.to_ipv6_mapped()), None),
-        NextHop::V6 { global, link_local } => (2, Some(*global), *link_local),
-    });
+    hops.sort_unstable();
     hops.dedup();
     hops
 }
@@ -228,7 +222,7 @@ impl Writer {
     /// Applies one RIB batch. When every route of a group moves to the same new set of next
     /// hops (a peer went down or came up), the group is re-keyed and replaced in place instead
     /// of re-pointing each route.
-    fn apply_changes(&mut self, instance: usize, changes: Vec<FibChange>, plan: &mut Plan) {
+    fn apply_changes(&mut self, instance: usize, changes: Vec<RouteChange>, plan: &mut Plan) {
         // The VRFs importing this instance's routes get them too (`Command::Changes` comes
         // from the source instance's RIB task only). A retired source's last withdrawals do
         // not reach them: its replacement feeds them now.
@@ -261,7 +255,7 @@ impl Writer {
         }
     }
 
-    fn apply_to(&mut self, instance: usize, changes: Vec<FibChange>, plan: &mut Plan) {
+    fn apply_to(&mut self, instance: usize, changes: Vec<RouteChange>, plan: &mut Plan) {
         if self.instances.get(instance).is_none_or(|i| !i.config.install || i.retired) {
             return;
         }
@@ -401,13 +395,13 @@ impl Writer {
             .iter()
             .position(|i| !i.retired && i.config.leaked_from.is_none() && i.config.vrf == from);
         let Some(source) = source else { return };
-        let changes: Vec<FibChange> = self
+        let changes: Vec<RouteChange> = self
             .routes
             .iter()
             .filter(|((i, _), _)| *i == source)
             .filter_map(|((_, prefix), route)| {
                 let group = self.registry.group(route.group)?;
-                Some(FibChange { prefix: *prefix, next_hops: group.key.next_hops.clone() })
+                Some(RouteChange { prefix: *prefix, next_hops: group.key.next_hops.clone() })
             })
             .collect();
         self.apply_to(index, changes, plan);
@@ -818,7 +812,7 @@ impl Writer {
             view.routes.push(FibRouteView {
                 prefix: *prefix,
                 next_hops: group
-                    .map(|g| g.key.next_hops.iter().map(next_hop_text).collect())
+                    .map(|g| g.key.next_hops.iter().map(NextHop::to_string).collect())
                     .unwrap_or_default(),
                 via: group
                     .map(|g| {
@@ -845,15 +839,6 @@ impl Writer {
             view.routes.sort_by_key(|r| r.prefix);
         }
         out.into_iter().zip(&self.instances).filter(|(_, i)| !i.retired).map(|(v, _)| v).collect()
-    }
-}
-
-fn next_hop_text(nh: &NextHop) -> String {
-    match nh {
-        NextHop::Unspecified => "unspecified".into(),
-        NextHop::V4(a) => a.to_string(),
-        NextHop::V6 { global, link_local: Some(ll) } => format!("{global} ({ll})"),
-        NextHop::V6 { global, link_local: None } => global.to_string(),
     }
 }
 
@@ -959,6 +944,6 @@ mod tests {
     fn next_hops_are_normalized_into_one_group_key() {
         let a = NextHop::V4("10.0.0.2".parse().unwrap());
         let b = NextHop::V4("10.0.0.1".parse().unwrap());
-        assert_eq!(normalize(vec![a, NextHop::Unspecified, b, a]), vec![b, a]);
+        assert_eq!(normalize(vec![a, b, a]), vec![b, a]);
     }
 }

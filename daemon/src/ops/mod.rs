@@ -1,5 +1,5 @@
-//! Operating-system integration: logging, systemd notification.
+//! Operating-system integration: logging, systemd notification, the drain state.
 
+pub mod drain;
 pub mod logging;
-pub mod realtime;
 pub mod systemd;

@@ -127,6 +127,21 @@ impl Speaker {
     }
 }
 
+impl Speaker {
+    /// Everything the speaker says about its route to `prefix`, in its most detailed form (the
+    /// next hops included: FRR's and GoBGP's JSON, BIRD's `show route all`).
+    pub fn route_detail(&self, prefix: &str) -> String {
+        match self {
+            Speaker::Frr(f) => f.route(prefix).to_string(),
+            Speaker::Bird(b) => b.birdc(&format!("show route {prefix} all")),
+            Speaker::Gobgp(g, _) => {
+                let afi = if is_v6(prefix) { "ipv6" } else { "ipv4" };
+                g.gobgp(&["global", "rib", "-a", afi, prefix, "-j"])
+            }
+        }
+    }
+}
+
 pub fn bird_proto(neighbor: &str) -> String {
     format!("n_{}", neighbor.replace(['.', ':'], "_"))
 }

@@ -1,6 +1,8 @@
 //! The session with a fake clock: `now` is a base instant plus whatever the test says.
 
 use super::*;
+use crate::bfd::auth::Key;
+use crate::bfd::packet::AuthType;
 
 const MS: Duration = Duration::from_millis(1);
 const LOCAL: u32 = 0x1111;
@@ -30,6 +32,7 @@ fn peer(state: State, your: u32, tx_ms: u32, rx_ms: u32, mult: u8) -> ControlPac
         desired_min_tx_us: tx_ms * 1000,
         required_min_rx_us: rx_ms * 1000,
         required_min_echo_rx_us: 0,
+        auth: None,
     }
 }
 
@@ -405,4 +408,170 @@ fn admin_down_and_back() {
     assert_eq!(changes(&a)[0].1, State::Down);
     s.handle(Event::Received(peer(State::Init, LOCAL, 1000, 50, 3)), t0 + MS * 4);
     assert_eq!(s.state(), State::Up);
+}
+
+fn discards(actions: &[Action]) -> Vec<Discard> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Discarded(d) => Some(*d),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_up_session_ignores_a_down_without_its_discriminator() {
+    let t0 = Instant::now();
+    let mut s = up_session(t0);
+    let deadline = s.next_deadline();
+    let detection = s.detection_time();
+    // A stranger forging the peer's address cannot know our discriminator: its Down (or
+    // AdminDown) carries zero, and changes nothing — not even the detection timer.
+    for state in [State::Down, State::AdminDown] {
+        let a = s.handle(Event::Received(peer(state, 0, 1000, 1000, 1)), t0 + MS);
+        assert_eq!(discards(&a), vec![Discard::ZeroDiscriminatorWhileUp(state)]);
+        assert!(changes(&a).is_empty() && sent(&a).is_empty(), "{a:?}");
+    }
+    assert_eq!(
+        (s.state(), s.next_deadline(), s.detection_time()),
+        (State::Up, deadline, detection)
+    );
+    assert_eq!(s.counters().control_discarded, 2);
+    // Nor does a packet naming another session.
+    let a = s.handle(Event::Received(peer(State::Down, LOCAL + 1, 50, 50, 3)), t0 + MS);
+    assert_eq!(discards(&a), vec![Discard::NotOurDiscriminator(LOCAL + 1)]);
+    // The peer's real Down carries our discriminator and is obeyed.
+    let a = s.handle(Event::Received(peer(State::Down, LOCAL, 1000, 50, 3)), t0 + 2 * MS);
+    assert_eq!(changes(&a).len(), 1);
+    // A peer that lost us (its Detection Time passed, so it sends zero) is heard again once our
+    // own Detection Time has taken the session down.
+    let mut s = up_session(t0);
+    let lost = peer(State::Down, 0, 1000, 50, 3);
+    assert!(changes(&s.handle(Event::Received(lost), t0 + MS)).is_empty());
+    let expired = s.next_deadline().unwrap().max(t0 + 150 * MS);
+    s.handle(Event::Tick, expired);
+    assert_eq!(s.state(), State::Down);
+    s.handle(Event::Received(lost), expired + MS);
+    assert_eq!(s.state(), State::Init);
+}
+
+fn key(auth_type: AuthType, secret: &str) -> Authentication {
+    Authentication { auth_type, key_id: 1, key: Key::new(auth_type, secret.as_bytes()).unwrap() }
+}
+
+/// Two sessions wired to each other, stepped with a fake clock for `ms` milliseconds; every
+/// packet one sends the other receives at once. Returns what each side discarded.
+fn run_pair(
+    a: &mut Session,
+    b: &mut Session,
+    t0: Instant,
+    ms: u64,
+) -> (Vec<Discard>, Vec<Discard>) {
+    let (mut dropped_a, mut dropped_b) = (Vec::new(), Vec::new());
+    for step in 0..=ms {
+        let now = t0 + MS * step as u32;
+        let mut to_b: Vec<ControlPacket> = sent(&a.handle(Event::Tick, now));
+        let mut to_a: Vec<ControlPacket> = sent(&b.handle(Event::Tick, now));
+        while !to_a.is_empty() || !to_b.is_empty() {
+            let mut next_b = Vec::new();
+            for p in to_a.drain(..) {
+                let actions = a.handle(Event::Received(p), now);
+                dropped_a.extend(discards(&actions));
+                next_b.extend(sent(&actions));
+            }
+            for p in to_b.drain(..) {
+                let actions = b.handle(Event::Received(p), now);
+                dropped_b.extend(discards(&actions));
+                to_a.extend(sent(&actions));
+            }
+            to_b = next_b;
+        }
+    }
+    (dropped_a, dropped_b)
+}
+
+#[test]
+fn authenticated_sessions_come_up_and_a_wrong_key_never_does() {
+    let t0 = Instant::now();
+    for auth_type in [
+        AuthType::KeyedMd5,
+        AuthType::MeticulousKeyedMd5,
+        AuthType::KeyedSha1,
+        AuthType::MeticulousKeyedSha1,
+    ] {
+        let mut a =
+            Session::new(config(50, 50, 3), LOCAL, 1, t0).authenticated(key(auth_type, "k1"), 10);
+        let mut b = Session::new(config(50, 50, 3), REMOTE, 2, t0)
+            .authenticated(key(auth_type, "k1"), u32::MAX - 3);
+        let (da, db) = run_pair(&mut a, &mut b, t0, 3000);
+        assert_eq!((a.state(), b.state()), (State::Up, State::Up), "{auth_type}: {da:?} {db:?}");
+        assert!(da.is_empty() && db.is_empty(), "{auth_type}: {da:?} {db:?}");
+        assert_eq!(a.authentication().map(|k| k.auth_type), Some(auth_type));
+
+        let mut a =
+            Session::new(config(50, 50, 3), LOCAL, 1, t0).authenticated(key(auth_type, "k1"), 10);
+        let mut b =
+            Session::new(config(50, 50, 3), REMOTE, 2, t0).authenticated(key(auth_type, "k2"), 10);
+        let (da, _) = run_pair(&mut a, &mut b, t0, 3000);
+        assert_eq!((a.state(), b.state()), (State::Down, State::Down), "{auth_type}");
+        assert!(da.iter().all(|d| *d == Discard::Authentication(AuthFailure::Digest)), "{da:?}");
+        assert!(a.counters().control_discarded >= 2);
+    }
+}
+
+#[test]
+fn an_authenticated_session_takes_only_authenticated_packets() {
+    let t0 = Instant::now();
+    let shared = key(AuthType::MeticulousKeyedSha1, "k");
+    let mut a = Session::new(config(50, 50, 3), LOCAL, 1, t0).authenticated(shared.clone(), 1);
+    let mut b = Session::new(config(50, 50, 3), REMOTE, 2, t0).authenticated(shared.clone(), 1);
+    run_pair(&mut a, &mut b, t0, 2000);
+    assert_eq!(a.state(), State::Up);
+    let later = t0 + 2001 * MS;
+    // RFC 5880 §6.8.6: the A bit clear while authentication is in use: discarded, even with
+    // the right discriminators.
+    let plain = peer(State::Down, LOCAL, 1000, 50, 3);
+    let r = a.handle(Event::Received(plain), later);
+    assert_eq!(
+        discards(&r),
+        vec![Discard::Authentication(AuthFailure::Missing(AuthType::MeticulousKeyedSha1))]
+    );
+    // A replay of the peer's last packet: its sequence number is no longer new.
+    let last = sent(&b.handle(Event::Tick, b.next_deadline().unwrap()));
+    let now = b.next_deadline().unwrap();
+    assert!(discards(&a.handle(Event::Received(last[0]), now)).is_empty());
+    let r = a.handle(Event::Received(last[0]), now);
+    assert!(
+        matches!(discards(&r)[..], [Discard::Authentication(AuthFailure::Sequence { .. })]),
+        "{r:?}"
+    );
+    // The peer's own authenticated Down is believed even without our discriminator.
+    let mut down = peer(State::Down, 0, 1000, 50, 3);
+    let mut peer_auth = AuthState::new(shared, last[0].auth.unwrap().sequence.wrapping_add(1));
+    peer_auth.sign(&mut down, now);
+    let r = a.handle(Event::Received(down), now);
+    assert_eq!(
+        changes(&r),
+        vec![(State::Up, State::Down, Diagnostic::NeighborSignaledSessionDown, false)]
+    );
+    // And a session without authentication refuses authenticated packets.
+    let mut plain_session = Session::new(config(50, 50, 3), LOCAL, 1, t0);
+    let r = plain_session.handle(Event::Received(down), now);
+    assert_eq!(
+        discards(&r),
+        vec![Discard::Authentication(AuthFailure::Unexpected(AuthType::MeticulousKeyedSha1))]
+    );
+}
+
+#[test]
+fn every_packet_of_an_authenticated_session_is_signed() {
+    let t0 = Instant::now();
+    let mut s = Session::new(config(50, 50, 3), LOCAL, 1, t0)
+        .authenticated(key(AuthType::MeticulousKeyedMd5, "k"), 41);
+    let first = sent(&s.handle(Event::Tick, t0));
+    let second = sent(&s.handle(Event::Tick, s.next_deadline().unwrap()));
+    let seqs: Vec<u32> = first.iter().chain(&second).map(|p| p.auth.unwrap().sequence).collect();
+    assert_eq!(seqs, vec![41, 42]);
+    assert!(first.iter().chain(&second).all(|p| p.auth.unwrap().key_id == 1));
 }

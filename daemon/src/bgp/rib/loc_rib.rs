@@ -22,6 +22,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use crate::bgp::rib::decision::Rejected;
 use crate::bgp::rib::PeerId;
 use crate::bgp::wire::attributes::{Family, NextHop, PathAttributes};
+use crate::fib;
 
 /// A prefix type with its own table per family.
 pub trait Prefix: Copy + Eq + Hash + Ord + Debug + Into<IpNet> {
@@ -152,23 +153,28 @@ impl Destination {
     pub(crate) fn fib_next_hops(
         &self,
         peer_address: impl Fn(PeerId) -> Option<IpAddr>,
-    ) -> Vec<NextHop> {
+    ) -> Vec<fib::NextHop> {
         let mut hops = Vec::new();
         for p in self.paths() {
             if !(p.best || p.multipath) || p.peer == PeerId::LOCAL {
                 continue;
             }
             let hop = forwarding_next_hop(p.attrs.next_hop, peer_address(p.peer));
-            if !hops.contains(&hop) {
+            if let Some(hop) = to_fib(hop).filter(|h| !hops.contains(h)) {
                 hops.push(hop);
             }
         }
-        hops.sort_by_key(|h| match h {
-            NextHop::Unspecified => (0, None, None),
-            NextHop::V4(a) => (1, Some(a.to_ipv6_mapped()), None),
-            NextHop::V6 { global, link_local } => (2, Some(*global), *link_local),
-        });
+        hops.sort_unstable();
         hops
+    }
+}
+
+/// A BGP next hop in the FIB writer's terms; `None` for an unspecified one (nothing to install).
+pub(crate) fn to_fib(hop: NextHop) -> Option<fib::NextHop> {
+    match hop {
+        NextHop::Unspecified => None,
+        NextHop::V4(a) => Some(fib::NextHop::V4(a)),
+        NextHop::V6 { global, link_local } => Some(fib::NextHop::V6 { global, link_local }),
     }
 }
 

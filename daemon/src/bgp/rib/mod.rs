@@ -21,6 +21,7 @@ pub use loc_rib::{Path, Prefix, Source};
 
 use crate::bgp::policy::{self, ExportPolicy, ExportSource, ImportPolicy, ImportReject};
 use crate::bgp::wire::attributes::{Afi, AsPath, Family, NextHop, Origin, PathAttributes};
+use crate::fib::RouteChange;
 use adj_out::AdjRibOut;
 use decision::{Candidate, MultipathConfig};
 use loc_rib::{Destination, Removal, Table};
@@ -80,18 +81,10 @@ impl RibConfig {
     }
 }
 
-/// A prefix whose forwarding changed: the next hops to install now. Empty means "no BGP route
-/// to install": the prefix is gone, or the best path is our own (locally originated).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FibChange {
-    pub prefix: IpNet,
-    pub next_hops: Vec<NextHop>,
-}
-
 /// What one call changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
-    pub fib: Vec<FibChange>,
+    pub fib: Vec<RouteChange>,
     /// Peers whose Adj-RIB-Out has output waiting: drain them with [`Rib::take_pending`].
     pub outbound: BTreeSet<PeerId>,
 }
@@ -132,7 +125,7 @@ pub struct Rib {
     next_peer: u32,
     /// The interner is swept when it grows to this many sets (amortised O(1) per call).
     next_sweep_at: usize,
-    /// Whether changes report [`FibChange`]s; off when nothing installs routes, so ingest
+    /// Whether changes report [`RouteChange`]s; off when nothing installs routes, so ingest
     /// does not compute next-hop sets that nobody reads.
     track_fib: bool,
 }
@@ -346,7 +339,7 @@ impl<P: RibFamily> Parts<'_, P> {
                 if track_fib {
                     let hops = dest.fib_next_hops(|id| peer_address(self.peers, id));
                     if !hops.is_empty() {
-                        changes.fib.push(FibChange { prefix: (*prefix).into(), next_hops: hops });
+                        changes.fib.push(RouteChange { prefix: (*prefix).into(), next_hops: hops });
                     }
                 }
                 export_to_all(self.peers, self.interner, *prefix, dest.best(), changes);
@@ -394,7 +387,7 @@ impl<P: RibFamily> Parts<'_, P> {
                 .map(|d| d.fib_next_hops(|id| peer_address(self.peers, id)))
                 .unwrap_or_default();
             if new_hops != old_hops {
-                changes.fib.push(FibChange { prefix: (*prefix).into(), next_hops: new_hops });
+                changes.fib.push(RouteChange { prefix: (*prefix).into(), next_hops: new_hops });
             }
         }
         if old_best != dest.and_then(best_key) {

@@ -68,6 +68,11 @@ fn nh(n: u8) -> NextHop {
     NextHop::V4(Ipv4Addr::new(192, 0, 2, n))
 }
 
+/// The same next hop as the FIB is told it.
+fn hop(n: u8) -> crate::fib::NextHop {
+    crate::fib::NextHop::V4(Ipv4Addr::new(192, 0, 2, n))
+}
+
 /// The single announcement group of a drained batch, for tests that send one attribute set.
 fn single_group(batch: &OutboundBatch) -> (&PathAttributes, Vec<IpNet>) {
     assert_eq!(batch.announce.len(), 1, "{batch:?}");
@@ -83,7 +88,7 @@ fn accepted_route_becomes_best_and_reaches_the_fib() {
     assert_eq!(out.accepted_count, 1);
     assert_eq!(
         out.changes.fib,
-        vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![nh(1)] }]
+        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1)] }]
     );
     let paths = rib.route(&net("10.1.0.0/24")).unwrap();
     assert_eq!(paths.len(), 1);
@@ -94,7 +99,10 @@ fn accepted_route_becomes_best_and_reaches_the_fib() {
     assert!(out.changes.fib.is_empty());
     assert_eq!(out.accepted_count, 1);
     let out = withdraw(&mut rib, a, &["10.1.0.0/24"]);
-    assert_eq!(out.changes.fib, vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
+    assert_eq!(
+        out.changes.fib,
+        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]
+    );
     assert_eq!(out.accepted_count, 0);
     assert!(rib.route(&net("10.1.0.0/24")).is_none());
 }
@@ -185,7 +193,10 @@ fn rejected_announcement_withdraws_the_previous_path() {
     assert_eq!(out.rejected.len(), 1);
     assert_eq!(out.accepted_count, 0);
     assert!(rib.route(&net("10.1.0.0/24")).is_none());
-    assert_eq!(out.changes.fib, vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
+    assert_eq!(
+        out.changes.fib,
+        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]
+    );
 }
 
 #[test]
@@ -222,7 +233,7 @@ fn ecmp_across_peers_of_the_same_neighbor_as() {
     let out = announce(&mut rib, b, &["10.1.0.0/24"], &learned(&[65001, 65100], 2));
     assert_eq!(
         out.changes.fib,
-        vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![nh(1), nh(2)] }]
+        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1), hop(2)] }]
     );
     let paths = rib.route(&net("10.1.0.0/24")).unwrap();
     assert!(paths.iter().all(Path::is_multipath));
@@ -231,7 +242,7 @@ fn ecmp_across_peers_of_the_same_neighbor_as() {
     let out = withdraw(&mut rib, a, &["10.1.0.0/24"]);
     assert_eq!(
         out.changes.fib,
-        vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![nh(2)] }]
+        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(2)] }]
     );
 }
 
@@ -248,7 +259,7 @@ fn maximum_paths_caps_the_ecmp_set() {
     // The two lowest router ids are chosen, whatever the arrival order.
     assert_eq!(
         last.fib,
-        vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![nh(1), nh(2)] }]
+        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1), hop(2)] }]
     );
 }
 
@@ -287,8 +298,8 @@ fn set_config_reruns_decision_and_applies_always_block() {
     assert_eq!(
         changes.fib,
         vec![
-            FibChange { prefix: net("10.2.0.0/24"), next_hops: vec![] },
-            FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![nh(1)] },
+            RouteChange { prefix: net("10.2.0.0/24"), next_hops: vec![] },
+            RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(1)] },
         ]
     );
     assert_eq!(rib.accepted_count(a), 1);
@@ -335,7 +346,7 @@ fn local_route_wins_and_is_advertised_with_ebgp_rewrite() {
     let local = PathAttributes { med: Some(7), local_pref: Some(300), ..Default::default() };
     let changes = rib.originate(net("10.1.0.0/24"), &local);
     // Our own route wins; there is nothing to install.
-    assert_eq!(changes.fib, vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
+    assert_eq!(changes.fib, vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
     let paths = rib.route(&net("10.1.0.0/24")).unwrap();
     let ours = paths.iter().find(|p| p.source() == Source::Local).unwrap();
     assert!(ours.is_best());
@@ -565,7 +576,10 @@ fn peer_down_withdraws_and_readvertises_the_new_best() {
     assert_eq!(single_group(&rib.take_pending(i, V4).unwrap()).0.next_hop, nh(1));
 
     let changes = rib.peer_down(a);
-    assert_eq!(changes.fib, vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![nh(2)] }]);
+    assert_eq!(
+        changes.fib,
+        vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![hop(2)] }]
+    );
     assert_eq!(changes.outbound, BTreeSet::from([i]));
     let batch = rib.take_pending(i, V4).unwrap();
     assert_eq!(single_group(&batch).0.next_hop, nh(2));
@@ -574,7 +588,7 @@ fn peer_down_withdraws_and_readvertises_the_new_best() {
     assert!(rib.peer_info(a).is_none());
 
     let changes = rib.peer_down(b);
-    assert_eq!(changes.fib, vec![FibChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
+    assert_eq!(changes.fib, vec![RouteChange { prefix: net("10.1.0.0/24"), next_hops: vec![] }]);
     let batch = rib.take_pending(i, V4).unwrap();
     assert_eq!(batch.withdraw, vec![net("10.1.0.0/24")]);
     assert_eq!(rib.prefix_count(V4), 0);

@@ -1,167 +1,48 @@
-//! Answers control requests from the running instances, in FRR's JSON shapes and key names
-//! (`show bgp summary json`, `show bgp neighbors json`, `show bgp ipv4 unicast [PREFIX] json`)
-//! so scripts written against vtysh keep working.
+//! `show bgp summary|neighbors|routes`: answered from the running instances in FRR's JSON
+//! shapes and key names (`show bgp summary json`, `show bgp neighbors json`,
+//! `show bgp ipv4 unicast [PREFIX] json`), so scripts written against vtysh keep working.
 
-use super::protocol::{FamilyArg, Request, VrfSelector};
-use crate::bfd::packet::State;
-use crate::bfd::runtime::{Hop, PeerView};
+use super::protocol::{FamilyArg, VrfSelector};
 use crate::bgp::instance::{Instance, NeighborHandle};
-use crate::bgp::view::{PathSource, PathView, RibSummary, RouteView};
+use crate::bgp::view::{Lookup, PathSource, PathView, RibSummary, RouteView};
 use crate::bgp::wire::attributes::{Afi, Family, NextHop, Origin, SegmentKind};
 use crate::config::{vrf_display_name, AddressFamily};
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub async fn handle(instances: &[Arc<Instance>], request: Request) -> Result<Value, String> {
-    match request {
-        Request::BgpSummary { vrf } => per_vrf(instances, &vrf, |i| Box::pin(summary(i))).await,
-        Request::BgpNeighbors { vrf, address } => {
-            let address = match address {
-                Some(a) => Some(a.parse::<IpAddr>().map_err(|e| format!("{a}: {e}"))?),
-                None => None,
-            };
-            per_vrf(instances, &vrf, move |i| Box::pin(neighbors(i, address))).await
-        }
-        Request::BgpRoutes { vrf, family, prefix } => {
-            let lookup = match prefix {
-                Some(p) => Some(parse_lookup(&p)?),
-                None => None,
-            };
-            per_vrf(instances, &vrf, move |i| Box::pin(routes(i, family, lookup))).await
-        }
-        Request::BfdPeers { vrf } => bfd_peers(instances, &vrf).await,
-        Request::Announcements { .. } | Request::RunningConfig => {
-            Err("answered by the announcer, not the routing instances".into())
-        }
-        // Answered by `fib` when the daemon runs a FIB writer.
-        Request::Fib { .. } => Err("the FIB writer is not running".into()),
-        Request::Drain { .. } => Err("answered by the announcer, not the routing instances".into()),
-    }
+/// `show bgp summary`.
+pub async fn summary_json(instances: &[Arc<Instance>], vrf: &VrfSelector) -> Result<Value, String> {
+    per_vrf(instances, vrf, |i| Box::pin(summary(i))).await
 }
 
-/// `show fib`: per prefix, FRR's `show ip route json` keys (`prefix`, `protocol`, `installed`,
-/// `table`, `metric`, `nexthopGroupId`, `nexthops[].ip/interfaceName/active`) plus `state`
-/// (installed, pending, failed), `error` (the kernel's) and the BGP next hops.
-pub async fn fib(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value, String> {
-    let views = fib.show().await?;
-    // prefix -> route entries (FRR's `show ip route json` shape: one entry per source, so a
-    // VRF's own route and one leaked into it from another VRF sit side by side).
-    let mut by_vrf: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
-    for v in views.iter().filter(|v| selector.matches(&v.vrf)) {
-        let routes = by_vrf.entry(vrf_display_name(&v.vrf)).or_default();
-        for r in &v.routes {
-            let nexthops: Vec<Value> = r
-                .via
-                .iter()
-                .map(|h| {
-                    json!({
-                        "ip": h.gateway.to_string(),
-                        "afi": if h.gateway.is_ipv4() { "ipv4" } else { "ipv6" },
-                        "interfaceName": h.interface,
-                        "vrf": vrf_display_name(v.leaked_from.as_deref().unwrap_or(&v.vrf)),
-                        "nexthopId": h.nexthop_id,
-                        "active": r.state == "installed",
-                    })
-                })
-                .collect();
-            let entry = json!({
-                "prefix": r.prefix.to_string(),
-                "protocol": "bgp",
-                "vrfName": vrf_display_name(&v.vrf),
-                "leakedFrom": v.leaked_from.as_deref().map(vrf_display_name),
-                "installed": r.state == "installed",
-                "state": r.state,
-                "error": r.error,
-                "table": v.table,
-                "metric": v.metric,
-                "nexthopGroupId": r.nexthop_group,
-                "bgpNexthops": r.next_hops,
-                "nexthops": nexthops,
-            });
-            match routes.entry(r.prefix.to_string()).or_insert_with(|| json!([])) {
-                Value::Array(list) => list.push(entry),
-                other => *other = json!([entry]),
-            }
-        }
-    }
-    match selector {
-        VrfSelector::All => Ok(Value::Object(
-            by_vrf
-                .into_iter()
-                .map(|(vrf, routes)| (vrf.to_string(), Value::Object(routes)))
-                .collect(),
-        )),
-        _ => match by_vrf.into_values().next() {
-            Some(routes) => Ok(Value::Object(routes)),
-            None => Err(match selector {
-                VrfSelector::Named(name) => format!("no routing instance in VRF {name}"),
-                _ => "no routing instance in the default VRF".into(),
-            }),
-        },
-    }
+/// `show bgp neighbors [ADDR]`.
+pub async fn neighbors_json(
+    instances: &[Arc<Instance>],
+    vrf: &VrfSelector,
+    address: Option<&str>,
+) -> Result<Value, String> {
+    let address = match address {
+        Some(a) => Some(a.parse::<IpAddr>().map_err(|e| format!("{a}: {e}"))?),
+        None => None,
+    };
+    per_vrf(instances, vrf, move |i| Box::pin(neighbors(i, address))).await
 }
 
-/// FRR's `show bfd peers json` (plus its `counters` keys): a list with one object per peer.
-async fn bfd_peers(instances: &[Arc<Instance>], selector: &VrfSelector) -> Result<Value, String> {
-    let mut out = Vec::new();
-    for instance in instances.iter().filter(|i| selector.matches(&i.vrf)) {
-        let Some(bfd) = instance.bfd() else { continue };
-        out.extend(bfd.peers().await?.iter().map(bfd_peer_json));
-    }
-    Ok(Value::Array(out))
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn bfd_peer_json(p: &PeerView) -> Value {
-    let multihop = p.spec.hop == Hop::Multi;
-    let mut v = json!({
-        "multihop": multihop,
-        "peer": p.spec.peer.to_string(),
-        "vrf": vrf_display_name(&p.vrf),
-        "id": p.local_discriminator,
-        "remote-id": p.remote_discriminator,
-        "passive-mode": p.spec.config.passive,
-        "status": p.state.frr_name(),
-        "diagnostic": p.local_diagnostic.frr_name(),
-        "remote-diagnostic": p.remote_diagnostic.frr_name(),
-        "receive-interval": millis(p.spec.config.required_min_rx),
-        "transmit-interval": millis(p.spec.config.desired_min_tx),
-        "echo-receive-interval": 0,
-        "echo-transmit-interval": 0,
-        "detect-multiplier": p.spec.config.detect_mult,
-        "remote-receive-interval": millis(p.remote_required_min_rx),
-        "remote-transmit-interval": millis(p.remote_desired_min_tx),
-        "remote-echo-receive-interval": 0,
-        "remote-detect-multiplier": p.remote_detect_mult,
-        "control-packet-input": p.counters.control_input,
-        "control-packet-output": p.counters.control_output,
-        "session-up": p.counters.session_up,
-        "session-down": p.counters.session_down,
-        "profile": p.spec.profile,
-    });
-    if let Some(local) = p.local_address {
-        v["local"] = json!(local.to_string());
-    }
-    if multihop {
-        v["minimum-ttl"] = json!(p.spec.minimum_ttl);
-    }
-    // FRR shows `uptime` while Up and `downtime` otherwise, in seconds.
-    let key = if p.state == State::Up { "uptime" } else { "downtime" };
-    v[key] = json!(p.since_change.as_secs());
-    if let Some(tx) = p.transmit_interval {
-        v["negotiated-transmit-interval"] = json!(millis(tx));
-    }
-    if let Some(detect) = p.detection_time {
-        v["detection-time"] = json!(millis(detect));
-    }
-    v
+/// `show bgp [ipv4|ipv6] unicast [PREFIX|ADDRESS]`.
+pub async fn routes_json(
+    instances: &[Arc<Instance>],
+    vrf: &VrfSelector,
+    family: Option<FamilyArg>,
+    prefix: Option<&str>,
+) -> Result<Value, String> {
+    let lookup = match prefix {
+        Some(p) => Some(parse_lookup(p)?),
+        None => None,
+    };
+    per_vrf(instances, vrf, move |i| Box::pin(routes(i, family, lookup))).await
 }
 
 type BoxFuture<'a> =
@@ -352,13 +233,6 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
         return Err(format!("no such neighbor {a} in VRF {}", vrf_display_name(&i.vrf)));
     }
     Ok(Value::Object(out))
-}
-
-/// What `show bgp routes PREFIX` looks up: an exact prefix, or an address (longest match).
-#[derive(Debug, Clone, Copy)]
-pub enum Lookup {
-    Prefix(IpNet),
-    Address(IpAddr),
 }
 
 fn parse_lookup(text: &str) -> Result<Lookup, String> {

@@ -14,8 +14,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::selector::LabelSelector;
 use crate::config::duration;
+use crate::config::selector::LabelSelector;
 use crate::config::Community;
 
 pub type Labels = BTreeMap<String, String>;

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::model::Labels;
+use super::announce::Labels;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Operator {

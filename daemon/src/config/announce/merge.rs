@@ -1,0 +1,278 @@
+//! The announcement fragments of all files → one [`AnnounceConfig`] (the merge rule is in the
+//! module documentation of `config::announce`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::model::*;
+use super::validate::{AnnounceFragment, NetworkFragment, PendingAdvertisement, Placed};
+use std::str::FromStr;
+
+use crate::config::community::Community;
+use crate::config::error::ConfigError;
+
+/// Merges the announcement fragments of all files, in order.
+pub(crate) fn merge(
+    fragments: Vec<(PathBuf, AnnounceFragment)>,
+    errors: &mut Vec<ConfigError>,
+) -> AnnounceConfig {
+    let mut out = AnnounceConfig::default();
+    let mut node_name: Option<Placed<String>> = None;
+    let mut node_labels: BTreeMap<String, Placed<String>> = BTreeMap::new();
+    let mut pools: Vec<Placed<Pool>> = Vec::new();
+    let mut services: Vec<Placed<Service>> = Vec::new();
+    let mut advertisements: Vec<Placed<PendingAdvertisement>> = Vec::new();
+    let mut communities: Vec<Placed<CommunityAlias>> = Vec::new();
+    let mut networks: Vec<(Placed<NetworkFragment>, Vec<PathBuf>)> = Vec::new();
+    let mut route_advertisements: Vec<Placed<RouteAdvertisement>> = Vec::new();
+    let mut peer_names: Vec<Placed<PeerName>> = Vec::new();
+    for (file, fragment) in fragments {
+        if let Some(name) = fragment.node_name {
+            match &node_name {
+                Some(first) if first.item != name.item => errors.push(name.loc.error(
+                    name.field.clone(),
+                    format!(
+                        "node name \"{}\" conflicts with \"{}\" at {}; one node has one name",
+                        name.item, first.item, first.loc
+                    ),
+                )),
+                Some(_) => {}
+                None => node_name = Some(name),
+            }
+        }
+        for label in fragment.node_labels {
+            let (key, value) = label.item.clone();
+            match node_labels.get(&key) {
+                Some(first) if first.item != value => errors.push(label.loc.error(
+                    label.field.clone(),
+                    format!(
+                        "node label {key}={value} conflicts with {key}={} at {}",
+                        first.item, first.loc
+                    ),
+                )),
+                Some(_) => {}
+                None => {
+                    node_labels
+                        .insert(key, Placed { item: value, loc: label.loc, field: label.field });
+                }
+            }
+        }
+        merge_identical(
+            &mut pools,
+            fragment.pools,
+            |p| p.name.clone(),
+            |p| Some(&mut p.sources),
+            "pool",
+            errors,
+        );
+        merge_identical(
+            &mut services,
+            fragment.services,
+            Service::key,
+            |s| Some(&mut s.sources),
+            "service",
+            errors,
+        );
+        merge_identical(
+            &mut advertisements,
+            fragment.advertisements,
+            |a| a.advertisement.name.clone(),
+            |a| Some(&mut a.advertisement.sources),
+            "advertisement",
+            errors,
+        );
+        merge_identical(
+            &mut communities,
+            fragment.communities,
+            |c| c.name.clone(),
+            |_| None,
+            "community",
+            errors,
+        );
+        merge_identical(
+            &mut route_advertisements,
+            fragment.route_advertisements,
+            |r| r.name.clone(),
+            |r| Some(&mut r.sources),
+            "route advertisement",
+            errors,
+        );
+        merge_identical(
+            &mut peer_names,
+            fragment.peer_names,
+            |p| p.name.clone(),
+            |_| None,
+            "BGP peer",
+            errors,
+        );
+        for network in fragment.networks {
+            match networks.iter_mut().find(|(n, _)| n.item.name == network.item.name) {
+                Some((existing, sources)) => {
+                    extend_network(existing, network, errors);
+                    if !sources.contains(&file) {
+                        sources.push(file.clone());
+                    }
+                }
+                None => networks.push((network, vec![file.clone()])),
+            }
+        }
+        out.router_labels.extend(fragment.router_labels);
+    }
+    out.node.name = node_name.map(|n| n.item);
+    out.node.labels = node_labels.into_iter().map(|(k, v)| (k, v.item)).collect();
+    out.pools = pools.into_iter().map(|p| p.item).collect();
+    out.services = services.into_iter().map(|p| p.item).collect();
+    out.communities = communities.iter().map(|p| p.item.clone()).collect();
+    out.route_advertisements = route_advertisements.into_iter().map(|p| p.item).collect();
+    out.peer_names = peer_names.into_iter().map(|p| p.item).collect();
+    for placed in advertisements {
+        let mut adv = placed.item.advertisement;
+        for (text, loc, field) in placed.item.communities {
+            // MetalLB: a community is a literal value or the name of a Community alias.
+            if let Some(alias) = out.communities.iter().find(|c| c.name == text) {
+                adv.communities.push(alias.value);
+                continue;
+            }
+            match Community::from_str(&text) {
+                Ok(value) => adv.communities.push(value),
+                Err(error) => errors.push(loc.error(
+                    field,
+                    format!("neither a [[communities]] alias nor a community value: {error}"),
+                )),
+            }
+        }
+        out.advertisements.push(adv);
+    }
+    for (placed, sources) in networks {
+        let n = placed.item;
+        let Some(topology) = n.topology else {
+            errors.push(placed.loc.error(format!("{}.topology", placed.field), format!("network \"{}\" has no topology in any file; set topology = \"layer3\" or \"layer2\"", n.name)));
+            continue;
+        };
+        for host in &n.host_subnets {
+            if topology == Topology::Layer2 {
+                errors.push(placed.loc.error(format!("{}.host_subnet", placed.field), format!("network \"{}\" is layer2: every node announces the whole subnet, so it has no host_subnet", n.name)));
+            } else if !n.subnets.iter().any(|s| s.contains(host)) {
+                errors.push(placed.loc.error(
+                    format!("{}.host_subnet", placed.field),
+                    format!(
+                        "host_subnet {host} is not inside the subnet of network \"{}\"",
+                        n.name
+                    ),
+                ));
+            }
+        }
+        let vrf = n.vrf.unwrap_or_else(|| {
+            if n.name == DEFAULT_NETWORK {
+                String::new()
+            } else {
+                n.name.clone()
+            }
+        });
+        out.networks.push(Network {
+            name: n.name,
+            labels: n.labels,
+            topology,
+            subnets: n.subnets,
+            host_subnets: n.host_subnets,
+            vrf,
+            egress_ips: n.egress_ips,
+            sources,
+        });
+    }
+    out
+}
+
+/// Identical copies merge (their sources add up); different definitions under one name conflict.
+fn merge_identical<T: Clone + PartialEq>(
+    merged: &mut Vec<Placed<T>>,
+    new: Vec<Placed<T>>,
+    key: impl Fn(&T) -> String,
+    sources: fn(&mut T) -> Option<&mut Vec<PathBuf>>,
+    what: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    for item in new {
+        let name = key(&item.item);
+        match merged.iter_mut().find(|m| key(&m.item) == name) {
+            None => merged.push(item),
+            Some(first) => {
+                let mut a = first.item.clone();
+                let mut b = item.item.clone();
+                let new_sources = sources(&mut b).map(std::mem::take).unwrap_or_default();
+                if let Some(s) = sources(&mut a) {
+                    s.clear();
+                }
+                if a == b {
+                    if let Some(s) = sources(&mut first.item) {
+                        for source in new_sources {
+                            if !s.contains(&source) {
+                                s.push(source);
+                            }
+                        }
+                    }
+                } else {
+                    errors.push(item.loc.error(
+                        format!("{}.name", item.field),
+                        format!("{what} \"{name}\" is also defined at {} ({}) with different settings; definitions with one name must be identical — make them equal or rename one", first.loc, first.field),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn extend_network(
+    existing: &mut Placed<NetworkFragment>,
+    new: Placed<NetworkFragment>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let name = existing.item.name.clone();
+    let conflict = |errors: &mut Vec<ConfigError>, what: &str, a: String, b: String| {
+        errors.push(new.loc.error(
+            format!("{}.{what}", new.field),
+            format!(
+                "network \"{name}\" has {what} {b} here but {a} at {} ({})",
+                existing.loc, existing.field
+            ),
+        ));
+    };
+    let n = new.item.clone();
+    match (existing.item.topology, n.topology) {
+        (Some(a), Some(b)) if a != b => {
+            conflict(errors, "topology", format!("{a:?}"), format!("{b:?}"))
+        }
+        (None, Some(b)) => existing.item.topology = Some(b),
+        _ => {}
+    }
+    if !n.subnets.is_empty() {
+        if existing.item.subnets.is_empty() {
+            existing.item.subnets = n.subnets;
+        } else if existing.item.subnets != n.subnets {
+            conflict(
+                errors,
+                "subnet",
+                format!("{:?}", existing.item.subnets),
+                format!("{:?}", n.subnets),
+            );
+        }
+    }
+    match (&existing.item.vrf, &n.vrf) {
+        (Some(a), Some(b)) if a != b => conflict(errors, "vrf", a.clone(), b.clone()),
+        (None, Some(b)) => existing.item.vrf = Some(b.clone()),
+        _ => {}
+    }
+    for host in n.host_subnets {
+        if !existing.item.host_subnets.contains(&host) {
+            existing.item.host_subnets.push(host);
+        }
+    }
+    for ip in n.egress_ips {
+        if !existing.item.egress_ips.contains(&ip) {
+            existing.item.egress_ips.push(ip);
+        }
+    }
+    for (k, v) in n.labels {
+        existing.item.labels.entry(k).or_insert(v);
+    }
+}

@@ -1,0 +1,250 @@
+//! The scalar checks every section of a config file uses: numbers in range, addresses,
+//! prefixes, names, durations. One implementation, so one value is judged — and explained —
+//! the same way wherever it is written.
+//!
+//! A check that fails records a [`ConfigError`] at the value's position and returns `None`;
+//! the caller leaves the value out and goes on, so every problem in a file is reported at once.
+
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::duration::{bare_number_hint, format_duration, parse_duration};
+use super::error::{ConfigError, Loc};
+use super::raw::{RawDuration, S};
+use super::source::SourceText;
+
+/// RFC 6793 §9: AS_TRANS is reserved for 2-octet AS speakers and never configured.
+const AS_TRANS: i64 = 23456;
+
+/// Checks values of one file and collects what is wrong with them.
+pub(crate) struct Checker<'s, 'e> {
+    pub source: &'s SourceText<'s>,
+    pub errors: &'e mut Vec<ConfigError>,
+}
+
+impl<'s, 'e> Checker<'s, 'e> {
+    pub fn new(source: &'s SourceText<'s>, errors: &'e mut Vec<ConfigError>) -> Self {
+        Self { source, errors }
+    }
+
+    /// Records an error at `value`.
+    pub fn fail<T>(&mut self, value: &S<T>, field: &str, message: impl Into<String>) {
+        self.errors.push(self.source.error_at(&value.span(), field, message));
+    }
+
+    pub fn loc<T>(&self, value: &S<T>) -> Loc {
+        self.source.loc(value.span().start)
+    }
+
+    /// The directory of the file being checked: relative paths in it start there.
+    pub fn file_dir(&self) -> &Path {
+        self.source.path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// A name: not empty once surrounding spaces are removed.
+    pub fn name(&mut self, value: &S<String>, field: &str) -> Option<String> {
+        let name = value.get_ref().trim();
+        if name.is_empty() {
+            self.fail(value, field, "must not be empty");
+            return None;
+        }
+        Some(name.to_string())
+    }
+
+    /// An integer in `range`; `what` names the unit ("TCP port", "AS number").
+    pub fn int_in<T: TryFrom<i64>>(
+        &mut self,
+        value: &S<i64>,
+        field: &str,
+        range: RangeInclusive<i64>,
+        what: &str,
+    ) -> Option<T> {
+        let number = *value.get_ref();
+        self.int_as(
+            value,
+            number,
+            field,
+            range.clone(),
+            &format!("{what} in {}..={}", range.start(), range.end()),
+        )
+    }
+
+    /// Checks `number` (written at `value`, maybe as part of another type) is in `range`;
+    /// `valid` describes what would be valid.
+    pub fn int_as<T: TryFrom<i64>, V>(
+        &mut self,
+        value: &S<V>,
+        number: i64,
+        field: &str,
+        range: RangeInclusive<i64>,
+        valid: &str,
+    ) -> Option<T> {
+        if !range.contains(&number) {
+            self.fail(value, field, format!("{number} is out of range; expected {valid}"));
+            return None;
+        }
+        T::try_from(number).ok()
+    }
+
+    /// RFC 6793: four-octet AS numbers; 0 is reserved (RFC 7607) and AS_TRANS is not
+    /// configurable.
+    pub fn asn(&mut self, value: &S<i64>, field: &str) -> Option<u32> {
+        let asn = *value.get_ref();
+        if asn == AS_TRANS {
+            self.fail(value, field, "23456 is AS_TRANS, reserved for 2-octet AS speakers (RFC 6793 §9); use your real AS number, 1..=4294967295");
+            return None;
+        }
+        if asn == 0 {
+            self.fail(
+                value,
+                field,
+                "AS 0 is reserved (RFC 7607); valid AS numbers are 1..=4294967295",
+            );
+            return None;
+        }
+        self.int_in::<u32>(value, field, 1..=i64::from(u32::MAX), "AS number")
+    }
+
+    /// An IPv4 or IPv6 address.
+    pub fn ip(&mut self, value: &S<String>, field: &str) -> Option<IpAddr> {
+        let text = value.get_ref().trim();
+        match IpAddr::from_str(text) {
+            Ok(address) => Some(address),
+            Err(_) => {
+                self.fail(
+                    value,
+                    field,
+                    format!(
+                        "\"{text}\" is not an IP address; write e.g. \"192.0.2.1\" or \"2001:db8::1\""
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A CIDR prefix without host bits.
+    pub fn prefix(&mut self, value: &S<String>, field: &str) -> Option<IpNet> {
+        let text = value.get_ref().trim();
+        match prefix(text) {
+            Ok(prefix) => Some(prefix),
+            Err(message) => {
+                self.fail(value, field, message);
+                None
+            }
+        }
+    }
+
+    /// A VRF device name ("" is the default VRF and is the caller's to accept).
+    pub fn vrf_name(&mut self, value: &S<String>, field: &str) -> Option<String> {
+        let name = value.get_ref();
+        if !name.is_empty() && !is_device_name(name) {
+            self.fail(value, field, format!("\"{name}\" is not a valid VRF device name; use at most 15 bytes without '/', ':' or spaces (\"\" is the default VRF)"));
+            return None;
+        }
+        Some(name.clone())
+    }
+
+    /// A duration written as text ("90s", "300ms"), zero included.
+    pub fn duration(&mut self, value: &S<RawDuration>, field: &str) -> Option<Duration> {
+        match value.get_ref() {
+            RawDuration::Number(number) => {
+                self.fail(value, field, bare_number_hint(number));
+                None
+            }
+            RawDuration::Text(text) => match parse_duration(text) {
+                Ok(duration) => Some(duration),
+                Err(error) => {
+                    self.fail(value, field, error.to_string());
+                    None
+                }
+            },
+        }
+    }
+
+    /// A duration longer than zero (intervals and timeouts).
+    pub fn positive_duration(&mut self, value: &S<RawDuration>, field: &str) -> Option<Duration> {
+        let duration = self.duration(value, field)?;
+        if duration.is_zero() {
+            self.fail(value, field, "must be longer than zero");
+            return None;
+        }
+        Some(duration)
+    }
+
+    /// BGP timers are carried in whole seconds (RFC 4271 §4.2).
+    pub fn whole_seconds(&mut self, value: &S<RawDuration>, field: &str) -> Option<Duration> {
+        let duration = self.duration(value, field)?;
+        if duration.subsec_nanos() != 0 {
+            let up = Duration::from_secs(duration.as_secs().saturating_add(1));
+            self.fail(
+                value,
+                field,
+                format!(
+                    "BGP timers are whole seconds; write \"{}\" or \"{}\"",
+                    format_duration(Duration::from_secs(duration.as_secs())),
+                    format_duration(up)
+                ),
+            );
+            return None;
+        }
+        Some(duration)
+    }
+
+    /// A duration within `range` milliseconds.
+    pub fn millis_in(
+        &mut self,
+        value: &S<RawDuration>,
+        field: &str,
+        range: RangeInclusive<u128>,
+    ) -> Option<Duration> {
+        let duration = self.duration(value, field)?;
+        if !range.contains(&duration.as_millis()) {
+            self.fail(
+                value,
+                field,
+                format!(
+                    "\"{}\" is out of range; expected \"{}ms\" to \"{}ms\"",
+                    format_duration(duration),
+                    range.start(),
+                    range.end()
+                ),
+            );
+            return None;
+        }
+        Some(duration)
+    }
+}
+
+/// Parses a CIDR prefix without host bits, or says what is wrong in words an operator acts on.
+fn prefix(text: &str) -> Result<IpNet, String> {
+    let Ok(prefix) = IpNet::from_str(text) else {
+        return Err(if let Ok(address) = IpAddr::from_str(text) {
+            let len = if address.is_ipv4() { 32 } else { 128 };
+            format!("\"{text}\" has no prefix length; write \"{text}/{len}\" for a single address")
+        } else {
+            format!(
+                "\"{text}\" is not a CIDR prefix; write e.g. \"10.0.0.0/24\" or \"2001:db8::/64\""
+            )
+        });
+    };
+    if prefix.trunc() != prefix {
+        return Err(format!("{text} has host bits set; did you mean {}?", prefix.trunc()));
+    }
+    Ok(prefix)
+}
+
+/// Whether `name` is a valid Linux net device name: the kernel's dev_valid_name() allows at
+/// most 15 bytes (IFNAMSIZ - 1) and no '/', ':' or whitespace.
+pub(crate) fn is_device_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
+}

@@ -1,0 +1,341 @@
+//! One file's raw TOML → a validated fragment, with every problem in the file reported.
+//!
+//! A fragment holds model values with defaults applied, plus the source positions that the merge
+//! step needs to report conflicts and dangling references. Values that fail validation are left
+//! out (a field falls back to its default, a neighbor without a usable address is dropped), so
+//! the rest of the file is still checked.
+
+mod bfd;
+mod neighbor;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::announce::{AnnounceFragment, RawAnnounce, RouterLabels};
+use super::check::Checker;
+use super::community::Community;
+use super::duration::format_duration;
+use super::error::{ConfigError, Loc};
+use super::model::{
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Neighbor, Password, PrefixMatch,
+    ReceivePolicy, RemoteAsn,
+};
+use super::raw::{
+    BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
+    RawPrefixMatch, RawReceive, RawRouter, S,
+};
+use super::source::SourceText;
+
+pub(crate) const DEFAULT_PORT: u16 = 179;
+pub(crate) const DEFAULT_HOLD_TIME: Duration = Duration::from_secs(90);
+pub(crate) const DEFAULT_CONNECT_TIME: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_MAXIMUM_PATHS: u16 = 64;
+pub(crate) const DEFAULT_MULTIPATH_RELAX: bool = true;
+pub(crate) const DEFAULT_INSTALL: bool = true;
+/// FRR's default metric for BGP routes in the kernel.
+pub(crate) const DEFAULT_METRIC: u32 = 20;
+pub(crate) const DEFAULT_BFD_INTERVAL: Duration = Duration::from_millis(300);
+pub(crate) const DEFAULT_BFD_ECHO_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const DEFAULT_BFD_DETECT_MULTIPLIER: u8 = 3;
+pub(crate) const DEFAULT_BFD_MINIMUM_TTL: u8 = 254;
+/// Linux `TCP_MD5SIG_MAXKEYLEN`; RFC 2385 itself sets no limit but the kernel does.
+pub(crate) const TCP_MD5_MAX_KEY_LEN: usize = 80;
+
+/// One file's validated content.
+#[derive(Debug)]
+pub(crate) struct Fragment {
+    pub file: PathBuf,
+    pub routers: Vec<RouterFragment>,
+    pub bfd_profiles: Vec<BfdProfileFragment>,
+    pub always_block: Vec<IpNet>,
+    /// `[fib] nexthop_objects`, where this file sets it.
+    pub nexthop_objects: Option<(bool, Loc)>,
+    pub announce: AnnounceFragment,
+}
+
+#[derive(Debug)]
+pub(crate) struct RouterFragment {
+    /// `bgp.routers[i]` in this file.
+    pub field: String,
+    pub vrf: String,
+    pub asn: u32,
+    pub asn_loc: Loc,
+    /// Router-level settings are `None` when the file leaves them out, so that a fragment that
+    /// only adds neighbors does not conflict with the main file's choice.
+    pub id: Option<(Ipv4Addr, Loc)>,
+    pub maximum_paths: Option<(u16, Loc)>,
+    pub multipath_relax: Option<(bool, Loc)>,
+    pub install: Option<(bool, Loc)>,
+    pub table: Option<(u32, Loc)>,
+    pub metric: Option<(u32, Loc)>,
+    pub prefixes: Vec<IpNet>,
+    pub prefixes_loc: Loc,
+    pub neighbors: Vec<NeighborFragment>,
+    pub imports: Vec<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct NeighborFragment {
+    /// `bgp.routers[i].neighbors[j]` in this file.
+    pub field: String,
+    /// Where the neighbor's `address` is written.
+    pub loc: Loc,
+    /// Defaults applied; `to_advertise` carries only the mode, its prefixes are in `advertised`.
+    pub neighbor: Neighbor,
+    /// Positions of the session settings written in the file, by field name.
+    pub field_locs: Vec<(&'static str, Loc)>,
+    pub advertised: Vec<AdvertisedPrefix>,
+}
+
+impl NeighborFragment {
+    pub fn written(&self, name: &str) -> bool {
+        self.field_locs.iter().any(|(field, _)| *field == name)
+    }
+
+    /// Where a session setting is written, or the neighbor's address if it is left out.
+    pub fn loc_of(&self, name: &str) -> &Loc {
+        // `asn` and `dynamic_asn` are one setting written two ways.
+        let same = |field: &str| field == name || (is_asn(field) && is_asn(name));
+        self.field_locs.iter().find(|(field, _)| same(field)).map_or(&self.loc, |(_, loc)| loc)
+    }
+}
+
+fn is_asn(field: &str) -> bool {
+    field == "asn" || field == "dynamic_asn"
+}
+
+/// One prefix named under `to_advertise`, kept with its position for the cross-checks against
+/// the merged router's prefixes.
+#[derive(Debug, Clone)]
+pub(crate) struct AdvertisedPrefix {
+    pub prefix: IpNet,
+    pub how: Advertised,
+    pub loc: Loc,
+    pub field: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Advertised {
+    Allowed,
+    WithLocalPref(u32),
+    WithCommunity(Community),
+}
+
+#[derive(Debug)]
+pub(crate) struct BfdProfileFragment {
+    pub profile: BfdProfile,
+    pub loc: Loc,
+    pub field: String,
+}
+
+/// Validates one file. Errors go to `errors`; the fragment holds what was valid.
+pub(crate) fn validate_file(
+    source: &SourceText<'_>,
+    raw: RawFile,
+    errors: &mut Vec<ConfigError>,
+) -> Fragment {
+    let mut check = Checker::new(source, errors);
+    let mut fragment = Fragment {
+        file: source.path.clone(),
+        routers: Vec::new(),
+        bfd_profiles: Vec::new(),
+        always_block: Vec::new(),
+        nexthop_objects: None,
+        announce: AnnounceFragment::default(),
+    };
+    let announce = RawAnnounce {
+        node: raw.node,
+        pools: raw.pools,
+        services: raw.services,
+        advertisements: raw.advertisements,
+        communities: raw.communities,
+        networks: raw.networks,
+        route_advertisements: raw.route_advertisements,
+    };
+    fragment.announce = super::announce::validate(source, announce, &mut *check.errors);
+    if let Some(fib) = raw.fib {
+        let loc = source.loc(fib.span().start);
+        fragment.nexthop_objects = fib.into_inner().nexthop_objects.map(|on| (on, loc));
+    }
+    for (index, text) in raw.always_block.iter().enumerate() {
+        if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
+            fragment.always_block.push(prefix);
+        }
+    }
+    if let Some(bgp) = raw.bgp {
+        check.bgp(bgp, &mut fragment);
+    }
+    fragment
+}
+
+impl Checker<'_, '_> {
+    fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment) {
+        for (index, raw) in bgp.bfd_profiles.iter().enumerate() {
+            let field = format!("bgp.bfd_profiles[{index}]");
+            let Some(profile) = self.bfd_profile(raw.get_ref(), &field) else { continue };
+            let loc = self.loc(&raw.get_ref().name);
+            // frr-k8s rejects the same profile name twice in one configuration.
+            if let Some(first) =
+                fragment.bfd_profiles.iter().find(|p| p.profile.name == profile.name)
+            {
+                self.errors.push(loc.error(
+                    format!("{field}.name"),
+                    format!(
+                        "BFD profile \"{}\" is already defined at line {} ({}); give each profile a distinct name",
+                        profile.name, first.loc.line, first.field
+                    ),
+                ));
+                continue;
+            }
+            fragment.bfd_profiles.push(BfdProfileFragment { profile, loc, field });
+        }
+        for (index, raw) in bgp.routers.into_iter().enumerate() {
+            let field = format!("bgp.routers[{index}]");
+            let header = self.loc(&raw);
+            let raw = raw.into_inner();
+            let labels = raw.labels.clone();
+            let Some(router) = self.router(raw, &field, header) else { continue };
+            if !labels.is_empty() {
+                fragment.announce.router_labels.push(RouterLabels {
+                    config_name: format!("{}:{field}", self.source.path.display()),
+                    labels,
+                    vrf: router.vrf.clone(),
+                    neighbors: router.neighbors.iter().map(|n| n.neighbor.address).collect(),
+                });
+            }
+            if let Some(first) = fragment.routers.iter().find(|r| r.vrf == router.vrf) {
+                let message = format!(
+                    "a router for VRF {} is already defined at line {} ({}); there is one router per VRF, so put \
+                     its neighbors and prefixes in one [[bgp.routers]] table",
+                    vrf_display(&router.vrf),
+                    first.asn_loc.line,
+                    first.field
+                );
+                self.errors.push(router.asn_loc.error(format!("{field}.vrf"), message));
+                continue;
+            }
+            fragment.routers.push(router);
+        }
+    }
+
+    fn router(&mut self, raw: RawRouter, field: &str, header: Loc) -> Option<RouterFragment> {
+        let asn = self.asn(&raw.asn, &format!("{field}.asn"));
+        let vrf = match &raw.vrf {
+            Some(vrf) => self.vrf_name(vrf, &format!("{field}.vrf")).unwrap_or_default(),
+            None => String::new(),
+        };
+        let id = raw.id.as_ref().and_then(|id| {
+            let name = format!("{field}.id");
+            let Ok(address) = Ipv4Addr::from_str(id.get_ref()) else {
+                self.fail(id, &name, format!("\"{}\" is not an IPv4 address; the router ID is written like \"10.0.0.1\"", id.get_ref()));
+                return None;
+            };
+            // RFC 6286 §2.1: the BGP Identifier is a non-zero 32-bit quantity.
+            if address.is_unspecified() {
+                self.fail(id, &name, "the router ID must be non-zero (RFC 6286 §2.1); use one of the node's IPv4 addresses");
+                return None;
+            }
+            Some((address, self.loc(id)))
+        });
+        let maximum_paths = raw.maximum_paths.as_ref().and_then(|value| {
+            let paths = self.int_in::<u16>(
+                value,
+                &format!("{field}.maximum_paths"),
+                1..=256,
+                "ECMP paths",
+            )?;
+            Some((paths, self.loc(value)))
+        });
+        let multipath_relax =
+            raw.multipath_relax.as_ref().map(|value| (*value.get_ref(), self.loc(value)));
+        let install = raw.install.as_ref().map(|value| (*value.get_ref(), self.loc(value)));
+        let table = raw.table.as_ref().and_then(|value| {
+            let name = format!("{field}.table");
+            // rtnetlink.h: 0 is RT_TABLE_UNSPEC, 253 default, 255 local — not ours to fill.
+            if matches!(*value.get_ref(), 0 | 253 | 255) {
+                self.fail(value, &name, format!("table {} is reserved by the kernel (0 unspec, 253 default, 255 local); use 254 for main or a table of your own such as 100", value.get_ref()));
+                return None;
+            }
+            let table = self.int_in::<u32>(value, &name, 1..=i64::from(u32::MAX), "routing table ids")?;
+            Some((table, self.loc(value)))
+        });
+        let metric = raw.metric.as_ref().and_then(|value| {
+            let metric = self.int_in::<u32>(
+                value,
+                &format!("{field}.metric"),
+                0..=i64::from(u32::MAX),
+                "route metrics",
+            )?;
+            Some((metric, self.loc(value)))
+        });
+        let mut prefixes = BTreeSet::new();
+        for (index, text) in raw.prefixes.iter().enumerate() {
+            if let Some(prefix) = self.prefix(text, &format!("{field}.prefixes[{index}]")) {
+                prefixes.insert(prefix);
+            }
+        }
+        let mut imports = Vec::new();
+        for (index, import) in raw.imports.iter().enumerate() {
+            let name = format!("{field}.imports[{index}].vrf");
+            let vrf = import.get_ref().vrf.get_ref();
+            // `""` or "default" name the default VRF, as in frr-k8s.
+            if vrf.is_empty() || vrf == "default" {
+                imports.push(String::new());
+            } else if let Some(vrf) = self.vrf_name(&import.get_ref().vrf, &name) {
+                imports.push(vrf);
+            }
+        }
+        let mut neighbors: Vec<NeighborFragment> = Vec::new();
+        for (index, neighbor) in raw.neighbors.iter().enumerate() {
+            let neighbor_field = format!("{field}.neighbors[{index}]");
+            let Some(neighbor) = self.neighbor(neighbor, &neighbor_field) else { continue };
+            if let Some(first) =
+                neighbors.iter().find(|n| n.neighbor.address == neighbor.neighbor.address)
+            {
+                let message = format!(
+                    "neighbor {} is already defined at line {} ({}); a router has one session per neighbor address",
+                    neighbor.neighbor.address, first.loc.line, first.field
+                );
+                self.errors.push(neighbor.loc.error(format!("{neighbor_field}.address"), message));
+                continue;
+            }
+            neighbors.push(neighbor);
+        }
+        Some(RouterFragment {
+            field: field.to_string(),
+            vrf,
+            asn: asn?,
+            asn_loc: self.loc(&raw.asn),
+            id,
+            maximum_paths,
+            multipath_relax,
+            install,
+            table,
+            metric,
+            prefixes: prefixes.into_iter().collect(),
+            prefixes_loc: header,
+            neighbors,
+            imports,
+        })
+    }
+}
+
+/// RFC 4271 §10 suggests a KeepaliveTime of one third of the Hold Time (whole seconds).
+pub(crate) fn default_keepalive(hold_time: Duration) -> Duration {
+    Duration::from_secs(hold_time.as_secs() / 3)
+}
+
+pub(crate) fn vrf_display(vrf: &str) -> String {
+    if vrf.is_empty() {
+        "\"\" (default)".to_string()
+    } else {
+        format!("\"{vrf}\"")
+    }
+}

@@ -1,0 +1,58 @@
+//! The one place where the daemon answers control requests: each request goes to the part of
+//! the daemon that knows the answer.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::protocol::Request;
+use crate::announce::runtime::AnnouncerHandle;
+use crate::config::Config;
+use crate::fib::Fib;
+use crate::reload::InstanceList;
+
+/// What a control request may read or act on. Cheap to clone: handles and `watch` receivers.
+#[derive(Clone)]
+pub struct Context {
+    /// The running routing instances (a reload publishes a new list).
+    pub instances: watch::Receiver<InstanceList>,
+    /// The config in force (a reload publishes the new one).
+    pub running: watch::Receiver<Arc<Config>>,
+    pub announcer: AnnouncerHandle,
+    pub fib: Fib,
+    /// The drained mark (`crate::ops::drain`).
+    pub drain_marker: PathBuf,
+}
+
+/// Answers one request.
+pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
+    let instances = ctx.instances.borrow().clone();
+    match request {
+        Request::BgpSummary { vrf } => super::bgp::summary_json(&instances, &vrf).await,
+        Request::BgpNeighbors { vrf, address } => {
+            super::bgp::neighbors_json(&instances, &vrf, address.as_deref()).await
+        }
+        Request::BgpRoutes { vrf, family, prefix } => {
+            super::bgp::routes_json(&instances, &vrf, family, prefix.as_deref()).await
+        }
+        Request::BfdPeers { vrf } => super::bfd::peers(&instances, &vrf).await,
+        Request::Fib { vrf } => super::fib::show(&ctx.fib, &vrf).await,
+        Request::Announcements { vrf } => {
+            let config = ctx.running.borrow().clone();
+            Ok(super::announcements::announcements_json(
+                &ctx.announcer.current(),
+                &vrf,
+                Some(&config),
+            ))
+        }
+        Request::RunningConfig => {
+            let config = ctx.running.borrow().clone();
+            super::announcements::running_config_json(&config, &ctx.announcer)
+        }
+        Request::Drain { drained } => {
+            crate::ops::drain::set(&ctx.announcer, &ctx.drain_marker, drained).await
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! `show fib`: the routes the FIB writer holds for the kernel, in the keys of FRR's
+//! `show ip route json`.
+
+use super::protocol::VrfSelector;
+use crate::config::vrf_display_name;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// `show fib`: per prefix, FRR's `show ip route json` keys (`prefix`, `protocol`, `installed`,
+/// `table`, `metric`, `nexthopGroupId`, `nexthops[].ip/interfaceName/active`) plus `state`
+/// (installed, pending, failed), `error` (the kernel's) and the BGP next hops.
+pub async fn show(fib: &crate::fib::Fib, selector: &VrfSelector) -> Result<Value, String> {
+    let views = fib.show().await?;
+    // prefix -> route entries (FRR's `show ip route json` shape: one entry per source, so a
+    // VRF's own route and one leaked into it from another VRF sit side by side).
+    let mut by_vrf: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+    for v in views.iter().filter(|v| selector.matches(&v.vrf)) {
+        let routes = by_vrf.entry(vrf_display_name(&v.vrf)).or_default();
+        for r in &v.routes {
+            let nexthops: Vec<Value> = r
+                .via
+                .iter()
+                .map(|h| {
+                    json!({
+                        "ip": h.gateway.to_string(),
+                        "afi": if h.gateway.is_ipv4() { "ipv4" } else { "ipv6" },
+                        "interfaceName": h.interface,
+                        "vrf": vrf_display_name(v.leaked_from.as_deref().unwrap_or(&v.vrf)),
+                        "nexthopId": h.nexthop_id,
+                        "active": r.state == "installed",
+                    })
+                })
+                .collect();
+            let entry = json!({
+                "prefix": r.prefix.to_string(),
+                "protocol": "bgp",
+                "vrfName": vrf_display_name(&v.vrf),
+                "leakedFrom": v.leaked_from.as_deref().map(vrf_display_name),
+                "installed": r.state == "installed",
+                "state": r.state,
+                "error": r.error,
+                "table": v.table,
+                "metric": v.metric,
+                "nexthopGroupId": r.nexthop_group,
+                "bgpNexthops": r.next_hops,
+                "nexthops": nexthops,
+            });
+            match routes.entry(r.prefix.to_string()).or_insert_with(|| json!([])) {
+                Value::Array(list) => list.push(entry),
+                other => *other = json!([entry]),
+            }
+        }
+    }
+    match selector {
+        VrfSelector::All => Ok(Value::Object(
+            by_vrf
+                .into_iter()
+                .map(|(vrf, routes)| (vrf.to_string(), Value::Object(routes)))
+                .collect(),
+        )),
+        _ => match by_vrf.into_values().next() {
+            Some(routes) => Ok(Value::Object(routes)),
+            None => Err(match selector {
+                VrfSelector::Named(name) => format!("no routing instance in VRF {name}"),
+                _ => "no routing instance in the default VRF".into(),
+            }),
+        },
+    }
+}
