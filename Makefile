@@ -7,7 +7,7 @@ STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 # Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
 # that build the namespaces.
 LAB_PKGS := frr iproute2 procps
-TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3
+TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus
 
 .PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib
 
@@ -16,9 +16,10 @@ all: build
 build:
 	cargo build --release
 
-# The one static executable (glibc, statically linked; the musl target is not installed here).
+# The one static executable (glibc, statically linked; the musl target is not installed here),
+# with the node-network feature (nmstate: NetworkManager over D-Bus, and kernel mode).
 static:
-	RUSTFLAGS="$(STATIC_FLAGS)" cargo build --release --target $(TARGET) -p uplink --bin uplink
+	RUSTFLAGS="$(STATIC_FLAGS)" cargo build --release --target $(TARGET) -p uplink --bin uplink --features netconf
 	@file $(STATIC_BIN) 2>/dev/null || true
 
 deps-lab:
@@ -36,16 +37,24 @@ lab-down:
 lint:
 	cargo fmt --all --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy -p uplink --all-targets --features netconf -- -D warnings
 
 # Every tier that exists: unit + interop (network namespaces with real FRR, BIRD, GoBGP,
 # ExaBGP) via cargo, then a short fuzz smoke run.
 test: deps-test lint
 	cargo test --workspace --exclude uplink-vm-tests --no-fail-fast -- --test-threads=4
+	$(MAKE) test-netconf
 	$(MAKE) fuzz-smoke
 	$(MAKE) nix-check
 	$(MAKE) ansible-check
 	$(MAKE) vm-test
 	$(MAKE) image-test
+
+# The node's network against a real NetworkManager on a private D-Bus (daemon/tests/netconf.rs).
+# A build of its own with the `netconf` feature: nmstate stays out of the other builds.
+.PHONY: test-netconf
+test-netconf:
+	cargo test -p uplink --features netconf --test netconf -- --test-threads=1
 
 FUZZ_TARGETS := $(notdir $(basename $(wildcard daemon/fuzz/fuzz_targets/*.rs)))
 FUZZ_SECONDS ?= 20

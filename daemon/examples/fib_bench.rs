@@ -38,6 +38,7 @@ fn main() {
                 leaked_from: None,
             }],
             true,
+            false,
         )
         .unwrap();
         fib.flush().await.unwrap(); // the startup reconcile is not part of the measurement

@@ -40,10 +40,13 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             crate::announce::router_inputs(&config),
             drained,
         );
-        // The FIB writer starts before any session: it purges stale routes first.
+        // The FIB writer starts before any session: it purges stale routes first, or, with
+        // graceful restart, keeps the previous run's until the peers have sent End-of-RIB.
+        let graceful = config.bgp.routers.iter().flat_map(|r| &r.neighbors).any(|n| n.graceful_restart);
         let fib = crate::fib::start(
             fib_instances(&config, &announcer.current()),
             config.fib.nexthop_objects,
+            graceful,
         )?;
         let mut instances = Vec::new();
         for router in &config.bgp.routers {
@@ -54,6 +57,11 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             instances.push(Arc::new(instance));
         }
         let count = instances.len();
+        tokio::spawn(finish_restart(
+            instances.clone(),
+            fib.clone(),
+            config.graceful_restart.select_defer_time,
+        ));
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
         Reloader {
@@ -64,6 +72,7 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             running: running_tx,
         }
         .spawn();
+        let (fib_for_shutdown, drain_marker_for_shutdown) = (fib.clone(), drain_marker.clone());
         let context = dispatch::Context {
             instances: instances.clone(),
             running,
@@ -81,16 +90,48 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
 
         wait_for_shutdown().await;
         systemd::stopping();
-        info!("shutting down: sending Cease/Administrative Shutdown to every peer");
+        // With graceful restart (and not drained: a drained node is going away) the peers
+        // keep our routes and the kernel keeps theirs until we are back; otherwise every
+        // session ends with a Cease and our routes leave the kernel.
+        let graceful = graceful && !drain::is_marked(&drain_marker_for_shutdown);
+        if graceful {
+            info!("shutting down for a graceful restart: routes stay in the kernel and at the peers");
+        } else {
+            info!("shutting down: sending Cease/Administrative Shutdown to every peer");
+        }
         let instances = instances.borrow().clone();
         for instance in instances.iter() {
-            instance.shutdown().await;
+            instance.shutdown(graceful).await;
+        }
+        if !graceful {
+            if let Err(e) = fib_for_shutdown.clear().await {
+                error!("cannot remove uplink's routes from the kernel: {e}");
+            }
         }
         // Give the NOTIFICATIONs a moment to leave.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let _ = std::fs::remove_file(socket);
         Ok(())
     })
+}
+
+/// RFC 4724 §4.1, the restarting side: once every graceful-restart neighbor is back and has
+/// sent End-of-RIB — or `select_defer_time` has passed — the previous run's routes that did
+/// not come back leave the kernel.
+async fn finish_restart(instances: Vec<Arc<Instance>>, fib: crate::fib::Fib, limit: Duration) {
+    if fib.previous_run_kept() {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !instances.iter().all(|i| i.restart_converged()) {
+            if tokio::time::Instant::now() >= deadline {
+                info!("graceful restart: not every peer sent End-of-RIB within {limit:?}");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    if let Err(e) = fib.end_restart().await {
+        error!("{e}");
+    }
 }
 
 async fn wait_for_shutdown() {

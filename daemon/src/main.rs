@@ -42,6 +42,34 @@ enum Command {
     Drain,
     /// Announce the service addresses again after `drain`.
     Undrain,
+    /// Apply now, without the daemon.
+    Apply {
+        #[command(subcommand)]
+        what: Apply,
+    },
+}
+
+#[derive(Subcommand)]
+enum Apply {
+    /// The network policies selecting this node, with probes and rollback (what the daemon
+    /// does at start and on reload); exit 1 unless every policy ends Available.
+    Network {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Re-run policies that failed even though they did not change.
+        #[arg(long)]
+        retry: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ShowNetwork {
+    /// The policies selecting this node.
+    Policies,
+    /// What happened to each policy on this node (kept under the state directory).
+    Enactments,
+    /// nmstate's current view of the node (like NodeNetworkState).
+    State,
 }
 
 #[derive(Subcommand)]
@@ -71,6 +99,17 @@ enum Show {
     Fib {
         #[command(flatten)]
         common: Common,
+    },
+    /// The node's own network: policies, enactments, or nmstate's state (read from the
+    /// config, the state directory and nmstate; no daemon needed).
+    Network {
+        #[command(subcommand)]
+        what: Option<ShowNetwork>,
+        #[arg(long, global = true, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long, global = true)]
+        json: bool,
     },
 }
 
@@ -159,6 +198,7 @@ fn main() -> ExitCode {
                         println!("warning: service {service} gets no address: {e}");
                     }
                 }
+                print!("{}", uplink::control::network::check_report(&model));
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -166,6 +206,33 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Show { what: Show::Network { what, config, json } } => {
+            show_network(what, &config, json)
+        }
+        Command::Apply { what: Apply::Network { config, retry } } => {
+            uplink::ops::logging::init();
+            let model = match uplink::config::load(&config) {
+                Ok(model) => model,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match uplink::control::network::apply(&model, retry) {
+                Ok((report, ok)) => {
+                    print!("{report}");
+                    if ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("uplink: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Show { what } => {
             let (request, json) = match what {
                 Show::Bfd { what: ShowBfd::Peers { common } } => {
@@ -181,6 +248,7 @@ fn main() -> ExitCode {
                     common.json,
                 ),
                 Show::RunningConfig { json } => (Request::RunningConfig, json),
+                Show::Network { .. } => return ExitCode::FAILURE, // handled above
                 Show::Fib { common } => {
                     (Request::Fib { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)
                 }
@@ -213,6 +281,42 @@ fn main() -> ExitCode {
         }
         Command::Drain => show(&cli.socket, &Request::Drain { drained: true }, false),
         Command::Undrain => show(&cli.socket, &Request::Drain { drained: false }, false),
+    }
+}
+
+/// `uplink show network …`: answered from the config, the state directory and nmstate.
+fn show_network(what: Option<ShowNetwork>, config: &std::path::Path, json: bool) -> ExitCode {
+    use uplink::control::network;
+    let model = match uplink::config::load(config) {
+        Ok(model) => model,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    type Render = fn(&serde_json::Value) -> String;
+    let (value, render): (Result<serde_json::Value, String>, Render) = match what
+        .unwrap_or(ShowNetwork::Enactments)
+    {
+        ShowNetwork::Policies => (Ok(network::policies(&model.network)), network::render_policies),
+        ShowNetwork::Enactments => {
+            (network::enactments(&model.network), network::render_enactments)
+        }
+        ShowNetwork::State => (network::state(&model.network), network::render_state),
+    };
+    match value {
+        Ok(value) if json => {
+            println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(value) => {
+            print!("{}", render(&value));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("uplink: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

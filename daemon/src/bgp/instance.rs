@@ -2,7 +2,9 @@
 //! that hands incoming connections to the right session.
 
 use super::announced::AnnouncedSet;
-use super::configure::{bfd_spec, export_policy, fsm_config, import_policy, transport_options};
+use super::configure::{
+    bfd_spec, export_policy, fsm_config, import_policy, transport_options, Restart,
+};
 use super::fsm::Fsm;
 use super::rib_task::{self, RibHandle, RibSetup};
 use super::session::{self, SessionCommand, SessionParams};
@@ -56,6 +58,9 @@ pub struct Instance {
     /// The BFD thread: started with the first neighbor that has a `bfd_profile` (at start or
     /// on a reload).
     bfd: OnceLock<BfdRuntime>,
+    /// The daemon started with the previous run's routes in the kernel (RFC 4724 R bit), and
+    /// the Restart Time its neighbors advertise.
+    restart: Restart,
 }
 
 impl Drop for Instance {
@@ -126,6 +131,10 @@ impl Instance {
             listener_task,
             spawned: AtomicU64::new(0),
             bfd: OnceLock::new(),
+            restart: Restart {
+                restart_time: config.graceful_restart.restart_time,
+                restarted: fib.is_some_and(crate::fib::Fib::previous_run_kept),
+            },
         };
         for n in &router.neighbors {
             let handle = instance.spawn_neighbor(n, config)?;
@@ -163,7 +172,11 @@ impl Instance {
         }
         let index = self.spawned.fetch_add(1, Ordering::Relaxed);
         let stats = Arc::new(PeerStats::default());
-        let fsm_config = fsm_config(&self.router, n, self.router_id, index);
+        let restart = Restart {
+            restart_time: config.graceful_restart.restart_time,
+            restarted: self.restart.restarted,
+        };
+        let fsm_config = fsm_config(&self.router, n, self.router_id, index, restart);
         // The config layer checked each setting; this checks what the OPEN relies on, the
         // derived router id included, before a session can send a wrong one.
         fsm_config.validate().map_err(|e| format!("neighbor {}: {e}", n.address))?;
@@ -175,6 +188,8 @@ impl Instance {
             max_prefixes: n.max_prefixes,
             import: import_policy(n),
             export: export_policy(n),
+            graceful_restart: n.graceful_restart,
+            stale_path_time: config.graceful_restart.stale_path_time,
         };
         let bfd_spec = bfd_spec(n, config)?;
         let commands = session::spawn(params, fsm, self.rib.clone(), stats.clone());
@@ -333,9 +348,36 @@ impl Instance {
         }
     }
 
-    /// Stops every session with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2).
-    pub async fn shutdown(&self) {
+    /// This run started with the previous run's routes in the kernel (a graceful restart).
+    pub fn restarted(&self) -> bool {
+        self.restart.restarted
+    }
+
+    /// The Restart Time this router's graceful-restart neighbors advertise.
+    pub fn restart_time(&self) -> Duration {
+        self.restart.restart_time
+    }
+
+    /// Whether every neighbor with graceful restart is Established and has sent End-of-RIB
+    /// for all its families: after our restart, the point where the previous run's routes
+    /// that did not come back can go (RFC 4724 §4.1).
+    pub fn restart_converged(&self) -> bool {
+        self.neighbors().iter().filter(|n| n.config.graceful_restart).all(|n| {
+            let snap = n.stats.snapshot();
+            snap.state == "Established" && snap.end_of_rib_received
+        })
+    }
+
+    /// Stops the sessions for a daemon shutdown. With `graceful`, a neighbor with graceful
+    /// restart gets no NOTIFICATION: its connection simply closes when the process exits, so
+    /// the peer keeps our routes for our Restart Time (RFC 4724 §4.2). Every other session
+    /// ends with Cease/Administrative Shutdown (RFC 4486 §4, subcode 2) and an RFC 9003
+    /// message.
+    pub async fn shutdown(&self, graceful: bool) {
         for n in self.neighbors() {
+            if graceful && n.config.graceful_restart {
+                continue;
+            }
             let _ = n
                 .commands
                 .send(SessionCommand::Stop { subcode: 2, reason: "uplink is shutting down".into() })

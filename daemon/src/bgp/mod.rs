@@ -4,6 +4,7 @@ pub mod announced;
 pub mod configure;
 pub mod display;
 pub mod fsm;
+pub mod graceful_restart;
 pub mod instance;
 pub mod link_local;
 pub mod policy;

@@ -42,9 +42,15 @@ enum RibCommand {
         // Boxed: the largest variant by far, and a session comes up rarely.
         info: Box<PeerInfo>,
         link: PeerSide,
+        /// The id of the same peer while it was restarting (RFC 4724): resumed in place.
+        resume: Option<PeerId>,
         reply: oneshot::Sender<PeerId>,
     },
     PeerDown(PeerId),
+    /// RFC 4724 §4.2: keep the peer's routes of these families as stale.
+    PeerRestarting(PeerId, Vec<Family>),
+    /// Remove the peer's routes of this family still stale.
+    PurgeStale(PeerId, Family),
     Updates(PeerId, Vec<DecodedUpdate>),
     TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
     RouteRefresh(PeerId, Family),
@@ -114,10 +120,14 @@ impl RibHandle {
         info: PeerInfo,
         signal: Arc<PeerSignal>,
         max_prefixes: Option<u32>,
+        resume: Option<PeerId>,
     ) -> Option<PeerLink> {
         let (reply, rx) = oneshot::channel();
         let link = PeerSide { signal, max_prefixes, over_limit: false, last_update_applied: None };
-        self.tx.send(RibCommand::PeerUp { info: Box::new(info), link, reply }).await.ok()?;
+        self.tx
+            .send(RibCommand::PeerUp { info: Box::new(info), link, resume, reply })
+            .await
+            .ok()?;
         let id = rx.await.ok()?;
         Some(PeerLink { id, tx: self.tx.clone() })
     }
@@ -158,6 +168,16 @@ impl PeerLink {
 
     pub async fn peer_down(&self) {
         let _ = self.tx.send(RibCommand::PeerDown(self.id)).await;
+    }
+
+    /// The session ended but the peer is restarting: its routes of `families` stay, stale.
+    pub async fn peer_restarting(&self, families: Vec<Family>) {
+        let _ = self.tx.send(RibCommand::PeerRestarting(self.id, families)).await;
+    }
+
+    /// Removes the peer's `family` routes that are still stale.
+    pub async fn purge_stale(&self, family: Family) {
+        let _ = self.tx.send(RibCommand::PurgeStale(self.id, family)).await;
     }
 
     /// Everything pending in this peer's Adj-RIB-Out, per family.
@@ -244,10 +264,16 @@ impl RibTask {
 
     fn handle(&mut self, cmd: RibCommand) {
         match cmd {
-            RibCommand::PeerUp { mut info, link, reply } => {
+            RibCommand::PeerUp { mut info, link, resume, reply } => {
                 let base = info.export.clone();
                 info.export = effective_export(&base, &self.announced, info.address);
-                let id = self.rib.peer_up(*info);
+                let id = match resume.filter(|id| self.rib.is_restarting(*id)) {
+                    Some(id) => match self.rib.peer_resumed(id, (*info).clone()) {
+                        Ok(()) => id,
+                        Err(_) => self.rib.peer_up(*info),
+                    },
+                    None => self.rib.peer_up(*info),
+                };
                 self.base_export.insert(id, base);
                 // The initial advertisement is queued by peer_up: wake the session for it.
                 link.signal.output_ready();
@@ -258,6 +284,19 @@ impl RibTask {
                 self.peers.remove(&id);
                 self.base_export.remove(&id);
                 let changes = self.rib.peer_down(id);
+                self.wake(&changes.outbound);
+                self.record_fib(changes.fib);
+            }
+            RibCommand::PeerRestarting(id, families) => {
+                // The session is gone: nothing to wake until it is back.
+                self.peers.remove(&id);
+                self.base_export.remove(&id);
+                let changes = self.rib.peer_restarting(id, &families);
+                self.wake(&changes.outbound);
+                self.record_fib(changes.fib);
+            }
+            RibCommand::PurgeStale(id, family) => {
+                let changes = self.rib.purge_stale(id, family);
                 self.wake(&changes.outbound);
                 self.record_fib(changes.fib);
             }
@@ -439,6 +478,7 @@ impl RibTask {
                 attrs: p.attrs().clone(),
                 best: p.is_best(),
                 multipath: p.is_multipath(),
+                stale: p.is_stale(),
                 reason: p.reason().map(|r| r.to_string()),
             })
             .collect();

@@ -6,7 +6,8 @@
 //! Reading and writing run in their own tasks per connection so a peer that stops reading
 //! never stops us from reading it (and the other way round).
 
-use super::fsm::{Action, ConnId, Event, Fsm, Negotiated};
+use super::fsm::{self, Action, ConnId, Event, Fsm, Negotiated};
+use super::graceful_restart::{self, DownCause};
 use super::link_local;
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::PeerInfo;
@@ -92,6 +93,10 @@ pub struct SessionParams {
     pub max_prefixes: Option<u32>,
     pub import: ImportPolicy,
     pub export: ExportPolicy,
+    /// RFC 4724 helper: keep the peer's routes while it restarts (the neighbor's
+    /// `graceful_restart`), and for how long to wait for its End-of-RIB once it is back.
+    pub graceful_restart: bool,
+    pub stale_path_time: std::time::Duration,
 }
 
 /// Spawns the task of one neighbor. Returns the command sender the instance keeps.
@@ -103,8 +108,11 @@ pub fn spawn(
 ) -> mpsc::Sender<SessionCommand> {
     let (tx, rx) = mpsc::channel(16);
     let span = tracing::info_span!("peer", addr = %params.remote.ip());
+    let helper = graceful_restart::Helper::new(params.graceful_restart, params.stale_path_time);
     let session = Session {
         params,
+        helper,
+        restarting: None,
         fsm,
         rib,
         stats,
@@ -135,6 +143,11 @@ struct EstablishedState {
 
 struct Session {
     params: SessionParams,
+    /// RFC 4724 helper state: the peer's routes kept while it restarts.
+    helper: graceful_restart::Helper,
+    /// The RIB's link of a peer that is restarting (its routes kept as stale), handed back
+    /// when the session returns so the RIB replaces them in place.
+    restarting: Option<PeerLink>,
     fsm: Fsm,
     rib: RibHandle,
     stats: Arc<PeerStats>,
@@ -172,7 +185,10 @@ impl Session {
             mpsc::channel::<(ConnId, std::io::Result<TcpStream>)>(1);
         self.apply(Event::ManualStart).await;
         loop {
-            let deadline = self.fsm.next_deadline();
+            let deadline = match (self.fsm.next_deadline(), self.helper.deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             // Output is waiting but the writer was full: wake when it has room again.
             let blocked_writer = self
                 .established
@@ -236,7 +252,11 @@ impl Session {
                     }
                 }
                 Wake::Read(i, ev) => self.on_read(i, ev).await,
-                Wake::Deadline => self.apply(Event::Tick).await,
+                Wake::Deadline => {
+                    self.apply(Event::Tick).await;
+                    let actions = self.helper.tick(Instant::now());
+                    self.graceful_restart(actions).await;
+                }
                 Wake::Rib => {
                     if let Some((subcode, reason)) = self.signal.take_cease() {
                         warn!("ending the session: {reason}");
@@ -267,6 +287,10 @@ impl Session {
                 }
             }
             self.start_pending_connect(&connected_tx);
+        }
+        // The neighbor is gone: routes kept for a restart it will not finish go too.
+        if let Some(link) = self.restarting.take() {
+            link.peer_down().await;
         }
     }
 
@@ -385,7 +409,15 @@ impl Session {
                                     "treat-as-withdraw: {} ({})", problem.rule, problem.detail
                                 );
                             }
+                            let end_of_rib = decoded.end_of_rib;
                             updates.push(decoded);
+                            if let Some(family) = end_of_rib {
+                                // What came before the marker reaches the RIB first.
+                                self.flush_updates(&mut updates).await;
+                                self.stats.end_of_rib_received(family);
+                                let actions = self.helper.end_of_rib(family);
+                                self.graceful_restart(actions).await;
+                            }
                         }
                         Err(e) => {
                             warn!("UPDATE error, resetting the session: {}", e.reason);
@@ -443,6 +475,12 @@ impl Session {
     /// Feeds one event to the FSM and carries out its actions.
     async fn apply(&mut self, event: Event<'_>) {
         let actions = self.fsm.handle(event, Instant::now());
+        // The FSM closes a connection before it says why the session went down; graceful
+        // restart needs the why when the RIB is told.
+        let cause = actions.iter().find_map(|a| match a {
+            Action::Down { reason } => Some(down_cause(&reason.cause)),
+            _ => None,
+        });
         for action in actions {
             match action {
                 Action::Connect => self.connect_requested = true,
@@ -454,7 +492,7 @@ impl Session {
                 }
                 Action::Close(id) => {
                     if self.established.as_ref().is_some_and(|e| e.conn == id) {
-                        self.session_down().await;
+                        self.session_down(cause.unwrap_or(DownCause::ConnectionLost)).await;
                     }
                     // Dropping the connection lets its writer flush what is queued (a
                     // NOTIFICATION) and then close.
@@ -464,7 +502,7 @@ impl Session {
                 Action::Down { reason } => {
                     info!("session down: {reason}");
                     self.stats.set_last_error(reason.to_string());
-                    self.session_down().await;
+                    self.session_down(down_cause(&reason.cause)).await;
                     self.stats.set_state(self.fsm.state());
                 }
             }
@@ -511,13 +549,26 @@ impl Session {
                 four_octet_as: negotiated.four_octet_as,
                 route_refresh: negotiated.route_refresh,
                 graceful_restart: negotiated.remote_graceful_restart.is_some(),
+                remote_restart_time: negotiated
+                    .remote_graceful_restart
+                    .as_ref()
+                    .map(|gr| gr.restart_time),
+                remote_restarted: negotiated
+                    .remote_graceful_restart
+                    .as_ref()
+                    .is_some_and(|gr| gr.restart_state),
             },
         );
+        // A restarting peer's RIB entry is resumed: its stale routes are replaced in place.
+        let resume = self.restarting.take().map(|link| link.id);
         let Some(link) =
-            self.rib.peer_up(info, self.signal.clone(), self.params.max_prefixes).await
+            self.rib.peer_up(info, self.signal.clone(), self.params.max_prefixes, resume).await
         else {
             return;
         };
+        self.stats.set_families(&negotiated.families);
+        let actions =
+            self.helper.session_up(negotiated.remote_graceful_restart.as_ref(), Instant::now());
         let ctx = UpdateContext {
             four_octet_as: negotiated.four_octet_as,
             ebgp: negotiated.is_ebgp,
@@ -533,16 +584,49 @@ impl Session {
             families: negotiated.families,
             eor_sent: false,
         });
+        self.graceful_restart(actions).await;
         self.pending_out = true;
         self.flush_outbound().await;
     }
 
-    async fn session_down(&mut self) {
+    async fn session_down(&mut self, cause: DownCause) {
         if let Some(est) = self.established.take() {
-            est.link.peer_down().await;
             self.stats.dropped();
+            let actions = self.helper.session_down(cause, Instant::now());
+            // A link still held from an earlier restart is the same RIB peer.
+            self.restarting = Some(est.link);
+            self.graceful_restart(actions).await;
         }
         self.pending_out = false;
+    }
+
+    /// Carries out what the graceful restart helper decided, on the RIB.
+    async fn graceful_restart(&mut self, actions: Vec<graceful_restart::Action>) {
+        for action in actions {
+            let link = match &self.established {
+                Some(est) => Some(&est.link),
+                None => self.restarting.as_ref(),
+            };
+            let Some(link) = link else { return };
+            match action {
+                graceful_restart::Action::KeepStale(families) => {
+                    info!(
+                        "graceful restart: keeping the peer's routes of {families:?} as stale \
+                         while it restarts (RFC 4724 §4.2)"
+                    );
+                    link.peer_restarting(families).await;
+                }
+                graceful_restart::Action::PurgeStale(family) => {
+                    info!("graceful restart: removing the peer's stale {family:?} routes");
+                    link.purge_stale(family).await;
+                }
+                graceful_restart::Action::Flush => {
+                    if let Some(link) = self.restarting.take() {
+                        link.peer_down().await;
+                    }
+                }
+            }
+        }
     }
 
     /// Sends the peer's pending Adj-RIB-Out when its writer has room. What stays in the
@@ -574,6 +658,7 @@ impl Session {
         if !est.eor_sent {
             est.eor_sent = true;
             messages.extend(est.families.iter().map(|f| end_of_rib(*f)));
+            self.stats.end_of_rib_sent();
         }
         if messages.is_empty() {
             return;
@@ -662,5 +747,23 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The FSM's reason for a session ending, as graceful restart sees it.
+fn down_cause(cause: &fsm::DownCause) -> DownCause {
+    match cause {
+        fsm::DownCause::ConnectionClosed | fsm::DownCause::ConnectionFailed => {
+            DownCause::ConnectionLost
+        }
+        // RFC 9384: our Cease/BFD Down, sent when BFD saw the path fail.
+        fsm::DownCause::NotificationSent(n)
+            if n.code == super::wire::notification::code::CEASE && n.subcode == CEASE_BFD_DOWN =>
+        {
+            DownCause::BfdDown
+        }
+        fsm::DownCause::NotificationSent(_) | fsm::DownCause::NotificationReceived(_) => {
+            DownCause::Notification
+        }
     }
 }

@@ -196,6 +196,30 @@ impl<'s, 'e> Checker<'s, 'e> {
         Some(duration)
     }
 
+    /// Whole seconds within `range` (timers carried in seconds on the wire).
+    pub fn whole_seconds_in(
+        &mut self,
+        value: &S<RawDuration>,
+        field: &str,
+        range: RangeInclusive<u64>,
+    ) -> Option<Duration> {
+        let duration = self.whole_seconds(value, field)?;
+        if !range.contains(&duration.as_secs()) {
+            self.fail(
+                value,
+                field,
+                format!(
+                    "\"{}\" is out of range; expected \"{}s\" to \"{}s\"",
+                    format_duration(duration),
+                    range.start(),
+                    range.end()
+                ),
+            );
+            return None;
+        }
+        Some(duration)
+    }
+
     /// A duration within `range` milliseconds.
     pub fn millis_in(
         &mut self,

@@ -133,9 +133,17 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
             *slot = manifest::fragments(path, text, &node_labels, &mut errors);
         }
     }
-    let fragments: Vec<Fragment> = slots.into_iter().flatten().collect();
+    let mut fragments: Vec<Fragment> = slots.into_iter().flatten().collect();
+    let network: Vec<_> = fragments.iter_mut().map(|f| std::mem::take(&mut f.network)).collect();
     let check_references = errors.is_empty();
-    let config = merge(fragments, check_references, &mut errors);
+    let mut config = merge(fragments, check_references, &mut errors);
+    config.network = super::network_validate::merge(
+        network,
+        config.announce.node.name.as_deref(),
+        &node_labels,
+        &super::network_validate::network_vrfs(&config),
+        &mut errors,
+    );
     if errors.is_empty() {
         Ok(config)
     } else {
@@ -257,6 +265,7 @@ mod tests {
             passive: false,
             bfd_profile: Some("tor".into()),
             max_prefixes: None,
+            graceful_restart: true,
             families: vec![AddressFamily::Ipv4Unicast],
             to_advertise: AdvertisePolicy {
                 mode: AllowMode::Filtered,

@@ -1,6 +1,7 @@
 //! Kubernetes manifests in `conf.d/*.yaml`: the objects operators already have — frr-k8s
 //! `FRRConfiguration`, MetalLB `IPAddressPool`, `BGPAdvertisement`, `BGPPeer`, `BFDProfile`,
-//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork` — mapped
+//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork`, nmstate
+//! `NodeNetworkConfigurationPolicy` (`manifest/nncp.rs`) — mapped
 //! onto the same model as the TOML sections.
 //!
 //! Each document is translated into the equivalent TOML table (keys from camelCase to the
@@ -25,6 +26,8 @@
 //!   what is announced, and are accepted. The node's own `host_subnet` (OVN-Kubernetes assigns
 //!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name.
 
+mod nncp;
+
 use std::path::Path;
 
 use serde::Deserialize;
@@ -38,7 +41,7 @@ use crate::config::announce::{Labels, PeerName, RouterLabels};
 use crate::config::selector::{LabelSelector, Operator, Requirement};
 
 /// The kinds understood, with their API groups.
-const KINDS: [(&str, &str); 8] = [
+const KINDS: [(&str, &str); 9] = [
     ("FRRConfiguration", "frrk8s.metallb.io"),
     ("IPAddressPool", "metallb.io"),
     ("BGPAdvertisement", "metallb.io"),
@@ -47,11 +50,14 @@ const KINDS: [(&str, &str); 8] = [
     ("Community", "metallb.io"),
     ("RouteAdvertisements", "k8s.ovn.org"),
     ("ClusterUserDefinedNetwork", "k8s.ovn.org"),
+    ("NodeNetworkConfigurationPolicy", "nmstate.io"),
 ];
 
 /// Keys whose snake_case is not the mechanical one.
-const RENAMES: [(&str, &str); 6] = [
+const RENAMES: [(&str, &str); 7] = [
     ("ebgpMultiHop", "ebgp_multihop"),
+    // MetalLB BGPPeer and frr-k8s neighbors: RFC 4724 graceful restart, both roles.
+    ("enableGracefulRestart", "graceful_restart"),
     ("dynamicASN", "dynamic_asn"),
     ("avoidBuggyIPs", "avoid_buggy_ips"),
     ("targetVRF", "target_vrf"),
@@ -60,7 +66,9 @@ const RENAMES: [(&str, &str); 6] = [
 ];
 
 /// Maps whose keys are label names, copied as written.
-const VERBATIM: [&str; 3] = ["matchLabels", "labels", "namespaceLabels"];
+/// Also `node_selector` and nmstate's `desired_state` (kebab-case keys of its own).
+const VERBATIM: [&str; 5] =
+    ["matchLabels", "labels", "namespaceLabels", "node_selector", "desired_state"];
 
 /// One manifest file → one fragment per applicable document.
 pub(crate) fn fragments(
@@ -270,6 +278,7 @@ impl Document<'_> {
                 )
             }
             "ClusterUserDefinedNetwork" => self.cudn(spec, name, labels),
+            "NodeNetworkConfigurationPolicy" => self.nncp(spec, name),
             _ => None,
         }
     }
@@ -1067,7 +1076,7 @@ spec:
 
     #[test]
     fn errors_name_file_document_and_field_path() {
-        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
+        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        prefixSets: x\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
         let errors =
             load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.to_string())]).unwrap_err().0;
         assert_eq!(errors.len(), 1, "{errors:?}");
@@ -1083,16 +1092,17 @@ spec:
         );
 
         let yaml = yaml.replace("  raw:\n    rawConfig: x\n", "");
-        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap_err().0;
+        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.clone())]).unwrap_err().0;
         assert_eq!(
-            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].enableGracefulRestart",
+            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].prefixSets",
             "{errors:?}"
         );
-        assert!(
-            errors[0].message.contains("unknown field `enableGracefulRestart`"),
-            "{}",
-            errors[0].message
-        );
+        assert!(errors[0].message.contains("unknown field `prefixSets`"), "{}", errors[0].message);
+        // enableGracefulRestart is graceful_restart.
+        let yaml =
+            yaml.replace("        prefixSets: x\n", "").replace("holdTime: 90", "holdTime: 90s");
+        let config = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap();
+        assert!(config.bgp.routers[0].neighbors[0].graceful_restart);
 
         let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
         let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;

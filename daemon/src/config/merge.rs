@@ -13,12 +13,14 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    LocalPrefPrefixes, Neighbor, ReceivePolicy, RemoteAsn, Router,
+    GracefulRestartConfig, LocalPrefPrefixes, Neighbor, ReceivePolicy, RemoteAsn, Router,
 };
 use super::validate::{
     vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
-    RouterFragment,
+    RouterFragment, DEFAULT_DRAIN_TIME, DEFAULT_RESTART_TIME, DEFAULT_SELECT_DEFER_TIME,
+    DEFAULT_STALE_PATH_TIME,
 };
+use std::time::Duration;
 
 /// Merges fragments in order. Conflicts go to `errors`. Cross-reference checks (advertised
 /// prefixes against router prefixes, BFD profile names) run only when `check_references` is
@@ -33,22 +35,34 @@ pub(crate) fn merge(
     let mut profiles: Vec<BfdProfileFragment> = Vec::new();
     let mut always_block = BTreeSet::new();
     let mut nexthop_objects: Option<(bool, Loc)> = None;
+    let mut drain_time: Option<(Duration, Loc)> = None;
+    let mut restart_time: Option<(Duration, Loc)> = None;
+    let mut stale_path_time: Option<(Duration, Loc)> = None;
+    let mut select_defer_time: Option<(Duration, Loc)> = None;
     let mut announce = Vec::with_capacity(fragments.len());
     for mut fragment in fragments {
         announce.push((fragment.file.clone(), std::mem::take(&mut fragment.announce)));
         always_block.extend(fragment.always_block);
-        match (&nexthop_objects, fragment.nexthop_objects) {
-            (_, None) => {}
-            (None, Some(set)) => nexthop_objects = Some(set),
-            (Some((first, _)), Some((value, _))) if *first == value => {}
-            (Some((first, first_loc)), Some((value, loc))) => errors.push(loc.error(
-                "fib.nexthop_objects",
-                format!(
-                    "is {value} here but {first} at {first_loc}; a node has one FIB setting — \
-                     make them equal or set it in one file"
-                ),
-            )),
-        }
+        node_setting(&mut nexthop_objects, fragment.nexthop_objects, "fib.nexthop_objects", errors);
+        node_setting(&mut drain_time, fragment.drain_time, "drain_time", errors);
+        node_setting(
+            &mut restart_time,
+            fragment.restart_time,
+            "graceful_restart.restart_time",
+            errors,
+        );
+        node_setting(
+            &mut stale_path_time,
+            fragment.stale_path_time,
+            "graceful_restart.stale_path_time",
+            errors,
+        );
+        node_setting(
+            &mut select_defer_time,
+            fragment.select_defer_time,
+            "graceful_restart.select_defer_time",
+            errors,
+        );
         for profile in fragment.bfd_profiles {
             merge_bfd_profile(&mut profiles, profile, errors);
         }
@@ -66,8 +80,57 @@ pub(crate) fn merge(
         bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
         always_block: always_block.into_iter().collect(),
         fib: FibConfig { nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on) },
+        drain_time: drain_time.map_or(DEFAULT_DRAIN_TIME, |(d, _)| d),
+        graceful_restart: GracefulRestartConfig {
+            restart_time: restart_time.map_or(DEFAULT_RESTART_TIME, |(d, _)| d),
+            stale_path_time: stale_path_time.map_or(DEFAULT_STALE_PATH_TIME, |(d, _)| d),
+            select_defer_time: select_defer_time.map_or(DEFAULT_SELECT_DEFER_TIME, |(d, _)| d),
+        },
         files,
         announce: super::announce::merge(announce, errors),
+        // Filled in by `load`, which knows the node's labels.
+        network: Default::default(),
+    }
+}
+
+/// A node-wide setting: a file that leaves it out takes the other file's value; two different
+/// values conflict (a node has one of each).
+fn node_setting<T: PartialEq + Written>(
+    slot: &mut Option<(T, Loc)>,
+    incoming: Option<(T, Loc)>,
+    field: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    match (&*slot, incoming) {
+        (_, None) => {}
+        (None, Some(set)) => *slot = Some(set),
+        (Some((first, _)), Some((value, _))) if *first == value => {}
+        (Some((first, first_loc)), Some((value, loc))) => errors.push(loc.error(
+            field,
+            format!(
+                "is {} here but {} at {first_loc}; a node has one such setting — make them \
+                 equal or set it in one file",
+                value.written(),
+                first.written()
+            ),
+        )),
+    }
+}
+
+/// A value as a config file writes it.
+trait Written {
+    fn written(&self) -> String;
+}
+
+impl Written for bool {
+    fn written(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Written for Duration {
+    fn written(&self) -> String {
+        format!("\"{}\"", format_duration(*self))
     }
 }
 
@@ -395,6 +458,7 @@ fn session_differences(
     compare("passive", &|n| Some(n.passive.to_string()));
     compare("bfd_profile", &|n| n.bfd_profile.clone().map(quoted));
     compare("max_prefixes", &|n| n.max_prefixes.map(|v| v.to_string()));
+    compare("graceful_restart", &|n| Some(n.graceful_restart.to_string()));
     compare("families", &|n| {
         Some(format!(
             "[{}]",

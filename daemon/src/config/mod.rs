@@ -58,6 +58,9 @@ mod load;
 mod manifest;
 mod merge;
 mod model;
+pub mod network;
+mod network_validate;
+pub mod node_values;
 mod raw;
 pub mod selector;
 mod source;
@@ -69,7 +72,8 @@ pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, 
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
-    LocalPrefPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
+    GracefulRestartConfig, LocalPrefPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy,
+    RemoteAsn, Router,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

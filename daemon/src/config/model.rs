@@ -23,10 +23,17 @@ pub struct Config {
     /// Prefixes never accepted from any peer, whatever a neighbor's `to_receive` says.
     pub always_block: Vec<IpNet>,
     pub fib: FibConfig,
+    /// How long `uplink drain` (and a shutdown) announces GRACEFUL_SHUTDOWN (RFC 8326) before
+    /// it withdraws the service addresses.
+    #[serde(serialize_with = "duration::serialize")]
+    pub drain_time: Duration,
+    pub graceful_restart: GracefulRestartConfig,
     /// The files this config was loaded from, in merge order.
     pub files: Vec<PathBuf>,
     /// What the node announces besides router `prefixes` (`crate::announce`).
     pub announce: AnnounceConfig,
+    /// The node's own network: `[network]` and the policies selecting this node.
+    pub network: super::network::NetworkConfig,
 }
 
 /// Node-wide FIB settings.
@@ -35,6 +42,33 @@ pub struct FibConfig {
     /// Install ECMP through kernel nexthop objects and groups (default); `false` installs
     /// routes with their hops inline (RTA_MULTIPATH), as on kernels without nexthop objects.
     pub nexthop_objects: bool,
+}
+
+/// Node-wide graceful restart timers (RFC 4724); FRR's names and defaults.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GracefulRestartConfig {
+    /// The Restart Time we advertise: how long peers keep our routes while we restart.
+    #[serde(serialize_with = "duration::serialize")]
+    pub restart_time: Duration,
+    /// How long a restarted peer's stale routes are kept once its session is back, waiting for
+    /// its End-of-RIB (FRR `stalepath-time`).
+    #[serde(serialize_with = "duration::serialize")]
+    pub stale_path_time: Duration,
+    /// After our own restart, how long we wait for the End-of-RIB of our graceful-restart
+    /// peers before the routes of the previous run that did not come back leave the kernel
+    /// (FRR `select-defer-time`).
+    #[serde(serialize_with = "duration::serialize")]
+    pub select_defer_time: Duration,
+}
+
+impl Default for GracefulRestartConfig {
+    fn default() -> Self {
+        Self {
+            restart_time: super::validate::DEFAULT_RESTART_TIME,
+            stale_path_time: super::validate::DEFAULT_STALE_PATH_TIME,
+            select_defer_time: super::validate::DEFAULT_SELECT_DEFER_TIME,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -185,6 +219,9 @@ pub struct Neighbor {
     pub bfd_profile: Option<String>,
     /// Tear the session down when the peer sends more prefixes than this.
     pub max_prefixes: Option<u32>,
+    /// RFC 4724 graceful restart with this neighbor, both roles: it keeps our routes while we
+    /// restart, we keep its routes while it restarts.
+    pub graceful_restart: bool,
     pub families: Vec<AddressFamily>,
     pub to_advertise: AdvertisePolicy,
     pub to_receive: ReceivePolicy,

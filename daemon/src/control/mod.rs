@@ -8,6 +8,7 @@ pub mod bgp;
 pub mod client;
 pub mod dispatch;
 pub mod fib;
+pub mod network;
 pub mod protocol;
 pub mod render;
 pub mod server;

@@ -108,6 +108,8 @@ pub struct FibSlot {
 pub struct Fib {
     tx: mpsc::Sender<Command>,
     instances: Arc<RwLock<Vec<FibSlot>>>,
+    /// The kernel held routes of a previous run at start, and they were kept.
+    previous_run_kept: bool,
 }
 
 /// One instance's channel to the writer.
@@ -127,11 +129,17 @@ impl FibSender {
     }
 }
 
-/// Starts the writer and monitor threads. The writer first reconciles with the kernel (removing
-/// every stale `proto bgp` route in uplink's tables), then applies changes as they come.
+/// Starts the writer and monitor threads. The writer first reconciles with the kernel, then
+/// applies changes as they come. Without `keep_previous` the startup reconcile removes every
+/// stale `proto bgp` route in uplink's tables; with it (graceful restart, RFC 4724 §4.1) the
+/// previous run's routes and nexthops stay and keep forwarding until [`Fib::end_restart`].
 /// `nexthop_objects = false` installs ECMP routes with RTA_MULTIPATH (the writer also falls
 /// back to that by itself when the kernel has no nexthop objects).
-pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result<Fib, String> {
+pub fn start(
+    instances: Vec<FibInstanceConfig>,
+    nexthop_objects: bool,
+    keep_previous: bool,
+) -> Result<Fib, String> {
     let kernel = kernel::Kernel::open()
         .map_err(|e| format!("cannot open a netlink socket for the FIB: {e}"))?;
     let mut monitor = kernel::Monitor::open()
@@ -162,16 +170,21 @@ pub fn start(instances: Vec<FibInstanceConfig>, nexthop_objects: bool) -> Result
             }
         })
         .map_err(|e| format!("cannot start the FIB monitor thread: {e}"))?;
-    let writer = Writer::new(kernel, instances.clone(), nexthop_objects);
+    let writer = Writer::new(kernel, instances.clone(), nexthop_objects, keep_previous);
+    let (started_tx, started) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("uplink-fib".into())
         .spawn(move || {
-            writer.run(rx);
+            writer.run(rx, started_tx);
             error!("the FIB writer stopped");
         })
         .map_err(|e| format!("cannot start the FIB writer thread: {e}"))?;
+    // The startup reconcile says whether a previous run's routes were kept (sessions then
+    // advertise that they restarted).
+    let previous_run_kept =
+        started.recv().map_err(|_| "the FIB writer stopped during its startup".to_string())?;
     let slots = instances.into_iter().map(|config| FibSlot { config, retired: false }).collect();
-    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)) })
+    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)), previous_run_kept })
 }
 
 impl Fib {
@@ -217,6 +230,26 @@ impl Fib {
         self.instances
             .read()
             .is_ok_and(|slots| slots.iter().any(|s| !s.retired && s.config == *config))
+    }
+
+    /// Whether the kernel held a previous run's routes at start and they were kept.
+    pub fn previous_run_kept(&self) -> bool {
+        self.previous_run_kept
+    }
+
+    /// RFC 4724 §4.1: our restart is over (every graceful-restart peer has sent End-of-RIB,
+    /// or the wait ran out): the previous run's routes that did not come back leave the
+    /// kernel.
+    pub async fn end_restart(&self) -> Result<(), String> {
+        self.tx.send(Command::EndRestart).await.map_err(|_| "the FIB writer has stopped".into())
+    }
+
+    /// Takes every route uplink installed out of the kernel (a shutdown without graceful
+    /// restart) and returns once that is done.
+    pub async fn clear(&self) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::Clear(reply)).await.map_err(|_| "the FIB writer has stopped")?;
+        rx.await.map_err(|_| "the FIB writer has stopped".to_string())
     }
 
     /// Returns once every change sent before this call has been written to the kernel.

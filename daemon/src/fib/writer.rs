@@ -50,6 +50,10 @@ pub(super) enum Command {
     /// A reload: the instances after it, index for index (`Fib::configure`). Those beyond the
     /// writer's list are new; those newly retired leave the kernel.
     Configure(Vec<super::FibSlot>),
+    /// Our graceful restart is over: what the previous run left and nobody wants now goes.
+    EndRestart,
+    /// Every route leaves the kernel (shutdown without graceful restart); answered when done.
+    Clear(oneshot::Sender<()>),
 }
 
 enum Reply {
@@ -139,6 +143,9 @@ pub(super) struct Writer {
     objects: bool,
     resolution_dirty: bool,
     resync: bool,
+    /// Graceful restart (RFC 4724 §4.1): the previous run's routes and nexthops that nobody
+    /// wants yet are kept (not deleted by a reconcile) until the restart is over.
+    keep_previous: bool,
 }
 
 fn normalize(mut hops: Vec<NextHop>) -> Vec<NextHop> {
@@ -148,7 +155,12 @@ fn normalize(mut hops: Vec<NextHop>) -> Vec<NextHop> {
 }
 
 impl Writer {
-    pub(super) fn new(kernel: Kernel, configs: Vec<FibInstanceConfig>, objects: bool) -> Self {
+    pub(super) fn new(
+        kernel: Kernel,
+        configs: Vec<FibInstanceConfig>,
+        objects: bool,
+        keep_previous: bool,
+    ) -> Self {
         Writer {
             kernel,
             instances: configs.into_iter().map(Instance::new).collect(),
@@ -159,16 +171,23 @@ impl Writer {
             objects,
             resolution_dirty: false,
             resync: false,
+            keep_previous,
         }
     }
 
-    pub(super) fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+    pub(super) fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Command>,
+        started: std::sync::mpsc::SyncSender<bool>,
+    ) {
         // Startup: remove every `proto bgp` route and nexthop uplink does not want — which,
-        // before any session is up, is all of them (graceful restart will defer this).
-        self.reconcile(true);
+        // before any session is up, is all of them — unless graceful restart keeps them.
+        let kept = self.reconcile(true);
+        let _ = started.send(kept > 0);
         while let Some(first) = rx.blocking_recv() {
             let mut plan = Plan::default();
             let mut shows = Vec::new();
+            let mut end_restart = false;
             let mut next = Some(first);
             let mut drained = 0;
             while let Some(command) = next.take() {
@@ -185,6 +204,13 @@ impl Writer {
                     Command::Show(reply) => shows.push(Reply::Show(reply)),
                     Command::Flush(reply) => shows.push(Reply::Flush(reply)),
                     Command::Configure(slots) => self.configure(slots, &mut plan),
+                    Command::EndRestart => end_restart = true,
+                    Command::Clear(reply) => {
+                        for index in 0..self.instances.len() {
+                            self.clear(index, &mut plan);
+                        }
+                        shows.push(Reply::Flush(reply));
+                    }
                 }
                 drained += 1;
                 if drained < MAX_COMMANDS_PER_BATCH {
@@ -208,6 +234,13 @@ impl Writer {
                         let _ = reply.send(());
                     }
                 }
+            }
+            if end_restart && self.keep_previous {
+                self.keep_previous = false;
+                info!(
+                    "graceful restart over: removing what the previous run left and nobody wants"
+                );
+                self.reconcile(false);
             }
             // Notifications lost in a burst (mostly our own echoes) are made up for with one
             // dump once the burst is over, not one per overflow.
@@ -654,8 +687,9 @@ impl Writer {
     }
 
     /// Reads links, routes and nexthops from the kernel and makes it hold exactly what uplink
-    /// wants: stale `proto bgp` routes and nexthops in its tables go, missing ones come back.
-    fn reconcile(&mut self, startup: bool) {
+    /// wants: stale `proto bgp` routes and nexthops in its tables go (or, during a graceful
+    /// restart, stay: their number is returned), missing ones come back.
+    fn reconcile(&mut self, startup: bool) -> usize {
         let mut links = Vec::new();
         if let Err(e) = self.kernel.dump(msg::RTM_GETLINK, msg::AF_UNSPEC, |m| {
             if let Some(link) = msg::parse_link(m.payload) {
@@ -772,18 +806,37 @@ impl Writer {
         }
         let stale_routes: Vec<RouteKey> =
             kernel_bgp.keys().filter(|k| !wanted.contains(*k)).copied().collect();
-        if !stale_routes.is_empty() {
-            info!("removing {} stale proto bgp route(s) uplink does not want", stale_routes.len());
-        }
-        plan.routes.extend(stale_routes.into_iter().map(Op::DelRoute));
-        if !stale_nexthops.is_empty() {
-            info!("removing {} stale proto bgp nexthop(s)", stale_nexthops.len());
-        }
-        // Order does not matter here: deleting a member takes it out of its groups, and an
-        // already-gone object is not an error (ENOENT is ignored).
-        plan.cleanup.extend(stale_nexthops.into_iter().map(Op::DelNexthop));
+        let kept = if self.keep_previous {
+            // RFC 4724 §4.1: the previous run's forwarding state stays until the restart is
+            // over; its nexthop ids are not handed out again meanwhile.
+            if startup && !stale_routes.is_empty() {
+                info!(
+                    "graceful restart: keeping {} route(s) of the previous run until the peers' \
+                     End-of-RIB",
+                    stale_routes.len()
+                );
+            }
+            self.registry.reserve_foreign(stale_nexthops.iter().copied());
+            stale_routes.len()
+        } else {
+            if !stale_routes.is_empty() {
+                info!(
+                    "removing {} stale proto bgp route(s) uplink does not want",
+                    stale_routes.len()
+                );
+            }
+            plan.routes.extend(stale_routes.into_iter().map(Op::DelRoute));
+            if !stale_nexthops.is_empty() {
+                info!("removing {} stale proto bgp nexthop(s)", stale_nexthops.len());
+            }
+            // Order does not matter here: deleting a member takes it out of its groups, and an
+            // already-gone object is not an error (ENOENT is ignored).
+            plan.cleanup.extend(stale_nexthops.into_iter().map(Op::DelNexthop));
+            0
+        };
         self.resolution_dirty = false;
         self.execute(plan);
+        kept
     }
 
     fn views(&self) -> Vec<FibInstanceView> {

@@ -7,7 +7,8 @@ use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. Safe to call once; later calls are ignored.
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,nispor=error"));
     // systemd sets JOURNAL_STREAM for services whose stdout/stderr go to the journal.
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         if let Ok(journald) = tracing_journald::layer() {

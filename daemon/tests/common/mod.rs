@@ -225,6 +225,31 @@ impl Lab {
         self.processes = keep;
     }
 
+    /// Sends SIGKILL to the daemons registered by pid file under `label` (FRR's), at once:
+    /// a crash, not a shutdown.
+    pub fn kill9_pidfiles(&mut self, label: &str) {
+        let mut keep = vec![];
+        for p in self.processes.drain(..) {
+            match p {
+                Owned::PidFile(l, path) if l == label => {
+                    if let Ok(pid) = std::fs::read_to_string(&path) {
+                        let pid = pid.trim().to_string();
+                        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                        let deadline = Instant::now() + Duration::from_secs(3);
+                        while Instant::now() < deadline
+                            && Path::new(&format!("/proc/{pid}")).exists()
+                        {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                    let _ = std::fs::remove_file(&path);
+                }
+                other => keep.push(other),
+            }
+        }
+        self.processes = keep;
+    }
+
     /// The logs of every process, for failure reports.
     pub fn dump_logs(&self) -> String {
         let mut s = String::new();

@@ -112,6 +112,21 @@ struct Peer {
     accepted: usize,
     out_v4: AdjRibOut<Ipv4Net>,
     out_v6: AdjRibOut<Ipv6Net>,
+    /// The session is down but its routes are kept as stale (RFC 4724 §4.2): nothing is
+    /// exported to it until it comes back.
+    restarting: bool,
+}
+
+impl Peer {
+    fn new(info: PeerInfo) -> Self {
+        Self {
+            info,
+            accepted: 0,
+            out_v4: AdjRibOut::default(),
+            out_v6: AdjRibOut::default(),
+            restarting: false,
+        }
+    }
 }
 
 /// The RIB of one routing instance.
@@ -291,7 +306,7 @@ fn export_to_peer<P: RibFamily>(
     peer: &mut Peer,
     changes: &mut Changes,
 ) {
-    if !peer.info.families.contains(&P::FAMILY) {
+    if peer.restarting || !peer.info.families.contains(&P::FAMILY) {
         return;
     }
     let desired = best.and_then(|b| {
@@ -435,6 +450,35 @@ impl<P: RibFamily> Parts<'_, P> {
         lost
     }
 
+    /// Marks every path from `peer` stale.
+    fn mark_stale(&mut self, peer: PeerId) {
+        for dest in self.table.map.values_mut() {
+            for path in dest.paths_mut().iter_mut().filter(|p| p.peer == peer) {
+                path.stale = true;
+            }
+        }
+    }
+
+    /// How many paths `peer` has in this family.
+    fn count_paths_of(&self, peer: PeerId) -> usize {
+        self.table.map.values().filter(|d| d.paths().iter().any(|p| p.peer == peer)).count()
+    }
+
+    /// Removes the paths from `peer` that are still stale; returns how many.
+    fn remove_stale_paths(&mut self, peer: PeerId, changes: &mut Changes) -> usize {
+        let prefixes: Vec<P> = self
+            .table
+            .map
+            .iter()
+            .filter(|(_, d)| d.paths().iter().any(|p| p.peer == peer && p.stale))
+            .map(|(p, _)| *p)
+            .collect();
+        for prefix in &prefixes {
+            self.change_path(prefix, PathChange::Remove(peer), changes);
+        }
+        prefixes.len()
+    }
+
     /// Removes every path from `peer`.
     fn remove_peer_paths(&mut self, peer: PeerId, changes: &mut Changes) {
         let prefixes: Vec<P> = self
@@ -520,10 +564,7 @@ impl Rib {
     pub fn peer_up(&mut self, info: PeerInfo) -> PeerId {
         let id = PeerId(self.next_peer);
         self.next_peer = self.next_peer.saturating_add(1);
-        self.peers.insert(
-            id,
-            Peer { info, accepted: 0, out_v4: AdjRibOut::default(), out_v6: AdjRibOut::default() },
-        );
+        self.peers.insert(id, Peer::new(info));
         let mut changes = Changes::default();
         Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
         Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
@@ -542,6 +583,75 @@ impl Rib {
         changes.outbound.remove(&id);
         self.maybe_sweep();
         changes
+    }
+
+    /// RFC 4724 §4.2: the session of a graceful-restart peer ended without a NOTIFICATION.
+    /// Its routes of `families` stay, marked stale, and keep forwarding; those of other
+    /// families go now. Nothing is exported to it until [`Rib::peer_resumed`].
+    pub fn peer_restarting(&mut self, id: PeerId, families: &[Family]) -> Changes {
+        let mut changes = Changes::default();
+        let Some(peer) = self.peers.get_mut(&id) else { return changes };
+        peer.restarting = true;
+        peer.out_v4 = AdjRibOut::default();
+        peer.out_v6 = AdjRibOut::default();
+        if families.contains(&Family::IPV4_UNICAST) {
+            Ipv4Net::parts(self).mark_stale(id);
+        } else {
+            Ipv4Net::parts(self).remove_peer_paths(id, &mut changes);
+        }
+        if families.contains(&Family::IPV6_UNICAST) {
+            Ipv6Net::parts(self).mark_stale(id);
+        } else {
+            Ipv6Net::parts(self).remove_peer_paths(id, &mut changes);
+        }
+        changes.outbound.remove(&id);
+        self.recount(id);
+        changes
+    }
+
+    /// The restarting peer's session is back: same id, its new session's settings, and the
+    /// current table queued for it (the initial advertisement). Its stale paths stay until
+    /// [`Rib::purge_stale`].
+    pub fn peer_resumed(&mut self, id: PeerId, info: PeerInfo) -> Result<(), RibError> {
+        let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
+        peer.info = info;
+        peer.restarting = false;
+        let mut changes = Changes::default();
+        Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
+        Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
+        Ok(())
+    }
+
+    /// Removes the peer's paths of `family` that are still stale (its End-of-RIB came, or the
+    /// wait for it ran out).
+    pub fn purge_stale(&mut self, id: PeerId, family: Family) -> Changes {
+        let mut changes = Changes::default();
+        if !self.peers.contains_key(&id) {
+            return changes;
+        }
+        if family == Family::IPV4_UNICAST {
+            Ipv4Net::parts(self).remove_stale_paths(id, &mut changes);
+        } else if family == Family::IPV6_UNICAST {
+            Ipv6Net::parts(self).remove_stale_paths(id, &mut changes);
+        }
+        self.recount(id);
+        self.maybe_sweep();
+        changes
+    }
+
+    /// Whether a peer is restarting (its routes kept as stale).
+    pub fn is_restarting(&self, id: PeerId) -> bool {
+        self.peers.get(&id).is_some_and(|p| p.restarting)
+    }
+
+    /// Recomputes a peer's accepted count after paths were removed wholesale.
+    fn recount(&mut self, id: PeerId) {
+        let count = Ipv4Net::parts(self)
+            .count_paths_of(id)
+            .saturating_add(Ipv6Net::parts(self).count_paths_of(id));
+        if let Some(peer) = self.peers.get_mut(&id) {
+            peer.accepted = count;
+        }
     }
 
     /// Replaces a peer's export policy and re-evaluates what it should have.

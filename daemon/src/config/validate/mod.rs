@@ -45,6 +45,13 @@ pub(crate) const DEFAULT_BFD_INTERVAL: Duration = Duration::from_millis(300);
 pub(crate) const DEFAULT_BFD_ECHO_INTERVAL: Duration = Duration::from_millis(50);
 pub(crate) const DEFAULT_BFD_DETECT_MULTIPLIER: u8 = 3;
 pub(crate) const DEFAULT_BFD_MINIMUM_TTL: u8 = 254;
+/// FRR's graceful restart defaults (`bgp graceful-restart restart-time|stalepath-time|
+/// select-defer-time`).
+pub(crate) const DEFAULT_RESTART_TIME: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_STALE_PATH_TIME: Duration = Duration::from_secs(360);
+pub(crate) const DEFAULT_SELECT_DEFER_TIME: Duration = Duration::from_secs(360);
+/// Long enough for a GRACEFUL_SHUTDOWN to cross the fabric and traffic to move (RFC 8326).
+pub(crate) const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(15);
 /// Linux `TCP_MD5SIG_MAXKEYLEN`; RFC 2385 itself sets no limit but the kernel does.
 pub(crate) const TCP_MD5_MAX_KEY_LEN: usize = 80;
 
@@ -57,7 +64,14 @@ pub(crate) struct Fragment {
     pub always_block: Vec<IpNet>,
     /// `[fib] nexthop_objects`, where this file sets it.
     pub nexthop_objects: Option<(bool, Loc)>,
+    /// `drain_time`, where this file sets it.
+    pub drain_time: Option<(Duration, Loc)>,
+    /// `[graceful_restart]` timers, each where this file sets it.
+    pub restart_time: Option<(Duration, Loc)>,
+    pub stale_path_time: Option<(Duration, Loc)>,
+    pub select_defer_time: Option<(Duration, Loc)>,
     pub announce: AnnounceFragment,
+    pub network: super::network_validate::NetworkFragment,
 }
 
 #[derive(Debug)]
@@ -148,7 +162,12 @@ pub(crate) fn validate_file(
         bfd_profiles: Vec::new(),
         always_block: Vec::new(),
         nexthop_objects: None,
+        drain_time: None,
+        restart_time: None,
+        stale_path_time: None,
+        select_defer_time: None,
         announce: AnnounceFragment::default(),
+        network: Default::default(),
     };
     let announce = RawAnnounce {
         node: raw.node,
@@ -160,6 +179,35 @@ pub(crate) fn validate_file(
         route_advertisements: raw.route_advertisements,
     };
     fragment.announce = super::announce::validate(source, announce, &mut *check.errors);
+    fragment.network = super::network_validate::validate(
+        source,
+        raw.network,
+        raw.network_policies,
+        &mut *check.errors,
+    );
+    if let Some(value) = &raw.drain_time {
+        fragment.drain_time =
+            check.millis_in(value, "drain_time", 0..=3_600_000).map(|d| (d, check.loc(value)));
+    }
+    if let Some(gr) = &raw.graceful_restart {
+        let gr = gr.get_ref();
+        // RFC 4724 §3: the Restart Time is a 12-bit number of seconds.
+        if let Some(value) = &gr.restart_time {
+            fragment.restart_time = check
+                .whole_seconds_in(value, "graceful_restart.restart_time", 1..=4095)
+                .map(|d| (d, check.loc(value)));
+        }
+        if let Some(value) = &gr.stale_path_time {
+            fragment.stale_path_time = check
+                .whole_seconds_in(value, "graceful_restart.stale_path_time", 1..=4095)
+                .map(|d| (d, check.loc(value)));
+        }
+        if let Some(value) = &gr.select_defer_time {
+            fragment.select_defer_time = check
+                .whole_seconds_in(value, "graceful_restart.select_defer_time", 0..=3600)
+                .map(|d| (d, check.loc(value)));
+        }
+    }
     if let Some(fib) = raw.fib {
         let loc = source.loc(fib.span().start);
         fragment.nexthop_objects = fib.into_inner().nexthop_objects.map(|on| (on, loc));

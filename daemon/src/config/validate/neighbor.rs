@@ -48,6 +48,10 @@ impl Checker<'_, '_> {
             written.push("passive", self.loc(value));
             *value.get_ref()
         });
+        let graceful_restart = raw.graceful_restart.as_ref().is_some_and(|value| {
+            written.push("graceful_restart", self.loc(value));
+            *value.get_ref()
+        });
         let bfd_profile = raw.bfd_profile.as_ref().map(|name| {
             written.push("bfd_profile", self.loc(name));
             name.get_ref().clone()
@@ -96,6 +100,7 @@ impl Checker<'_, '_> {
             passive,
             bfd_profile,
             max_prefixes,
+            graceful_restart,
             families: families?,
             to_advertise,
             to_receive,
