@@ -30,6 +30,14 @@ for host in wk1 wk2; do
   "$uplink" check --config "$out/ok/$host/config/uplink.toml"
 done
 
+echo "== the sections the inventory leaves empty (network policies, manifests as text and documents)"
+ansible-playbook tests/render-check.yml -e uplink_binary_src="$uplink" -e uplink_test_out="$out/more" \
+  -e @tests/more-config.yml
+for host in wk1 wk2; do
+  "$uplink" check --config "$out/more/$host/config/uplink.toml"
+  test -s "$out/more/$host/config/conf.d/nncp.yaml" && test -s "$out/more/$host/config/conf.d/metallb.yaml"
+done
+
 echo "== a config uplink rejects fails the host with uplink's own message"
 set +e
 log=$(ansible-playbook tests/render-check.yml --limit wk1 -e uplink_binary_src="$uplink" \
