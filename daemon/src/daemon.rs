@@ -2,6 +2,7 @@
 //! control socket, tell systemd we are ready, and shut down cleanly on SIGTERM/SIGINT
 //! (every session gets a Cease/Administrative Shutdown, RFC 4486 §4).
 
+use crate::announce::runtime::DrainPhase;
 use crate::bgp::instance::Instance;
 use crate::config;
 use crate::control::dispatch;
@@ -16,7 +17,7 @@ use tracing::{error, info};
 
 /// Runs the daemon until a termination signal. A config with a mistake never half-applies:
 /// it is rejected before anything starts.
-pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
+pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), String> {
     let config =
         config::load(config_path).map_err(|e| format!("config rejected, not starting:\n{e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -27,22 +28,25 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
         // The drain state and the announcements are known before any session starts, so a
-        // peer's first UPDATEs already carry the node's prefixes. A drain outlives a daemon
-        // restart (an upgrade in a maintenance window must not bring the VIPs back); the
-        // marker lives beside the socket, in /run, so a reboot clears it.
-        let drain_marker = drain::marker(socket);
-        let drained = drain::is_marked(&drain_marker);
-        if drained {
+        // peer's first UPDATEs already carry the node's prefixes. An operator's drain outlives
+        // a daemon restart (an upgrade in a maintenance window must not bring the VIPs back).
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| format!("cannot create the state directory {}: {e}", state_dir.display()))?;
+        let drain_marker = drain::marker(state_dir);
+        let drain_phase = drain::initial_phase(&drain_marker);
+        if drain_phase != DrainPhase::Serving {
             info!(marker = %drain_marker.display(), "starting drained: service addresses withdrawn");
         }
         let announcer = crate::announce::runtime::spawn(
             config.announce.clone(),
             crate::announce::router_inputs(&config),
-            drained,
+            drain_phase,
         );
+        let drain = drain::spawn(announcer.clone(), drain_marker, config.drain_time, drain_phase);
+        crate::ops::inhibit::spawn(drain.clone(), config.drain_time);
         // The FIB writer starts before any session: it purges stale routes first, or, with
         // graceful restart, keeps the previous run's until the peers have sent End-of-RIB.
-        let graceful = config.bgp.routers.iter().flat_map(|r| &r.neighbors).any(|n| n.graceful_restart);
+        let graceful = config.bgp.routers.iter().flat_map(|r| &r.neighbors).any(|n| n.graceful_restart.restarts());
         let fib = crate::fib::start(
             fib_instances(&config, &announcer.current()),
             config.fib.nexthop_objects,
@@ -72,13 +76,13 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             running: running_tx,
         }
         .spawn();
-        let (fib_for_shutdown, drain_marker_for_shutdown) = (fib.clone(), drain_marker.clone());
+        let fib_for_shutdown = fib.clone();
         let context = dispatch::Context {
             instances: instances.clone(),
             running,
             announcer,
             fib,
-            drain_marker,
+            drain: drain.clone(),
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)
@@ -86,14 +90,18 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot open the control socket {}: {e}", socket.display()))?;
         info!(socket = %socket.display(), "uplink running with {count} routing instance(s)");
         systemd::ready(&format!("{count} routing instance(s)"));
-        systemd::spawn_watchdog();
+        let (watched, watched_fib) = (instances.clone(), fib_for_shutdown.clone());
+        systemd::spawn_watchdog(move || {
+            let (instances, fib) = (watched.borrow().clone(), watched_fib.clone());
+            async move { alive(&instances, &fib).await }
+        });
 
         wait_for_shutdown().await;
         systemd::stopping();
         // With graceful restart (and not drained: a drained node is going away) the peers
         // keep our routes and the kernel keeps theirs until we are back; otherwise every
         // session ends with a Cease and our routes leave the kernel.
-        let graceful = graceful && !drain::is_marked(&drain_marker_for_shutdown);
+        let graceful = graceful && drain.phase() == DrainPhase::Serving;
         if graceful {
             info!("shutting down for a graceful restart: routes stay in the kernel and at the peers");
         } else {
@@ -132,6 +140,19 @@ async fn finish_restart(instances: Vec<Arc<Instance>>, fib: crate::fib::Fib, lim
     if let Err(e) = fib.end_restart().await {
         error!("{e}");
     }
+}
+
+/// Whether the parts that do the work answer: every RIB task, the FIB writer (everything sent
+/// to it is written), every BFD thread.
+async fn alive(instances: &[Arc<Instance>], fib: &crate::fib::Fib) -> Result<(), String> {
+    for instance in instances {
+        let vrf = config::vrf_display_name(&instance.vrf);
+        instance.rib.summary().await.map_err(|e| format!("RIB of VRF {vrf}: {e}"))?;
+        if let Some(bfd) = instance.bfd() {
+            bfd.peers().await.map_err(|e| format!("BFD of VRF {vrf}: {e}"))?;
+        }
+    }
+    fib.flush().await.map_err(|e| format!("FIB writer: {e}"))
 }
 
 async fn wait_for_shutdown() {

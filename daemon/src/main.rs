@@ -5,10 +5,12 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use uplink::control::protocol::{FamilyArg, Request, VrfSelector};
 use uplink::control::{client, render, DEFAULT_SOCKET};
 
 const DEFAULT_CONFIG: &str = "/etc/uplink/uplink.toml";
+const DEFAULT_STATE_DIR: &str = "/var/lib/uplink";
 
 #[derive(Parser)]
 #[command(name = "uplink", version, about = "Connects a bare-metal node to its data-centre fabric")]
@@ -26,6 +28,9 @@ enum Command {
     Run {
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Where the daemon keeps what must outlive it (the drain record).
+        #[arg(long, default_value = DEFAULT_STATE_DIR)]
+        state_dir: PathBuf,
     },
     /// Validate the config without running; exit 1 with every error found.
     Check {
@@ -37,11 +42,24 @@ enum Command {
         #[command(subcommand)]
         what: Show,
     },
-    /// Withdraw this node's service addresses (LoadBalancer VIPs) from every peer before
-    /// maintenance; sessions and pod networks stay. Survives a daemon restart, not a reboot.
-    Drain,
-    /// Announce the service addresses again after `drain`.
+    /// Move traffic away before maintenance: announce everything this node originates with
+    /// GRACEFUL_SHUTDOWN and LOCAL_PREF 0 (RFC 8326), wait `drain_time`, then withdraw the
+    /// service addresses (LoadBalancer VIPs). Sessions stay up. Survives a daemon restart.
+    Drain {
+        /// Return once GRACEFUL_SHUTDOWN is announced, not after the withdrawal.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Announce everything again after `drain`.
     Undrain,
+    /// Wait until every configured session is Established and End-of-RIB went both ways
+    /// (exit 1 naming the sessions that are not, after the timeout). For rollouts, and for
+    /// units ordered after uplink-wait-ready.service.
+    WaitReady {
+        /// How long to wait, e.g. "120s" or "5m".
+        #[arg(long, default_value = "120s", value_parser = parse_duration_arg)]
+        timeout: Duration,
+    },
     /// Apply now, without the daemon.
     Apply {
         #[command(subcommand)]
@@ -164,9 +182,9 @@ enum Family {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config } => {
+        Command::Run { config, state_dir } => {
             uplink::ops::logging::init();
-            match uplink::daemon::run(&config, &cli.socket) {
+            match uplink::daemon::run(&config, &cli.socket, &state_dir) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("uplink: {e}");
@@ -279,8 +297,22 @@ fn main() -> ExitCode {
             };
             show(&cli.socket, &request, json)
         }
-        Command::Drain => show(&cli.socket, &Request::Drain { drained: true }, false),
-        Command::Undrain => show(&cli.socket, &Request::Drain { drained: false }, false),
+        Command::Drain { no_wait } => {
+            let request = Request::Drain { wait: !no_wait };
+            // drain_time is at most an hour (config::validate).
+            match client::call_waiting(&cli.socket, &request, Duration::from_secs(3700)) {
+                Ok(value) => {
+                    print!("{}", render::text(&request, &value));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("uplink: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Undrain => show(&cli.socket, &Request::Undrain, false),
+        Command::WaitReady { timeout } => wait_ready(&cli.socket, timeout),
     }
 }
 
@@ -318,6 +350,35 @@ fn show_network(what: Option<ShowNetwork>, config: &std::path::Path, json: bool)
             ExitCode::FAILURE
         }
     }
+}
+
+fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+    uplink::config::duration::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// Polls the daemon until every session is ready or `timeout` passes (the daemon may still be
+/// starting: an unreachable socket is waited for too).
+fn wait_ready(socket: &std::path::Path, timeout: Duration) -> ExitCode {
+    let deadline = std::time::Instant::now() + timeout;
+    let last = loop {
+        let answer = client::call(socket, &Request::Ready);
+        if let Ok(value) = &answer {
+            if value["ready"] == true {
+                print!("{}", render::text(&Request::Ready, value));
+                return ExitCode::SUCCESS;
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    match last {
+        Ok(value) => eprint!("{}", render::text(&Request::Ready, &value)),
+        Err(e) => eprintln!("uplink: {e}"),
+    }
+    eprintln!("uplink: not ready after {}", uplink::config::duration::format_duration(timeout));
+    ExitCode::FAILURE
 }
 
 /// Sends a `show` request and prints the answer as text or JSON.

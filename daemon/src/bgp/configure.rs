@@ -14,8 +14,8 @@ use crate::bfd::auth::Authentication;
 use crate::bfd::runtime::{Hop, PeerSpec};
 use crate::bfd::session::SessionConfig;
 use crate::config::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Config, Neighbor, RemoteAsn,
-    Router,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Config, GracefulRestartMode,
+    Neighbor, RemoteAsn, Router,
 };
 
 /// Cap of the connect-retry backoff.
@@ -142,16 +142,26 @@ pub struct Restart {
     pub restarted: bool,
 }
 
-/// The Graceful Restart capability a neighbor with `graceful_restart` gets: the R bit after
-/// a restart, and the F bit for every family, since uplink keeps its kernel routes across a
-/// restart (the FIB removes them only after the peers' End-of-RIB).
+/// The Graceful Restart capability of a neighbor (RFC 4724 §3). With `graceful_restart`: the
+/// R bit after a restart, and the F bit for every family, since uplink keeps its kernel
+/// routes across a restart (the FIB removes them only after the peers' End-of-RIB). As a
+/// helper only: no family, which says we keep a restarting peer's routes.
 pub fn graceful_restart_capability(n: &Neighbor, restart: Restart) -> Option<GracefulRestart> {
-    n.graceful_restart.then(|| GracefulRestart {
-        restart_state: restart.restarted,
-        notification: false,
-        restart_time: u16::try_from(restart.restart_time.as_secs()).unwrap_or(u16::MAX),
-        families: families(n).into_iter().map(|f| (f, true)).collect(),
-    })
+    match n.graceful_restart {
+        GracefulRestartMode::Disabled => None,
+        GracefulRestartMode::Helper => Some(GracefulRestart {
+            restart_state: false,
+            notification: false,
+            restart_time: 0,
+            families: Vec::new(),
+        }),
+        GracefulRestartMode::Enabled => Some(GracefulRestart {
+            restart_state: restart.restarted,
+            notification: false,
+            restart_time: u16::try_from(restart.restart_time.as_secs()).unwrap_or(u16::MAX),
+            families: families(n).into_iter().map(|f| (f, true)).collect(),
+        }),
+    }
 }
 
 pub fn fsm_config(

@@ -188,7 +188,7 @@ impl Instance {
             max_prefixes: n.max_prefixes,
             import: import_policy(n),
             export: export_policy(n),
-            graceful_restart: n.graceful_restart,
+            graceful_restart: n.graceful_restart.helps(),
             stale_path_time: config.graceful_restart.stale_path_time,
         };
         let bfd_spec = bfd_spec(n, config)?;
@@ -362,7 +362,7 @@ impl Instance {
     /// for all its families: after our restart, the point where the previous run's routes
     /// that did not come back can go (RFC 4724 §4.1).
     pub fn restart_converged(&self) -> bool {
-        self.neighbors().iter().filter(|n| n.config.graceful_restart).all(|n| {
+        self.neighbors().iter().filter(|n| n.config.graceful_restart.restarts()).all(|n| {
             let snap = n.stats.snapshot();
             snap.state == "Established" && snap.end_of_rib_received
         })
@@ -375,7 +375,7 @@ impl Instance {
     /// message.
     pub async fn shutdown(&self, graceful: bool) {
         for n in self.neighbors() {
-            if graceful && n.config.graceful_restart {
+            if graceful && n.config.graceful_restart.restarts() {
                 continue;
             }
             let _ = n

@@ -265,7 +265,7 @@ mod tests {
             passive: false,
             bfd_profile: Some("tor".into()),
             max_prefixes: None,
-            graceful_restart: true,
+            graceful_restart: crate::config::GracefulRestartMode::Enabled,
             families: vec![AddressFamily::Ipv4Unicast],
             to_advertise: AdvertisePolicy {
                 mode: AllowMode::Filtered,

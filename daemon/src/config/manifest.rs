@@ -1102,7 +1102,10 @@ spec:
         let yaml =
             yaml.replace("        prefixSets: x\n", "").replace("holdTime: 90", "holdTime: 90s");
         let config = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap();
-        assert!(config.bgp.routers[0].neighbors[0].graceful_restart);
+        assert_eq!(
+            config.bgp.routers[0].neighbors[0].graceful_restart,
+            crate::config::GracefulRestartMode::Enabled
+        );
 
         let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
         let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;

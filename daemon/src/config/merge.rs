@@ -13,7 +13,8 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    GracefulRestartConfig, LocalPrefPrefixes, Neighbor, ReceivePolicy, RemoteAsn, Router,
+    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, Neighbor, ReceivePolicy,
+    RemoteAsn, Router,
 };
 use super::validate::{
     vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
@@ -458,7 +459,11 @@ fn session_differences(
     compare("passive", &|n| Some(n.passive.to_string()));
     compare("bfd_profile", &|n| n.bfd_profile.clone().map(quoted));
     compare("max_prefixes", &|n| n.max_prefixes.map(|v| v.to_string()));
-    compare("graceful_restart", &|n| Some(n.graceful_restart.to_string()));
+    compare("graceful_restart", &|n| match n.graceful_restart {
+        GracefulRestartMode::Enabled => Some("true".into()),
+        GracefulRestartMode::Disabled => Some("false".into()),
+        GracefulRestartMode::Helper => None,
+    });
     compare("families", &|n| {
         Some(format!(
             "[{}]",

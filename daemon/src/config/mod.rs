@@ -72,8 +72,8 @@ pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, 
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
-    GracefulRestartConfig, LocalPrefPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy,
-    RemoteAsn, Router,
+    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, Neighbor, Password, PrefixMatch,
+    ReceivePolicy, RemoteAsn, Router,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

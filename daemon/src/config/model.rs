@@ -44,6 +44,32 @@ pub struct FibConfig {
     pub nexthop_objects: bool,
 }
 
+/// A neighbor's part in graceful restart (RFC 4724), as FRR has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GracefulRestartMode {
+    /// `graceful_restart = false`: no Graceful Restart capability, no End-of-RIB expected.
+    Disabled,
+    /// Left out (FRR's default): we keep a restarting peer's routes (RFC 4724 §4.2) and say
+    /// so with a capability that lists no families (§3), which also makes FRR send
+    /// End-of-RIB; our own restart does not preserve the peer's copy of our routes.
+    #[default]
+    Helper,
+    /// `graceful_restart = true` (frr-k8s `enableGracefulRestart`): both roles; the peer keeps
+    /// our routes while we restart, and the kernel keeps ours.
+    Enabled,
+}
+
+impl GracefulRestartMode {
+    pub fn helps(self) -> bool {
+        self != GracefulRestartMode::Disabled
+    }
+
+    pub fn restarts(self) -> bool {
+        self == GracefulRestartMode::Enabled
+    }
+}
+
 /// Node-wide graceful restart timers (RFC 4724); FRR's names and defaults.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GracefulRestartConfig {
@@ -219,9 +245,8 @@ pub struct Neighbor {
     pub bfd_profile: Option<String>,
     /// Tear the session down when the peer sends more prefixes than this.
     pub max_prefixes: Option<u32>,
-    /// RFC 4724 graceful restart with this neighbor, both roles: it keeps our routes while we
-    /// restart, we keep its routes while it restarts.
-    pub graceful_restart: bool,
+    /// RFC 4724 graceful restart with this neighbor.
+    pub graceful_restart: GracefulRestartMode,
     pub families: Vec<AddressFamily>,
     pub to_advertise: AdvertisePolicy,
     pub to_receive: ReceivePolicy,

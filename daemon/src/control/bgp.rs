@@ -6,7 +6,7 @@ use super::protocol::{FamilyArg, VrfSelector};
 use crate::bgp::instance::{Instance, NeighborHandle};
 use crate::bgp::view::{Lookup, PathSource, PathView, RibSummary, RouteView};
 use crate::bgp::wire::attributes::{Afi, Family, NextHop, Origin, SegmentKind};
-use crate::config::{vrf_display_name, AddressFamily};
+use crate::config::{vrf_display_name, AddressFamily, GracefulRestartMode};
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
@@ -236,6 +236,38 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
     Ok(Value::Object(out))
 }
 
+/// `uplink wait-ready`: every configured session, with whether it is Established and has sent
+/// and received End-of-RIB (RFC 4724 §2) — the node then has the fabric's routes and the fabric
+/// has the node's.
+pub fn ready_json(instances: &[Arc<Instance>]) -> Value {
+    let mut sessions = Vec::new();
+    for i in instances {
+        for n in i.neighbors() {
+            let snap = n.stats.snapshot();
+            let why = if snap.state != "Established" {
+                Some(format!("session {}", snap.state))
+            } else if !snap.end_of_rib_sent {
+                Some("our initial table and End-of-RIB not sent yet".to_string())
+            } else if !snap.end_of_rib_received {
+                Some("no End-of-RIB from the peer yet".to_string())
+            } else {
+                None
+            };
+            sessions.push(json!({
+                "vrf": vrf_display_name(&i.vrf),
+                "neighbor": n.config.address.to_string(),
+                "state": snap.state,
+                "endOfRibSent": snap.end_of_rib_sent,
+                "endOfRibRecv": snap.end_of_rib_received,
+                "ready": why.is_none(),
+                "why": why,
+            }));
+        }
+    }
+    let ready = sessions.iter().all(|s| s["ready"] == true);
+    json!({ "ready": ready, "sessions": sessions })
+}
+
 /// FRR's `gracefulRestartInfo` of `show bgp neighbors json` (RFC 4724): the modes of both
 /// sides, the peer's R bit, End-of-RIB sent and received per family, the restart timers.
 fn graceful_restart_json(
@@ -260,7 +292,11 @@ fn graceful_restart_json(
         received.insert(key.into(), json!(snap.end_of_rib_received_families.contains(family)));
     }
     json!({
-        "localGrMode": if n.config.graceful_restart { "Restart" } else { "Disable" },
+        "localGrMode": match n.config.graceful_restart {
+            GracefulRestartMode::Enabled => "Restart",
+            GracefulRestartMode::Helper => "Helper",
+            GracefulRestartMode::Disabled => "Disable",
+        },
         "remoteGrMode": remote_mode,
         "rBit": snap.negotiated.as_ref().is_some_and(|v| v.remote_restarted),
         "localRestarted": i.restarted(),

@@ -1,7 +1,6 @@
 //! The one place where the daemon answers control requests: each request goes to the part of
 //! the daemon that knows the answer.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -11,6 +10,7 @@ use super::protocol::Request;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
+use crate::ops::drain::DrainHandle;
 use crate::reload::InstanceList;
 
 /// What a control request may read or act on. Cheap to clone: handles and `watch` receivers.
@@ -22,8 +22,8 @@ pub struct Context {
     pub running: watch::Receiver<Arc<Config>>,
     pub announcer: AnnouncerHandle,
     pub fib: Fib,
-    /// The drained mark (`crate::ops::drain`).
-    pub drain_marker: PathBuf,
+    /// `uplink drain` / `undrain` (`crate::ops::drain`).
+    pub drain: DrainHandle,
 }
 
 /// Answers one request.
@@ -51,8 +51,14 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             let config = ctx.running.borrow().clone();
             super::announcements::running_config_json(&config, &ctx.announcer)
         }
-        Request::Drain { drained } => {
-            crate::ops::drain::set(&ctx.announcer, &ctx.drain_marker, drained).await
+        Request::Drain { wait } => {
+            let outcome = ctx.drain.drain(true, wait).await?;
+            Ok(serde_json::json!({ "drain": outcome }))
         }
+        Request::Undrain => {
+            let outcome = ctx.drain.undrain().await?;
+            Ok(serde_json::json!({ "drain": outcome }))
+        }
+        Request::Ready => Ok(super::bgp::ready_json(&instances)),
     }
 }

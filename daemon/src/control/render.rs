@@ -16,14 +16,8 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::Announcements { .. } => return super::announcements::announcements_text(value),
         Request::RunningConfig => return super::announcements::running_config_text(value),
         Request::Fib { .. } => fib,
-        Request::Drain { drained: true } => {
-            return "drained: service addresses are being withdrawn from every peer \
-                    (`uplink show announcements` shows each as drained; `uplink undrain` ends it)\n"
-                .into()
-        }
-        Request::Drain { drained: false } => {
-            return "undrained: service addresses are announced again where they are ready\n".into()
-        }
+        Request::Drain { .. } | Request::Undrain => return drain(value),
+        Request::Ready => return ready(value),
     };
     let all = match request {
         Request::BgpSummary { vrf }
@@ -31,7 +25,11 @@ pub fn text(request: &Request, value: &Value) -> String {
         | Request::BgpRoutes { vrf, .. }
         | Request::BfdPeers { vrf }
         | Request::Fib { vrf } => *vrf == VrfSelector::All,
-        Request::Announcements { .. } | Request::RunningConfig | Request::Drain { .. } => false,
+        Request::Announcements { .. }
+        | Request::RunningConfig
+        | Request::Drain { .. }
+        | Request::Undrain
+        | Request::Ready => false,
     };
     if all {
         let mut out = String::new();
@@ -415,6 +413,40 @@ fn frr_duration(secs: u64) -> String {
     }
     parts.push(format!("{seconds} second(s)"));
     parts.join(", ")
+}
+
+fn drain(value: &Value) -> String {
+    match value["drain"].as_str().unwrap_or("") {
+        "draining" => "draining: GRACEFUL_SHUTDOWN (RFC 8326) announced on everything this node \
+                       originates; service addresses are withdrawn after drain_time \
+                       (`uplink show announcements`; `uplink undrain` ends it)\n"
+            .into(),
+        "drained" => "drained: service addresses withdrawn from every peer, the rest announced \
+                      with GRACEFUL_SHUTDOWN (`uplink undrain` ends it)\n"
+            .into(),
+        "cancelled" => "the drain was cancelled by `uplink undrain`\n".into(),
+        _ => "undrained: everything is announced again, service addresses where they are ready\n"
+            .into(),
+    }
+}
+
+/// `uplink wait-ready`: one line per session that is not ready.
+fn ready(value: &Value) -> String {
+    let mut out = String::new();
+    for s in value["sessions"].as_array().into_iter().flatten().filter(|s| s["ready"] != true) {
+        let _ = writeln!(
+            out,
+            "not ready: neighbor {} (VRF {}): {}",
+            s["neighbor"].as_str().unwrap_or("?"),
+            s["vrf"].as_str().unwrap_or("default"),
+            s["why"].as_str().unwrap_or("?")
+        );
+    }
+    if value["ready"] == true {
+        let count = value["sessions"].as_array().map_or(0, Vec::len);
+        let _ = writeln!(out, "ready: {count} session(s) Established with End-of-RIB both ways");
+    }
+    out
 }
 
 /// The value at a JSON pointer (`/paths/0/ip`), or null: rendering never fails on a missing key.

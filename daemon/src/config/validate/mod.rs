@@ -24,8 +24,8 @@ use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Neighbor, Password, PrefixMatch,
-    ReceivePolicy, RemoteAsn,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, Neighbor, Password,
+    PrefixMatch, ReceivePolicy, RemoteAsn,
 };
 use super::raw::{
     BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,

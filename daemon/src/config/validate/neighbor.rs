@@ -48,10 +48,17 @@ impl Checker<'_, '_> {
             written.push("passive", self.loc(value));
             *value.get_ref()
         });
-        let graceful_restart = raw.graceful_restart.as_ref().is_some_and(|value| {
-            written.push("graceful_restart", self.loc(value));
-            *value.get_ref()
-        });
+        let graceful_restart = match &raw.graceful_restart {
+            None => GracefulRestartMode::Helper,
+            Some(value) => {
+                written.push("graceful_restart", self.loc(value));
+                if *value.get_ref() {
+                    GracefulRestartMode::Enabled
+                } else {
+                    GracefulRestartMode::Disabled
+                }
+            }
+        };
         let bfd_profile = raw.bfd_profile.as_ref().map(|name| {
             written.push("bfd_profile", self.loc(name));
             name.get_ref().clone()
