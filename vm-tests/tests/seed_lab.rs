@@ -826,7 +826,7 @@ fn seed_lab() {
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";
-    let scenarios: [(&str, Scenario); 12] = [
+    let scenarios: [(&str, Scenario); 13] = [
         ("config drive applied", |t| config_drive_applied(t)),
         (SESSIONS, |t| sessions_established(t)),
         ("node network from policies (NNCP, fleet form, VRFs)", |t| node_network_from_policies(t)),
@@ -838,6 +838,7 @@ fn seed_lab() {
         ("route leaking between VRFs (imports)", |t| vrf_leaking(t)),
         ("a policy that cuts the uplink, by reload: rolled back", |t| network_cut_rolled_back(t)),
         ("a router waits for its VRF device", |t| router_waits_for_its_vrf(t)),
+        ("Ansible rollout (ansible/ playbooks over SSH)", |t| uplink_vm_tests::ansible::rollout(t)),
         ("power-off: BFD failover", bfd_failover),
     ];
     let mut failed = Vec::new();
