@@ -168,6 +168,28 @@ in
       description = "systemd WatchdogSec for uplink (it pets the watchdog at half this); null to turn off.";
     };
 
+    waitReady = {
+      enable = mkEnableOption ''
+        uplink-wait-ready.service (like systemd-networkd-wait-online): it ends when every
+        configured BGP session is Established with End-of-RIB sent and received, so units such
+        as kubelet can order themselves after it. Enabled, it holds multi-user.target until
+        then'';
+      timeout = mkOption {
+        type = types.str;
+        default = "120s";
+        description = "How long uplink-wait-ready.service waits before it fails, naming the sessions that are not ready.";
+      };
+    };
+
+    inhibitDelayMaxSec = mkOption {
+      type = types.int;
+      default = 45;
+      description = ''
+        logind's InhibitDelayMaxSec: how long a shutdown or reboot waits for uplink's drain
+        (GRACEFUL_SHUTDOWN, then the withdrawal after drain_time). Keep it above drain_time.
+      '';
+    };
+
     configDrive = {
       enable = mkEnableOption ''
         the boot-time hook (uplink-config.service, before uplink, NetworkManager, sshd and FRR)
@@ -212,6 +234,9 @@ in
         ];
       };
 
+      # uplink drains the node before a shutdown or reboot under a logind delay inhibitor.
+      services.logind.extraConfig = "InhibitDelayMaxSec=${toString cfg.inhibitDelayMaxSec}";
+
       systemd.services.uplink = {
         description = "uplink: BGP, BFD and announcements towards the fabric";
         wantedBy = [ "multi-user.target" ];
@@ -229,18 +254,22 @@ in
         serviceConfig = {
           Type = "notify";
           NotifyAccess = "main";
-          ExecStart = "${lib.getExe cfg.package} run --config /etc/uplink/uplink.toml";
+          ExecStart = "${lib.getExe cfg.package} run --config /etc/uplink/uplink.toml --state-dir /var/lib/uplink";
           # Re-reads the config and waits for the result: only what changed is touched, and a
           # rejected config (printed with file:line:column) fails the reload and changes nothing.
           ExecReload = "${lib.getExe cfg.package} reload";
           Restart = "on-failure";
           RestartSec = "2s";
+          # Above the 90 s the daemon waits for its network policies before it starts the
+          # routers anyway (docs/network.md).
+          TimeoutStartSec = "120s";
           WatchdogSec = mkIf (cfg.watchdogSec != null) cfg.watchdogSec;
 
           # The control socket /run/uplink/uplink.sock is root-only.
           RuntimeDirectory = "uplink";
           RuntimeDirectoryMode = "0700";
-          # /var/lib/uplink/enactments.json: what each network policy did (docs/network.md).
+          # /var/lib/uplink: what outlives a restart: an operator's drain, what each network
+          # policy did (enactments.json, docs/network.md).
           StateDirectory = "uplink";
           StateDirectoryMode = "0700";
           UMask = "0077";
@@ -277,6 +306,22 @@ in
         };
       };
     }
+
+    (mkIf cfg.waitReady.enable {
+      systemd.services.uplink-wait-ready = {
+        description = "Wait for uplink's BGP sessions to be up with their tables exchanged";
+        wantedBy = [ "multi-user.target" ];
+        requires = [ "uplink.service" ];
+        after = [ "uplink.service" ];
+        unitConfig.ConditionPathExists = "/etc/uplink/uplink.toml";
+        serviceConfig = {
+          Type = "oneshot";
+          RemainAfterExit = true;
+          # Every configured session Established, End-of-RIB both ways (RFC 4724 §2).
+          ExecStart = "${lib.getExe cfg.package} wait-ready --timeout ${cfg.waitReady.timeout}";
+        };
+      };
+    })
 
     (mkIf cfg.configDrive.enable {
       environment.systemPackages = [ configHook ];
