@@ -33,6 +33,9 @@ rustPlatform.buildRustPackage {
 
   cargoLock.lockFile = ../Cargo.lock;
 
+  # The node's network (nmstate: NetworkManager over D-Bus, kernel mode).
+  buildFeatures = [ "netconf" ];
+
   cargoBuildFlags = [
     "-p"
     "uplink"

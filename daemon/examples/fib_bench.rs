@@ -38,6 +38,7 @@ fn main() {
                 leaked_from: None,
             }],
             &uplink::config::FibConfig { nexthop_objects: true, nexthop_compat_mode: false },
+            false,
         )
         .unwrap();
         fib.flush().await.unwrap(); // the startup reconcile is not part of the measurement

@@ -2,12 +2,13 @@
 //! control socket, tell systemd we are ready, and shut down cleanly on SIGTERM/SIGINT
 //! (every session gets a Cease/Administrative Shutdown, RFC 4486 §4).
 
+use crate::announce::runtime::DrainPhase;
 use crate::bgp::instance::Instance;
 use crate::config;
 use crate::control::dispatch;
 use crate::control::protocol::Request;
 use crate::ops::{drain, systemd};
-use crate::reload::{fib_instances, InstanceList, Reloader};
+use crate::reload::{fib_instances, InstanceList, ReloadStats, Reloader};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tracing::{error, info};
 
 /// Runs the daemon until a termination signal. A config with a mistake never half-applies:
 /// it is rejected before anything starts.
-pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
+pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), String> {
     let config =
         config::load(config_path).map_err(|e| format!("config rejected, not starting:\n{e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -26,24 +27,40 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
+        // The node's network first: the policies, then the routers whose VRF exists
+        // (docs/network.md). The others wait and start when their VRF appears.
+        let network = crate::netconf::gate::NetworkGate::start()?;
+        if !config.network.policies.is_empty() {
+            systemd::status("applying network policies");
+        }
+        let waiting = network.prepare(&config, &Default::default()).await;
         // The drain state and the announcements are known before any session starts, so a
-        // peer's first UPDATEs already carry the node's prefixes. A drain outlives a daemon
-        // restart (an upgrade in a maintenance window must not bring the VIPs back); the
-        // marker lives beside the socket, in /run, so a reboot clears it.
-        let drain_marker = drain::marker(socket);
-        let drained = drain::is_marked(&drain_marker);
-        if drained {
+        // peer's first UPDATEs already carry the node's prefixes. An operator's drain outlives
+        // a daemon restart (an upgrade in a maintenance window must not bring the VIPs back).
+        std::fs::create_dir_all(state_dir)
+            .map_err(|e| format!("cannot create the state directory {}: {e}", state_dir.display()))?;
+        let drain_marker = drain::marker(state_dir);
+        let drain_phase = drain::initial_phase(&drain_marker);
+        if drain_phase != DrainPhase::Serving {
             info!(marker = %drain_marker.display(), "starting drained: service addresses withdrawn");
         }
         let announcer = crate::announce::runtime::spawn(
             config.announce.clone(),
             crate::announce::router_inputs(&config),
-            drained,
+            drain_phase,
         );
-        // The FIB writer starts before any session: it purges stale routes first.
-        let fib = crate::fib::start(fib_instances(&config, &announcer.current()), &config.fib)?;
+        let drain = drain::spawn(announcer.clone(), drain_marker, config.drain_time, drain_phase);
+        crate::ops::inhibit::spawn(drain.clone(), config.drain_time);
+        // The FIB writer starts before any session: it purges stale routes first, or, with
+        // graceful restart, keeps the previous run's until the peers have sent End-of-RIB.
+        let graceful = config.bgp.routers.iter().flat_map(|r| &r.neighbors).any(|n| n.graceful_restart.restarts());
+        let fib = crate::fib::start(
+            fib_instances(&config, &announcer.current()),
+            &config.fib,
+            graceful,
+        )?;
         let mut instances = Vec::new();
-        for router in &config.bgp.routers {
+        for router in config.bgp.routers.iter().filter(|r| !waiting.contains(&r.vrf)) {
             let announced = announcer.subscribe(&router.vrf);
             let instance = Instance::start(router, &config, Some(&fib), announced)
                 .await
@@ -51,22 +68,43 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
             instances.push(Arc::new(instance));
         }
         let count = instances.len();
+        tokio::spawn(finish_restart(
+            instances.clone(),
+            fib.clone(),
+            config.graceful_restart.select_defer_time,
+        ));
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
-        Reloader {
+        let network_view = network.show();
+        let reloads = Arc::new(ReloadStats::started());
+        let reload = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
             announcer: announcer.clone(),
             instances: instances_tx,
             running: running_tx,
+            stats: reloads.clone(),
+            network,
         }
         .spawn();
+        crate::control::metrics::spawn(
+            crate::control::metrics::Sources {
+                instances: instances.clone(),
+                fib: fib.clone(),
+                announcer: announcer.clone(),
+                reloads,
+            },
+            running.clone(),
+        );
+        let fib_for_shutdown = fib.clone();
         let context = dispatch::Context {
             instances: instances.clone(),
             running,
             announcer,
             fib,
-            drain_marker,
+            drain: drain.clone(),
+            reload,
+            network: network_view,
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)
@@ -74,20 +112,69 @@ pub fn run(config_path: &Path, socket: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot open the control socket {}: {e}", socket.display()))?;
         info!(socket = %socket.display(), "uplink running with {count} routing instance(s)");
         systemd::ready(&format!("{count} routing instance(s)"));
-        systemd::spawn_watchdog();
+        let (watched, watched_fib) = (instances.clone(), fib_for_shutdown.clone());
+        systemd::spawn_watchdog(move || {
+            let (instances, fib) = (watched.borrow().clone(), watched_fib.clone());
+            async move { alive(&instances, &fib).await }
+        });
 
         wait_for_shutdown().await;
         systemd::stopping();
-        info!("shutting down: sending Cease/Administrative Shutdown to every peer");
+        // With graceful restart (and not drained: a drained node is going away) the peers
+        // keep our routes and the kernel keeps theirs until we are back; otherwise every
+        // session ends with a Cease and our routes leave the kernel.
+        let graceful = graceful && drain.phase() == DrainPhase::Serving;
+        if graceful {
+            info!("shutting down for a graceful restart: routes stay in the kernel and at the peers");
+        } else {
+            info!("shutting down: sending Cease/Administrative Shutdown to every peer");
+        }
         let instances = instances.borrow().clone();
         for instance in instances.iter() {
-            instance.shutdown().await;
+            instance.shutdown(graceful).await;
+        }
+        if !graceful {
+            if let Err(e) = fib_for_shutdown.clear().await {
+                error!("cannot remove uplink's routes from the kernel: {e}");
+            }
         }
         // Give the NOTIFICATIONs a moment to leave.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let _ = std::fs::remove_file(socket);
         Ok(())
     })
+}
+
+/// RFC 4724 §4.1, the restarting side: once every graceful-restart neighbor is back and has
+/// sent End-of-RIB — or `select_defer_time` has passed — the previous run's routes that did
+/// not come back leave the kernel.
+async fn finish_restart(instances: Vec<Arc<Instance>>, fib: crate::fib::Fib, limit: Duration) {
+    if fib.previous_run_kept() {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !instances.iter().all(|i| i.restart_converged()) {
+            if tokio::time::Instant::now() >= deadline {
+                info!("graceful restart: not every peer sent End-of-RIB within {limit:?}");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    if let Err(e) = fib.end_restart().await {
+        error!("{e}");
+    }
+}
+
+/// Whether the parts that do the work answer: every RIB task, the FIB writer (everything sent
+/// to it is written), every BFD thread.
+async fn alive(instances: &[Arc<Instance>], fib: &crate::fib::Fib) -> Result<(), String> {
+    for instance in instances {
+        let vrf = config::vrf_display_name(&instance.vrf);
+        instance.rib.summary().await.map_err(|e| format!("RIB of VRF {vrf}: {e}"))?;
+        if let Some(bfd) = instance.bfd() {
+            bfd.peers().await.map_err(|e| format!("BFD of VRF {vrf}: {e}"))?;
+        }
+    }
+    fib.flush().await.map_err(|e| format!("FIB writer: {e}"))
 }
 
 async fn wait_for_shutdown() {

@@ -10,5 +10,6 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fib;
+pub mod netconf;
 pub mod ops;
 pub mod reload;

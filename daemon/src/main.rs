@@ -5,10 +5,12 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use uplink::control::protocol::{FamilyArg, Request, VrfSelector};
 use uplink::control::{client, render, DEFAULT_SOCKET};
 
 const DEFAULT_CONFIG: &str = "/etc/uplink/uplink.toml";
+const DEFAULT_STATE_DIR: &str = "/var/lib/uplink";
 
 #[derive(Parser)]
 #[command(name = "uplink", version, about = "Connects a bare-metal node to its data-centre fabric")]
@@ -26,6 +28,9 @@ enum Command {
     Run {
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Where the daemon keeps what must outlive it (the drain record).
+        #[arg(long, default_value = DEFAULT_STATE_DIR)]
+        state_dir: PathBuf,
     },
     /// Validate the config without running; exit 1 with every error found.
     Check {
@@ -37,11 +42,63 @@ enum Command {
         #[command(subcommand)]
         what: Show,
     },
-    /// Withdraw this node's service addresses (LoadBalancer VIPs) from every peer before
-    /// maintenance; sessions and pod networks stay. Survives a daemon restart, not a reboot.
-    Drain,
-    /// Announce the service addresses again after `drain`.
+    /// Move traffic away before maintenance: announce everything this node originates with
+    /// GRACEFUL_SHUTDOWN and LOCAL_PREF 0 (RFC 8326), wait `drain_time`, then withdraw the
+    /// service addresses (LoadBalancer VIPs). Sessions stay up. Survives a daemon restart.
+    Drain {
+        /// Return once GRACEFUL_SHUTDOWN is announced, not after the withdrawal.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Announce everything again after `drain`.
     Undrain,
+    /// Wait until every configured session is Established and End-of-RIB went both ways
+    /// (exit 1 naming the sessions that are not, after the timeout). For rollouts, and for
+    /// units ordered after uplink-wait-ready.service.
+    WaitReady {
+        /// How long to wait, e.g. "120s" or "5m".
+        #[arg(long, default_value = "120s", value_parser = parse_duration_arg)]
+        timeout: Duration,
+    },
+    /// Re-read the config and apply what changed; wait for the result and print it (routers
+    /// and neighbors added, removed, reset and why, updated live). Exits non-zero when the
+    /// config is rejected, with its errors; nothing changes then.
+    Reload {
+        /// How long to wait for the daemon's answer (e.g. "90s").
+        #[arg(long, default_value = "90s", value_parser = parse_duration_arg)]
+        timeout: Duration,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply now, without the daemon.
+    Apply {
+        #[command(subcommand)]
+        what: Apply,
+    },
+}
+
+#[derive(Subcommand)]
+enum Apply {
+    /// The network policies selecting this node, with probes and rollback (what the daemon
+    /// does at start and on reload); exit 1 unless every policy ends Available.
+    Network {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Re-run policies that failed even though they did not change.
+        #[arg(long)]
+        retry: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ShowNetwork {
+    /// The policies selecting this node.
+    Policies,
+    /// What happened to each policy on this node (kept under the state directory).
+    Enactments,
+    /// nmstate's current view of the node (like NodeNetworkState).
+    State,
 }
 
 #[derive(Subcommand)]
@@ -71,6 +128,17 @@ enum Show {
     Fib {
         #[command(flatten)]
         common: Common,
+    },
+    /// The node's own network: policies, enactments, or nmstate's state (read from the
+    /// config, the state directory and nmstate; no daemon needed).
+    Network {
+        #[command(subcommand)]
+        what: Option<ShowNetwork>,
+        #[arg(long, global = true, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long, global = true)]
+        json: bool,
     },
 }
 
@@ -125,9 +193,9 @@ enum Family {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config } => {
+        Command::Run { config, state_dir } => {
             uplink::ops::logging::init();
-            match uplink::daemon::run(&config, &cli.socket) {
+            match uplink::daemon::run(&config, &cli.socket, &state_dir) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("uplink: {e}");
@@ -159,6 +227,7 @@ fn main() -> ExitCode {
                         println!("warning: service {service} gets no address: {e}");
                     }
                 }
+                print!("{}", uplink::control::network::check_report(&model));
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -166,6 +235,33 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Show { what: Show::Network { what, config, json } } => {
+            show_network(what, &config, json)
+        }
+        Command::Apply { what: Apply::Network { config, retry } } => {
+            uplink::ops::logging::init();
+            let model = match uplink::config::load(&config) {
+                Ok(model) => model,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match uplink::control::network::apply(&model, retry) {
+                Ok((report, ok)) => {
+                    print!("{report}");
+                    if ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("uplink: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Show { what } => {
             let (request, json) = match what {
                 Show::Bfd { what: ShowBfd::Peers { common } } => {
@@ -181,6 +277,7 @@ fn main() -> ExitCode {
                     common.json,
                 ),
                 Show::RunningConfig { json } => (Request::RunningConfig, json),
+                Show::Network { .. } => return ExitCode::FAILURE, // handled above
                 Show::Fib { common } => {
                     (Request::Fib { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)
                 }
@@ -211,9 +308,119 @@ fn main() -> ExitCode {
             };
             show(&cli.socket, &request, json)
         }
-        Command::Drain => show(&cli.socket, &Request::Drain { drained: true }, false),
-        Command::Undrain => show(&cli.socket, &Request::Drain { drained: false }, false),
+        Command::Drain { no_wait } => {
+            let request = Request::Drain { wait: !no_wait };
+            // drain_time is at most an hour (config::validate).
+            match client::call_waiting(&cli.socket, &request, Duration::from_secs(3700)) {
+                Ok(value) => {
+                    print!("{}", render::text(&request, &value));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("uplink: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Undrain => show(&cli.socket, &Request::Undrain, false),
+        Command::WaitReady { timeout } => wait_ready(&cli.socket, timeout),
+        Command::Reload { timeout, json } => reload(&cli.socket, timeout, json),
     }
+}
+
+/// `uplink reload`: asks the daemon to reload and prints what it did. Exits 1 when the config
+/// was rejected (the errors go to stderr) or the daemon did not answer, so `systemctl reload`
+/// fails too.
+fn reload(socket: &std::path::Path, timeout: Duration, json: bool) -> ExitCode {
+    let value = match client::call_waiting(socket, &Request::Reload, timeout) {
+        Ok(value) => value,
+        Err(e) => {
+            eprintln!("uplink: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let applied = value.get("applied") == Some(&serde_json::Value::Bool(true));
+    let text = if json {
+        format!("{}\n", serde_json::to_string_pretty(&value).unwrap_or_default())
+    } else {
+        render::text(&Request::Reload, &value)
+    };
+    if applied {
+        print!("{text}");
+        ExitCode::SUCCESS
+    } else {
+        if json {
+            print!("{text}");
+        } else {
+            eprint!("{text}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+/// `uplink show network …`: answered from the config, the state directory and nmstate.
+fn show_network(what: Option<ShowNetwork>, config: &std::path::Path, json: bool) -> ExitCode {
+    use uplink::control::network;
+    let model = match uplink::config::load(config) {
+        Ok(model) => model,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    type Render = fn(&serde_json::Value) -> String;
+    let (value, render): (Result<serde_json::Value, String>, Render) = match what
+        .unwrap_or(ShowNetwork::Enactments)
+    {
+        ShowNetwork::Policies => (Ok(network::policies(&model.network)), network::render_policies),
+        ShowNetwork::Enactments => {
+            (network::enactments(&model.network), network::render_enactments)
+        }
+        ShowNetwork::State => (network::state(&model.network), network::render_state),
+    };
+    match value {
+        Ok(value) if json => {
+            println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(value) => {
+            print!("{}", render(&value));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("uplink: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+    uplink::config::duration::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// Polls the daemon until every session is ready or `timeout` passes (the daemon may still be
+/// starting: an unreachable socket is waited for too).
+fn wait_ready(socket: &std::path::Path, timeout: Duration) -> ExitCode {
+    let deadline = std::time::Instant::now() + timeout;
+    let last = loop {
+        let answer = client::call(socket, &Request::Ready);
+        if let Ok(value) = &answer {
+            if value["ready"] == true {
+                print!("{}", render::text(&Request::Ready, value));
+                return ExitCode::SUCCESS;
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    match last {
+        Ok(value) => eprint!("{}", render::text(&Request::Ready, &value)),
+        Err(e) => eprintln!("uplink: {e}"),
+    }
+    eprintln!("uplink: not ready after {}", uplink::config::duration::format_duration(timeout));
+    ExitCode::FAILURE
 }
 
 /// Sends a `show` request and prints the answer as text or JSON.

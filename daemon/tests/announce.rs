@@ -22,6 +22,8 @@ fn http_server(lab: &mut Lab, ns: &Ns, label: &str, address: &str, port: u16) {
 fn node_config(name: &str, id: &str, tor: &str) -> String {
     format!(
         r#"
+drain_time = "3s"
+
 [node]
 name = "{name}"
 
@@ -282,9 +284,52 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
         })
     };
     via("10.244.2.0/24", &["10.0.2.2"], "pod subnet before the drain");
+    // First GRACEFUL_SHUTDOWN with LOCAL_PREF 0 on everything node2 originates (RFC 8326):
+    // the tor prefers node1 while node2 still announces the VIP; then, after drain_time,
+    // node2 withdraws it.
+    let drained = node2.cli(&["drain", "--no-wait"]).unwrap();
+    assert!(drained.contains("draining"), "{drained}");
+    let drain_started = std::time::Instant::now();
+    wait_for(
+        "node2's VIP path with graceful-shutdown and LOCAL_PREF 0",
+        Duration::from_secs(3),
+        || {
+            let route = tor.route("192.0.2.5/32");
+            let from_node2 = route["paths"].as_array().into_iter().flatten().find(|p| {
+                p["peer"]["peerId"] == "10.0.2.2" || p["nexthops"][0]["ip"] == "10.0.2.2"
+            });
+            match from_node2 {
+                Some(p)
+                    if p["community"]["string"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("graceful-shutdown"))
+                        && p["locPrf"] == 0 =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("{route:#}")),
+            }
+        },
+    );
+    wait_for("the tor prefers node1 while node2 drains", Duration::from_secs(2), || {
+        let hops = tor.route_nexthops("192.0.2.5/32");
+        (hops == ["10.0.1.2"]).then_some(()).ok_or_else(|| format!("next hops {hops:?}"))
+    });
+
+    assert!(
+        drain_started.elapsed() < Duration::from_secs(3),
+        "GRACEFUL_SHUTDOWN came before the withdrawal"
+    );
+    via("192.0.2.5/32", &["10.0.1.2"], "node2 drained");
+    wait_for("node2 withdraws its VIP after drain_time", Duration::from_secs(10), || {
+        let route = tor.route("192.0.2.5/32");
+        let paths = route["paths"].as_array().map_or(0, Vec::len);
+        (paths == 1).then_some(()).ok_or_else(|| format!("{route:#}"))
+    });
+    assert!(drain_started.elapsed() >= Duration::from_secs(3), "withdrawn only after drain_time");
+    // `uplink drain` (waiting) on a drained node answers at once.
     let drained = node2.cli(&["drain"]).unwrap();
     assert!(drained.contains("drained"), "{drained}");
-    via("192.0.2.5/32", &["10.0.1.2"], "node2 drained");
     via("198.51.100.0/28", &["10.0.1.2"], "node2 drained");
     assert_eq!(tor.route_nexthops("10.244.2.0/24"), ["10.0.2.2"], "pod subnet stays");
     assert_eq!(connections(&tor, "10.0.2.2"), sessions2, "a drain must not reset the session");
@@ -339,6 +384,8 @@ router bgp 65801
 fn dual_node_config(name: &str, slot: u8) -> String {
     format!(
         r#"
+drain_time = "1s"
+
 [node]
 name = "{name}"
 

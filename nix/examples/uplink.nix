@@ -38,6 +38,8 @@
           keepalive_time = "30s";
           connect_time = "5s";
           bfd_profile = "tor";
+          # RFC 4724: the ToR keeps this node's routes while uplink restarts, and the other way.
+          graceful_restart = true;
           # Send only the listed router prefixes to this neighbor.
           to_advertise.allowed = {
             mode = "filtered";

@@ -103,6 +103,8 @@ pub struct RouterAnnouncements {
     /// the peers whose `to_advertise` allows them (as in frr-k8s); routes learned in that VRF
     /// are leaked by the FIB writer, with their next hop kept in the VRF they came from.
     pub imported: BTreeMap<IpNet, String>,
+    /// The node is draining: every origination carries GRACEFUL_SHUTDOWN (RFC 8326).
+    pub graceful_shutdown: bool,
 }
 
 /// What asked for a candidate prefix.
@@ -229,12 +231,19 @@ impl Announcements {
 }
 
 /// Runtime inputs besides the config.
+/// RFC 8326 §3: the GRACEFUL_SHUTDOWN well-known community, 65535:0.
+pub const GRACEFUL_SHUTDOWN: Community = Community::Standard(0xFFFF_0000);
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RuntimeState<'a> {
     pub health: Option<&'a HealthStates>,
     /// `uplink drain`: service addresses are withdrawn (pod networks stay, so running pods stay
     /// reachable until they are evicted).
     pub drained: bool,
+    /// Draining or drained: everything the node originates carries GRACEFUL_SHUTDOWN and
+    /// LOCAL_PREF 0 (RFC 8326 §4), so the fabric prefers other paths before anything is
+    /// withdrawn.
+    pub graceful_shutdown: bool,
 }
 
 struct Builder<'a> {
@@ -345,6 +354,15 @@ pub fn compute(
             }
             for prefix in originated.get(from).into_iter().flatten() {
                 router.imported.entry(*prefix).or_insert_with(|| from.clone());
+            }
+        }
+    }
+    if runtime.graceful_shutdown {
+        for router in builder.routers.values_mut() {
+            router.graceful_shutdown = true;
+            for route in router.originate.values_mut() {
+                route.communities.insert(GRACEFUL_SHUTDOWN);
+                route.local_pref = Some(0);
             }
         }
     }

@@ -20,9 +20,31 @@ use crate::config::announce::AnnounceConfig;
 /// Depth of the verdict channel; verdicts are rare (only changes are sent).
 const CHANNEL_DEPTH: usize = 64;
 
+/// Where the node is in a drain: serving; draining (everything it originates carries
+/// GRACEFUL_SHUTDOWN and LOCAL_PREF 0, RFC 8326, so the fabric moves traffic away first);
+/// drained (service addresses withdrawn, the rest still with GRACEFUL_SHUTDOWN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrainPhase {
+    #[default]
+    Serving,
+    Draining,
+    Drained,
+}
+
+impl DrainPhase {
+    fn runtime<'a>(self, health: Option<&'a HealthStates>) -> RuntimeState<'a> {
+        RuntimeState {
+            health,
+            drained: self == DrainPhase::Drained,
+            graceful_shutdown: self != DrainPhase::Serving,
+        }
+    }
+}
+
 enum Event {
     Verdict(Verdict),
-    Drain(bool),
+    Drain(DrainPhase),
     Config(Box<AnnounceConfig>, Vec<RouterInput>),
 }
 
@@ -67,8 +89,8 @@ impl AnnouncerHandle {
     }
 
     /// `uplink drain`: withdraw service addresses (or announce them again).
-    pub async fn drain(&self, drained: bool) {
-        let _ = self.tx.send(Event::Drain(drained)).await;
+    pub async fn set_drain(&self, phase: DrainPhase) {
+        let _ = self.tx.send(Event::Drain(phase)).await;
     }
 
     /// A reloaded config and its routers: recompute, and restart the health checks it names.
@@ -82,7 +104,7 @@ struct Announcer {
     routers: Vec<RouterInput>,
     feeds: Feeds,
     health: HealthStates,
-    drained: bool,
+    drain: DrainPhase,
     checks: Vec<JoinHandle<()>>,
     verdicts: mpsc::Sender<Event>,
     latest: watch::Sender<Arc<Announcements>>,
@@ -115,7 +137,7 @@ impl Announcer {
     }
 
     fn publish(&mut self) {
-        let runtime = RuntimeState { health: Some(&self.health), drained: self.drained };
+        let runtime = self.drain.runtime(Some(&self.health));
         let result = Arc::new(compute(&self.config, &self.routers, runtime));
         // `latest` first: a subscription made meanwhile starts from this result or gets it below.
         self.latest.send_replace(result.clone());
@@ -141,9 +163,9 @@ impl Announcer {
                 Event::Verdict(v) => {
                     self.health.insert((v.service, v.address), v.healthy);
                 }
-                Event::Drain(drained) => {
-                    info!(drained, "drain state changed");
-                    self.drained = drained;
+                Event::Drain(phase) => {
+                    info!(?phase, "drain state changed");
+                    self.drain = phase;
                 }
                 Event::Config(config, routers) => {
                     self.config = *config;
@@ -157,11 +179,15 @@ impl Announcer {
     }
 }
 
-/// Starts the announcer for `config` and its `routers`; `drained` starts it drained (the node
-/// was drained before the daemon restarted). Routers subscribe to their VRF's set.
-pub fn spawn(config: AnnounceConfig, routers: Vec<RouterInput>, drained: bool) -> AnnouncerHandle {
+/// Starts the announcer for `config` and its `routers`, in `drain` (drained when the node was
+/// drained before the daemon restarted). Routers subscribe to their VRF's set.
+pub fn spawn(
+    config: AnnounceConfig,
+    routers: Vec<RouterInput>,
+    drain: DrainPhase,
+) -> AnnouncerHandle {
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-    let initial = compute(&config, &routers, RuntimeState { health: None, drained });
+    let initial = compute(&config, &routers, drain.runtime(None));
     let (latest_tx, latest_rx) = watch::channel(Arc::new(initial));
     let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
     let feeds = Feeds::default();
@@ -170,7 +196,7 @@ pub fn spawn(config: AnnounceConfig, routers: Vec<RouterInput>, drained: bool) -
         routers,
         feeds: feeds.clone(),
         health: HealthStates::new(),
-        drained,
+        drain,
         checks: Vec::new(),
         verdicts: tx.clone(),
         latest: latest_tx,

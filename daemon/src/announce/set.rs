@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::compute::{Announcements, PeerSet};
+use super::compute::{Announcements, PeerSet, GRACEFUL_SHUTDOWN};
 use crate::config::Community;
 
 /// One announced prefix with its attributes and audience.
@@ -20,6 +20,8 @@ pub struct AnnouncedRoute {
     /// `None`: every peer of the router. An empty set: no peer beyond those whose own
     /// `to_advertise` already allows the prefix.
     pub peers: Option<BTreeSet<IpAddr>>,
+    /// RFC 8326: the node is draining; the route's LOCAL_PREF 0 wins over a configured one.
+    pub graceful_shutdown: bool,
 }
 
 pub type AnnouncedSet = BTreeMap<IpNet, AnnouncedRoute>;
@@ -40,14 +42,22 @@ pub fn announced_set(announcements: &Announcements, vrf: &str) -> AnnouncedSet {
                 PeerSet::ByPolicy => Some(BTreeSet::new()),
             };
             let communities = route.communities.iter().copied().collect();
-            (*prefix, AnnouncedRoute { communities, local_pref: route.local_pref, peers })
+            let route = AnnouncedRoute {
+                communities,
+                local_pref: route.local_pref,
+                peers,
+                graceful_shutdown: router.graceful_shutdown,
+            };
+            (*prefix, route)
         })
         .collect();
     for prefix in router.imported.keys() {
+        let graceful_shutdown = router.graceful_shutdown;
         set.entry(*prefix).or_insert_with(|| AnnouncedRoute {
-            communities: Vec::new(),
-            local_pref: None,
+            communities: if graceful_shutdown { vec![GRACEFUL_SHUTDOWN] } else { Vec::new() },
+            local_pref: graceful_shutdown.then_some(0),
             peers: Some(BTreeSet::new()),
+            graceful_shutdown,
         });
     }
     set

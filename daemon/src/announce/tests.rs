@@ -102,7 +102,11 @@ fn unhealthy_service_is_withdrawn_with_the_reason() {
     let routers = [router("", &["172.18.20.1"])];
     let mut health = HealthStates::new();
     health.insert(("ns/web".into(), ip("10.128.1.5")), false);
-    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: Some(&health), drained: false, graceful_shutdown: false },
+    );
     assert!(originated(&result, "").is_empty());
     assert_eq!(
         result.candidates[0].state,
@@ -110,15 +114,27 @@ fn unhealthy_service_is_withdrawn_with_the_reason() {
     );
     assert_eq!(result.candidates[0].prefix, Some(net("172.18.20.201/32")));
     health.insert(("ns/web".into(), ip("10.128.1.5")), true);
-    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: Some(&health), drained: false, graceful_shutdown: false },
+    );
     assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
 
     // local: only the node with the endpoint announces.
     config.services[0].traffic_policy = TrafficPolicy::Local;
-    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: Some(&health), drained: false, graceful_shutdown: false },
+    );
     assert!(originated(&result, "").is_empty());
     config.node = node("wk2", &[]);
-    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: Some(&health), drained: false, graceful_shutdown: false },
+    );
     assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
 }
 
@@ -126,7 +142,11 @@ fn unhealthy_service_is_withdrawn_with_the_reason() {
 fn drained_and_excluded_nodes_withdraw_vips() {
     let config = vip_config("172.18.20.201");
     let routers = [router("", &["172.18.20.1"])];
-    let result = compute(&config, &routers, RuntimeState { health: None, drained: true });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: None, drained: true, graceful_shutdown: false },
+    );
     assert!(originated(&result, "").is_empty());
     assert_eq!(result.candidates[0].state, State::Withdrawn { reason: Reason::Drained });
     let mut excluded = config.clone();
@@ -306,7 +326,11 @@ fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
     let routers = [router("", &["172.18.20.1"])];
     let mut health = HealthStates::new();
     health.insert(("ns/web".into(), ip("10.128.1.5")), false);
-    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: Some(&health), drained: false, graceful_shutdown: false },
+    );
     assert!(originated(&result, "").is_empty());
     let not_ready =
         State::Withdrawn { reason: Reason::NotReady { readiness: Readiness::NoHealthyEndpoint } };
@@ -319,9 +343,17 @@ fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
         ]
     );
     health.insert(("ns/web".into(), ip("10.128.1.5")), true);
-    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: false });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: Some(&health), drained: false, graceful_shutdown: false },
+    );
     assert_eq!(originated(&result, "").len(), 2);
-    let result = compute(&config, &routers, RuntimeState { health: Some(&health), drained: true });
+    let result = compute(
+        &config,
+        &routers,
+        RuntimeState { health: Some(&health), drained: true, graceful_shutdown: false },
+    );
     assert!(originated(&result, "").is_empty());
     assert_eq!(result.candidates.len(), 2);
     assert!(result

@@ -44,7 +44,14 @@ pub fn effective_export(
                 }
             }
         }
-        // A configured `with_local_pref` for the prefix wins over the announcement's.
+        // A configured `with_local_pref` for the prefix wins over the announcement's, except
+        // during a graceful shutdown (RFC 8326 §4: LOCAL_PREF 0 for every route).
+        if route.graceful_shutdown {
+            for rule in &mut out.with_local_pref {
+                rule.prefixes.retain(|p| p != prefix);
+            }
+            out.with_local_pref.retain(|r| !r.prefixes.is_empty());
+        }
         if let Some(local_pref) = route.local_pref {
             if !out.with_local_pref.iter().any(|r| r.prefixes.contains(prefix)) {
                 match out.with_local_pref.iter_mut().find(|r| r.local_pref == local_pref) {
@@ -85,11 +92,17 @@ mod tests {
                 ],
                 local_pref: Some(200),
                 peers: Some([ip("10.0.0.1")].into()),
+                graceful_shutdown: false,
             },
         );
         announced.insert(
             net("10.128.7.0/24"),
-            AnnouncedRoute { communities: vec![], local_pref: None, peers: None },
+            AnnouncedRoute {
+                communities: vec![],
+                local_pref: None,
+                peers: None,
+                graceful_shutdown: false,
+            },
         );
         let base = ExportPolicy::default();
         let one = effective_export(&base, &announced, ip("10.0.0.1"));
@@ -117,5 +130,18 @@ mod tests {
         let all = effective_export(&base, &announced, ip("10.0.0.1"));
         assert_eq!(all.to_advertise, AdvertiseFilter::All);
         assert_eq!(all.with_local_pref, base.with_local_pref);
+        // Draining (RFC 8326 §4): LOCAL_PREF 0 wins over the configured one.
+        for route in announced.values_mut() {
+            route.graceful_shutdown = true;
+            route.local_pref = Some(0);
+        }
+        let draining = effective_export(&base, &announced, ip("10.0.0.1"));
+        assert_eq!(
+            draining.with_local_pref,
+            vec![LocalPrefRule {
+                local_pref: 0,
+                prefixes: vec![net("10.128.7.0/24"), net("192.0.2.1/32")]
+            }]
+        );
     }
 }

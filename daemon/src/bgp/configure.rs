@@ -9,12 +9,13 @@ use super::fsm::{FsmConfig, RemoteAsn as FsmRemoteAsn};
 use super::policy;
 use super::transport::TransportOptions;
 use super::wire::attributes::{Family, LargeCommunity};
+use super::wire::open::GracefulRestart;
 use crate::bfd::auth::Authentication;
 use crate::bfd::runtime::{Hop, PeerSpec};
 use crate::bfd::session::SessionConfig;
 use crate::config::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Config, Neighbor, RemoteAsn,
-    Router,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Community, Config, GracefulRestartMode,
+    Neighbor, RemoteAsn, Router,
 };
 
 /// Cap of the connect-retry backoff.
@@ -131,7 +132,45 @@ pub fn families(n: &Neighbor) -> Vec<Family> {
         .collect()
 }
 
-pub fn fsm_config(router: &Router, n: &Neighbor, router_id: Ipv4Addr, index: u64) -> FsmConfig {
+/// Our side of graceful restart for one router (RFC 4724 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restart {
+    /// The Restart Time we advertise.
+    pub restart_time: Duration,
+    /// This run started with the previous run's routes still in the kernel (the R bit): it
+    /// is a restart, not a fresh start.
+    pub restarted: bool,
+}
+
+/// The Graceful Restart capability of a neighbor (RFC 4724 §3). With `graceful_restart`: the
+/// R bit after a restart, and the F bit for every family, since uplink keeps its kernel
+/// routes across a restart (the FIB removes them only after the peers' End-of-RIB). As a
+/// helper only: no family, which says we keep a restarting peer's routes.
+pub fn graceful_restart_capability(n: &Neighbor, restart: Restart) -> Option<GracefulRestart> {
+    match n.graceful_restart {
+        GracefulRestartMode::Disabled => None,
+        GracefulRestartMode::Helper => Some(GracefulRestart {
+            restart_state: false,
+            notification: false,
+            restart_time: 0,
+            families: Vec::new(),
+        }),
+        GracefulRestartMode::Enabled => Some(GracefulRestart {
+            restart_state: restart.restarted,
+            notification: false,
+            restart_time: u16::try_from(restart.restart_time.as_secs()).unwrap_or(u16::MAX),
+            families: families(n).into_iter().map(|f| (f, true)).collect(),
+        }),
+    }
+}
+
+pub fn fsm_config(
+    router: &Router,
+    n: &Neighbor,
+    router_id: Ipv4Addr,
+    index: u64,
+    restart: Restart,
+) -> FsmConfig {
     FsmConfig {
         local_asn: router.asn,
         local_id: router_id,
@@ -146,7 +185,7 @@ pub fn fsm_config(router: &Router, n: &Neighbor, router_id: Ipv4Addr, index: u64
         connect_retry_max: CONNECT_RETRY_MAX.max(n.connect_time),
         passive: n.passive,
         families: families(n),
-        graceful_restart: None,
+        graceful_restart: graceful_restart_capability(n, restart),
         // Different seeds per neighbor so their retries do not march in step.
         jitter_seed: u64::from(u32::from(router_id)) ^ (index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
     }

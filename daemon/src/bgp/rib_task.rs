@@ -4,7 +4,7 @@
 //! they pull it when their socket has room.
 
 use super::announced::{effective_export, AnnouncedSet};
-use super::policy::ExportPolicy;
+use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::view::{Lookup, PathSource, PathView, PeerCounts, RibSummary, RouteView};
 use super::wire::attributes::{Family, PathAttributes};
@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 /// Depth of the command channel: enough for a burst of UPDATE batches from every session.
 const CHANNEL_DEPTH: usize = 256;
@@ -42,17 +42,37 @@ enum RibCommand {
         // Boxed: the largest variant by far, and a session comes up rarely.
         info: Box<PeerInfo>,
         link: PeerSide,
+        /// The id of the same peer while it was restarting (RFC 4724): resumed in place.
+        resume: Option<PeerId>,
         reply: oneshot::Sender<PeerId>,
     },
     PeerDown(PeerId),
+    /// RFC 4724 §4.2: keep the peer's routes of these families as stale.
+    PeerRestarting(PeerId, Vec<Family>),
+    /// Remove the peer's routes of this family still stale.
+    PurgeStale(PeerId, Family),
     Updates(PeerId, Vec<DecodedUpdate>),
     TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
     RouteRefresh(PeerId, Family),
+    /// A reload changed the peer's policies: applied live, answered once done.
+    SetPeerPolicy(PeerId, Box<PeerPolicy>, oneshot::Sender<()>),
+    /// A reload changed the instance's settings (`always_block`, multipath): answered once
+    /// applied, so a ROUTE-REFRESH sent after it meets the new settings.
+    SetConfig(Box<RibConfig>, oneshot::Sender<()>),
     Summary(oneshot::Sender<RibSummary>),
     Routes(Family, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
     /// Every route with something to install, and its next hops (`show fib`).
     FibRoutes(oneshot::Sender<Vec<(IpNet, Vec<fib::NextHop>)>>),
+}
+
+/// The settings of a session that a reload changes without resetting it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerPolicy {
+    pub import: ImportPolicy,
+    /// As configured; the RIB widens it with the announced set.
+    pub export: ExportPolicy,
+    pub max_prefixes: Option<u32>,
 }
 
 /// What the RIB task tells a session, without a channel that could be full: the session waits
@@ -95,6 +115,19 @@ struct PeerSide {
     last_update_applied: Option<std::time::SystemTime>,
 }
 
+impl PeerSide {
+    /// RFC 4486 §4: more accepted prefixes than `max_prefixes` ends the session with Cease,
+    /// Maximum Number of Prefixes Reached (asked for once).
+    fn check_limit(&mut self, count: usize) {
+        let Some(max) = self.max_prefixes else { return };
+        if count > max as usize && !self.over_limit {
+            self.over_limit = true;
+            self.signal
+                .ask_cease(1, format!("{count} prefixes accepted, more than max_prefixes {max}"));
+        }
+    }
+}
+
 /// A cheap, cloneable handle to the RIB task.
 #[derive(Clone)]
 pub struct RibHandle {
@@ -116,10 +149,14 @@ impl RibHandle {
         info: PeerInfo,
         signal: Arc<PeerSignal>,
         max_prefixes: Option<u32>,
+        resume: Option<PeerId>,
     ) -> Option<PeerLink> {
         let (reply, rx) = oneshot::channel();
         let link = PeerSide { signal, max_prefixes, over_limit: false, last_update_applied: None };
-        self.tx.send(RibCommand::PeerUp { info: Box::new(info), link, reply }).await.ok()?;
+        self.tx
+            .send(RibCommand::PeerUp { info: Box::new(info), link, resume, reply })
+            .await
+            .ok()?;
         let id = rx.await.ok()?;
         Some(PeerLink { id, tx: self.tx.clone() })
     }
@@ -131,6 +168,11 @@ impl RibHandle {
         let (reply, rx) = oneshot::channel();
         self.tx.send(make(reply)).await.map_err(|_| GONE.to_string())?;
         rx.await.map_err(|_| GONE.to_string())
+    }
+
+    /// A reload: new instance settings, applied before this returns.
+    pub async fn set_config(&self, config: RibConfig) -> Result<(), String> {
+        self.ask(|r| RibCommand::SetConfig(Box::new(config), r)).await
     }
 
     pub async fn summary(&self) -> Result<RibSummary, String> {
@@ -164,8 +206,27 @@ impl PeerLink {
         let _ = self.tx.send(RibCommand::RouteRefresh(self.id, family)).await;
     }
 
+    /// A reload changed the session's policies: withdraw what the import policy refuses now,
+    /// re-export under the new export policy, check the new prefix limit. Returns once done.
+    pub async fn set_policy(&self, policy: PeerPolicy) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(RibCommand::SetPeerPolicy(self.id, Box::new(policy), reply)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     pub async fn peer_down(&self) {
         let _ = self.tx.send(RibCommand::PeerDown(self.id)).await;
+    }
+
+    /// The session ended but the peer is restarting: its routes of `families` stay, stale.
+    pub async fn peer_restarting(&self, families: Vec<Family>) {
+        let _ = self.tx.send(RibCommand::PeerRestarting(self.id, families)).await;
+    }
+
+    /// Removes the peer's `family` routes that are still stale.
+    pub async fn purge_stale(&self, family: Family) {
+        let _ = self.tx.send(RibCommand::PurgeStale(self.id, family)).await;
     }
 
     /// Everything pending in this peer's Adj-RIB-Out, per family.
@@ -197,7 +258,8 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     let mut rib = Rib::new(config);
     // When no FIB writer listens, skip computing next-hop sets at all.
     rib.set_fib_tracking(setup.fib.is_some());
-    let span = tracing::info_span!("rib", vrf = %setup.vrf);
+    // `vrf` becomes VRF= in the journal (`ops::logging`), "default" as FRR names it.
+    let span = tracing::info_span!("rib", vrf = crate::config::vrf_display_name(&setup.vrf));
     let mut task = RibTask {
         rib,
         peers: HashMap::new(),
@@ -207,7 +269,7 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     };
     let mut announced = setup.announced;
     let current = announced.borrow_and_update().clone();
-    task.set_announced(&current);
+    span.in_scope(|| task.set_announced(&current));
     tokio::spawn(tracing::Instrument::instrument(task.run(rx, announced), span));
     RibHandle { tx }
 }
@@ -300,10 +362,16 @@ impl RibTask {
 
     fn handle(&mut self, cmd: RibCommand) {
         match cmd {
-            RibCommand::PeerUp { mut info, link, reply } => {
+            RibCommand::PeerUp { mut info, link, resume, reply } => {
                 let base = info.export.clone();
                 info.export = effective_export(&base, &self.announced, info.address);
-                let id = self.rib.peer_up(*info);
+                let id = match resume.filter(|id| self.rib.is_restarting(*id)) {
+                    Some(id) => match self.rib.peer_resumed(id, (*info).clone()) {
+                        Ok(()) => id,
+                        Err(_) => self.rib.peer_up(*info),
+                    },
+                    None => self.rib.peer_up(*info),
+                };
                 self.base_export.insert(id, base);
                 // The initial advertisement is queued by peer_up: wake the session for it.
                 link.signal.output_ready();
@@ -314,6 +382,17 @@ impl RibTask {
                 self.peers.remove(&id);
                 self.base_export.remove(&id);
                 let changes = self.rib.peer_down(id);
+                self.wake(&changes.outbound);
+            }
+            RibCommand::PeerRestarting(id, families) => {
+                // The session is gone: nothing to wake until it is back.
+                self.peers.remove(&id);
+                self.base_export.remove(&id);
+                let changes = self.rib.peer_restarting(id, &families);
+                self.wake(&changes.outbound);
+            }
+            RibCommand::PurgeStale(id, family) => {
+                let changes = self.rib.purge_stale(id, family);
                 self.wake(&changes.outbound);
             }
             RibCommand::Updates(id, updates) => self.apply_updates(id, updates),
@@ -330,6 +409,15 @@ impl RibTask {
                         side.signal.output_ready();
                     }
                 }
+            }
+            RibCommand::SetPeerPolicy(id, policy, reply) => {
+                self.set_peer_policy(id, *policy);
+                let _ = reply.send(());
+            }
+            RibCommand::SetConfig(config, reply) => {
+                let changes = self.rib.set_config(*config);
+                self.wake(&changes.outbound);
+                let _ = reply.send(());
             }
             RibCommand::Summary(reply) => {
                 let _ = reply.send(self.summary());
@@ -372,13 +460,10 @@ impl RibTask {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
                     accepted = Some(outcome.accepted_count);
-                    if let Some((prefix, why)) = outcome.rejected.first() {
-                        debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
-                            outcome.rejected.len());
-                    }
+                    self.log_refused(id, &outcome.rejected);
                 }
                 Err(e) => {
-                    warn!("{e}");
+                    warn!(peer = self.peer_address(id).map(tracing::field::display), "{e}");
                     return;
                 }
             }
@@ -386,6 +471,7 @@ impl RibTask {
                 let mut mp_attrs = attrs;
                 mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
+                    self.log_refused(id, &outcome.rejected);
                     outbound.extend(outcome.changes.outbound);
                     accepted = Some(outcome.accepted_count);
                 }
@@ -395,16 +481,55 @@ impl RibTask {
         let Some(side) = self.peers.get_mut(&id) else { return };
         side.last_update_applied = Some(std::time::SystemTime::now());
         if let Some(count) = accepted {
-            if let Some(max) = side.max_prefixes {
-                if count > max as usize && !side.over_limit {
-                    side.over_limit = true;
-                    // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached.
-                    side.signal.ask_cease(
-                        1,
-                        format!("{count} prefixes accepted, more than max_prefixes {max}"),
-                    );
+            side.check_limit(count);
+        }
+    }
+
+    /// A reload's new policies for one established session, applied without a reset: what the
+    /// import policy refuses now is withdrawn (what it newly allows comes with the peer's
+    /// answer to ROUTE-REFRESH), the export policy is re-applied to the whole table (new
+    /// UPDATEs for what changed), and the prefix limit is checked against the new value.
+    fn set_peer_policy(&mut self, id: PeerId, policy: PeerPolicy) {
+        let Some(address) = self.rib.peer_info(id).map(|info| info.address) else { return };
+        let mut outbound = BTreeSet::new();
+        let import_changed = self.rib.peer_info(id).is_some_and(|i| i.import != policy.import);
+        if import_changed {
+            match self.rib.set_import_policy(id, policy.import) {
+                Ok(changes) => {
+                    outbound.extend(changes.outbound);
                 }
+                Err(e) => warn!("import policy for peer {address}: {e}"),
             }
+        }
+        let export = effective_export(&policy.export, &self.announced, address);
+        self.base_export.insert(id, policy.export);
+        if self.rib.peer_info(id).is_some_and(|info| info.export != export) {
+            match self.rib.set_export_policy(id, export) {
+                Ok(changes) => outbound.extend(changes.outbound),
+                Err(e) => warn!("export policy for peer {address}: {e}"),
+            }
+        }
+        self.wake(&outbound);
+        let accepted = self.rib.accepted_count(id);
+        if let Some(side) = self.peers.get_mut(&id) {
+            side.max_prefixes = policy.max_prefixes;
+            side.check_limit(accepted);
+        }
+    }
+
+    fn peer_address(&self, id: PeerId) -> Option<IpAddr> {
+        self.rib.peer_info(id).map(|info| info.address)
+    }
+
+    /// The first announcement import policy refused, with the peer and the prefix as fields
+    /// (`PEER=`, `PREFIX=` in the journal).
+    fn log_refused(&self, id: PeerId, rejected: &[(IpNet, impl std::fmt::Display)]) {
+        if let Some((prefix, why)) = rejected.first() {
+            debug!(
+                peer = self.peer_address(id).map(tracing::field::display), prefix = %prefix,
+                "{} announcement(s) refused by import policy, first: {prefix} ({why})",
+                rejected.len()
+            );
         }
     }
 
@@ -420,11 +545,13 @@ impl RibTask {
         let new: Vec<IpNet> =
             announced.keys().filter(|p| !self.announced.contains_key(*p)).copied().collect();
         for prefix in gone {
+            info!(prefix = %prefix, "no longer originated");
             let changes = self.rib.withdraw_local(prefix);
             // A learned path may now be best for a prefix we stopped originating.
             outbound.extend(changes.outbound);
         }
         for prefix in new {
+            info!(prefix = %prefix, "originated");
             let changes = self.rib.originate(prefix, &PathAttributes::default());
             outbound.extend(changes.outbound);
         }
@@ -440,7 +567,7 @@ impl RibTask {
             }
             match self.rib.set_export_policy(id, export) {
                 Ok(changes) => outbound.extend(changes.outbound),
-                Err(e) => warn!("announced routes for peer {address}: {e}"),
+                Err(e) => warn!(peer = %address, "announced routes for peer {address}: {e}"),
             }
         }
         self.wake(&outbound);
@@ -495,6 +622,7 @@ impl RibTask {
                 attrs: p.attrs().clone(),
                 best: p.is_best(),
                 multipath: p.is_multipath(),
+                stale: p.is_stale(),
                 reason: p.reason().map(|r| r.to_string()),
             })
             .collect();

@@ -6,16 +6,19 @@
 //! Reading and writing run in their own tasks per connection so a peer that stops reading
 //! never stops us from reading it (and the other way round).
 
-use super::fsm::{Action, ConnId, Event, Fsm, Negotiated};
+use super::fsm::{self, Action, ConnId, Event, Fsm, Negotiated};
+use super::graceful_restart::{self, DownCause};
 use super::link_local;
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::PeerInfo;
-use super::rib_task::{PeerLink, PeerSignal, RibHandle};
+use super::rib_task::{PeerLink, PeerPolicy, PeerSignal, RibHandle};
 use super::stats::PeerStats;
 use super::transport::{self, TransportOptions};
 use super::wire::attr_codec::EncodeContext;
 use super::wire::attributes::Family;
-use super::wire::message::{decode_message, frame_len, Message};
+use super::wire::message::{
+    decode_message, encode_route_refresh, frame_len, Message, RouteRefresh,
+};
 use super::wire::notification::Notification;
 use super::wire::packer::{end_of_rib, pack_announcements, pack_withdrawals};
 use super::wire::rfc7606::UPDATE_MESSAGE_ERROR;
@@ -26,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn, Instrument};
 
 /// Messages to a session task.
@@ -42,6 +45,21 @@ pub enum SessionCommand {
     /// The neighbor's BFD session changed (RFC 5882 §4.3): Down stops BGP at once with
     /// Cease/"BFD Down" (RFC 9384) and holds it down; Up lets it start again.
     BfdState { up: bool },
+    /// A reload: new policies (`None`: unchanged) applied without a reset, and with `refresh`
+    /// the peer asked to send its routes again because import now allows more.
+    Reconfigure { policy: Option<PeerPolicy>, refresh: bool, reply: oneshot::Sender<LiveOutcome> },
+}
+
+/// What [`SessionCommand::Reconfigure`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveOutcome {
+    /// Applied to the established session; `refreshed` when ROUTE-REFRESH went out.
+    Applied { refreshed: bool },
+    /// The session is not established: the new policies apply when it comes up.
+    NotEstablished,
+    /// The peer cannot resend its routes (it did not advertise route refresh), so the session
+    /// was reset to learn them again under the new policy; the reason says so.
+    Reset(String),
 }
 
 /// RFC 9384 §2: Cease subcode 10, "BFD Down".
@@ -92,6 +110,10 @@ pub struct SessionParams {
     pub max_prefixes: Option<u32>,
     pub import: ImportPolicy,
     pub export: ExportPolicy,
+    /// RFC 4724 helper: keep the peer's routes while it restarts (the neighbor's
+    /// `graceful_restart`), and for how long to wait for its End-of-RIB once it is back.
+    pub graceful_restart: bool,
+    pub stale_path_time: std::time::Duration,
 }
 
 /// Spawns the task of one neighbor. Returns the command sender the instance keeps.
@@ -102,9 +124,15 @@ pub fn spawn(
     stats: Arc<PeerStats>,
 ) -> mpsc::Sender<SessionCommand> {
     let (tx, rx) = mpsc::channel(16);
-    let span = tracing::info_span!("peer", addr = %params.remote.ip());
+    // `peer` and `vrf` become PEER= and VRF= on every event of the session in the journal
+    // (`ops::logging`), so `journalctl PEER=192.0.2.1` shows one neighbor's story.
+    let vrf = params.transport.device.as_deref().unwrap_or("default");
+    let span = tracing::info_span!("session", peer = %params.remote.ip(), vrf);
+    let helper = graceful_restart::Helper::new(params.graceful_restart, params.stale_path_time);
     let session = Session {
         params,
+        helper,
+        restarting: None,
         fsm,
         rib,
         stats,
@@ -131,10 +159,17 @@ struct EstablishedState {
     families: Vec<Family>,
     /// End-of-RIB (RFC 4724 §2) goes out once, after the initial table.
     eor_sent: bool,
+    /// The peer advertised the Route Refresh capability (RFC 2918 §2).
+    route_refresh: bool,
 }
 
 struct Session {
     params: SessionParams,
+    /// RFC 4724 helper state: the peer's routes kept while it restarts.
+    helper: graceful_restart::Helper,
+    /// The RIB's link of a peer that is restarting (its routes kept as stale), handed back
+    /// when the session returns so the RIB replaces them in place.
+    restarting: Option<PeerLink>,
     fsm: Fsm,
     rib: RibHandle,
     stats: Arc<PeerStats>,
@@ -172,7 +207,10 @@ impl Session {
             mpsc::channel::<(ConnId, std::io::Result<TcpStream>)>(1);
         self.apply(Event::ManualStart).await;
         loop {
-            let deadline = self.fsm.next_deadline();
+            let deadline = match (self.fsm.next_deadline(), self.helper.deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             // Output is waiting but the writer was full: wake when it has room again.
             let blocked_writer = self
                 .established
@@ -235,8 +273,16 @@ impl Session {
                         self.apply(Event::ManualStart).await;
                     }
                 }
+                Wake::Command(Some(SessionCommand::Reconfigure { policy, refresh, reply })) => {
+                    let outcome = self.reconfigure(policy, refresh).await;
+                    let _ = reply.send(outcome);
+                }
                 Wake::Read(i, ev) => self.on_read(i, ev).await,
-                Wake::Deadline => self.apply(Event::Tick).await,
+                Wake::Deadline => {
+                    self.apply(Event::Tick).await;
+                    let actions = self.helper.tick(Instant::now());
+                    self.graceful_restart(actions).await;
+                }
                 Wake::Rib => {
                     if let Some((subcode, reason)) = self.signal.take_cease() {
                         warn!("ending the session: {reason}");
@@ -267,6 +313,10 @@ impl Session {
                 }
             }
             self.start_pending_connect(&connected_tx);
+        }
+        // The neighbor is gone: routes kept for a restart it will not finish go too.
+        if let Some(link) = self.restarting.take() {
+            link.peer_down().await;
         }
     }
 
@@ -385,7 +435,15 @@ impl Session {
                                     "treat-as-withdraw: {} ({})", problem.rule, problem.detail
                                 );
                             }
+                            let end_of_rib = decoded.end_of_rib;
                             updates.push(decoded);
+                            if let Some(family) = end_of_rib {
+                                // What came before the marker reaches the RIB first.
+                                self.flush_updates(&mut updates).await;
+                                self.stats.end_of_rib_received(family);
+                                let actions = self.helper.end_of_rib(family);
+                                self.graceful_restart(actions).await;
+                            }
                         }
                         Err(e) => {
                             warn!("UPDATE error, resetting the session: {}", e.reason);
@@ -443,6 +501,12 @@ impl Session {
     /// Feeds one event to the FSM and carries out its actions.
     async fn apply(&mut self, event: Event<'_>) {
         let actions = self.fsm.handle(event, Instant::now());
+        // The FSM closes a connection before it says why the session went down; graceful
+        // restart needs the why when the RIB is told.
+        let cause = actions.iter().find_map(|a| match a {
+            Action::Down { reason } => Some(down_cause(&reason.cause)),
+            _ => None,
+        });
         for action in actions {
             match action {
                 Action::Connect => self.connect_requested = true,
@@ -454,7 +518,7 @@ impl Session {
                 }
                 Action::Close(id) => {
                     if self.established.as_ref().is_some_and(|e| e.conn == id) {
-                        self.session_down().await;
+                        self.session_down(cause.unwrap_or(DownCause::ConnectionLost)).await;
                     }
                     // Dropping the connection lets its writer flush what is queued (a
                     // NOTIFICATION) and then close.
@@ -464,7 +528,7 @@ impl Session {
                 Action::Down { reason } => {
                     info!("session down: {reason}");
                     self.stats.set_last_error(reason.to_string());
-                    self.session_down().await;
+                    self.session_down(down_cause(&reason.cause)).await;
                     self.stats.set_state(self.fsm.state());
                 }
             }
@@ -511,13 +575,26 @@ impl Session {
                 four_octet_as: negotiated.four_octet_as,
                 route_refresh: negotiated.route_refresh,
                 graceful_restart: negotiated.remote_graceful_restart.is_some(),
+                remote_restart_time: negotiated
+                    .remote_graceful_restart
+                    .as_ref()
+                    .map(|gr| gr.restart_time),
+                remote_restarted: negotiated
+                    .remote_graceful_restart
+                    .as_ref()
+                    .is_some_and(|gr| gr.restart_state),
             },
         );
+        // A restarting peer's RIB entry is resumed: its stale routes are replaced in place.
+        let resume = self.restarting.take().map(|link| link.id);
         let Some(link) =
-            self.rib.peer_up(info, self.signal.clone(), self.params.max_prefixes).await
+            self.rib.peer_up(info, self.signal.clone(), self.params.max_prefixes, resume).await
         else {
             return;
         };
+        self.stats.set_families(&negotiated.families);
+        let actions =
+            self.helper.session_up(negotiated.remote_graceful_restart.as_ref(), Instant::now());
         let ctx = UpdateContext {
             four_octet_as: negotiated.four_octet_as,
             ebgp: negotiated.is_ebgp,
@@ -532,17 +609,98 @@ impl Session {
             encode: EncodeContext { four_octet_as: negotiated.four_octet_as },
             families: negotiated.families,
             eor_sent: false,
+            route_refresh: negotiated.route_refresh,
         });
+        self.graceful_restart(actions).await;
         self.pending_out = true;
         self.flush_outbound().await;
     }
 
-    async fn session_down(&mut self) {
+    /// A reload's new policies, applied without a reset. The session's own copy changes (for
+    /// when it next comes up); an established session also hands them to the RIB. When import
+    /// now allows more, the peer is asked to send its routes again (RFC 2918 §3: only to a
+    /// peer that advertised the capability); one that cannot is reset instead, as the routes
+    /// the old policy refused were not kept.
+    async fn reconfigure(&mut self, policy: Option<PeerPolicy>, refresh: bool) -> LiveOutcome {
+        if let Some(policy) = &policy {
+            self.params.import = policy.import.clone();
+            self.params.export = policy.export.clone();
+            self.params.max_prefixes = policy.max_prefixes;
+        }
+        let Some(est) = &self.established else { return LiveOutcome::NotEstablished };
+        if refresh && !est.route_refresh {
+            let reason = "the import policy now accepts more and the peer did not advertise \
+                          route refresh (RFC 2918), so it cannot send its routes again"
+                .to_string();
+            warn!("resetting the session: {reason}");
+            // RFC 4486 §4: Cease, Other Configuration Change.
+            let stop = Event::ManualStop { subcode: 6, reason: "configuration changed".into() };
+            self.apply(stop).await;
+            self.apply(Event::ManualStart).await;
+            return LiveOutcome::Reset(reason);
+        }
+        if let Some(policy) = policy {
+            est.link.set_policy(policy).await;
+        }
+        if !refresh {
+            return LiveOutcome::Applied { refreshed: false };
+        }
+        let Some(conn) = self.conns.iter().find(|c| c.id == est.conn) else {
+            return LiveOutcome::NotEstablished;
+        };
+        let mut messages = Vec::new();
+        for family in &est.families {
+            // RFC 2918 §3: AFI, a reserved octet (0: a plain request), SAFI.
+            let request =
+                RouteRefresh { afi: family.afi as u16, subtype: 0, safi: family.safi as u8 };
+            let mut message = Vec::new();
+            encode_route_refresh(&request, &mut message);
+            self.stats.count_sent(&message);
+            messages.extend(message);
+        }
+        let _ = conn.writer.send(messages).await;
+        info!("import policy changed: ROUTE-REFRESH sent for {:?}", est.families);
+        LiveOutcome::Applied { refreshed: true }
+    }
+
+    async fn session_down(&mut self, cause: DownCause) {
         if let Some(est) = self.established.take() {
-            est.link.peer_down().await;
             self.stats.dropped();
+            let actions = self.helper.session_down(cause, Instant::now());
+            // A link still held from an earlier restart is the same RIB peer.
+            self.restarting = Some(est.link);
+            self.graceful_restart(actions).await;
         }
         self.pending_out = false;
+    }
+
+    /// Carries out what the graceful restart helper decided, on the RIB.
+    async fn graceful_restart(&mut self, actions: Vec<graceful_restart::Action>) {
+        for action in actions {
+            let link = match &self.established {
+                Some(est) => Some(&est.link),
+                None => self.restarting.as_ref(),
+            };
+            let Some(link) = link else { return };
+            match action {
+                graceful_restart::Action::KeepStale(families) => {
+                    info!(
+                        "graceful restart: keeping the peer's routes of {families:?} as stale \
+                         while it restarts (RFC 4724 §4.2)"
+                    );
+                    link.peer_restarting(families).await;
+                }
+                graceful_restart::Action::PurgeStale(family) => {
+                    info!("graceful restart: removing the peer's stale {family:?} routes");
+                    link.purge_stale(family).await;
+                }
+                graceful_restart::Action::Flush => {
+                    if let Some(link) = self.restarting.take() {
+                        link.peer_down().await;
+                    }
+                }
+            }
+        }
     }
 
     /// Sends the peer's pending Adj-RIB-Out when its writer has room. What stays in the
@@ -574,6 +732,7 @@ impl Session {
         if !est.eor_sent {
             est.eor_sent = true;
             messages.extend(est.families.iter().map(|f| end_of_rib(*f)));
+            self.stats.end_of_rib_sent();
         }
         if messages.is_empty() {
             return;
@@ -662,5 +821,23 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The FSM's reason for a session ending, as graceful restart sees it.
+fn down_cause(cause: &fsm::DownCause) -> DownCause {
+    match cause {
+        fsm::DownCause::ConnectionClosed | fsm::DownCause::ConnectionFailed => {
+            DownCause::ConnectionLost
+        }
+        // RFC 9384: our Cease/BFD Down, sent when BFD saw the path fail.
+        fsm::DownCause::NotificationSent(n)
+            if n.code == super::wire::notification::code::CEASE && n.subcode == CEASE_BFD_DOWN =>
+        {
+            DownCause::BfdDown
+        }
+        fsm::DownCause::NotificationSent(_) | fsm::DownCause::NotificationReceived(_) => {
+            DownCause::Notification
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! mutex that the hot path never takes.
 
 use super::fsm::State;
+use super::wire::attributes::Family;
 use super::wire::header::{MessageType, HEADER_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -38,6 +39,11 @@ struct Slow {
     remote_asn: Option<u32>,
     local_address: Option<std::net::IpAddr>,
     negotiated: Option<NegotiatedView>,
+    /// End-of-RIB (RFC 4724 §2) of the current session: the families negotiated, those the
+    /// peer has sent it for, and whether we sent ours. What `uplink wait-ready` waits for.
+    families: Vec<Family>,
+    end_of_rib_received: Vec<Family>,
+    end_of_rib_sent: bool,
 }
 
 /// What `show bgp neighbors` prints of the negotiation.
@@ -49,6 +55,11 @@ pub struct NegotiatedView {
     pub four_octet_as: bool,
     pub route_refresh: bool,
     pub graceful_restart: bool,
+    /// From the peer's Graceful Restart capability: its Restart Time and R bit.
+    #[serde(skip)]
+    pub remote_restart_time: Option<u16>,
+    #[serde(skip)]
+    pub remote_restarted: bool,
 }
 
 /// A consistent copy for rendering.
@@ -75,6 +86,13 @@ pub struct PeerSnapshot {
     pub remote_asn: Option<u32>,
     pub local_address: Option<std::net::IpAddr>,
     pub negotiated: Option<NegotiatedView>,
+    /// The peer has sent End-of-RIB for every negotiated family in this session.
+    pub end_of_rib_received: bool,
+    /// We have sent our initial table and End-of-RIB in this session.
+    pub end_of_rib_sent: bool,
+    /// The session's families, and those the peer has sent End-of-RIB for.
+    pub families: Vec<Family>,
+    pub end_of_rib_received_families: Vec<Family>,
 }
 
 fn kind(frame: &[u8]) -> Option<MessageType> {
@@ -150,6 +168,28 @@ impl PeerStats {
         let mut slow = self.slow();
         slow.since = Some(Instant::now());
         slow.negotiated = None;
+        slow.families.clear();
+        slow.end_of_rib_received.clear();
+        slow.end_of_rib_sent = false;
+    }
+
+    /// A new session's families: no End-of-RIB yet either way.
+    pub fn set_families(&self, families: &[Family]) {
+        let mut slow = self.slow();
+        slow.families = families.to_vec();
+        slow.end_of_rib_received.clear();
+        slow.end_of_rib_sent = false;
+    }
+
+    pub fn end_of_rib_received(&self, family: Family) {
+        let mut slow = self.slow();
+        if !slow.end_of_rib_received.contains(&family) {
+            slow.end_of_rib_received.push(family);
+        }
+    }
+
+    pub fn end_of_rib_sent(&self) {
+        self.slow().end_of_rib_sent = true;
     }
 
     pub fn snapshot(&self) -> PeerSnapshot {
@@ -177,6 +217,11 @@ impl PeerStats {
             remote_asn: slow.remote_asn,
             local_address: slow.local_address,
             negotiated: slow.negotiated.clone(),
+            end_of_rib_received: !slow.families.is_empty()
+                && slow.families.iter().all(|f| slow.end_of_rib_received.contains(f)),
+            end_of_rib_sent: slow.end_of_rib_sent,
+            families: slow.families.clone(),
+            end_of_rib_received_families: slow.end_of_rib_received.clone(),
         }
     }
 }

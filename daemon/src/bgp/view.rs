@@ -25,6 +25,8 @@ pub struct PathView {
     pub attrs: Arc<PathAttributes>,
     pub best: bool,
     pub multipath: bool,
+    /// Kept from a restarting peer, not re-advertised yet (RFC 4724).
+    pub stale: bool,
     /// Why the path lost to the best one (RFC 4271 §9.1.2.2 step), when it did.
     pub reason: Option<String>,
 }

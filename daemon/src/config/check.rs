@@ -5,7 +5,7 @@
 //! A check that fails records a [`ConfigError`] at the value's position and returns `None`;
 //! the caller leaves the value out and goes on, so every problem in a file is reported at once.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::path::Path;
 use std::str::FromStr;
@@ -140,6 +140,29 @@ impl<'s, 'e> Checker<'s, 'e> {
         }
     }
 
+    /// A TCP address to listen on: an IP address and a port other than 0 (a scraper must know
+    /// where to connect, so the kernel may not pick the port).
+    pub fn listen_address(&mut self, value: &S<String>, field: &str) -> Option<SocketAddr> {
+        let text = value.get_ref().trim();
+        let Ok(address) = SocketAddr::from_str(text) else {
+            let hint = if IpAddr::from_str(text).is_ok() {
+                format!(
+                    "\"{text}\" has no port; write e.g. \"{}\"",
+                    SocketAddr::new(IpAddr::from_str(text).ok()?, 9181)
+                )
+            } else {
+                format!("\"{text}\" is not an address and port; write e.g. \"127.0.0.1:9181\" or \"[::1]:9181\"")
+            };
+            self.fail(value, field, hint);
+            return None;
+        };
+        if address.port() == 0 {
+            self.fail(value, field, format!("port 0 lets the kernel pick a port nobody knows; write a fixed one such as \"{}\"", SocketAddr::new(address.ip(), 9181)));
+            return None;
+        }
+        Some(address)
+    }
+
     /// A VRF device name ("" is the default VRF and is the caller's to accept).
     pub fn vrf_name(&mut self, value: &S<String>, field: &str) -> Option<String> {
         let name = value.get_ref();
@@ -189,6 +212,30 @@ impl<'s, 'e> Checker<'s, 'e> {
                     "BGP timers are whole seconds; write \"{}\" or \"{}\"",
                     format_duration(Duration::from_secs(duration.as_secs())),
                     format_duration(up)
+                ),
+            );
+            return None;
+        }
+        Some(duration)
+    }
+
+    /// Whole seconds within `range` (timers carried in seconds on the wire).
+    pub fn whole_seconds_in(
+        &mut self,
+        value: &S<RawDuration>,
+        field: &str,
+        range: RangeInclusive<u64>,
+    ) -> Option<Duration> {
+        let duration = self.whole_seconds(value, field)?;
+        if !range.contains(&duration.as_secs()) {
+            self.fail(
+                value,
+                field,
+                format!(
+                    "\"{}\" is out of range; expected \"{}s\" to \"{}s\"",
+                    format_duration(duration),
+                    range.start(),
+                    range.end()
                 ),
             );
             return None;

@@ -8,7 +8,7 @@ use super::merge::merge;
 use super::model::Config;
 use super::raw::RawFile;
 use super::source::SourceText;
-use super::validate::{validate_file, Fragment};
+use super::validate::{validate_file, Fragment, TimerDefaults};
 use crate::config::announce::Labels;
 
 /// The node's labels as the TOML fragments give them (plus `kubernetes.io/hostname`), for
@@ -120,7 +120,9 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
             continue;
         }
         match toml::from_str::<RawFile>(text) {
-            Ok(raw) => slots.push(vec![validate_file(&source, raw, &mut errors)]),
+            Ok(raw) => {
+                slots.push(vec![validate_file(&source, raw, TimerDefaults::Node, &mut errors)])
+            }
             Err(error) => {
                 errors.push(source.toml_error(&error));
                 slots.push(Vec::new());
@@ -133,9 +135,17 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
             *slot = manifest::fragments(path, text, &node_labels, &mut errors);
         }
     }
-    let fragments: Vec<Fragment> = slots.into_iter().flatten().collect();
+    let mut fragments: Vec<Fragment> = slots.into_iter().flatten().collect();
+    let network: Vec<_> = fragments.iter_mut().map(|f| std::mem::take(&mut f.network)).collect();
     let check_references = errors.is_empty();
-    let config = merge(fragments, check_references, &mut errors);
+    let mut config = merge(fragments, check_references, &mut errors);
+    config.network = super::network_validate::merge(
+        network,
+        config.announce.node.name.as_deref(),
+        &node_labels,
+        &super::network_validate::network_vrfs(&config),
+        &mut errors,
+    );
     if errors.is_empty() {
         Ok(config)
     } else {
@@ -257,6 +267,7 @@ mod tests {
             passive: false,
             bfd_profile: Some("tor".into()),
             max_prefixes: None,
+            graceful_restart: crate::config::GracefulRestartMode::Enabled,
             families: vec![AddressFamily::Ipv4Unicast],
             to_advertise: AdvertisePolicy {
                 mode: AllowMode::Filtered,

@@ -1,6 +1,7 @@
 //! Kubernetes manifests in `conf.d/*.yaml`: the objects operators already have — frr-k8s
 //! `FRRConfiguration`, MetalLB `IPAddressPool`, `BGPAdvertisement`, `BGPPeer`, `BFDProfile`,
-//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork` — mapped
+//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork`, nmstate
+//! `NodeNetworkConfigurationPolicy` (`manifest/nncp.rs`) — mapped
 //! onto the same model as the TOML sections.
 //!
 //! Each document is translated into the equivalent TOML table (keys from camelCase to the
@@ -25,6 +26,8 @@
 //!   what is announced, and are accepted. The node's own `host_subnet` (OVN-Kubernetes assigns
 //!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name.
 
+mod nncp;
+
 use std::path::Path;
 
 use serde::Deserialize;
@@ -33,12 +36,12 @@ use serde_norway::{Mapping, Value};
 use super::error::ConfigError;
 use super::raw::RawFile;
 use super::source::SourceText;
-use super::validate::{validate_file, Fragment};
+use super::validate::{validate_file, Fragment, TimerDefaults};
 use crate::config::announce::{Labels, PeerName, RouterLabels};
 use crate::config::selector::{LabelSelector, Operator, Requirement};
 
 /// The kinds understood, with their API groups.
-const KINDS: [(&str, &str); 8] = [
+const KINDS: [(&str, &str); 9] = [
     ("FRRConfiguration", "frrk8s.metallb.io"),
     ("IPAddressPool", "metallb.io"),
     ("BGPAdvertisement", "metallb.io"),
@@ -47,11 +50,14 @@ const KINDS: [(&str, &str); 8] = [
     ("Community", "metallb.io"),
     ("RouteAdvertisements", "k8s.ovn.org"),
     ("ClusterUserDefinedNetwork", "k8s.ovn.org"),
+    ("NodeNetworkConfigurationPolicy", "nmstate.io"),
 ];
 
 /// Keys whose snake_case is not the mechanical one.
-const RENAMES: [(&str, &str); 6] = [
+const RENAMES: [(&str, &str); 7] = [
     ("ebgpMultiHop", "ebgp_multihop"),
+    // MetalLB BGPPeer and frr-k8s neighbors: RFC 4724 graceful restart, both roles.
+    ("enableGracefulRestart", "graceful_restart"),
     ("dynamicASN", "dynamic_asn"),
     ("avoidBuggyIPs", "avoid_buggy_ips"),
     ("targetVRF", "target_vrf"),
@@ -60,7 +66,9 @@ const RENAMES: [(&str, &str); 6] = [
 ];
 
 /// Maps whose keys are label names, copied as written.
-const VERBATIM: [&str; 3] = ["matchLabels", "labels", "namespaceLabels"];
+/// Also `node_selector` and nmstate's `desired_state` (kebab-case keys of its own).
+const VERBATIM: [&str; 5] =
+    ["matchLabels", "labels", "namespaceLabels", "node_selector", "desired_state"];
 
 /// One manifest file → one fragment per applicable document.
 pub(crate) fn fragments(
@@ -270,6 +278,7 @@ impl Document<'_> {
                 )
             }
             "ClusterUserDefinedNetwork" => self.cudn(spec, name, labels),
+            "NodeNetworkConfigurationPolicy" => self.nncp(spec, name),
             _ => None,
         }
     }
@@ -579,7 +588,7 @@ impl Document<'_> {
         let source = SourceText::new(self.path, &text);
         let mut errors = Vec::new();
         let fragment = match toml::from_str::<RawFile>(&text) {
-            Ok(raw) => Some(validate_file(&source, raw, &mut errors)),
+            Ok(raw) => Some(validate_file(&source, raw, TimerDefaults::Upstream, &mut errors)),
             Err(error) => {
                 errors.push(source.toml_error(&error));
                 None
@@ -1067,7 +1076,7 @@ spec:
 
     #[test]
     fn errors_name_file_document_and_field_path() {
-        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
+        let yaml = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: one}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n---\napiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: two}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 172.18.20.1\n        asn: 65102\n        enableGracefulRestart: true\n        prefixSets: x\n        holdTime: 90\n  raw:\n    rawConfig: x\n";
         let errors =
             load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.to_string())]).unwrap_err().0;
         assert_eq!(errors.len(), 1, "{errors:?}");
@@ -1083,15 +1092,19 @@ spec:
         );
 
         let yaml = yaml.replace("  raw:\n    rawConfig: x\n", "");
-        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap_err().0;
+        let errors = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml.clone())]).unwrap_err().0;
         assert_eq!(
-            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].enableGracefulRestart",
+            errors[0].field, "documents[1].spec.bgp.routers[0].neighbors[0].prefixSets",
             "{errors:?}"
         );
-        assert!(
-            errors[0].message.contains("unknown field `enableGracefulRestart`"),
-            "{}",
-            errors[0].message
+        assert!(errors[0].message.contains("unknown field `prefixSets`"), "{}", errors[0].message);
+        // enableGracefulRestart is graceful_restart.
+        let yaml =
+            yaml.replace("        prefixSets: x\n", "").replace("holdTime: 90", "holdTime: 90s");
+        let config = load("", &[(PathBuf::from("conf.d/frr.yaml"), yaml)]).unwrap();
+        assert_eq!(
+            config.bgp.routers[0].neighbors[0].graceful_restart,
+            crate::config::GracefulRestartMode::Enabled
         );
 
         let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
@@ -1142,5 +1155,62 @@ spec:
             errors[0].line >= 1 && errors[0].message.starts_with("not valid YAML"),
             "{errors:?}"
         );
+    }
+
+    /// A neighbor that leaves its timers out gets MetalLB's and frr-k8s's defaults (FRR's
+    /// built-in keepalive 60 s, hold 180 s, connect 120 s); one of hold and keepalive derives the
+    /// other as MetalLB does; a TOML neighbor keeps uplink's 90 s / 30 s / 5 s.
+    #[test]
+    fn manifest_neighbors_get_upstream_timer_defaults() {
+        use std::time::Duration;
+        let secs = Duration::from_secs;
+        let peer = |name: &str, address: &str, timers: &str| {
+            format!(
+                "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {{name: {name}}}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: {address}\n{timers}---\n"
+            )
+        };
+        let frr = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: f}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 10.0.0.5\n        asn: 65102\n";
+        let yaml = [
+            peer("plain", "10.0.0.1", ""),
+            peer("hold", "10.0.0.2", "  holdTime: 90s\n"),
+            peer("keepalive", "10.0.0.3", "  keepaliveTime: 20s\n"),
+            peer("both", "10.0.0.4", "  holdTime: 30s\n  keepaliveTime: 10s\n  connectTime: 7s\n"),
+            frr.to_string(),
+        ]
+        .concat();
+        let toml = "[[bgp.routers]]\nasn = 65801\n[[bgp.routers.neighbors]]\naddress = \"10.0.0.9\"\nasn = 65102\n";
+        let config = load(toml, &[(PathBuf::from("conf.d/peers.yaml"), yaml)])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let timers = |address: &str| {
+            let n = config.bgp.routers[0]
+                .neighbors
+                .iter()
+                .find(|n| n.address == ip(address))
+                .unwrap_or_else(|| panic!("no neighbor {address}"));
+            (n.hold_time, n.keepalive_time, n.connect_time)
+        };
+        assert_eq!(timers("10.0.0.9"), (secs(90), secs(30), secs(5)), "TOML: uplink's");
+        assert_eq!(timers("10.0.0.1"), (secs(180), secs(60), secs(120)), "BGPPeer: upstream's");
+        assert_eq!(timers("10.0.0.5"), (secs(180), secs(60), secs(120)), "FRRConfiguration");
+        assert_eq!(timers("10.0.0.2"), (secs(90), secs(30), secs(120)), "keepalive = hold / 3");
+        assert_eq!(timers("10.0.0.3"), (secs(60), secs(20), secs(120)), "hold = 3 × keepalive");
+        assert_eq!(timers("10.0.0.4"), (secs(30), secs(10), secs(7)), "as written");
+    }
+
+    /// The same neighbor in a TOML file and a manifest, timers left out in both: the defaults
+    /// differ, and the error says so instead of pointing at a value nobody wrote.
+    #[test]
+    fn a_neighbor_in_toml_and_a_manifest_with_different_default_timers_is_explained() {
+        let toml = "[[bgp.routers]]\nasn = 65801\n[[bgp.routers.neighbors]]\naddress = \"10.0.0.1\"\nasn = 65102\nto_receive = { allowed = { mode = \"all\" } }\n";
+        let yaml = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: p}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  disableMP: true\n";
+        let errors = load(toml, &[(PathBuf::from("conf.d/peer.yaml"), yaml.to_string())])
+            .expect_err("the defaults differ");
+        let text = errors.to_string();
+        assert!(text.contains("hold_time") || text.contains("holdTime"), "{text}");
+        assert!(text.contains("neither file sets it"), "{text}");
+        // Written the same in both, they merge.
+        let yaml = yaml
+            .replace("disableMP: true\n", "disableMP: true\n  holdTime: 90s\n  connectTime: 5s\n");
+        load(toml, &[(PathBuf::from("conf.d/peer.yaml"), yaml)]).unwrap_or_else(|e| panic!("{e}"));
     }
 }

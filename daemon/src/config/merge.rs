@@ -3,7 +3,7 @@
 //! exact rule.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use ipnet::IpNet;
@@ -13,12 +13,15 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    LocalPrefPrefixes, Neighbor, ReceivePolicy, RemoteAsn, Router,
+    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MetricsConfig, Neighbor,
+    ReceivePolicy, RemoteAsn, Router,
 };
 use super::validate::{
     vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
-    RouterFragment,
+    RouterFragment, DEFAULT_DRAIN_TIME, DEFAULT_RESTART_TIME, DEFAULT_SELECT_DEFER_TIME,
+    DEFAULT_STALE_PATH_TIME,
 };
+use std::time::Duration;
 
 /// Merges fragments in order. Conflicts go to `errors`. Cross-reference checks (advertised
 /// prefixes against router prefixes, BFD profile names) run only when `check_references` is
@@ -34,22 +37,42 @@ pub(crate) fn merge(
     let mut always_block = BTreeSet::new();
     let mut nexthop_objects: Option<(bool, Loc)> = None;
     let mut nexthop_compat_mode: Option<(bool, Loc)> = None;
+    let mut metrics_listen: Option<(SocketAddr, Loc)> = None;
+    let mut drain_time: Option<(Duration, Loc)> = None;
+    let mut restart_time: Option<(Duration, Loc)> = None;
+    let mut stale_path_time: Option<(Duration, Loc)> = None;
+    let mut select_defer_time: Option<(Duration, Loc)> = None;
     let mut announce = Vec::with_capacity(fragments.len());
     for mut fragment in fragments {
         announce.push((fragment.file.clone(), std::mem::take(&mut fragment.announce)));
         always_block.extend(fragment.always_block);
-        merge_fib_flag(
-            "fib.nexthop_objects",
-            &mut nexthop_objects,
-            fragment.nexthop_objects,
-            errors,
-        );
-        merge_fib_flag(
-            "fib.nexthop_compat_mode",
+        node_setting(&mut nexthop_objects, fragment.nexthop_objects, "fib.nexthop_objects", errors);
+        node_setting(
             &mut nexthop_compat_mode,
             fragment.nexthop_compat_mode,
+            "fib.nexthop_compat_mode",
             errors,
         );
+        node_setting(&mut drain_time, fragment.drain_time, "drain_time", errors);
+        node_setting(
+            &mut restart_time,
+            fragment.restart_time,
+            "graceful_restart.restart_time",
+            errors,
+        );
+        node_setting(
+            &mut stale_path_time,
+            fragment.stale_path_time,
+            "graceful_restart.stale_path_time",
+            errors,
+        );
+        node_setting(
+            &mut select_defer_time,
+            fragment.select_defer_time,
+            "graceful_restart.select_defer_time",
+            errors,
+        );
+        node_setting(&mut metrics_listen, fragment.metrics_listen, "metrics.listen", errors);
         for profile in fragment.bfd_profiles {
             merge_bfd_profile(&mut profiles, profile, errors);
         }
@@ -70,29 +93,64 @@ pub(crate) fn merge(
             nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on),
             nexthop_compat_mode: nexthop_compat_mode.is_some_and(|(on, _)| on),
         },
+        metrics: MetricsConfig { listen: metrics_listen.map(|(address, _)| address) },
+        drain_time: drain_time.map_or(DEFAULT_DRAIN_TIME, |(d, _)| d),
+        graceful_restart: GracefulRestartConfig {
+            restart_time: restart_time.map_or(DEFAULT_RESTART_TIME, |(d, _)| d),
+            stale_path_time: stale_path_time.map_or(DEFAULT_STALE_PATH_TIME, |(d, _)| d),
+            select_defer_time: select_defer_time.map_or(DEFAULT_SELECT_DEFER_TIME, |(d, _)| d),
+        },
         files,
         announce: super::announce::merge(announce, errors),
+        // Filled in by `load`, which knows the node's labels.
+        network: Default::default(),
     }
 }
 
-/// A node-wide `[fib]` switch: files that set it must agree.
-fn merge_fib_flag(
+/// A node-wide setting: a file that leaves it out takes the other file's value; two different
+/// values conflict (a node has one of each).
+fn node_setting<T: PartialEq + Written>(
+    slot: &mut Option<(T, Loc)>,
+    incoming: Option<(T, Loc)>,
     field: &str,
-    merged: &mut Option<(bool, Loc)>,
-    this: Option<(bool, Loc)>,
     errors: &mut Vec<ConfigError>,
 ) {
-    match (&*merged, this) {
+    match (&*slot, incoming) {
         (_, None) => {}
-        (None, Some(set)) => *merged = Some(set),
+        (None, Some(set)) => *slot = Some(set),
         (Some((first, _)), Some((value, _))) if *first == value => {}
         (Some((first, first_loc)), Some((value, loc))) => errors.push(loc.error(
             field,
             format!(
-                "is {value} here but {first} at {first_loc}; a node has one FIB setting — make \
-                 them equal or set it in one file"
+                "is {} here but {} at {first_loc}; a node has one such setting — make them \
+                 equal or set it in one file",
+                value.written(),
+                first.written()
             ),
         )),
+    }
+}
+
+/// A value as a config file writes it.
+trait Written {
+    fn written(&self) -> String;
+}
+
+impl Written for bool {
+    fn written(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Written for Duration {
+    fn written(&self) -> String {
+        format!("\"{}\"", format_duration(*self))
+    }
+}
+
+impl Written for SocketAddr {
+    fn written(&self) -> String {
+        format!("\"{self}\"")
     }
 }
 
@@ -339,10 +397,21 @@ fn merge_neighbor(
         for (name, here, there) in differences {
             let loc = incoming.loc_of(name);
             let there_loc = existing.loc_of(name);
+            // Only defaults differ: a manifest's neighbor gets upstream's timers, a TOML one
+            // uplink's (`TimerDefaults`).
+            let defaults_differ =
+                is_timer(name) && !existing.written(name) && !incoming.written(name);
+            let hint = if defaults_differ {
+                " (neither file sets it: a Kubernetes manifest's neighbor gets MetalLB's and \
+                 frr-k8s's defaults, hold 3m/keepalive 1m/connect 2m, a TOML neighbor uplink's, \
+                 1m30s/30s/5s; set it in both)"
+            } else {
+                ""
+            };
             errors.push(loc.error(
                 format!("{}.{name}", incoming.field),
                 format!(
-                    "neighbor {} has {here} here but {there} at {there_loc} ({}); a file may add neighbors, \
+                    "neighbor {} has {here} here but {there} at {there_loc} ({}){hint}; a file may add neighbors, \
                      prefixes and filters but not change a neighbor's session settings — make them equal",
                     incoming.neighbor.address, existing.field
                 ),
@@ -365,6 +434,10 @@ fn merge_neighbor(
     if !current.sources.iter().any(|s| s == file) {
         current.sources.push(file.to_path_buf());
     }
+}
+
+fn is_timer(name: &str) -> bool {
+    matches!(name, "hold_time" | "keepalive_time" | "connect_time")
 }
 
 fn union_receive(a: &ReceivePolicy, b: &ReceivePolicy) -> ReceivePolicy {
@@ -420,6 +493,11 @@ fn session_differences(
     compare("passive", &|n| Some(n.passive.to_string()));
     compare("bfd_profile", &|n| n.bfd_profile.clone().map(quoted));
     compare("max_prefixes", &|n| n.max_prefixes.map(|v| v.to_string()));
+    compare("graceful_restart", &|n| match n.graceful_restart {
+        GracefulRestartMode::Enabled => Some("true".into()),
+        GracefulRestartMode::Disabled => Some("false".into()),
+        GracefulRestartMode::Helper => None,
+    });
     compare("families", &|n| {
         Some(format!(
             "[{}]",
@@ -631,6 +709,24 @@ bfd_profile = "tor"
             1,
             "fib.nexthop_objects",
             &["true here", "false at a.toml:1:1"],
+        );
+    }
+
+    #[test]
+    fn metrics_listen_off_by_default_and_two_files_must_agree() {
+        assert_eq!(load_two(A, B).unwrap().metrics.listen, None);
+        let on = "[metrics]\nlisten = \"127.0.0.1:9181\"\n";
+        let listen = Some("127.0.0.1:9181".parse().unwrap());
+        assert_eq!(load_two(A, on).unwrap().metrics.listen, listen);
+        assert_eq!(load_two(on, on).unwrap().metrics.listen, listen);
+        let error = only_error(on, "\n[metrics]\nlisten = \"[::1]:9181\"\n");
+        assert_at(
+            &error,
+            "b.toml",
+            3,
+            10,
+            "metrics.listen",
+            &["\"[::1]:9181\" here", "\"127.0.0.1:9181\" at a.toml:2:10"],
         );
     }
 

@@ -5,7 +5,7 @@
 //! prefix sets) so that two loads of the same files compare equal and diffs stay small.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,10 +23,18 @@ pub struct Config {
     /// Prefixes never accepted from any peer, whatever a neighbor's `to_receive` says.
     pub always_block: Vec<IpNet>,
     pub fib: FibConfig,
+    pub metrics: MetricsConfig,
+    /// How long `uplink drain` (and a shutdown) announces GRACEFUL_SHUTDOWN (RFC 8326) before
+    /// it withdraws the service addresses.
+    #[serde(serialize_with = "duration::serialize")]
+    pub drain_time: Duration,
+    pub graceful_restart: GracefulRestartConfig,
     /// The files this config was loaded from, in merge order.
     pub files: Vec<PathBuf>,
     /// What the node announces besides router `prefixes` (`crate::announce`).
     pub announce: AnnounceConfig,
+    /// The node's own network: `[network]` and the policies selecting this node.
+    pub network: super::network::NetworkConfig,
 }
 
 /// Node-wide FIB settings.
@@ -41,6 +49,76 @@ pub struct FibConfig {
     /// as `nhid N` and their hops are in `ip nexthop` (and `uplink show fib`). `true` leaves
     /// the kernel as it is, for software that reads next hops from routes.
     pub nexthop_compat_mode: bool,
+}
+
+/// A neighbor's part in graceful restart (RFC 4724), as FRR has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GracefulRestartMode {
+    /// `graceful_restart = false`: no Graceful Restart capability, no End-of-RIB expected.
+    Disabled,
+    /// Left out (FRR's default): we keep a restarting peer's routes (RFC 4724 §4.2) and say
+    /// so with a capability that lists no families (§3), which also makes FRR send
+    /// End-of-RIB; our own restart does not preserve the peer's copy of our routes.
+    #[default]
+    Helper,
+    /// `graceful_restart = true` (frr-k8s `enableGracefulRestart`): both roles; the peer keeps
+    /// our routes while we restart, and the kernel keeps ours.
+    Enabled,
+}
+
+impl std::fmt::Display for GracefulRestartMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GracefulRestartMode::Disabled => "disabled",
+            GracefulRestartMode::Helper => "helper only",
+            GracefulRestartMode::Enabled => "enabled",
+        })
+    }
+}
+
+impl GracefulRestartMode {
+    pub fn helps(self) -> bool {
+        self != GracefulRestartMode::Disabled
+    }
+
+    pub fn restarts(self) -> bool {
+        self == GracefulRestartMode::Enabled
+    }
+}
+
+/// The Prometheus endpoint (`[metrics]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MetricsConfig {
+    /// Where `GET /metrics` is served; `None` (the default) serves nothing.
+    pub listen: Option<SocketAddr>,
+}
+
+/// Node-wide graceful restart timers (RFC 4724); FRR's names and defaults.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GracefulRestartConfig {
+    /// The Restart Time we advertise: how long peers keep our routes while we restart.
+    #[serde(serialize_with = "duration::serialize")]
+    pub restart_time: Duration,
+    /// How long a restarted peer's stale routes are kept once its session is back, waiting for
+    /// its End-of-RIB (FRR `stalepath-time`).
+    #[serde(serialize_with = "duration::serialize")]
+    pub stale_path_time: Duration,
+    /// After our own restart, how long we wait for the End-of-RIB of our graceful-restart
+    /// peers before the routes of the previous run that did not come back leave the kernel
+    /// (FRR `select-defer-time`).
+    #[serde(serialize_with = "duration::serialize")]
+    pub select_defer_time: Duration,
+}
+
+impl Default for GracefulRestartConfig {
+    fn default() -> Self {
+        Self {
+            restart_time: super::validate::DEFAULT_RESTART_TIME,
+            stale_path_time: super::validate::DEFAULT_STALE_PATH_TIME,
+            select_defer_time: super::validate::DEFAULT_SELECT_DEFER_TIME,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -191,6 +269,8 @@ pub struct Neighbor {
     pub bfd_profile: Option<String>,
     /// Tear the session down when the peer sends more prefixes than this.
     pub max_prefixes: Option<u32>,
+    /// RFC 4724 graceful restart with this neighbor.
+    pub graceful_restart: GracefulRestartMode,
     pub families: Vec<AddressFamily>,
     pub to_advertise: AdvertisePolicy,
     pub to_receive: ReceivePolicy,

@@ -16,6 +16,8 @@ use super::announce::{
     RawRouteAdvertisement, RawService,
 };
 
+use super::network_validate::{RawNetworkPolicy, RawNetworkSettings};
+
 pub(crate) type S<T> = Spanned<T>;
 
 #[derive(Debug, Deserialize)]
@@ -25,6 +27,12 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub always_block: Vec<S<String>>,
     pub fib: Option<S<RawFib>>,
+    pub metrics: Option<S<RawMetrics>>,
+    /// How long `uplink drain` announces GRACEFUL_SHUTDOWN before withdrawing the VIPs.
+    pub drain_time: Option<S<RawDuration>>,
+    /// Node-wide graceful restart timers (RFC 4724); neighbors opt in with
+    /// `graceful_restart = true`.
+    pub graceful_restart: Option<S<RawGracefulRestart>>,
     // Announcement sections (`config::announce`).
     pub node: Option<S<RawNode>>,
     #[serde(default)]
@@ -39,9 +47,24 @@ pub(crate) struct RawFile {
     pub networks: Vec<S<RawNetwork>>,
     #[serde(default)]
     pub route_advertisements: Vec<S<RawRouteAdvertisement>>,
+    // The node's own network (`config::network`).
+    pub network: Option<S<RawNetworkSettings>>,
+    #[serde(default)]
+    pub network_policies: Vec<S<RawNetworkPolicy>>,
 }
 
 /// Node-wide FIB settings (per-router ones are `install`, `table`, `metric`).
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [graceful_restart] table (restart_time, stale_path_time, select_defer_time)"
+)]
+pub(crate) struct RawGracefulRestart {
+    pub restart_time: Option<S<RawDuration>>,
+    pub stale_path_time: Option<S<RawDuration>>,
+    pub select_defer_time: Option<S<RawDuration>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a [fib] table")]
 pub(crate) struct RawFib {
@@ -51,6 +74,14 @@ pub(crate) struct RawFib {
     /// `true` keeps the kernel's nexthop compatibility mode (`net.ipv4.nexthop_compat_mode`),
     /// which uplink otherwise turns off: see `FibConfig::nexthop_compat_mode`.
     pub nexthop_compat_mode: Option<bool>,
+}
+
+/// `[metrics]`: the Prometheus endpoint (off unless `listen` is set).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [metrics] table")]
+pub(crate) struct RawMetrics {
+    /// `"127.0.0.1:9181"`: where `GET /metrics` is served.
+    pub listen: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,6 +135,7 @@ pub(crate) struct RawNeighbor {
     pub passive: Option<S<bool>>,
     pub bfd_profile: Option<S<String>>,
     pub max_prefixes: Option<S<i64>>,
+    pub graceful_restart: Option<S<bool>>,
     pub families: Option<S<Vec<S<String>>>>,
     pub to_advertise: Option<RawAdvertise>,
     pub to_receive: Option<RawReceive>,

@@ -6,7 +6,7 @@ use super::protocol::{FamilyArg, VrfSelector};
 use crate::bgp::instance::{Instance, NeighborHandle};
 use crate::bgp::view::{Lookup, PathSource, PathView, RibSummary, RouteView};
 use crate::bgp::wire::attributes::{Afi, Family, NextHop, Origin, SegmentKind};
-use crate::config::{vrf_display_name, AddressFamily};
+use crate::config::{vrf_display_name, AddressFamily, GracefulRestartMode};
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
@@ -226,6 +226,7 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
                 "passive": n.config.passive,
                 "bfdProfile": n.config.bfd_profile,
                 "md5Password": n.config.password.is_some(),
+                "gracefulRestartInfo": graceful_restart_json(i, n, &snap),
             }),
         );
     }
@@ -233,6 +234,79 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
         return Err(format!("no such neighbor {a} in VRF {}", vrf_display_name(&i.vrf)));
     }
     Ok(Value::Object(out))
+}
+
+/// `uplink wait-ready`: every configured session, with whether it is Established and has sent
+/// and received End-of-RIB (RFC 4724 §2) — the node then has the fabric's routes and the fabric
+/// has the node's.
+pub fn ready_json(instances: &[Arc<Instance>]) -> Value {
+    let mut sessions = Vec::new();
+    for i in instances {
+        for n in i.neighbors() {
+            let snap = n.stats.snapshot();
+            let why = if snap.state != "Established" {
+                Some(format!("session {}", snap.state))
+            } else if !snap.end_of_rib_sent {
+                Some("our initial table and End-of-RIB not sent yet".to_string())
+            } else if !snap.end_of_rib_received {
+                Some("no End-of-RIB from the peer yet".to_string())
+            } else {
+                None
+            };
+            sessions.push(json!({
+                "vrf": vrf_display_name(&i.vrf),
+                "neighbor": n.config.address.to_string(),
+                "state": snap.state,
+                "endOfRibSent": snap.end_of_rib_sent,
+                "endOfRibRecv": snap.end_of_rib_received,
+                "ready": why.is_none(),
+                "why": why,
+            }));
+        }
+    }
+    let ready = sessions.iter().all(|s| s["ready"] == true);
+    json!({ "ready": ready, "sessions": sessions })
+}
+
+/// FRR's `gracefulRestartInfo` of `show bgp neighbors json` (RFC 4724): the modes of both
+/// sides, the peer's R bit, End-of-RIB sent and received per family, the restart timers.
+fn graceful_restart_json(
+    i: &Instance,
+    n: &NeighborHandle,
+    snap: &crate::bgp::stats::PeerSnapshot,
+) -> Value {
+    let remote_time = snap.negotiated.as_ref().and_then(|v| v.remote_restart_time);
+    let remote_mode = match remote_time {
+        None => "NotApplicable",
+        Some(0) => "Helper",
+        Some(_) => "Restart",
+    };
+    let mut sent = Map::new();
+    let mut received = Map::new();
+    for family in &snap.families {
+        let key = match family.afi {
+            crate::bgp::wire::attributes::Afi::Ipv4 => "ipv4Unicast",
+            crate::bgp::wire::attributes::Afi::Ipv6 => "ipv6Unicast",
+        };
+        sent.insert(key.into(), json!(snap.end_of_rib_sent));
+        received.insert(key.into(), json!(snap.end_of_rib_received_families.contains(family)));
+    }
+    json!({
+        "localGrMode": match n.config.graceful_restart {
+            GracefulRestartMode::Enabled => "Restart",
+            GracefulRestartMode::Helper => "Helper",
+            GracefulRestartMode::Disabled => "Disable",
+        },
+        "remoteGrMode": remote_mode,
+        "rBit": snap.negotiated.as_ref().is_some_and(|v| v.remote_restarted),
+        "localRestarted": i.restarted(),
+        "endOfRibSend": sent,
+        "endOfRibRecv": received,
+        "timers": {
+            "configuredRestartTimer": i.restart_time().as_secs(),
+            "receivedRestartTimer": remote_time,
+        },
+    })
 }
 
 fn parse_lookup(text: &str) -> Result<Lookup, String> {
@@ -350,6 +424,7 @@ fn table_path_json(r: &RouteView, p: &PathView) -> Value {
         "valid": true,
         "bestpath": p.best,
         "multipath": p.multipath || p.best,
+        "stale": p.stale,
         "selectionReason": p.reason,
         "pathFrom": path_from,
         "prefix": r.prefix.network().to_string(),
@@ -408,6 +483,7 @@ fn single_route_json(r: &RouteView) -> Value {
                 "weight": if matches!(p.source, PathSource::Local) { 32768 } else { 0 },
                 "valid": true,
                 "multipath": p.multipath || p.best,
+                "stale": p.stale,
                 "bestpath": { "overall": p.best, "selectionReason": p.reason },
                 "community": community.map(|s| json!({ "string": s })),
                 "largeCommunity": large.map(|s| json!({ "string": s })),

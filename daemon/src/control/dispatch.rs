@@ -1,7 +1,6 @@
 //! The one place where the daemon answers control requests: each request goes to the part of
 //! the daemon that knows the answer.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -11,7 +10,9 @@ use super::protocol::Request;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
-use crate::reload::InstanceList;
+use crate::netconf::gate::GateView;
+use crate::ops::drain::DrainHandle;
+use crate::reload::{InstanceList, ReloadHandle};
 
 /// What a control request may read or act on. Cheap to clone: handles and `watch` receivers.
 #[derive(Clone)]
@@ -22,23 +23,32 @@ pub struct Context {
     pub running: watch::Receiver<Arc<Config>>,
     pub announcer: AnnouncerHandle,
     pub fib: Fib,
-    /// The drained mark (`crate::ops::drain`).
-    pub drain_marker: PathBuf,
+    /// `uplink drain` / `undrain` (`crate::ops::drain`).
+    pub drain: DrainHandle,
+    /// Runs a reload and hands back its outcome.
+    pub reload: ReloadHandle,
+    /// Routers waiting for their VRF device, and the kernel's view of the node.
+    pub network: GateView,
 }
 
 /// Answers one request.
 pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
-    let instances = ctx.instances.borrow().clone();
+    // A snapshot only for the requests that read it: a reload waits for the instances it
+    // stops to be let go.
+    let instances = || ctx.instances.borrow().clone();
     match request {
-        Request::BgpSummary { vrf } => super::bgp::summary_json(&instances, &vrf).await,
+        Request::BgpSummary { vrf } => {
+            let answer = super::bgp::summary_json(&instances(), &vrf).await;
+            super::waiting::summary(answer, &instances(), &ctx.network, &vrf)
+        }
         Request::BgpNeighbors { vrf, address } => {
-            super::bgp::neighbors_json(&instances, &vrf, address.as_deref()).await
+            super::bgp::neighbors_json(&instances(), &vrf, address.as_deref()).await
         }
         Request::BgpRoutes { vrf, family, prefix } => {
-            super::bgp::routes_json(&instances, &vrf, family, prefix.as_deref()).await
+            super::bgp::routes_json(&instances(), &vrf, family, prefix.as_deref()).await
         }
-        Request::BfdPeers { vrf } => super::bfd::peers(&instances, &vrf).await,
-        Request::Fib { vrf } => super::fib::show(&ctx.fib, &instances, &vrf).await,
+        Request::BfdPeers { vrf } => super::bfd::peers(&instances(), &vrf).await,
+        Request::Fib { vrf } => super::fib::show(&ctx.fib, &instances(), &vrf).await,
         Request::Announcements { vrf } => {
             let config = ctx.running.borrow().clone();
             Ok(super::announcements::announcements_json(
@@ -51,8 +61,18 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             let config = ctx.running.borrow().clone();
             super::announcements::running_config_json(&config, &ctx.announcer)
         }
-        Request::Drain { drained } => {
-            crate::ops::drain::set(&ctx.announcer, &ctx.drain_marker, drained).await
+        Request::Drain { wait } => {
+            let outcome = ctx.drain.drain(true, wait).await?;
+            Ok(serde_json::json!({ "drain": outcome }))
+        }
+        Request::Undrain => {
+            let outcome = ctx.drain.undrain().await?;
+            Ok(serde_json::json!({ "drain": outcome }))
+        }
+        Request::Ready => Ok(super::bgp::ready_json(&instances())),
+        Request::Reload => {
+            let outcome = ctx.reload.reload().await?;
+            serde_json::to_value(outcome).map_err(|e| e.to_string())
         }
     }
 }

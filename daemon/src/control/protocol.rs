@@ -68,11 +68,21 @@ pub enum Request {
     Fib {
         vrf: VrfSelector,
     },
-    /// `uplink drain` (`drained = true`) / `uplink undrain`: withdraw service addresses from
-    /// every peer, or announce them again. Sessions and pod networks are untouched.
+    /// `uplink drain`: GRACEFUL_SHUTDOWN on everything the node originates, then, after
+    /// `drain_time`, the service addresses withdrawn (RFC 8326). With `wait`, answered after
+    /// the withdrawal. Sessions stay up.
     Drain {
-        drained: bool,
+        #[serde(default)]
+        wait: bool,
     },
+    /// `uplink undrain`: everything announced again, without GRACEFUL_SHUTDOWN.
+    Undrain,
+    /// `uplink wait-ready`: per configured session, whether it is Established and End-of-RIB
+    /// went both ways (RFC 4724 §2).
+    Ready,
+    /// `uplink reload`: re-read the config, apply what changed, answer with what was done
+    /// (`reload::ReloadOutcome`), or why the config was rejected.
+    Reload,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

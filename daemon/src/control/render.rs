@@ -16,14 +16,9 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::Announcements { .. } => return super::announcements::announcements_text(value),
         Request::RunningConfig => return super::announcements::running_config_text(value),
         Request::Fib { .. } => fib,
-        Request::Drain { drained: true } => {
-            return "drained: service addresses are being withdrawn from every peer \
-                    (`uplink show announcements` shows each as drained; `uplink undrain` ends it)\n"
-                .into()
-        }
-        Request::Drain { drained: false } => {
-            return "undrained: service addresses are announced again where they are ready\n".into()
-        }
+        Request::Drain { .. } | Request::Undrain => return drain(value),
+        Request::Ready => return ready(value),
+        Request::Reload => return reload(value),
     };
     let all = match request {
         Request::BgpSummary { vrf }
@@ -31,7 +26,12 @@ pub fn text(request: &Request, value: &Value) -> String {
         | Request::BgpRoutes { vrf, .. }
         | Request::BfdPeers { vrf }
         | Request::Fib { vrf } => *vrf == VrfSelector::All,
-        Request::Announcements { .. } | Request::RunningConfig | Request::Drain { .. } => false,
+        Request::Announcements { .. }
+        | Request::RunningConfig
+        | Request::Drain { .. }
+        | Request::Undrain
+        | Request::Ready
+        | Request::Reload => false,
     };
     if all {
         let mut out = String::new();
@@ -45,6 +45,77 @@ pub fn text(request: &Request, value: &Value) -> String {
     }
 }
 
+/// `uplink reload`: what was applied, router by router and neighbor by neighbor; or why the
+/// config was rejected (the same file:line:column lines as `uplink check`).
+fn reload(v: &Value) -> String {
+    let mut out = String::new();
+    if v["applied"] != Value::Bool(true) {
+        let _ = writeln!(out, "reload of {} rejected; nothing changed:", s(&v["config"]));
+        for e in v["config_errors"].as_array().into_iter().flatten() {
+            let mut line = s(&e["file"]);
+            if e["line"].as_u64().unwrap_or(0) > 0 {
+                let _ = write!(line, ":{}:{}", e["line"], e["column"]);
+            }
+            if !s(&e["field"]).is_empty() {
+                let _ = write!(line, ": {}", s(&e["field"]));
+            }
+            let _ = writeln!(out, "{line}: {}", s(&e["message"]));
+        }
+        if !v["error"].is_null() {
+            let _ = writeln!(out, "{}", s(&v["error"]));
+        }
+        return out;
+    }
+    let _ = writeln!(out, "reloaded {} in {} ms", s(&v["config"]), v["duration_ms"]);
+    for note in v["node"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "node: {}", s(note));
+    }
+    for r in v["routers"].as_array().into_iter().flatten() {
+        let _ = write!(out, "router {} (vrf {}): {}", r["asn"], s(&r["vrf"]), s(&r["action"]));
+        match r["reason"].as_str() {
+            Some(reason) => {
+                let _ = writeln!(out, ": {reason}");
+            }
+            None => out.push('\n'),
+        }
+        for setting in r["settings"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}", s(setting));
+        }
+        let list = |key: &str| r[key].as_array().into_iter().flatten();
+        for address in list("added") {
+            let _ = writeln!(out, "  neighbor {}: added", s(address));
+        }
+        for address in list("removed") {
+            let _ = writeln!(out, "  neighbor {}: removed", s(address));
+        }
+        for reset in list("reset") {
+            let _ = writeln!(
+                out,
+                "  neighbor {}: reset: {}",
+                s(&reset["address"]),
+                s(&reset["reason"])
+            );
+        }
+        for update in list("updated") {
+            let applied: Vec<String> =
+                update["applied"].as_array().into_iter().flatten().map(s).collect();
+            let _ = writeln!(
+                out,
+                "  neighbor {}: updated live: {}",
+                s(&update["address"]),
+                applied.join("; ")
+            );
+        }
+        for note in list("deferred") {
+            let _ = writeln!(out, "  not done: {}", s(note));
+        }
+        if r["unchanged"].as_u64().unwrap_or(0) > 0 {
+            let _ = writeln!(out, "  {} neighbor(s) unchanged", r["unchanged"]);
+        }
+    }
+    out
+}
+
 fn s(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -54,6 +125,9 @@ fn s(v: &Value) -> String {
 }
 
 fn summary(v: &Value, _vrf: &str) -> String {
+    if let Some(waiting) = super::waiting::render_waiting(v) {
+        return waiting;
+    }
     let mut out = String::new();
     for (key, title) in [("ipv4Unicast", "IPv4 Unicast"), ("ipv6Unicast", "IPv6 Unicast")] {
         let Some(f) = v.get(key) else { continue };
@@ -94,7 +168,11 @@ fn summary(v: &Value, _vrf: &str) -> String {
                 s(&p["pfxSnt"]),
             );
         }
-        let _ = writeln!(out, "\nTotal number of neighbors {}\n", s(&f["totalPeers"]));
+        let _ = writeln!(out, "\nTotal number of neighbors {}", s(&f["totalPeers"]));
+        if let Some(peers) = f["peers"].as_object() {
+            out.push_str(&super::waiting::render_waiting_peers(peers));
+        }
+        out.push('\n');
     }
     if out.is_empty() {
         out.push_str("No BGP neighbors found\n");
@@ -415,6 +493,40 @@ fn frr_duration(secs: u64) -> String {
     }
     parts.push(format!("{seconds} second(s)"));
     parts.join(", ")
+}
+
+fn drain(value: &Value) -> String {
+    match value["drain"].as_str().unwrap_or("") {
+        "draining" => "draining: GRACEFUL_SHUTDOWN (RFC 8326) announced on everything this node \
+                       originates; service addresses are withdrawn after drain_time \
+                       (`uplink show announcements`; `uplink undrain` ends it)\n"
+            .into(),
+        "drained" => "drained: service addresses withdrawn from every peer, the rest announced \
+                      with GRACEFUL_SHUTDOWN (`uplink undrain` ends it)\n"
+            .into(),
+        "cancelled" => "the drain was cancelled by `uplink undrain`\n".into(),
+        _ => "undrained: everything is announced again, service addresses where they are ready\n"
+            .into(),
+    }
+}
+
+/// `uplink wait-ready`: one line per session that is not ready.
+fn ready(value: &Value) -> String {
+    let mut out = String::new();
+    for s in value["sessions"].as_array().into_iter().flatten().filter(|s| s["ready"] != true) {
+        let _ = writeln!(
+            out,
+            "not ready: neighbor {} (VRF {}): {}",
+            s["neighbor"].as_str().unwrap_or("?"),
+            s["vrf"].as_str().unwrap_or("default"),
+            s["why"].as_str().unwrap_or("?")
+        );
+    }
+    if value["ready"] == true {
+        let count = value["sessions"].as_array().map_or(0, Vec::len);
+        let _ = writeln!(out, "ready: {count} session(s) Established with End-of-RIB both ways");
+    }
+    out
 }
 
 /// The value at a JSON pointer (`/paths/0/ip`), or null: rendering never fails on a missing key.

@@ -17,7 +17,8 @@
 //!
 //! Modules: `batch` (what a RIB sends), `msg` (message layouts), `kernel` (sockets, batching,
 //! ACKs), `groups` (nexthop objects and groups, counted), `resolve` (next-hop reachability),
-//! `plan` and `planner` (decisions), `writer` (the thread).
+//! `plan` and `planner` (decisions), `writer` (the thread), `stats` (its counters, read by
+//! the metrics endpoint without asking the writer).
 
 pub mod batch;
 pub mod groups;
@@ -30,6 +31,7 @@ pub mod planner;
 pub mod replay;
 pub mod resolve;
 pub mod route;
+pub mod stats;
 mod writer;
 
 use crate::config::{FibConfig, Router};
@@ -48,6 +50,9 @@ use writer::{Command, Writer};
 
 /// Depth of the writer's channel, in batches: the RIB tasks wait when the kernel is behind.
 const CHANNEL_DEPTH: usize = 64;
+
+/// How long a reload waits for the routes to change form (`Fib::set_nexthop_objects`).
+const SWITCH_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What the writer needs to know of one routing instance (`[[bgp.routers]]`), or of one VRF
 /// leak (routes learned in `leaked_from` installed into `vrf`'s table).
@@ -134,6 +139,17 @@ impl FibSlot {
 pub struct Fib {
     tx: mpsc::Sender<Command>,
     instances: Arc<RwLock<Vec<FibSlot>>>,
+    /// The kernel held routes of a previous run at start, and they were kept.
+    previous_run_kept: bool,
+    stats: Arc<stats::FibStats>,
+}
+
+/// How many routes one instance holds in each state, read from the writer's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibRouteCounts {
+    pub config: FibInstanceConfig,
+    /// Installed, pending, failed.
+    pub routes: [(stats::RouteState, u64); 3],
 }
 
 /// One instance's channel to the writer.
@@ -170,12 +186,18 @@ impl FibSender {
     }
 }
 
-/// Starts the writer and monitor threads. The writer first reconciles with the kernel (removing
-/// every stale `proto bgp` route in uplink's tables), then applies changes as they come.
+/// Starts the writer and monitor threads. The writer first reconciles with the kernel, then
+/// applies changes as they come. Without `keep_previous` the startup reconcile removes every
+/// stale `proto bgp` route in uplink's tables; with it (graceful restart, RFC 4724 §4.1) the
+/// previous run's routes and nexthops stay and keep forwarding until [`Fib::end_restart`].
 /// `nexthop_objects = false` installs ECMP routes with RTA_MULTIPATH (the writer also falls
 /// back to that by itself when the kernel has no nexthop objects); with objects, the kernel's
 /// nexthop compatibility mode is turned off unless `nexthop_compat_mode` asks to keep it.
-pub fn start(instances: Vec<FibInstanceConfig>, settings: &FibConfig) -> Result<Fib, String> {
+pub fn start(
+    instances: Vec<FibInstanceConfig>,
+    settings: &FibConfig,
+    keep_previous: bool,
+) -> Result<Fib, String> {
     let kernel = kernel::Kernel::open()
         .map_err(|e| format!("cannot open a netlink socket for the FIB: {e}"))?;
     let mut monitor = kernel::Monitor::open()
@@ -207,15 +229,21 @@ pub fn start(instances: Vec<FibInstanceConfig>, settings: &FibConfig) -> Result<
         })
         .map_err(|e| format!("cannot start the FIB monitor thread: {e}"))?;
     let slots: Vec<FibSlot> = instances.into_iter().map(FibSlot::new).collect();
-    let writer = Writer::new(kernel, slots.clone(), settings);
+    let stats = Arc::new(stats::FibStats::default());
+    let writer = Writer::new(kernel, slots.clone(), settings, keep_previous, Arc::clone(&stats));
+    let (started_tx, started) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("uplink-fib".into())
         .spawn(move || {
-            writer.run(rx);
+            writer.run(rx, started_tx);
             error!("the FIB writer stopped");
         })
         .map_err(|e| format!("cannot start the FIB writer thread: {e}"))?;
-    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)) })
+    // The startup reconcile says whether a previous run's routes were kept (sessions then
+    // advertise that they restarted).
+    let previous_run_kept =
+        started.recv().map_err(|_| "the FIB writer stopped during its startup".to_string())?;
+    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)), previous_run_kept, stats })
 }
 
 impl Fib {
@@ -257,6 +285,22 @@ impl Fib {
             .map_err(|_| "the FIB writer has stopped".into())
     }
 
+    /// A reload changed `[fib] nexthop_objects`: the routes in the kernel change form (nexthop
+    /// groups, or hops inline) in place, none is withdrawn. Returns once done.
+    pub async fn set_nexthop_objects(&self, on: bool) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::NexthopObjects(on, reply))
+            .await
+            .map_err(|_| "the FIB writer has stopped")?;
+        // The routes are rewritten from the RIBs' replays; a RIB that does not answer must
+        // not hold the reload forever.
+        match tokio::time::timeout(SWITCH_LIMIT, rx).await {
+            Ok(answer) => answer.map_err(|_| "the FIB writer has stopped".to_string())?,
+            Err(_) => Err(format!("still rewriting the routes after {SWITCH_LIMIT:?}")),
+        }
+    }
+
     /// Whether the instance of `vrf` would be installed with `config` (else a reload must
     /// start the router again).
     pub fn has_instance(&self, config: &FibInstanceConfig) -> bool {
@@ -265,11 +309,54 @@ impl Fib {
             .is_ok_and(|slots| slots.iter().any(|s| !s.retired && s.config == *config))
     }
 
+    /// Whether the kernel held a previous run's routes at start and they were kept.
+    pub fn previous_run_kept(&self) -> bool {
+        self.previous_run_kept
+    }
+
+    /// RFC 4724 §4.1: our restart is over (every graceful-restart peer has sent End-of-RIB,
+    /// or the wait ran out): the previous run's routes that did not come back leave the
+    /// kernel.
+    pub async fn end_restart(&self) -> Result<(), String> {
+        self.tx.send(Command::EndRestart).await.map_err(|_| "the FIB writer has stopped".into())
+    }
+
+    /// Takes every route uplink installed out of the kernel (a shutdown without graceful
+    /// restart) and returns once that is done.
+    pub async fn clear(&self) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Command::Clear(reply)).await.map_err(|_| "the FIB writer has stopped")?;
+        rx.await.map_err(|_| "the FIB writer has stopped".to_string())
+    }
+
     /// Returns once every change sent before this call has been written to the kernel.
     pub async fn flush(&self) -> Result<(), String> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Command::Flush(reply)).await.map_err(|_| "the FIB writer has stopped")?;
         rx.await.map_err(|_| "the FIB writer has stopped".to_string())
+    }
+
+    /// The writer's counters (kernel requests, errors, resyncs).
+    pub fn stats(&self) -> &stats::FibStats {
+        &self.stats
+    }
+
+    /// Route counts of every active instance (routers and leaks), without asking the writer.
+    pub fn route_counts(&self) -> Vec<FibRouteCounts> {
+        let Ok(slots) = self.instances.read() else { return Vec::new() };
+        slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| !slot.retired && slot.config.install)
+            .map(|(index, slot)| {
+                let counts = self.stats.instance(index);
+                let count = |state| counts.as_ref().map_or(0, |c| c.get(state));
+                FibRouteCounts {
+                    config: slot.config.clone(),
+                    routes: stats::RouteState::ALL.map(|state| (state, count(state))),
+                }
+            })
+            .collect()
     }
 
     /// Every instance's groups, lost next hops and refused routes; join them with the RIB's

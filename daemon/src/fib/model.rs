@@ -368,8 +368,31 @@ impl Harness {
         self.round(plan);
     }
 
-    /// Runs a resync the way the writer does: nexthops, then the routes streamed.
-    fn resync(&mut self) {
+    /// A reload switches nexthop objects on or off: the routes change form in place, from the
+    /// RIB's replays, and the switch ends within the round.
+    fn switch_objects(&mut self, on: bool) {
+        let mut plan = Plan::default();
+        let change = on != self.planner.objects();
+        let started = self.planner.set_objects(on, &mut plan).unwrap();
+        assert_eq!(started, change);
+        self.round(plan);
+        assert_eq!(self.planner.take_switch_complete(), started, "the switch ended");
+        assert!(!self.planner.switching());
+    }
+
+    /// Uplink starts again over the kernel this one leaves: a new planner, with `keep` the
+    /// previous run's routes kept (graceful restart); returns how many were kept.
+    fn restart(self, keep: bool) -> (Harness, usize) {
+        let mut h = Harness::new(self.planner.objects());
+        h.kernel = self.kernel;
+        h.planner.set_keep_previous(keep);
+        let kept = h.resync();
+        (h, kept)
+    }
+
+    /// Runs a resync the way the writer does: nexthops, then the routes streamed. Returns how
+    /// many stale routes a graceful restart kept.
+    fn resync(&mut self) -> usize {
         let mut plan = Plan::default();
         self.planner.resync_nexthops(&self.kernel.dump_nexthops(), &mut plan);
         let failures = self.kernel.execute(&plan);
@@ -382,8 +405,9 @@ impl Harness {
         for route in self.kernel.dump_routes() {
             self.planner.resync_route(&mut counts, &route, &mut plan);
         }
-        self.planner.resync_finish(counts);
+        let kept = self.planner.resync_finish(counts);
         self.round(plan);
+        kept
     }
 
     /// The kernel hops a desired set should forward over.
@@ -597,6 +621,75 @@ fn refused_routes_are_failures_until_a_request_for_them_succeeds() {
     assert_eq!(h.planner.state()[0].route(prefix(2), &set(&[0, 1])).state, "installed");
 }
 
+#[test]
+fn switching_nexthop_objects_rewrites_every_route_in_place() {
+    let mut h = Harness::new(true);
+    h.announce((0..100).map(prefix), &[0, 1]);
+    h.announce((100..150).map(prefix), &[2]);
+    h.check_exact();
+    let routes = h.kernel.route_events;
+
+    h.switch_objects(false);
+    h.check_exact();
+    assert!(h.kernel.groups.is_empty() && h.kernel.nexthops.is_empty(), "objects deleted");
+    assert!(h.kernel.routes.values().all(|t| matches!(t, Target::Inline(_))));
+    // One replacement per route, no deletion (a deletion would have lost the route here).
+    assert_eq!(h.kernel.route_events - routes, 150);
+    h.peer_down(0);
+    h.check_exact();
+
+    let routes = h.kernel.route_events;
+    h.switch_objects(true);
+    h.check_exact();
+    assert!(h.kernel.routes.values().all(|t| matches!(t, Target::Object(_))));
+    assert_eq!(h.kernel.route_events - routes, 150);
+    // Already on: nothing to do.
+    h.switch_objects(true);
+    assert_eq!(h.kernel.route_events - routes, 150);
+}
+
+#[test]
+fn the_route_counts_follow_the_groups() {
+    let mut h = Harness::new(true);
+    h.announce((0..10).map(prefix), &[0, 1]);
+    h.announce((10..13).map(prefix), &[2]);
+    assert_eq!(h.planner.route_counts(), vec![[13, 0, 0]]);
+    // Hop 2's link goes down: its routes wait for it.
+    h.set_link(2, false);
+    assert_eq!(h.planner.route_counts(), vec![[10, 3, 0]]);
+}
+
+#[test]
+fn a_graceful_restart_keeps_the_previous_runs_routes_until_it_is_over() {
+    let mut h = Harness::new(true);
+    h.announce((0..100).map(prefix), &[0, 1]);
+    h.check_exact();
+    let previous: BTreeSet<u32> = h.kernel.groups.keys().copied().collect();
+
+    let (mut h, kept) = h.restart(true);
+    assert_eq!(kept, 100);
+    assert_eq!(h.kernel.routes.len(), 100, "the previous run's routes keep forwarding");
+    // The peers send part of the table again: those routes move to the new run's group, in
+    // place, and its ids are not the previous run's.
+    h.announce((0..60).map(prefix), &[0, 1]);
+    assert_eq!(h.kernel.routes.len(), 100);
+    assert!(h.kernel.groups.keys().filter(|g| !previous.contains(g)).count() == 1);
+    // A resync during the restart keeps them too.
+    assert_eq!(h.resync(), 40);
+
+    // The restart is over: what did not come back goes, with the previous run's objects.
+    h.planner.set_keep_previous(false);
+    assert_eq!(h.resync(), 0);
+    h.check_exact();
+    assert_eq!(h.kernel.routes.len(), 60);
+    assert!(h.kernel.groups.keys().all(|g| !previous.contains(g)));
+
+    // Without graceful restart, a start removes everything uplink does not want.
+    let (h, kept) = h.restart(false);
+    assert_eq!(kept, 0);
+    assert!(h.kernel.routes.is_empty() && h.kernel.groups.is_empty());
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;
@@ -626,6 +719,8 @@ mod properties {
         },
         Settle,
         Resync,
+        /// A reload switches nexthop objects on or off.
+        Switch(bool),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -637,6 +732,7 @@ mod properties {
             1 => (0..PEERS, any::<bool>()).prop_map(|(peer, up)| Op::Link { peer, up }),
             1 => Just(Op::Settle),
             1 => Just(Op::Resync),
+            1 => any::<bool>().prop_map(Op::Switch),
         ]
     }
 
@@ -665,7 +761,10 @@ mod properties {
                 }
                 Op::Link { peer, up } => h.set_link(peer, up),
                 Op::Settle => h.settle(),
-                Op::Resync => h.resync(),
+                Op::Resync => {
+                    h.resync();
+                }
+                Op::Switch(on) => h.switch_objects(on),
             }
             h.check_safe();
         }

@@ -93,6 +93,19 @@ pub struct ResyncCounts {
     per_group: HashMap<u32, u32>,
     per_instance: HashMap<usize, u32>,
     stale: usize,
+    /// Stale routes kept for a graceful restart.
+    kept: usize,
+}
+
+/// A reload's switch of `[fib] nexthop_objects` ([`Planner::set_objects`]): the routes are
+/// written again in their new form from the RIBs' replays, in place.
+#[derive(Debug)]
+struct Switch {
+    /// Set when the round that started the switch ends: the replays it asked for have tokens
+    /// below this one, and the switch is over when none of them is outstanding.
+    until: Option<u64>,
+    /// Switching off: the objects to delete once every route carries its hops inline.
+    cleanup: Vec<u32>,
 }
 
 pub struct Planner {
@@ -120,6 +133,14 @@ pub struct Planner {
     /// A kernel object of ours vanished: the writer should resynchronise.
     resync_wanted: bool,
     inconsistencies: u64,
+    /// Graceful restart (RFC 4724 §4.1): a resync keeps the previous run's routes and nexthops
+    /// that nobody wants yet, instead of deleting them, until the restart is over.
+    keep_previous: bool,
+    /// Whether the kernel has nexthop objects at all (a reload may switch them on).
+    kernel_objects: bool,
+    switch: Option<Switch>,
+    /// A switch ended in the last round ([`Planner::take_switch_complete`]).
+    switch_complete: bool,
 }
 
 impl Planner {
@@ -143,6 +164,10 @@ impl Planner {
             unsettled: false,
             resync_wanted: false,
             inconsistencies: 0,
+            keep_previous: false,
+            kernel_objects: true,
+            switch: None,
+            switch_complete: false,
         }
     }
 
@@ -153,6 +178,7 @@ impl Planner {
     /// The kernel has no nexthop objects: routes carry their hops from now on.
     pub fn without_objects(&mut self) {
         self.objects = false;
+        self.kernel_objects = false;
     }
 
     pub fn registry(&self) -> &Registry {
@@ -260,6 +286,7 @@ impl Planner {
 
     fn replay_done(&mut self, token: u64, plan: &mut Plan) {
         let Some(replay) = self.replays.remove(&token) else { return };
+        self.check_switch(plan);
         if replay.fill {
             if let Some(inst) = self.instances.get_mut(replay.target) {
                 inst.filling = None;
@@ -611,6 +638,98 @@ impl Planner {
         for (target, prefixes) in std::mem::take(&mut self.ensure_prefixes) {
             self.request(target, ReplayScope::Prefixes(prefixes), false, Vec::new());
         }
+        if let Some(switch) = self.switch.as_mut().filter(|s| s.until.is_none()) {
+            switch.until = Some(self.next_token);
+        }
+        self.check_switch(plan);
+    }
+
+    // ---- switching nexthop objects on and off (a reload) ------------------------------
+
+    /// A reload changed `[fib] nexthop_objects`. Every route is written again in the other
+    /// form and replaced in place (RTM_NEWROUTE with NLM_F_REPLACE: none is withdrawn), from
+    /// its RIB's replay: switching on, the objects and groups are created first; switching
+    /// off, they are deleted once every route carries its hops inline. Returns whether a
+    /// switch started ([`Planner::take_switch_complete`] says when it is over).
+    pub fn set_objects(&mut self, on: bool, plan: &mut Plan) -> Result<bool, String> {
+        if on == self.objects {
+            return Ok(false);
+        }
+        if on && !self.kernel_objects {
+            return Err("the kernel has no nexthop objects; routes keep their hops inline".into());
+        }
+        self.objects = on;
+        let mut cleanup = Vec::new();
+        if on {
+            info!("nexthop objects on: routes move onto nexthop groups");
+            // Nothing of ours is in the kernel as an object: all are created, and the routes
+            // of every group are replayed onto it.
+            self.restore_objects(&HashSet::new(), plan);
+        } else {
+            info!("nexthop objects off: routes carry their hops inline (RTA_MULTIPATH)");
+            // Groups before their members.
+            cleanup.extend(self.registry.groups().filter(|g| g.in_kernel()).map(|g| g.id));
+            cleanup.extend(self.registry.nexthops().map(|(id, _)| id));
+            // Only instances with routes: one whose RIB task has not started has none, and
+            // the switch must not wait for it.
+            for (index, inst) in self.instances.iter().enumerate() {
+                if inst.active() && self.registry.groups().any(|g| g.instance == index) {
+                    self.ensure_all.insert(index);
+                }
+            }
+        }
+        self.switch = Some(Switch { until: None, cleanup });
+        Ok(true)
+    }
+
+    /// Ends the switch once the replays it asked for are all answered.
+    fn check_switch(&mut self, plan: &mut Plan) {
+        let Some(until) = self.switch.as_ref().and_then(|s| s.until) else { return };
+        if self.replays.keys().any(|token| *token < until) {
+            return;
+        }
+        if let Some(switch) = self.switch.take() {
+            plan.cleanup.extend(switch.cleanup.into_iter().map(ObjectOp::Delete));
+        }
+        self.switch_complete = true;
+    }
+
+    pub fn take_switch_complete(&mut self) -> bool {
+        std::mem::take(&mut self.switch_complete)
+    }
+
+    /// Whether a switch of nexthop objects is under way.
+    pub fn switching(&self) -> bool {
+        self.switch.is_some()
+    }
+
+    /// Per instance, index for index: its routes installed, pending and failed (the metrics'
+    /// view, `stats.rs`). From the group counts: a few dozen groups, not a walk of the routes.
+    pub fn route_counts(&self) -> Vec<[u64; 3]> {
+        let mut out = vec![[0u64; 3]; self.instances.len()];
+        for group in self.registry.groups() {
+            let Some(inst) = self.instances.get(group.instance) else { continue };
+            let Some(counts) = out.get_mut(group.instance) else { continue };
+            let routes = u64::from(group.routes());
+            let written = inst.active() && inst.table.is_some() && inst.filling.is_none();
+            if written && group.in_kernel() {
+                counts[0] += routes;
+            } else {
+                counts[1] += routes;
+            }
+        }
+        for (instance, _) in self.failures.keys() {
+            if let Some(counts) = out.get_mut(*instance) {
+                counts[0] = counts[0].saturating_sub(1);
+                counts[2] += 1;
+            }
+        }
+        for (counts, inst) in out.iter_mut().zip(&self.instances) {
+            if !inst.active() {
+                *counts = [0; 3];
+            }
+        }
+        out
     }
 
     /// What the kernel said to each request of `plan` that failed (index into
@@ -678,7 +797,7 @@ impl Planner {
                             purge.push(key);
                         }
                     }
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
+                    info!(vrf = crate::config::vrf_display_name(&slot.config.vrf), leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
                 }
                 Some(_) => {}
                 None => {
@@ -687,15 +806,17 @@ impl Planner {
                     if slot.config.leaked_from.is_some() && slot.config.install {
                         self.request(index, ReplayScope::All, true, Vec::new());
                     }
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
+                    info!(vrf = crate::config::vrf_display_name(&slot.config.vrf), leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
                 }
             }
         }
         purge
     }
 
-    /// Takes every route of an instance out of the kernel and retires it.
-    fn clear(&mut self, index: usize, plan: &mut Plan) -> Option<(u32, u32)> {
+    /// Takes every route of an instance out of the kernel and retires it (a reload, or a
+    /// shutdown without graceful restart). Returns the (table, metric) whose routes the writer
+    /// must purge itself (without nexthop objects, routes do not leave with a group).
+    pub fn clear(&mut self, index: usize, plan: &mut Plan) -> Option<(u32, u32)> {
         let (ids, unused) = self.registry.remove_instance(index);
         if self.objects {
             plan.cleanup.extend(ids.into_iter().map(ObjectOp::Delete));
@@ -835,15 +956,31 @@ impl Planner {
             .filter(|n| n.protocol == RTPROT_BGP && !self.registry.owns(n.id))
             .map(|n| n.id)
             .collect();
-        if !stale.is_empty() {
-            info!("removing {} stale proto bgp nexthop(s)", stale.len());
+        if self.keep_previous {
+            // Graceful restart: the previous run's objects stay (its kept routes use them),
+            // and their ids are not handed out again meanwhile.
+            self.registry.reserve_foreign(stale);
+        } else {
+            if !stale.is_empty() {
+                info!("removing {} stale proto bgp nexthop(s)", stale.len());
+            }
+            self.delete_stale_objects(present, stale, plan);
         }
+        // Ours that the kernel lost: nexthops first, then the groups using them (whose
+        // routes went with them: replayed).
+        self.restore_objects(&ids, plan);
+    }
+
+    fn delete_stale_objects(&self, present: &[KernelNexthop], stale: Vec<u32>, plan: &mut Plan) {
         // Groups first (a group is deleted with its routes), then their members.
         let is_group = |id: &u32| present.iter().any(|n| n.id == *id && n.group);
         let (groups, members): (Vec<u32>, Vec<u32>) = stale.into_iter().partition(is_group);
         plan.objects.extend(groups.into_iter().chain(members).map(ObjectOp::Delete));
-        // Ours that the kernel lost: nexthops first, then the groups using them (whose
-        // routes went with them: replayed).
+    }
+
+    /// Creates the objects of ours that are not among `ids` (the kernel's), and the groups
+    /// using them; the routes of a group that was missing are replayed.
+    fn restore_objects(&mut self, ids: &HashSet<u32>, plan: &mut Plan) {
         let missing: Vec<(u32, Hop)> =
             self.registry.nexthops().filter(|(id, _)| !ids.contains(id)).collect();
         for (id, hop) in &missing {
@@ -884,8 +1021,7 @@ impl Planner {
         }
         let key = RouteKey { table: route.table, prefix: route.prefix, metric: route.metric };
         let Some(instance) = self.instance_of_table(route.table, route.metric) else {
-            counts.stale += 1;
-            plan.routes.push(route_op(key, usize::MAX, RouteAction::Delete));
+            self.stale_route(counts, key, usize::MAX, plan);
             return;
         };
         if self.objects {
@@ -894,24 +1030,21 @@ impl Planner {
                 .filter(|id| self.registry.group(*id).is_some_and(|g| g.instance == instance));
             match group {
                 Some(id) => *counts.per_group.entry(id).or_default() += 1,
-                None => {
-                    counts.stale += 1;
-                    plan.routes.push(route_op(key, instance, RouteAction::Delete));
-                }
+                None => self.stale_route(counts, key, instance, plan),
             }
         } else if self.registry.groups().any(|g| g.instance == instance) {
             *counts.per_instance.entry(instance).or_default() += 1;
         } else {
             // Without objects a route cannot be told from a wanted one, but an instance with
             // no routes wants none.
-            counts.stale += 1;
-            plan.routes.push(route_op(key, instance, RouteAction::Delete));
+            self.stale_route(counts, key, instance, plan);
         }
     }
 
     /// Ends a resync: groups (or, without objects, instances) whose routes the kernel does
     /// not all have are replayed by their RIB.
-    pub fn resync_finish(&mut self, counts: ResyncCounts) {
+    /// Returns how many stale routes were kept for a graceful restart.
+    pub fn resync_finish(&mut self, counts: ResyncCounts) -> usize {
         if counts.stale > 0 {
             info!("removing {} stale proto bgp route(s) uplink does not want", counts.stale);
         }
@@ -951,6 +1084,35 @@ impl Planner {
             }
         }
         self.resolution_dirty = true;
+        counts.kept
+    }
+
+    /// A `proto bgp` route in our tables that uplink does not want: deleted, or kept while a
+    /// graceful restart lasts (RFC 4724 §4.1: the previous run's forwarding state stays until
+    /// the peers have sent their routes again).
+    fn stale_route(
+        &self,
+        counts: &mut ResyncCounts,
+        key: RouteKey,
+        instance: usize,
+        plan: &mut Plan,
+    ) {
+        if self.keep_previous {
+            counts.kept += 1;
+        } else {
+            counts.stale += 1;
+            plan.routes.push(route_op(key, instance, RouteAction::Delete));
+        }
+    }
+
+    /// Graceful restart: resyncs keep what a previous run left (see [`Planner::stale_route`])
+    /// until this is turned off at the end of the restart.
+    pub fn set_keep_previous(&mut self, keep: bool) {
+        self.keep_previous = keep;
+    }
+
+    pub fn keeps_previous(&self) -> bool {
+        self.keep_previous
     }
 
     // ---- show ------------------------------------------------------------------------------

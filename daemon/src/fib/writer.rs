@@ -8,9 +8,11 @@ use super::kernel::Kernel;
 use super::msg::{self, RouteKey, RouteTarget, RTPROT_BGP};
 use super::plan::{ObjectOp, Plan, Request, RouteAction};
 use super::planner::{Event, Planner, ResyncCounts};
+use super::stats::{FibStats, RouteCounts};
 use super::{FibInstanceState, FibSlot};
 use crate::config::FibConfig;
 use ipnet::IpNet;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
@@ -66,6 +68,12 @@ pub(super) enum Command {
     /// A reload: the instances after it, index for index (`Fib::configure`). Those beyond the
     /// writer's list are new; those newly retired leave the kernel.
     Configure(Vec<FibSlot>),
+    /// A reload changed `[fib] nexthop_objects` (`Fib::set_nexthop_objects`).
+    NexthopObjects(bool, oneshot::Sender<Result<(), String>>),
+    /// Our graceful restart is over: what the previous run left and nobody wants now goes.
+    EndRestart,
+    /// Every route leaves the kernel (shutdown without graceful restart); answered when done.
+    Clear(oneshot::Sender<()>),
 }
 
 enum Reply {
@@ -81,17 +89,47 @@ pub(super) struct Writer {
     resync: bool,
     /// Leave the kernel's nexthop compatibility mode as it is.
     keep_compat_mode: bool,
+    stats: Arc<FibStats>,
+    /// Route counts per instance, index for index with `slots` (the metrics' view).
+    counts: Vec<Arc<RouteCounts>>,
+    /// The reload waiting for a switch of nexthop objects to end.
+    switch_reply: Option<oneshot::Sender<Result<(), String>>>,
 }
 
 impl Writer {
-    pub(super) fn new(kernel: Kernel, slots: Vec<FibSlot>, settings: &FibConfig) -> Self {
+    /// With `keep_previous` (graceful restart, RFC 4724 §4.1) the previous run's routes and
+    /// nexthops stay in the kernel until [`Command::EndRestart`].
+    pub(super) fn new(
+        kernel: Kernel,
+        slots: Vec<FibSlot>,
+        settings: &FibConfig,
+        keep_previous: bool,
+        stats: Arc<FibStats>,
+    ) -> Self {
         let configs = slots.iter().map(|s| s.config.clone()).collect();
-        let planner = Planner::new(configs, settings.nexthop_objects);
+        let mut planner = Planner::new(configs, settings.nexthop_objects);
+        planner.set_keep_previous(keep_previous);
         let keep_compat_mode = settings.nexthop_compat_mode;
-        Writer { kernel, planner, slots, resync: false, keep_compat_mode }
+        let counts = slots.iter().map(|_| stats.add_instance()).collect();
+        Writer {
+            kernel,
+            planner,
+            slots,
+            resync: false,
+            keep_compat_mode,
+            stats,
+            counts,
+            switch_reply: None,
+        }
     }
 
-    pub(super) fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+    /// Runs until the channel closes. `started` hears, after the startup reconcile, whether a
+    /// previous run's routes were kept.
+    pub(super) fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Command>,
+        started: std::sync::mpsc::SyncSender<bool>,
+    ) {
         // A runtime of its own, for the channel and the settle timer only.
         let runtime = match tokio::runtime::Builder::new_current_thread().enable_time().build() {
             Ok(runtime) => runtime,
@@ -101,8 +139,15 @@ impl Writer {
             }
         };
         // Startup: remove every `proto bgp` route and nexthop uplink does not want — which,
-        // before any session is up, is all of them (graceful restart will defer this).
-        self.reconcile(true);
+        // before any session is up, is all of them — unless graceful restart keeps them.
+        let kept = self.reconcile(true);
+        if kept > 0 {
+            info!(
+                "graceful restart: keeping {kept} route(s) of the previous run until the peers' \
+                 End-of-RIB"
+            );
+        }
+        let _ = started.send(kept > 0);
         loop {
             let first = if self.planner.unsettled() {
                 match runtime
@@ -126,6 +171,7 @@ impl Writer {
             let mut plan = Plan::default();
             let mut replies = Vec::new();
             let mut purges = Vec::new();
+            let mut end_restart = false;
             let mut next = Some(first);
             let mut drained = 0;
             while let Some(command) = next.take() {
@@ -146,7 +192,38 @@ impl Writer {
                     Command::Flush(reply) => replies.push(Reply::Flush(reply)),
                     Command::Configure(slots) => {
                         purges.extend(self.planner.configure(&slots, &mut plan));
+                        while self.counts.len() < slots.len() {
+                            self.counts.push(self.stats.add_instance());
+                        }
                         self.slots = slots;
+                    }
+                    Command::NexthopObjects(on, reply) => {
+                        match self.planner.set_objects(on, &mut plan) {
+                            Ok(true) => {
+                                if let Some(earlier) = self.switch_reply.replace(reply) {
+                                    let _ =
+                                        earlier.send(Err("superseded by a later reload".into()));
+                                }
+                            }
+                            Ok(false) if self.planner.switching() => {
+                                // Back to the form being left while switching: the switch goes on.
+                                let _ = reply
+                                    .send(Err("a switch of nexthop objects is under way".into()));
+                            }
+                            Ok(false) => {
+                                let _ = reply.send(Ok(()));
+                            }
+                            Err(e) => {
+                                let _ = reply.send(Err(e));
+                            }
+                        }
+                    }
+                    Command::EndRestart => end_restart = true,
+                    Command::Clear(reply) => {
+                        for index in 0..self.slots.len() {
+                            purges.extend(self.planner.clear(index, &mut plan));
+                        }
+                        replies.push(Reply::Flush(reply));
                     }
                 }
                 drained += 1;
@@ -155,11 +232,19 @@ impl Writer {
                 }
             }
             self.finish_round(plan, replies, purges);
+            if end_restart && self.planner.keeps_previous() {
+                self.planner.set_keep_previous(false);
+                info!(
+                    "graceful restart over: removing what the previous run left and nobody wants"
+                );
+                self.reconcile(false);
+            }
             // Notifications lost in a burst are made up for with one dump once the burst is
             // over, not one per overflow.
             if self.resync && rx.is_empty() {
                 self.resync = false;
                 info!("kernel notifications were lost: resynchronising with a dump");
+                FibStats::count(&self.stats.resyncs, 1);
                 self.reconcile(false);
             }
         }
@@ -182,6 +267,16 @@ impl Writer {
         }
         if self.planner.take_resync_wanted() {
             self.resync = true;
+        }
+        if self.planner.take_switch_complete() {
+            if let Some(reply) = self.switch_reply.take() {
+                let _ = reply.send(Ok(()));
+            }
+        }
+        for (counts, [installed, pending, failed]) in
+            self.counts.iter().zip(self.planner.route_counts())
+        {
+            counts.set(installed, pending, failed);
         }
         for reply in replies {
             match reply {
@@ -211,6 +306,9 @@ impl Writer {
         let failures = self.kernel.execute(plan_ref.len(), |index, seq, buf| {
             encode(plan_ref, index, seq, buf);
         });
+        FibStats::count(&self.stats.kernel_requests, plan.len());
+        let refusals = failures.iter().filter(|(index, e)| refused(plan, *index, e)).count();
+        FibStats::count(&self.stats.kernel_errors, refusals);
         if failures.iter().any(|(_, e)| e.errno == super::kernel::ENOBUFS) {
             self.resync = true;
         }
@@ -219,8 +317,9 @@ impl Writer {
 
     /// Reads links, nexthops and routes from the kernel and makes it hold exactly what uplink
     /// wants: stale `proto bgp` routes and nexthops in its tables go, missing ones come back.
-    /// The routes are streamed against the planner's counts, never held.
-    fn reconcile(&mut self, startup: bool) {
+    /// The routes are streamed against the planner's counts, never held. Returns how many
+    /// stale routes a graceful restart kept.
+    fn reconcile(&mut self, startup: bool) -> usize {
         let mut links = Vec::new();
         if let Err(e) = self.kernel.dump(msg::RTM_GETLINK, msg::AF_UNSPEC, |m| {
             if let Some(link) = msg::parse_link(m.payload) {
@@ -273,8 +372,9 @@ impl Writer {
                 warn!("cannot read the routes: {e}");
             }
         }
-        self.planner.resync_finish(counts);
+        let kept = self.planner.resync_finish(counts);
         self.finish_round(plan, Vec::new(), Vec::new());
+        kept
     }
 
     /// Deletes every `proto bgp` route of `table` at `metric` (a retired instance whose
@@ -297,6 +397,18 @@ impl Writer {
         }
         self.execute(&mut plan);
     }
+}
+
+/// Whether the kernel refused request `index` of `plan` (the metrics' error count): deleting
+/// what is already gone is no refusal.
+fn refused(plan: &Plan, index: usize, error: &super::kernel::KernelError) -> bool {
+    let gone = error.errno == super::kernel::ENOENT || error.errno == super::kernel::ESRCH;
+    let deletion = match plan.request(index) {
+        Some(Request::Object(ObjectOp::Delete(_))) => true,
+        Some(Request::Route(op)) => op.action == RouteAction::Delete,
+        _ => false,
+    };
+    !(deletion && gone)
 }
 
 /// Appends request `index` of `plan` to `buf`.

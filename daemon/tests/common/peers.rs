@@ -221,12 +221,15 @@ impl Uplink {
     /// (Re)starts the daemon with the current config file.
     pub fn launch(&self, lab: &mut Lab) {
         let mut cmd = self.ns.command(uplink_bin());
+        let state_dir = self.socket.with_file_name("state");
         cmd.args([
             "run",
             "--config",
             self.config.to_str().unwrap(),
             "--socket",
             self.socket.to_str().unwrap(),
+            "--state-dir",
+            state_dir.to_str().unwrap(),
         ]);
         cmd.env("RUST_LOG", "uplink=debug");
         lab.spawn(&self.label, cmd);

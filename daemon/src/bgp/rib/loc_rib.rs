@@ -53,12 +53,15 @@ pub struct Path {
     pub(crate) attrs: Arc<PathAttributes>,
     pub(crate) best: bool,
     pub(crate) multipath: bool,
+    /// Kept from a peer that is restarting (RFC 4724 §4.2) and not yet re-advertised since;
+    /// fits in the padding, so a path stays 16 bytes.
+    pub(crate) stale: bool,
     pub(crate) reason: Option<Rejected>,
 }
 
 impl Path {
     pub(crate) fn new(peer: PeerId, attrs: Arc<PathAttributes>) -> Self {
-        Self { peer, attrs, best: false, multipath: false, reason: None }
+        Self { peer, attrs, best: false, multipath: false, stale: false, reason: None }
     }
 
     pub fn source(&self) -> Source {
@@ -80,6 +83,11 @@ impl Path {
     /// Part of an ECMP set of more than one path (the best path included).
     pub fn is_multipath(&self) -> bool {
         self.multipath
+    }
+
+    /// Kept from a restarting peer that has not advertised it again yet (RFC 4724).
+    pub fn is_stale(&self) -> bool {
+        self.stale
     }
 
     /// Why this path is not the best one (`None` for the best path).

@@ -133,6 +133,22 @@ struct Peer {
     fib_hops: Vec<fib::NextHop>,
     out_v4: AdjRibOut<Ipv4Net>,
     out_v6: AdjRibOut<Ipv6Net>,
+    /// The session is down but its routes are kept as stale (RFC 4724 §4.2): nothing is
+    /// exported to it until it comes back.
+    restarting: bool,
+}
+
+impl Peer {
+    fn new(info: PeerInfo) -> Self {
+        Self {
+            info,
+            accepted: 0,
+            fib_hops: Vec::new(),
+            out_v4: AdjRibOut::default(),
+            out_v6: AdjRibOut::default(),
+            restarting: false,
+        }
+    }
 }
 
 /// The RIB of one routing instance.
@@ -153,6 +169,20 @@ pub struct Rib {
 }
 
 const MIN_SWEEP_THRESHOLD: usize = 1024;
+
+/// Adds per-peer counts of lost paths from another family.
+trait ExtendCounts {
+    fn extend_counts(&mut self, other: BTreeMap<PeerId, usize>);
+}
+
+impl ExtendCounts for BTreeMap<PeerId, usize> {
+    fn extend_counts(&mut self, other: BTreeMap<PeerId, usize>) {
+        for (peer, n) in other {
+            let total = self.entry(peer).or_default();
+            *total = total.saturating_add(n);
+        }
+    }
+}
 
 /// A change to the paths of one prefix.
 enum PathChange {
@@ -323,7 +353,7 @@ fn export_to_peer<P: RibFamily>(
     peer: &mut Peer,
     changes: &mut Changes,
 ) {
-    if !peer.info.families.contains(&P::FAMILY) {
+    if peer.restarting || !peer.info.families.contains(&P::FAMILY) {
         return;
     }
     let desired = best.and_then(|b| {
@@ -440,30 +470,81 @@ impl<P: RibFamily> Parts<'_, P> {
     /// After a configuration change: drops learned paths that `always_block` now covers, and
     /// reruns the decision everywhere. Returns how many paths each peer lost.
     fn reapply_config(&mut self, changes: &mut Changes) -> BTreeMap<PeerId, usize> {
-        let blocked: Vec<(P, PeerId)> = self
-            .table
-            .map
-            .iter()
-            .filter(|(prefix, _)| {
-                let net: IpNet = (**prefix).into();
-                self.config.always_block.iter().any(|b| b.contains(&net))
-            })
-            .flat_map(|(prefix, d)| {
-                d.paths().iter().filter(|p| p.peer != PeerId::LOCAL).map(|p| (*prefix, p.peer))
-            })
-            .collect();
-        let mut lost: BTreeMap<PeerId, usize> = BTreeMap::new();
-        for (prefix, peer) in blocked {
-            if self.change_path(&prefix, PathChange::Remove(peer), changes).removed {
-                let n = lost.entry(peer).or_default();
-                *n = n.saturating_add(1);
-            }
-        }
+        let lost = self.drop_rejected(None, changes);
         let prefixes: Vec<P> = self.table.map.keys().copied().collect();
         for prefix in prefixes {
             self.change_path(&prefix, PathChange::Recompute, changes);
         }
         lost
+    }
+
+    /// Withdraws the learned paths that import policy refuses now (`always_block`, and each
+    /// peer's `to_receive`), from every peer or from `only`. Returns how many paths each peer
+    /// lost.
+    fn drop_rejected(
+        &mut self,
+        only: Option<PeerId>,
+        changes: &mut Changes,
+    ) -> BTreeMap<PeerId, usize> {
+        let (peers, always_block) = (&*self.peers, &self.config.always_block);
+        let refused = |net: &IpNet, from: PeerId| match peers.get(&from) {
+            Some(peer) => {
+                policy::check_import_prefix(net, always_block, &peer.info.import).is_err()
+            }
+            // A path whose session is gone (kept stale): only the node-wide list applies.
+            None => always_block.iter().any(|b| b.contains(net)),
+        };
+        let rejected: Vec<(P, PeerId)> = self
+            .table
+            .map
+            .iter()
+            .flat_map(|(prefix, d)| {
+                let net: IpNet = (*prefix).into();
+                d.paths()
+                    .iter()
+                    .filter(|p| p.peer != PeerId::LOCAL && only.is_none_or(|o| o == p.peer))
+                    .filter(|p| refused(&net, p.peer))
+                    .map(|p| (*prefix, p.peer))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut lost: BTreeMap<PeerId, usize> = BTreeMap::new();
+        for (prefix, peer) in rejected {
+            if self.change_path(&prefix, PathChange::Remove(peer), changes).removed {
+                let n = lost.entry(peer).or_default();
+                *n = n.saturating_add(1);
+            }
+        }
+        lost
+    }
+
+    /// Marks every path from `peer` stale.
+    fn mark_stale(&mut self, peer: PeerId) {
+        for dest in self.table.map.values_mut() {
+            for path in dest.paths_mut().iter_mut().filter(|p| p.peer == peer) {
+                path.stale = true;
+            }
+        }
+    }
+
+    /// How many paths `peer` has in this family.
+    fn count_paths_of(&self, peer: PeerId) -> usize {
+        self.table.map.values().filter(|d| d.paths().iter().any(|p| p.peer == peer)).count()
+    }
+
+    /// Removes the paths from `peer` that are still stale; returns how many.
+    fn remove_stale_paths(&mut self, peer: PeerId, changes: &mut Changes) -> usize {
+        let prefixes: Vec<P> = self
+            .table
+            .map
+            .iter()
+            .filter(|(_, d)| d.paths().iter().any(|p| p.peer == peer && p.stale))
+            .map(|(p, _)| *p)
+            .collect();
+        for prefix in &prefixes {
+            self.change_path(prefix, PathChange::Remove(peer), changes);
+        }
+        prefixes.len()
     }
 
     /// Removes every path from `peer`.
@@ -577,17 +658,19 @@ impl Rib {
         self.config = config;
         let mut changes = Changes::default();
         let mut lost = Ipv4Net::parts(self).reapply_config(&mut changes);
-        for (peer, n) in Ipv6Net::parts(self).reapply_config(&mut changes) {
-            let total = lost.entry(peer).or_default();
-            *total = total.saturating_add(n);
-        }
+        lost.extend_counts(Ipv6Net::parts(self).reapply_config(&mut changes));
+        self.forget_accepted(lost);
+        self.maybe_sweep();
+        changes
+    }
+
+    /// Lowers each peer's accepted count by the paths it lost.
+    fn forget_accepted(&mut self, lost: BTreeMap<PeerId, usize>) {
         for (peer, n) in lost {
             if let Some(p) = self.peers.get_mut(&peer) {
                 p.accepted = p.accepted.saturating_sub(n);
             }
         }
-        self.maybe_sweep();
-        changes
     }
 
     /// Drops attribute sets no route or Adj-RIB-Out references any more; returns how many.
@@ -600,16 +683,7 @@ impl Rib {
     pub fn peer_up(&mut self, info: PeerInfo) -> PeerId {
         let id = PeerId(self.next_peer);
         self.next_peer = self.next_peer.saturating_add(1);
-        self.peers.insert(
-            id,
-            Peer {
-                info,
-                accepted: 0,
-                fib_hops: Vec::new(),
-                out_v4: AdjRibOut::default(),
-                out_v6: AdjRibOut::default(),
-            },
-        );
+        self.peers.insert(id, Peer::new(info));
         let mut changes = Changes::default();
         Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
         Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
@@ -641,6 +715,75 @@ impl Rib {
         changes
     }
 
+    /// RFC 4724 §4.2: the session of a graceful-restart peer ended without a NOTIFICATION.
+    /// Its routes of `families` stay, marked stale, and keep forwarding; those of other
+    /// families go now. Nothing is exported to it until [`Rib::peer_resumed`].
+    pub fn peer_restarting(&mut self, id: PeerId, families: &[Family]) -> Changes {
+        let mut changes = Changes::default();
+        let Some(peer) = self.peers.get_mut(&id) else { return changes };
+        peer.restarting = true;
+        peer.out_v4 = AdjRibOut::default();
+        peer.out_v6 = AdjRibOut::default();
+        if families.contains(&Family::IPV4_UNICAST) {
+            Ipv4Net::parts(self).mark_stale(id);
+        } else {
+            Ipv4Net::parts(self).remove_peer_paths(id, &mut changes);
+        }
+        if families.contains(&Family::IPV6_UNICAST) {
+            Ipv6Net::parts(self).mark_stale(id);
+        } else {
+            Ipv6Net::parts(self).remove_peer_paths(id, &mut changes);
+        }
+        changes.outbound.remove(&id);
+        self.recount(id);
+        changes
+    }
+
+    /// The restarting peer's session is back: same id, its new session's settings, and the
+    /// current table queued for it (the initial advertisement). Its stale paths stay until
+    /// [`Rib::purge_stale`].
+    pub fn peer_resumed(&mut self, id: PeerId, info: PeerInfo) -> Result<(), RibError> {
+        let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
+        peer.info = info;
+        peer.restarting = false;
+        let mut changes = Changes::default();
+        Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
+        Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
+        Ok(())
+    }
+
+    /// Removes the peer's paths of `family` that are still stale (its End-of-RIB came, or the
+    /// wait for it ran out).
+    pub fn purge_stale(&mut self, id: PeerId, family: Family) -> Changes {
+        let mut changes = Changes::default();
+        if !self.peers.contains_key(&id) {
+            return changes;
+        }
+        if family == Family::IPV4_UNICAST {
+            Ipv4Net::parts(self).remove_stale_paths(id, &mut changes);
+        } else if family == Family::IPV6_UNICAST {
+            Ipv6Net::parts(self).remove_stale_paths(id, &mut changes);
+        }
+        self.recount(id);
+        self.maybe_sweep();
+        changes
+    }
+
+    /// Whether a peer is restarting (its routes kept as stale).
+    pub fn is_restarting(&self, id: PeerId) -> bool {
+        self.peers.get(&id).is_some_and(|p| p.restarting)
+    }
+
+    /// Recomputes a peer's accepted count after paths were removed wholesale.
+    fn recount(&mut self, id: PeerId) {
+        let count = Ipv4Net::parts(self)
+            .count_paths_of(id)
+            .saturating_add(Ipv6Net::parts(self).count_paths_of(id));
+        if let Some(peer) = self.peers.get_mut(&id) {
+            peer.accepted = count;
+        }
+    }
+
     /// Replaces a peer's export policy and re-evaluates what it should have.
     pub fn set_export_policy(
         &mut self,
@@ -655,12 +798,24 @@ impl Rib {
         Ok(changes)
     }
 
-    /// Replaces a peer's import policy. It applies to announcements from now on; routes already
-    /// accepted stay until the peer re-sends them (the driver asks with ROUTE-REFRESH).
-    pub fn set_import_policy(&mut self, id: PeerId, import: ImportPolicy) -> Result<(), RibError> {
+    /// Replaces a peer's import policy. Routes from the peer that it refuses are withdrawn at
+    /// once (each a withdrawal towards the FIB and the other peers). Routes it newly allows are
+    /// not here: the RIB keeps no pre-policy copy of what a peer sent (memory per route), so
+    /// they come back when the peer sends them again — the driver asks for that with
+    /// ROUTE-REFRESH (RFC 2918 §3).
+    pub fn set_import_policy(
+        &mut self,
+        id: PeerId,
+        import: ImportPolicy,
+    ) -> Result<Changes, RibError> {
         let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
         peer.info.import = import;
-        Ok(())
+        let mut changes = Changes::default();
+        let mut lost = Ipv4Net::parts(self).drop_rejected(Some(id), &mut changes);
+        lost.extend_counts(Ipv6Net::parts(self).drop_rejected(Some(id), &mut changes));
+        self.forget_accepted(lost);
+        self.maybe_sweep();
+        Ok(changes)
     }
 
     /// Applies one UPDATE from `peer`: `withdrawn`, then `announced` with `attrs`.

@@ -7,11 +7,12 @@
 
 mod bfd;
 mod neighbor;
+pub(crate) use neighbor::TimerDefaults;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,8 +25,8 @@ use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, Neighbor, Password, PrefixMatch,
-    ReceivePolicy, RemoteAsn,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, Neighbor, Password,
+    PrefixMatch, ReceivePolicy, RemoteAsn,
 };
 use super::raw::{
     BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
@@ -34,8 +35,6 @@ use super::raw::{
 use super::source::SourceText;
 
 pub(crate) const DEFAULT_PORT: u16 = 179;
-pub(crate) const DEFAULT_HOLD_TIME: Duration = Duration::from_secs(90);
-pub(crate) const DEFAULT_CONNECT_TIME: Duration = Duration::from_secs(5);
 pub(crate) const DEFAULT_MAXIMUM_PATHS: u16 = 64;
 pub(crate) const DEFAULT_MULTIPATH_RELAX: bool = true;
 pub(crate) const DEFAULT_INSTALL: bool = true;
@@ -45,6 +44,13 @@ pub(crate) const DEFAULT_BFD_INTERVAL: Duration = Duration::from_millis(300);
 pub(crate) const DEFAULT_BFD_ECHO_INTERVAL: Duration = Duration::from_millis(50);
 pub(crate) const DEFAULT_BFD_DETECT_MULTIPLIER: u8 = 3;
 pub(crate) const DEFAULT_BFD_MINIMUM_TTL: u8 = 254;
+/// FRR's graceful restart defaults (`bgp graceful-restart restart-time|stalepath-time|
+/// select-defer-time`).
+pub(crate) const DEFAULT_RESTART_TIME: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_STALE_PATH_TIME: Duration = Duration::from_secs(360);
+pub(crate) const DEFAULT_SELECT_DEFER_TIME: Duration = Duration::from_secs(360);
+/// Long enough for a GRACEFUL_SHUTDOWN to cross the fabric and traffic to move (RFC 8326).
+pub(crate) const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(15);
 /// Linux `TCP_MD5SIG_MAXKEYLEN`; RFC 2385 itself sets no limit but the kernel does.
 pub(crate) const TCP_MD5_MAX_KEY_LEN: usize = 80;
 
@@ -59,7 +65,16 @@ pub(crate) struct Fragment {
     pub nexthop_objects: Option<(bool, Loc)>,
     /// `[fib] nexthop_compat_mode`, where this file sets it.
     pub nexthop_compat_mode: Option<(bool, Loc)>,
+    /// `[metrics] listen`, where this file sets it.
+    pub metrics_listen: Option<(SocketAddr, Loc)>,
+    /// `drain_time`, where this file sets it.
+    pub drain_time: Option<(Duration, Loc)>,
+    /// `[graceful_restart]` timers, each where this file sets it.
+    pub restart_time: Option<(Duration, Loc)>,
+    pub stale_path_time: Option<(Duration, Loc)>,
+    pub select_defer_time: Option<(Duration, Loc)>,
     pub announce: AnnounceFragment,
+    pub network: super::network_validate::NetworkFragment,
 }
 
 #[derive(Debug)]
@@ -137,10 +152,13 @@ pub(crate) struct BfdProfileFragment {
     pub field: String,
 }
 
-/// Validates one file. Errors go to `errors`; the fragment holds what was valid.
+/// Validates one file. Errors go to `errors`; the fragment holds what was valid. `timers` are
+/// the session timers a neighbor that leaves them out gets: uplink's in TOML files, upstream's
+/// in Kubernetes manifests.
 pub(crate) fn validate_file(
     source: &SourceText<'_>,
     raw: RawFile,
+    timers: TimerDefaults,
     errors: &mut Vec<ConfigError>,
 ) -> Fragment {
     let mut check = Checker::new(source, errors);
@@ -151,7 +169,13 @@ pub(crate) fn validate_file(
         always_block: Vec::new(),
         nexthop_objects: None,
         nexthop_compat_mode: None,
+        metrics_listen: None,
+        drain_time: None,
+        restart_time: None,
+        stale_path_time: None,
+        select_defer_time: None,
         announce: AnnounceFragment::default(),
+        network: Default::default(),
     };
     let announce = RawAnnounce {
         node: raw.node,
@@ -163,11 +187,45 @@ pub(crate) fn validate_file(
         route_advertisements: raw.route_advertisements,
     };
     fragment.announce = super::announce::validate(source, announce, &mut *check.errors);
+    fragment.network = super::network_validate::validate(
+        source,
+        raw.network,
+        raw.network_policies,
+        &mut *check.errors,
+    );
+    if let Some(value) = &raw.drain_time {
+        fragment.drain_time =
+            check.millis_in(value, "drain_time", 0..=3_600_000).map(|d| (d, check.loc(value)));
+    }
+    if let Some(gr) = &raw.graceful_restart {
+        let gr = gr.get_ref();
+        // RFC 4724 §3: the Restart Time is a 12-bit number of seconds.
+        if let Some(value) = &gr.restart_time {
+            fragment.restart_time = check
+                .whole_seconds_in(value, "graceful_restart.restart_time", 1..=4095)
+                .map(|d| (d, check.loc(value)));
+        }
+        if let Some(value) = &gr.stale_path_time {
+            fragment.stale_path_time = check
+                .whole_seconds_in(value, "graceful_restart.stale_path_time", 1..=4095)
+                .map(|d| (d, check.loc(value)));
+        }
+        if let Some(value) = &gr.select_defer_time {
+            fragment.select_defer_time = check
+                .whole_seconds_in(value, "graceful_restart.select_defer_time", 0..=3600)
+                .map(|d| (d, check.loc(value)));
+        }
+    }
     if let Some(fib) = raw.fib {
         let loc = source.loc(fib.span().start);
         let fib = fib.into_inner();
         fragment.nexthop_objects = fib.nexthop_objects.map(|on| (on, loc.clone()));
         fragment.nexthop_compat_mode = fib.nexthop_compat_mode.map(|on| (on, loc));
+    }
+    if let Some(listen) = raw.metrics.and_then(|m| m.into_inner().listen) {
+        let loc = check.loc(&listen);
+        fragment.metrics_listen =
+            check.listen_address(&listen, "metrics.listen").map(|address| (address, loc));
     }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
@@ -175,13 +233,13 @@ pub(crate) fn validate_file(
         }
     }
     if let Some(bgp) = raw.bgp {
-        check.bgp(bgp, &mut fragment);
+        check.bgp(bgp, &mut fragment, timers);
     }
     fragment
 }
 
 impl Checker<'_, '_> {
-    fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment) {
+    fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment, timers: TimerDefaults) {
         for (index, raw) in bgp.bfd_profiles.iter().enumerate() {
             let field = format!("bgp.bfd_profiles[{index}]");
             let Some(profile) = self.bfd_profile(raw.get_ref(), &field) else { continue };
@@ -206,7 +264,7 @@ impl Checker<'_, '_> {
             let header = self.loc(&raw);
             let raw = raw.into_inner();
             let labels = raw.labels.clone();
-            let Some(router) = self.router(raw, &field, header) else { continue };
+            let Some(router) = self.router(raw, &field, header, timers) else { continue };
             if !labels.is_empty() {
                 fragment.announce.router_labels.push(RouterLabels {
                     config_name: format!("{}:{field}", self.source.path.display()),
@@ -230,7 +288,13 @@ impl Checker<'_, '_> {
         }
     }
 
-    fn router(&mut self, raw: RawRouter, field: &str, header: Loc) -> Option<RouterFragment> {
+    fn router(
+        &mut self,
+        raw: RawRouter,
+        field: &str,
+        header: Loc,
+        timers: TimerDefaults,
+    ) -> Option<RouterFragment> {
         let asn = self.asn(&raw.asn, &format!("{field}.asn"));
         let vrf = match &raw.vrf {
             Some(vrf) => self.vrf_name(vrf, &format!("{field}.vrf")).unwrap_or_default(),
@@ -300,7 +364,7 @@ impl Checker<'_, '_> {
         let mut neighbors: Vec<NeighborFragment> = Vec::new();
         for (index, neighbor) in raw.neighbors.iter().enumerate() {
             let neighbor_field = format!("{field}.neighbors[{index}]");
-            let Some(neighbor) = self.neighbor(neighbor, &neighbor_field) else { continue };
+            let Some(neighbor) = self.neighbor(neighbor, &neighbor_field, timers) else { continue };
             if let Some(first) =
                 neighbors.iter().find(|n| n.neighbor.address == neighbor.neighbor.address)
             {

@@ -1,0 +1,398 @@
+//! The node's own network as configured: `[network]` settings and the network policies
+//! (`[[network_policies]]` in TOML, nmstate's `NodeNetworkConfigurationPolicy` in `conf.d/*.yaml`)
+//! that select this node. Validation is in `network_validate`; applying them is `crate::netconf`.
+//!
+//! A policy's `desired_state` is nmstate's schema (kebab-case keys, as `nmstatectl` and
+//! kubernetes-nmstate take it), restricted to what uplink supports: interfaces of type
+//! ethernet, vlan, vrf, bond, linux-bridge and dummy; routes; route rules; the DNS resolver.
+//! String values may hold per-node values (`${node.name}`, `${node.host(SUBNET)}`,
+//! `${values.KEY}`, see `node_values`), resolved on the node just before applying.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use super::duration;
+
+/// Where uplink keeps enactments unless `[network] state_dir` says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/uplink";
+/// NetworkManager's checkpoint timeout: if uplink dies between apply and commit, NetworkManager
+/// rolls the change back by itself after this long (kubernetes-nmstate and nmstatectl: 60 s).
+pub const DEFAULT_ROLLBACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a probe may take after a change before the change is rolled back.
+/// kubernetes-nmstate waits 120 s per probe; a node that cannot reach its gateway for 20 s is
+/// cut off for practical purposes, and the checkpoint must outlive all probes.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a probe may take before the change, to decide whether it is required afterwards.
+pub const DEFAULT_PRE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between two attempts of one probe.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// First kernel table id handed to VRFs that uplink creates for `[[networks]]`.
+pub const VRF_TABLE_BASE: u32 = 1000;
+/// Number of table ids in that range (1000..=9999).
+pub const VRF_TABLE_SPAN: u32 = 9000;
+
+/// `[network]` plus the policies selecting this node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetworkConfig {
+    pub backend: NetworkBackend,
+    /// Enactments are kept here (`enactments.json`).
+    pub state_dir: PathBuf,
+    #[serde(serialize_with = "duration::serialize")]
+    pub rollback_timeout: Duration,
+    pub probes: ProbeSettings,
+    /// This node's primary addresses for `${node.host(…)}`; empty: detected on the node (the
+    /// addresses on the interface of the main table's default route).
+    pub node_addresses: Vec<IpNet>,
+    /// This node's row of `[network.node_values.<node name>]`, for `${values.KEY}`.
+    pub node_values: BTreeMap<String, String>,
+    /// In the order they are applied: the VRFs uplink creates for `[[networks]]`, then the
+    /// policies whose `node_selector` matches this node, sorted by name.
+    pub policies: Vec<NetworkPolicy>,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        Self {
+            backend: NetworkBackend::NetworkManager,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            rollback_timeout: DEFAULT_ROLLBACK_TIMEOUT,
+            probes: ProbeSettings::default(),
+            node_addresses: Vec::new(),
+            node_values: BTreeMap::new(),
+            policies: Vec::new(),
+        }
+    }
+}
+
+/// How policies reach the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkBackend {
+    /// NetworkManager over D-Bus, with a checkpoint per apply (the default).
+    #[serde(rename = "networkmanager")]
+    NetworkManager,
+    /// nmstate's kernel mode (netlink only): no checkpoint, nothing persisted across reboots.
+    Kernel,
+}
+
+impl NetworkBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NetworkManager => "networkmanager",
+            Self::Kernel => "kernel",
+        }
+    }
+}
+
+/// Probe timeouts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeSettings {
+    /// How long each probe may keep failing after a change before it is rolled back.
+    #[serde(serialize_with = "duration::serialize")]
+    pub timeout: Duration,
+    /// How long each probe may take before the change (a probe failing then is not required).
+    #[serde(serialize_with = "duration::serialize")]
+    pub pre_timeout: Duration,
+    #[serde(serialize_with = "duration::serialize")]
+    pub interval: Duration,
+    /// The name the DNS probe resolves (kubernetes-nmstate: `root-servers.net`, type NS).
+    pub dns_name: String,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_PROBE_TIMEOUT,
+            pre_timeout: DEFAULT_PRE_PROBE_TIMEOUT,
+            interval: DEFAULT_PROBE_INTERVAL,
+            dns_name: "root-servers.net".into(),
+        }
+    }
+}
+
+/// One policy that selects this node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetworkPolicy {
+    pub name: String,
+    /// The labels a node must carry (NNCP `spec.nodeSelector`); empty selects every node.
+    pub node_selector: BTreeMap<String, String>,
+    /// NNCP `spec.maxUnavailable`, kept for display: it limits how many nodes of a fleet apply
+    /// a policy at once, which a rollout tool decides, not the node (docs/network.md).
+    pub max_unavailable: Option<String>,
+    /// nmstate's schema, per-node values still unresolved.
+    pub desired_state: DesiredState,
+    /// Created by uplink for a `[[networks]]` entry rather than written by a user.
+    pub generated: bool,
+    pub sources: Vec<PathBuf>,
+}
+
+/// nmstate's desired state (the supported subset), serialised in nmstate's own spelling.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct DesiredState {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<Interface>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routes: Option<RouteSection>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_rules: Option<RouteRuleSection>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_resolver: Option<DnsResolver>,
+}
+
+impl DesiredState {
+    /// The state as nmstate's JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InterfaceType {
+    Ethernet,
+    Vlan,
+    Vrf,
+    Bond,
+    LinuxBridge,
+    Dummy,
+}
+
+impl InterfaceType {
+    pub const ALL: [(&'static str, Self); 6] = [
+        ("ethernet", Self::Ethernet),
+        ("vlan", Self::Vlan),
+        ("vrf", Self::Vrf),
+        ("bond", Self::Bond),
+        ("linux-bridge", Self::LinuxBridge),
+        ("dummy", Self::Dummy),
+    ];
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InterfaceState {
+    Up,
+    Down,
+    Absent,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Interface {
+    pub name: String,
+    /// May be left out only with `state: absent`.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<InterfaceType>,
+    pub state: InterfaceState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mac_address: Option<String>,
+    /// The bond, bridge or VRF this interface is a port of (nmstate's `controller`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipv4: Option<IpConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<IpConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<Vlan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vrf: Option<Vrf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_aggregation: Option<Bond>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<Bridge>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IpConfig {
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dhcp: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoconf: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub address: Vec<IpAddress>,
+}
+
+/// `ip` is an address or a per-node value that resolves to one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IpAddress {
+    pub ip: String,
+    pub prefix_length: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Vlan {
+    pub base_iface: String,
+    pub id: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Vrf {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub port: Vec<String>,
+    pub route_table_id: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Bond {
+    pub mode: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub port: Vec<String>,
+    /// Bond options as nmstate names them (`miimon`, `lacp_rate`, …), passed through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Bridge {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<Vec<BridgePort>>,
+    /// Bridge options (`stp`, …), passed through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BridgePort {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct RouteSection {
+    pub config: Vec<Route>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Route {
+    pub destination: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_hop_address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_hop_interface: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metric: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_id: Option<u32>,
+    /// `absent` removes matching routes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct RouteRuleSection {
+    pub config: Vec<RouteRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RouteRule {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_table: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iif: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct DnsResolver {
+    pub config: DnsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct DnsConfig {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server: Vec<IpAddr>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub search: Vec<String>,
+}
+
+/// A stable kernel table id for a VRF that uplink creates: FNV-1a of the name into
+/// `VRF_TABLE_BASE..VRF_TABLE_BASE + VRF_TABLE_SPAN`, so every node gives one network the same
+/// table without coordination, and adding a network never moves another's table. Two names
+/// that land on one id are a config error that asks for an explicit `table`.
+pub fn vrf_table_id(name: &str) -> u32 {
+    // FNV-1a, 32 bit (http://www.isthe.com/chongo/tech/comp/fnv/).
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in name.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    VRF_TABLE_BASE.saturating_add(hash % VRF_TABLE_SPAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vrf_table_ids_are_stable_and_in_range() {
+        // Documented in docs/network.md: these must never change.
+        assert_eq!(vrf_table_id("cudn3"), vrf_table_id("cudn3"));
+        for name in ["cudn3", "cudn4", "blue", "a-very-long-vrf"] {
+            let id = vrf_table_id(name);
+            assert!((VRF_TABLE_BASE..VRF_TABLE_BASE + VRF_TABLE_SPAN).contains(&id), "{id}");
+        }
+        assert_ne!(vrf_table_id("cudn3"), vrf_table_id("cudn4"));
+    }
+
+    #[test]
+    fn desired_state_serialises_in_nmstate_spelling() {
+        let state = DesiredState {
+            interfaces: vec![Interface {
+                name: "vlan2001".into(),
+                kind: Some(InterfaceType::Vlan),
+                state: InterfaceState::Up,
+                mtu: None,
+                description: None,
+                mac_address: None,
+                controller: Some("cudn3".into()),
+                ipv4: Some(IpConfig {
+                    enabled: true,
+                    dhcp: Some(false),
+                    autoconf: None,
+                    address: vec![IpAddress { ip: "172.19.23.113".into(), prefix_length: 24 }],
+                }),
+                ipv6: None,
+                vlan: Some(Vlan { base_iface: "enp3s0".into(), id: 2001 }),
+                vrf: None,
+                link_aggregation: None,
+                bridge: None,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            state.to_json(),
+            serde_json::json!({"interfaces": [{
+                "name": "vlan2001", "type": "vlan", "state": "up", "controller": "cudn3",
+                "ipv4": {"enabled": true, "dhcp": false,
+                         "address": [{"ip": "172.19.23.113", "prefix-length": 24}]},
+                "vlan": {"base-iface": "enp3s0", "id": 2001}
+            }]})
+        );
+    }
+}

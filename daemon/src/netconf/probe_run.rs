@@ -1,0 +1,85 @@
+//! Running probes: each attempt looks at the node as it is now (the default gateway is looked
+//! up again, as kubernetes-nmstate does), and a probe is retried every `interval` until it
+//! passes or its time is up.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use crate::config::network::ProbeSettings;
+
+use super::backend::Backend;
+use super::dns;
+use super::ping;
+use super::probe::Probe;
+use super::state::{default_gateway, name_servers};
+
+/// One attempt.
+pub async fn attempt(
+    probe: &Probe,
+    backend: &Backend,
+    settings: &ProbeSettings,
+    sequence: u16,
+) -> Result<(), String> {
+    let wait = settings.interval.max(Duration::from_millis(200));
+    match probe {
+        Probe::DefaultGateway(family) => {
+            let current = backend.current().await?;
+            let Some(gateway) = default_gateway(&current.json, *family) else {
+                return Err("no default route in the main table".into());
+            };
+            let device = gateway.interface.clone();
+            let address = gateway.address;
+            blocking(move || ping::echo(address, Some(&device), None, sequence, wait))
+                .await
+                .map_err(|e| format!("gateway {address} via {}: {e}", gateway.interface))
+        }
+        Probe::Dns => {
+            let current = backend.current().await?;
+            let servers = name_servers(&current.json);
+            if servers.is_empty() {
+                return Err("no name servers configured".into());
+            }
+            let mut errors = Vec::new();
+            for server in servers {
+                let name = settings.dns_name.clone();
+                match blocking(move || dns::resolve(server, &name, wait)).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => errors.push(e),
+                }
+            }
+            Err(format!("{} does not resolve: {}", settings.dns_name, errors.join("; ")))
+        }
+        Probe::BgpNeighbor { vrf, address, source } => {
+            let device = (!vrf.is_empty()).then(|| vrf.clone());
+            let (address, source): (IpAddr, Option<IpAddr>) = (*address, *source);
+            blocking(move || ping::echo(address, device.as_deref(), source, sequence, wait)).await
+        }
+    }
+}
+
+/// Retries `probe` until it passes or `timeout` is over; the error is the last attempt's.
+pub async fn run(
+    probe: &Probe,
+    backend: &Backend,
+    settings: &ProbeSettings,
+    timeout: Duration,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let mut sequence: u16 = 1;
+    loop {
+        let attempt_start = Instant::now();
+        let error = match attempt(probe, backend, settings, sequence).await {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        if start.elapsed() + settings.interval > timeout {
+            return Err(format!("{error} (for {}s)", start.elapsed().as_secs()));
+        }
+        sequence = sequence.wrapping_add(1);
+        tokio::time::sleep(settings.interval.saturating_sub(attempt_start.elapsed())).await;
+    }
+}
+
+async fn blocking(f: impl FnOnce() -> Result<(), String> + Send + 'static) -> Result<(), String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| format!("probe thread: {e}"))?
+}

@@ -1,0 +1,199 @@
+//! Reading nmstate's current state (its JSON, as `nmstatectl show` prints it): the default
+//! gateways, the name servers, which VRF an interface belongs to. Pure functions, so probe
+//! selection and identity detection are tested on JSON without a network.
+
+use std::net::IpAddr;
+
+use serde_json::Value;
+
+/// The kernel's main routing table, where kubernetes-nmstate looks for the default gateway.
+pub const MAIN_TABLE: u64 = 254;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// nmstate's key for the family's interface settings.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::V4 => "ipv4",
+            Self::V6 => "ipv6",
+        }
+    }
+
+    fn default_destination(self) -> &'static str {
+        match self {
+            Self::V4 => "0.0.0.0/0",
+            Self::V6 => "::/0",
+        }
+    }
+}
+
+/// A default route's next hop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gateway {
+    pub address: IpAddr,
+    pub interface: String,
+}
+
+/// The main table's default route for `family` in `routes.running`, as kubernetes-nmstate
+/// picks it (the first one).
+pub fn default_gateway(current: &Value, family: Family) -> Option<Gateway> {
+    let routes = current.pointer("/routes/running")?.as_array()?;
+    routes.iter().find_map(|route| {
+        let destination = route.get("destination")?.as_str()?;
+        let table = route.get("table-id").and_then(Value::as_u64).unwrap_or(MAIN_TABLE);
+        if destination != family.default_destination() || table != MAIN_TABLE {
+            return None;
+        }
+        Some(Gateway {
+            address: route.get("next-hop-address")?.as_str()?.parse().ok()?,
+            interface: route.get("next-hop-interface")?.as_str()?.to_string(),
+        })
+    })
+}
+
+/// `dns-resolver.running.server`.
+pub fn name_servers(current: &Value) -> Vec<IpAddr> {
+    let servers = current.pointer("/dns-resolver/running/server").and_then(Value::as_array);
+    servers
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str()?.split('%').next()?.parse().ok())
+        .collect()
+}
+
+/// The names of the VRF interfaces in a state.
+pub fn vrf_names(state: &Value) -> Vec<String> {
+    interfaces(state)
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("vrf"))
+        .filter_map(|i| Some(i.get("name")?.as_str()?.to_string()))
+        .collect()
+}
+
+/// The VRF an interface is a port of in `state`, if any.
+pub fn vrf_of(state: &Value, interface: &str) -> Option<String> {
+    interfaces(state)
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("vrf"))
+        .find(|vrf| {
+            let ports = vrf.pointer("/vrf/port").and_then(Value::as_array);
+            ports.into_iter().flatten().any(|p| p.as_str() == Some(interface))
+        })
+        .and_then(|vrf| Some(vrf.get("name")?.as_str()?.to_string()))
+}
+
+/// nmstate's diff lists every desired route as changed (it is what nmstate would write to the
+/// profiles), even when the kernel already has it. This keeps a diff's `routes` only when a
+/// desired route is missing from `routes.running` (or an absent one is still there), and drops
+/// what is left empty; `Null` means no change.
+pub fn effective_change(mut diff: Value, desired: &Value, current: &Value) -> Value {
+    if let Value::Object(map) = &mut diff {
+        if routes_in_place(desired, current) {
+            map.remove("routes");
+        }
+        map.retain(|_, v| !matches!(v, Value::Null) && v.as_array().is_none_or(|a| !a.is_empty()));
+        if map.is_empty() {
+            return Value::Null;
+        }
+    }
+    diff
+}
+
+/// Whether every desired route is running and no `state: absent` one is.
+pub fn routes_in_place(desired: &Value, current: &Value) -> bool {
+    let running: Vec<&Value> = current
+        .pointer("/routes/running")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    let wanted = desired.pointer("/routes/config").and_then(Value::as_array);
+    wanted.into_iter().flatten().all(|route| {
+        let present = running.iter().any(|r| route_matches(route, r));
+        let absent = route.get("state").and_then(Value::as_str) == Some("absent");
+        present != absent
+    })
+}
+
+/// `want`'s fields (those it sets) equal `have`'s; the table defaults to main.
+fn route_matches(want: &Value, have: &Value) -> bool {
+    let field = |v: &Value, k: &str| {
+        v.get(k).and_then(|x| x.as_str().map(str::to_string).or(x.as_u64().map(|n| n.to_string())))
+    };
+    let table = |v: &Value| v.get("table-id").and_then(Value::as_u64).unwrap_or(MAIN_TABLE);
+    table(want) == table(have)
+        && ["destination", "next-hop-address", "next-hop-interface", "metric"]
+            .iter()
+            .all(|k| field(want, k).is_none() || field(want, k) == field(have, k))
+}
+
+fn interfaces(state: &Value) -> impl Iterator<Item = &Value> {
+    state.get("interfaces").and_then(Value::as_array).into_iter().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_default_gateway_comes_from_the_main_table_only() {
+        let current = json!({"routes": {"running": [
+            {"destination": "0.0.0.0/0", "next-hop-address": "172.19.23.1",
+             "next-hop-interface": "vlan2001", "table-id": 1001},
+            {"destination": "0.0.0.0/0", "next-hop-address": "172.18.20.1",
+             "next-hop-interface": "br-ex", "table-id": 254},
+            {"destination": "::/0", "next-hop-address": "fe80::1",
+             "next-hop-interface": "br-ex", "table-id": 254}
+        ]}});
+        assert_eq!(
+            default_gateway(&current, Family::V4),
+            Some(Gateway { address: "172.18.20.1".parse().unwrap(), interface: "br-ex".into() })
+        );
+        assert_eq!(default_gateway(&current, Family::V6).unwrap().address.to_string(), "fe80::1");
+        assert_eq!(default_gateway(&json!({}), Family::V4), None);
+    }
+
+    #[test]
+    fn a_diff_of_routes_the_kernel_already_has_is_no_change() {
+        let current = json!({"routes": {"running": [
+            {"destination": "0.0.0.0/0", "next-hop-address": "10.77.0.1",
+             "next-hop-interface": "br-up", "table-id": 254, "metric": 425}
+        ]}});
+        let desired = json!({"routes": {"config": [
+            {"destination": "0.0.0.0/0", "next-hop-address": "10.77.0.1", "next-hop-interface": "br-up"}
+        ]}});
+        let diff = json!({"routes": desired["routes"].clone(), "interfaces": []});
+        assert_eq!(effective_change(diff.clone(), &desired, &current), Value::Null);
+        let elsewhere = json!({"routes": {"running": []}});
+        assert_eq!(
+            effective_change(diff.clone(), &desired, &elsewhere),
+            json!({"routes": desired["routes"]})
+        );
+        let absent =
+            json!({"routes": {"config": [{"destination": "0.0.0.0/0", "state": "absent"}]}});
+        assert!(!routes_in_place(&absent, &current));
+        assert!(routes_in_place(&absent, &elsewhere));
+        let changed = json!({"interfaces": [{"name": "br-up", "mtu": 9000}]});
+        assert_eq!(effective_change(changed.clone(), &desired, &current), changed);
+    }
+
+    #[test]
+    fn name_servers_and_vrf_membership() {
+        let current = json!({
+            "dns-resolver": {"running": {"server": ["10.0.0.53", "fe80::53%eth0"]}},
+            "interfaces": [
+                {"name": "cudn3", "type": "vrf", "vrf": {"port": ["vlan2001"], "route-table-id": 1001}},
+                {"name": "vlan2001", "type": "vlan"}
+            ]
+        });
+        let servers: Vec<String> = name_servers(&current).iter().map(|s| s.to_string()).collect();
+        assert_eq!(servers, vec!["10.0.0.53", "fe80::53"]);
+        assert_eq!(vrf_names(&current), vec!["cudn3"]);
+        assert_eq!(vrf_of(&current, "vlan2001").as_deref(), Some("cudn3"));
+        assert_eq!(vrf_of(&current, "eth0"), None);
+    }
+}
