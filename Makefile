@@ -10,7 +10,7 @@ STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 LAB_PKGS := frr iproute2 procps
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus prometheus systemd
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib bench-failover
 
 all: build
 
@@ -86,6 +86,15 @@ bench-bfd: deps-test
 FIB_COUNTS ?= 100000 500000 1000000
 bench-fib: deps-test
 	./bench/fib.sh $(FIB_COUNTS)
+
+# ECMP failover (prefix-independent convergence), uplink vs BIRD 2 vs FRR in the same run: two
+# upstreams send the same routes, one session is cut (docs/BENCHMARKS.md; root; minutes; not
+# part of `make test`). FAILOVER_COUNTS overrides the route counts; DAEMONS picks daemons.
+FAILOVER_COUNTS ?= 100000 500000 1000000
+bench-failover: deps-test
+	cargo build --release -p uplink --bin uplink
+	cargo build --release -p uplink-inject
+	./bench/failover.sh $(FAILOVER_COUNTS)
 
 # Nix files (flake.nix, nix/): every .nix file parsed, the pure pieces evaluated and the VM
 # test's uplink settings run through `uplink check`. Nix packages cannot be fetched on these

@@ -3,12 +3,18 @@
 # stream from uplink-inject over a veth pair between two fresh network namespaces. For each
 # daemon it reports the time from the injector's first UPDATE octet until the daemon reports all
 # N routes, and the resident memory per route ((VmRSS after - VmRSS before) / N).
+# With INSTALL=1 the kernel is in the path: uplink installs (install = true), BIRD runs a kernel
+# protocol, FRR runs zebra beside bgpd; the time ends when the kernel's FIB holds all N routes,
+# and memory is read 5 s later (FRR: bgpd + zebra).
 #
 #   bench/ingest.sh                  run everything (needs root; `make bench` builds first)
 # Environment knobs:
 #   UPLINK, INJECT      binaries (default: $CARGO_TARGET_DIR or target, /release/)
 #   DAEMONS             subset of "uplink bird frr" (default all three)
-#   CASES               subset of "v4 v6" (default both)
+#   CASES               subset of "v4 v6 v4mix" (default all three; v4mix is the v4 case with
+#                       ATTR_SETS distinct attribute sets, spread like a full table's)
+#   ATTR_SETS           attribute sets of the v4mix case (default 300000)
+#   INSTALL             1: the daemons install into the kernel (default 0: Loc-RIB only)
 #   V4_COUNT, V6_COUNT  prefixes per case (default 1000000 /24s and 200000 /48s)
 #   RUNS                runs per daemon and case; the table shows the median (default 3)
 #   TIMEOUT             seconds one ingest may take before it counts as failed (default 300)
@@ -19,7 +25,10 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 UPLINK=$(realpath "${UPLINK:-$TARGET_DIR/release/uplink}")
 INJECT=$(realpath "${INJECT:-$TARGET_DIR/release/uplink-inject}")
 DAEMONS=${DAEMONS:-"uplink bird frr"}
-CASES=${CASES:-"v4 v6"}
+CASES=${CASES:-"v4 v6 v4mix"}
+ATTR_SETS=${ATTR_SETS:-300000}
+INSTALL=${INSTALL:-0}
+SETTLE=${SETTLE:-$([ "$INSTALL" = 1 ] && echo 5 || echo 1)}
 V4_COUNT=${V4_COUNT:-1000000}
 V6_COUNT=${V6_COUNT:-200000}
 RUNS=${RUNS:-3}
@@ -35,7 +44,7 @@ RESULTS=$WORK/results
 : >"$RESULTS"
 D_ADDR4=10.99.0.1 I_ADDR4=10.99.0.2 D_ADDR6=fd99::1 I_ADDR6=fd99::2
 D_AS=65001 I_AS=65002
-DPID="" IPID=""
+DPID="" IPID="" ZPID=""
 
 die() { echo "ingest: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
@@ -48,13 +57,31 @@ now_ns() { local t=$EPOCHREALTIME; echo "${t/./}000"; }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
+# The daemon's resident memory: bgpd and zebra together for FRR.
+daemon_rss_kb() {
+  local total=0 pid
+  for pid in $DPID $ZPID; do total=$((total + $(rss_kb "$pid"))); done
+  echo "$total"
+}
+
+# Routes in the daemon namespace's kernel FIB: the IPv4 trie's prefix count, or IPv6's route
+# entry count (hex in rt6_stats), both cheap to read at a million routes.
+kernel_routes() {
+  local fam=$1
+  if [ "$fam" = v6 ]; then
+    printf '%d\n' "0x$(ip netns exec "$NS_D" cat /proc/net/rt6_stats | awk '{print $3}')"
+  else
+    ip netns exec "$NS_D" cat /proc/net/fib_triestat | awk '/Prefixes:/ {print $2; exit}'
+  fi
+}
+
 # Kills what one case started and removes its namespaces; safe to call twice.
 teardown() {
   local pid
-  for pid in $IPID $DPID; do kill "$pid" 2>/dev/null || true; done
+  for pid in $IPID $DPID $ZPID; do kill "$pid" 2>/dev/null || true; done
   for _ in $(seq 20); do
     pid=""
-    for p in $IPID $DPID; do kill -0 "$p" 2>/dev/null && pid=$p; done
+    for p in $IPID $DPID $ZPID; do kill -0 "$p" 2>/dev/null && pid=$p; done
     [ -z "$pid" ] && break
     sleep 0.1
   done
@@ -63,7 +90,7 @@ teardown() {
     ip netns del "$ns" 2>/dev/null || true
   done
   rm -rf "/var/run/frr/$NS_D"
-  DPID="" IPID=""
+  DPID="" IPID="" ZPID=""
 }
 trap 'teardown; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
@@ -102,9 +129,8 @@ start_uplink() {
 [[bgp.routers]]
 asn = $D_AS
 id = "$D_ADDR4"
-# Loc-RIB ingest only, like BIRD and FRR here (no kernel protocol, bgpd -Z): the FIB writer
-# has its own benchmark (bench/fib.sh).
-install = false
+# INSTALL=0: Loc-RIB ingest only, like BIRD and FRR then (no kernel protocol, bgpd -Z).
+install = $([ "$INSTALL" = 1 ] && echo true || echo false)
 
 [[bgp.routers.neighbors]]
 address = "$peer"
@@ -145,6 +171,7 @@ protocol bgp inj {
   hold time 180;
   $channel { import all; export none; };
 }
+$([ "$INSTALL" = 1 ] && echo "protocol kernel { $channel { export all; }; }")
 BIRD
   ip netns exec "$NS_D" bird -c "$dir/bird.conf" -s "$dir/bird.ctl" -P "$dir/bird.pid"
   for _ in $(seq 50); do [ -s "$dir/bird.pid" ] && break; sleep 0.1; done
@@ -181,7 +208,14 @@ router bgp $D_AS
  exit-address-family
 FRR
   chmod 644 "$dir/frr.conf"
-  ip netns exec "$NS_D" /usr/lib/frr/bgpd -d -Z -N "$NS_D" -f "$dir/frr.conf" -i "$dir/bgpd.pid"
+  local no_zebra=-Z
+  if [ "$INSTALL" = 1 ]; then
+    no_zebra=""
+    ip netns exec "$NS_D" /usr/lib/frr/zebra -d -N "$NS_D" -f "$dir/frr.conf" -i "$dir/zebra.pid"
+    for _ in $(seq 50); do [ -s "$dir/zebra.pid" ] && break; sleep 0.1; done
+    ZPID=$(cat "$dir/zebra.pid")
+  fi
+  ip netns exec "$NS_D" /usr/lib/frr/bgpd -d $no_zebra -N "$NS_D" -f "$dir/frr.conf" -i "$dir/bgpd.pid"
   for _ in $(seq 50); do [ -s "$dir/bgpd.pid" ] && break; sleep 0.1; done
   DPID=$(cat "$dir/bgpd.pid")
 }
@@ -225,7 +259,9 @@ frr_has_best() {
 
 # run_one DAEMON FAMILY COUNT RUN: appends "daemon fam run seconds bytes_per_route rss0 rss1".
 run_one() {
-  local daemon=$1 fam=$2 count=$3 run=$4 peer next_hop target
+  local daemon=$1 case=$2 count=$3 run=$4 peer next_hop target fam sets=1
+  fam=${case%mix}
+  [ "$case" = v4mix ] && sets=$ATTR_SETS
   if [ "$fam" = v4 ]; then peer=$I_ADDR4 next_hop=$I_ADDR4 target=$D_ADDR4
   else peer=$I_ADDR6 next_hop=$I_ADDR6 target=$D_ADDR6; fi
   setup_ns
@@ -234,7 +270,8 @@ run_one() {
 
   # The injector encodes everything, connects, and waits for the go file.
   ip netns exec "$NS_I" "$INJECT" --target "$target" --next-hop "$next_hop" --count "$count" \
-    --asn "$I_AS" --router-id "$I_ADDR4" --go-file "$WORK/go" >"$WORK/inject.out" 2>&1 &
+    --asn "$I_AS" --router-id "$I_ADDR4" --attr-sets "$sets" --go-file "$WORK/go" \
+    >"$WORK/inject.out" 2>&1 &
   IPID=$!
   disown "$IPID"
 
@@ -250,13 +287,26 @@ run_one() {
     sleep 0.2
   done
   sleep 1 # let the daemon settle after the session came up
-  local rss0
-  rss0=$(rss_kb "$DPID")
+  local rss0 fib0
+  rss0=$(daemon_rss_kb)
+  fib0=$(kernel_routes "$fam")
 
   touch "$WORK/go"
   local done_ns="" t_rcd=""
   deadline=$((SECONDS + TIMEOUT))
-  while :; do
+  while [ "$INSTALL" = 1 ]; do
+    # The kernel in the path: done when its FIB has every route.
+    if [ "$(kernel_routes "$fam")" -ge $((fib0 + count)) ]; then
+      t_rcd=$(now_ns)
+      break
+    fi
+    if [ $SECONDS -ge $deadline ] || ! kill -0 "$DPID" 2>/dev/null; then
+      echo "ingest: $daemon/$case: $(($(kernel_routes "$fam") - fib0)) of $count routes in the kernel after ${TIMEOUT}s" >&2
+      return 1
+    fi
+    sleep "$POLL"
+  done
+  while [ "$INSTALL" != 1 ]; do
     read -r state routes < <("probe_$daemon" "$fam" "$peer")
     if [ "${routes:-0}" -ge "$count" ] 2>/dev/null; then
       t_rcd=$(now_ns)
@@ -270,12 +320,14 @@ run_one() {
     sleep "$POLL"
   done
   done_ns=$t_rcd
-  case $daemon in
-    uplink) done_ns=$(done_uplink "$fam" "$peer") ;;
-    bird) done_ns=$(done_bird "$fam" "$count") ;;
-  esac
+  if [ "$INSTALL" != 1 ]; then
+    case $daemon in
+      uplink) done_ns=$(done_uplink "$fam" "$peer") ;;
+      bird) done_ns=$(done_bird "$fam" "$count") ;;
+    esac
+  fi
   [ -n "$done_ns" ] || { echo "ingest: $daemon did not say when its last route arrived" >&2; return 1; }
-  if [ "$daemon" = frr ]; then
+  if [ "$daemon" = frr ] && [ "$INSTALL" != 1 ]; then
     local last
     last=$(last_prefix "$fam" "$count")
     until frr_has_best "$fam" "$last"; do
@@ -284,9 +336,10 @@ run_one() {
     done
     done_ns=$(now_ns)
   fi
-  sleep 1 # memory a moment after the last route, not mid-allocation
-  local rss1 first_ns last_ns
-  rss1=$(rss_kb "$DPID")
+  sleep "$SETTLE" # memory a moment after the last route, not mid-allocation
+  local rss1 first_ns last_ns peak
+  rss1=$(daemon_rss_kb)
+  peak=$(awk '/^VmHWM:/ {print $2}' "/proc/$DPID/status")
   first_ns=$(sed -n 's/^first_write_ns=//p' "$WORK/inject.out")
   last_ns=$(sed -n 's/^last_write_ns=\([0-9]*\).*/\1/p' "$WORK/inject.out")
   [ -n "$first_ns" ] || { echo "ingest: the injector printed no first write" >&2; return 1; }
@@ -295,9 +348,11 @@ run_one() {
   rcd_s=$(awk -v a="$first_ns" -v b="$t_rcd" 'BEGIN {printf "%.3f", (b - a) / 1e9}')
   write_s=$(awk -v a="$first_ns" -v b="${last_ns:-$first_ns}" 'BEGIN {printf "%.3f", (b - a) / 1e9}')
   bpr=$(awk -v a="$rss0" -v b="$rss1" -v n="$count" 'BEGIN {printf "%.0f", (b - a) * 1024 / n}')
-  printf '%-6s %-2s run %s: %8s s to Loc-RIB (count seen at %s s, injector done writing at %s s), RSS %s -> %s KiB, %s B/route\n' \
-    "$daemon" "$fam" "$run" "$secs" "$rcd_s" "$write_s" "$rss0" "$rss1" "$bpr"
-  echo "$daemon $fam $run $secs $bpr $rss0 $rss1" >>"$RESULTS"
+  local where="to Loc-RIB"
+  [ "$INSTALL" = 1 ] && where="to the kernel FIB"
+  printf '%-6s %-5s run %s: %8s s %s (count seen at %s s, injector done writing at %s s), RSS %s -> %s KiB (peak %s), %s B/route\n' \
+    "$daemon" "$case" "$run" "$secs" "$where" "$rcd_s" "$write_s" "$rss0" "$rss1" "$peak" "$bpr"
+  echo "$daemon $case $run $secs $bpr $rss0 $rss1" >>"$RESULTS"
   teardown
 }
 
@@ -305,7 +360,7 @@ median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "-"; else if (NR 
 
 field_median() { awk -v d="$1" -v f="$2" -v c="$3" '$1 == d && $2 == f {print $c}' "$RESULTS" | median; }
 
-echo "ingest benchmark: $(nproc) cores, kernel $(uname -r), runs=$RUNS"
+echo "ingest benchmark: $(nproc) cores, kernel $(uname -r), runs=$RUNS, install=$INSTALL, v4mix sets=$ATTR_SETS"
 echo "  uplink $UPLINK"
 echo "  $(bird --version 2>&1 | head -1), FRR $(/usr/lib/frr/bgpd --version | head -1 | awk '{print $3}')"
 failed=0
@@ -320,20 +375,25 @@ for fam in $CASES; do
 done
 
 echo
-printf '%-4s %-8s %10s %8s %10s %12s %10s\n' case daemon routes "time s" "B/route" "uplink/it:t" "uplink/it:mem"
+printf '%-5s %-8s %10s %8s %10s %10s %12s %10s %10s\n' case daemon routes "time s" "B/route" "RSS MiB" \
+  "uplink/it:t" "uplink/it:mem" "uplink/it:rss"
 for fam in $CASES; do
   count=$V4_COUNT
   [ "$fam" = v6 ] && count=$V6_COUNT
   ut=$(field_median uplink "$fam" 4)
   um=$(field_median uplink "$fam" 5)
+  ur=$(field_median uplink "$fam" 7)
   for daemon in $DAEMONS; do
     t=$(field_median "$daemon" "$fam" 4)
     m=$(field_median "$daemon" "$fam" 5)
+    r=$(field_median "$daemon" "$fam" 7)
     rt=$(awk -v u="$ut" -v o="$t" 'BEGIN {if (o + 0 > 0 && u != "-") printf "%.2f", u / o; else print "-"}')
     rm=$(awk -v u="$um" -v o="$m" 'BEGIN {if (o + 0 > 0 && u != "-") printf "%.2f", u / o; else print "-"}')
-    printf '%-4s %-8s %10s %8s %10s %12s %10s\n' "$fam" "$daemon" "$count" "$t" "$m" "$rt" "$rm"
+    rr=$(awk -v u="$ur" -v o="$r" 'BEGIN {if (o + 0 > 0 && u != "-") printf "%.2f", u / o; else print "-"}')
+    rmib=$(awk -v k="$r" 'BEGIN {if (k != "-") printf "%.1f", k / 1024; else print "-"}')
+    printf '%-5s %-8s %10s %8s %10s %10s %12s %10s %10s\n' "$fam" "$daemon" "$count" "$t" "$m" "$rmib" "$rt" "$rm" "$rr"
   done
 done
-echo "(medians of $RUNS runs; uplink/it = uplink's value divided by the row's:"
-echo " below 1 means uplink is faster or smaller)"
+echo "(medians of $RUNS runs; RSS = the daemon's total resident memory after the last route;"
+echo " uplink/it = uplink's value divided by the row's: below 1 means uplink is faster or smaller)"
 exit $failed

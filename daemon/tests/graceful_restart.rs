@@ -71,8 +71,10 @@ to_receive = {{ allowed = {{ mode = "all" }} }}
 }
 
 /// The kernel route to `prefix` in `ns`, if any.
+/// The route and, for a nexthop group, its members' `via` lines (uplink turns the nexthop
+/// compatibility mode off, so the route names only its group).
 fn kernel_route(ns: &Ns, prefix: &str) -> Option<String> {
-    let out = ns.run(&["ip", "-4", "route", "show", "exact", prefix]);
+    let out = common::route_with_nexthops(ns, &format!("exact {prefix}"));
     let out = out.trim();
     (!out.is_empty()).then(|| out.to_string())
 }

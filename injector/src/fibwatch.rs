@@ -33,6 +33,9 @@ struct Args {
     /// Stop after this long in any case.
     #[arg(long, default_value_t = 300)]
     max_seconds: u64,
+    /// Only dump and print `routes=N via_gateway=M`, then exit.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +192,10 @@ fn run(args: Args) -> Result<(), String> {
     dump(&dumper, msg::RTM_GETROUTE, msg::AF_INET, &mut fib, args.gateway)?;
     let gateway = args.gateway;
     let via_at_start = fib.routes_via(gateway);
+    if args.check {
+        println!("routes={} via_gateway={via_at_start}", fib.routes.len());
+        return Ok(());
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "ready routes={} via_gateway={via_at_start}", fib.routes.len());

@@ -125,7 +125,12 @@ fn mixed(base: &PathAttributes, asn: u32, index: u32) -> PathAttributes {
     communities.sort_unstable();
     communities.dedup();
     let med = (mix.range(0, 2) == 0).then(|| mix.range(0, 1000));
-    PathAttributes { as_path: AsPath::sequence(path), communities, med, ..base.clone() }
+    PathAttributes {
+        as_path: AsPath::sequence(path),
+        communities: communities.into(),
+        med,
+        ..base.clone()
+    }
 }
 
 /// The attribute set every injected route carries: ORIGIN IGP, AS_PATH of the injector's

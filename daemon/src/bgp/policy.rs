@@ -12,7 +12,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use ipnet::IpNet;
 
 use crate::bgp::rib::PeerInfo;
-use crate::bgp::wire::attributes::{flags, well_known, LargeCommunity, NextHop, PathAttributes};
+use crate::bgp::wire::attributes::{
+    flags, well_known, LargeCommunity, NextHop, PathAttributes, RawAttribute,
+};
 
 /// LOCAL_PREF assumed when a path has none (RFC 4271 §5.1.5 leaves the value to the operator;
 /// 100 is the value every common implementation uses).
@@ -301,23 +303,25 @@ pub fn export_route(
     // RFC 4456 §8: ORIGINATOR_ID and CLUSTER_LIST belong to reflection inside one AS; we do not
     // reflect, and they never leave the AS.
     out.originator_id = None;
-    out.cluster_list.clear();
-    if learned_from_ebgp.is_some() {
+    out.cluster_list = Box::default();
+    if learned_from_ebgp.is_some() && !out.unknown.is_empty() {
         // RFC 4271 §5: unrecognised optional transitive attributes are passed on with the
         // Partial bit set; non-transitive ones are not passed on.
-        out.unknown.retain(|a| a.flags & flags::TRANSITIVE != 0);
-        for a in &mut out.unknown {
-            a.flags |= flags::PARTIAL;
-        }
+        out.unknown = out
+            .unknown
+            .iter()
+            .filter(|a| a.flags & flags::TRANSITIVE != 0)
+            .map(|a| RawAttribute { flags: a.flags | flags::PARTIAL, ..a.clone() })
+            .collect();
     }
-    for rule in &peer.export.with_community {
-        if !rule.prefixes.contains(prefix) {
-            continue;
-        }
+    let added = |rule: &&CommunityRule| rule.prefixes.contains(prefix);
+    for rule in peer.export.with_community.iter().filter(added) {
         match rule.community {
-            Community::Standard(c) if !out.communities.contains(&c) => out.communities.push(c),
+            Community::Standard(c) if !out.communities.contains(&c) => {
+                out.communities = out.communities.iter().copied().chain([c]).collect();
+            }
             Community::Large(c) if !out.large_communities.contains(&c) => {
-                out.large_communities.push(c)
+                out.large_communities = out.large_communities.iter().copied().chain([c]).collect();
             }
             _ => {}
         }

@@ -295,6 +295,13 @@ impl RibTask {
         loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
+                    Some(RibCommand::PeerDown(id)) => {
+                        // The FIB hears which next hops are lost before the per-prefix
+                        // withdrawals are computed: its groups are right at once.
+                        self.rib.declare_lost_hops(id);
+                        self.send_fib().await;
+                        self.handle(RibCommand::PeerDown(id));
+                    }
                     Some(cmd) => self.handle(cmd),
                     None => break,
                 },
@@ -456,7 +463,15 @@ impl RibTask {
                 (u.announced, u.mp_announced)
             };
             let attrs = u.attributes.unwrap_or_default();
-            match self.rib.apply_update(id, &announced, &attrs, &withdrawn) {
+            // The decoded set is handed over, not copied, unless MP_REACH_NLRI needs it too.
+            let (v4_attrs, mp_attrs) = if mp_announced.is_empty() {
+                (std::borrow::Cow::Owned(attrs), None)
+            } else {
+                let mp =
+                    PathAttributes { next_hop: u.mp_next_hop.unwrap_or_default(), ..attrs.clone() };
+                (std::borrow::Cow::Owned(attrs), Some(mp))
+            };
+            match self.rib.apply_update(id, &announced, v4_attrs, &withdrawn) {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
                     accepted = Some(outcome.accepted_count);
@@ -467,10 +482,8 @@ impl RibTask {
                     return;
                 }
             }
-            if !mp_announced.is_empty() {
-                let mut mp_attrs = attrs;
-                mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
-                if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
+            if let Some(mp_attrs) = mp_attrs {
+                if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, mp_attrs, &[]) {
                     self.log_refused(id, &outcome.rejected);
                     outbound.extend(outcome.changes.outbound);
                     accepted = Some(outcome.accepted_count);

@@ -456,8 +456,7 @@ fn single_route_json(r: &RouteView) -> Value {
             let segments: Vec<Value> = p
                 .attrs
                 .as_path
-                .segments
-                .iter()
+                .segments()
                 .map(|s| {
                     json!({
                         "type": match s.kind {
@@ -473,7 +472,7 @@ fn single_route_json(r: &RouteView) -> Value {
             let (community, large) = community_strings(p);
             json!({
                 "aspath": {
-                    "string": if p.attrs.as_path.segments.is_empty() { "Local".to_string() } else { p.attrs.as_path.to_string() },
+                    "string": if p.attrs.as_path.is_empty() { "Local".to_string() } else { p.attrs.as_path.to_string() },
                     "segments": segments,
                     "length": p.attrs.as_path.selection_length(),
                 },

@@ -204,10 +204,16 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    pub fn open() -> io::Result<Monitor> {
+    /// Subscribes, and has the kernel drop the echoes of `own_pid`'s requests before they are
+    /// queued (see [`echo_filter`]).
+    pub fn open(own_pid: u32) -> io::Result<Monitor> {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind_auto()?;
         let _ = socket.set_rx_buf_sz(RECV_BUFFER);
+        if let Err(e) = socket2::SockRef::from(&socket).attach_filter(&echo_filter(own_pid)) {
+            // The monitor thread drops them itself; only the kernel's early drop is lost.
+            tracing::warn!("cannot filter our own route notifications in the kernel: {e}");
+        }
         for group in [
             msg::RTNLGRP_LINK,
             msg::RTNLGRP_IPV4_IFADDR,
@@ -232,6 +238,26 @@ impl Monitor {
             }
         }
     }
+}
+
+/// A socket filter that drops notifications whose `nlmsg_pid` is `own_pid`: the echoes of the
+/// writer's own requests, one per route it writes. Dropped in the kernel, they are neither
+/// queued nor copied nor read (perf: the monitor thread spent a sixth of a core reading and
+/// discarding them during a million-route install), and a burst no longer overflows the
+/// socket. A broadcast notification is one message per buffer, so the header is at offset 0.
+fn echo_filter(own_pid: u32) -> [socket2::SockFilter; 4] {
+    use socket2::SockFilter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+                             // A word load reads network byte order; the header's pid is in host order.
+    let pid_as_loaded = u32::from_be_bytes(own_pid.to_ne_bytes());
+    [
+        SockFilter::new(LD_W_ABS, 0, 0, 12), // nlmsghdr.nlmsg_pid
+        SockFilter::new(JEQ_K, 0, 1, pid_as_loaded),
+        SockFilter::new(RET_K, 0, 0, 0),
+        SockFilter::new(RET_K, 0, 0, u32::MAX),
+    ]
 }
 
 /// `net.ipv4.nexthop_compat_mode` of our network namespace (it covers IPv6 too).

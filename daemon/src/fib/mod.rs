@@ -200,9 +200,9 @@ pub fn start(
 ) -> Result<Fib, String> {
     let kernel = kernel::Kernel::open()
         .map_err(|e| format!("cannot open a netlink socket for the FIB: {e}"))?;
-    let mut monitor = kernel::Monitor::open()
-        .map_err(|e| format!("cannot subscribe to kernel route notifications: {e}"))?;
     let own_pid = kernel.pid();
+    let mut monitor = kernel::Monitor::open(own_pid)
+        .map_err(|e| format!("cannot subscribe to kernel route notifications: {e}"))?;
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
     let events = tx.clone();
     std::thread::Builder::new()

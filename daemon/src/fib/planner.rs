@@ -78,6 +78,8 @@ struct Replay {
     fill: bool,
     /// Groups kept until the replay has moved their departing routes.
     holds: Vec<u32>,
+    /// Groups whose routes the replay writes again (see `Planner::refreshing`).
+    refreshes: Vec<u32>,
 }
 
 /// A route the kernel refused.
@@ -118,6 +120,10 @@ pub struct Planner {
     failures: HashMap<(usize, IpNet), Failure>,
     replays: HashMap<u64, Replay>,
     next_token: u64,
+    /// Groups whose routes a replay in flight writes again, with the number of such replays.
+    /// The replay names next-hop sets as they were when it was asked for: a route of the
+    /// group that moves to another set meanwhile is written by its change instead.
+    refreshing: HashMap<u32, u32>,
     /// Replays to ask for at the end of the round, merged per target instance.
     ensure_all: HashSet<usize>,
     ensure_sets: HashMap<usize, HashSet<Box<[NextHop]>>>,
@@ -154,6 +160,7 @@ impl Planner {
             failures: HashMap::new(),
             replays: HashMap::new(),
             next_token: 1,
+            refreshing: HashMap::new(),
             ensure_all: HashSet::new(),
             ensure_sets: HashMap::new(),
             ensure_prefixes: HashMap::new(),
@@ -286,6 +293,7 @@ impl Planner {
 
     fn replay_done(&mut self, token: u64, plan: &mut Plan) {
         let Some(replay) = self.replays.remove(&token) else { return };
+        self.refreshed(&replay.refreshes);
         self.check_switch(plan);
         if replay.fill {
             if let Some(inst) = self.instances.get_mut(replay.target) {
@@ -347,7 +355,11 @@ impl Planner {
         };
         self.registry.add_route(new_group, new);
         let refused = !self.failures.is_empty() && self.failures.contains_key(&(target, prefix));
-        if Some(new_group) != old_group || refused {
+        // Staying on its group under another set needs no message — unless the route carries
+        // its hops inline, or a replay that will not name its new set is to rewrite it.
+        let rewrite = Some(new_group) == old_group
+            && (!self.objects || self.refreshing.contains_key(&new_group));
+        if Some(new_group) != old_group || refused || rewrite {
             // The route moves to another group (or is tried again after a refusal).
             self.clear_failure(target, prefix);
             if let Some(key) = key {
@@ -570,7 +582,13 @@ impl Planner {
     }
 
     /// Asks the RIB feeding `target` for a replay now (not merged with others).
-    fn request(&mut self, target: usize, scope: ReplayScope, fill: bool, holds: Vec<u32>) {
+    fn request(
+        &mut self,
+        target: usize,
+        scope: ReplayScope,
+        fill: bool,
+        holds: Vec<u32>,
+    ) -> Option<u64> {
         let Some(source) = self.source_of(target) else {
             // Nobody can answer: let go of what the replay would have held.
             for group in holds {
@@ -581,7 +599,7 @@ impl Planner {
                     inst.filling = None;
                 }
             }
-            return;
+            return None;
         };
         let token = self.next_token;
         self.next_token = self.next_token.wrapping_add(1);
@@ -590,8 +608,30 @@ impl Planner {
                 inst.filling = Some(token);
             }
         }
-        self.replays.insert(token, Replay { target, fill, holds });
+        self.replays.insert(token, Replay { target, fill, holds, refreshes: Vec::new() });
         self.outbox.push((source, ReplayRequest { token, scope }));
+        Some(token)
+    }
+
+    /// Records that replay `token` writes the routes of `groups` again.
+    fn refreshing(&mut self, token: Option<u64>, groups: Vec<u32>) {
+        let Some(replay) = token.and_then(|t| self.replays.get_mut(&t)) else { return };
+        for group in &groups {
+            *self.refreshing.entry(*group).or_default() += 1;
+        }
+        replay.refreshes.extend(groups);
+    }
+
+    /// A replay that rewrote `groups` is over (answered, or dropped).
+    fn refreshed(&mut self, groups: &[u32]) {
+        for group in groups {
+            if let Some(n) = self.refreshing.get_mut(group) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.refreshing.remove(group);
+                }
+            }
+        }
     }
 
     /// Ends a round of planning: re-resolves groups if the kernel's routes changed, drops
@@ -622,18 +662,23 @@ impl Planner {
                 }
             }
         }
+        let mut refreshes: HashMap<usize, Vec<u32>> = HashMap::new();
         for id in std::mem::take(&mut self.ensure_groups) {
             if let Some(group) = self.registry.group(id) {
                 let sets = self.ensure_sets.entry(group.instance).or_default();
                 sets.extend(group.live_sets().map(Box::<[NextHop]>::from));
+                refreshes.entry(group.instance).or_default().push(id);
             }
         }
         for target in std::mem::take(&mut self.ensure_all) {
             self.ensure_sets.remove(&target);
-            self.request(target, ReplayScope::All, false, Vec::new());
+            let token = self.request(target, ReplayScope::All, false, Vec::new());
+            self.refreshing(token, refreshes.remove(&target).unwrap_or_default());
         }
         for (target, sets) in std::mem::take(&mut self.ensure_sets) {
-            self.request(target, ReplayScope::Sets(sets.into_iter().collect()), false, Vec::new());
+            let scope = ReplayScope::Sets(sets.into_iter().collect());
+            let token = self.request(target, scope, false, Vec::new());
+            self.refreshing(token, refreshes.remove(&target).unwrap_or_default());
         }
         for (target, prefixes) in std::mem::take(&mut self.ensure_prefixes) {
             self.request(target, ReplayScope::Prefixes(prefixes), false, Vec::new());
@@ -744,7 +789,12 @@ impl Planner {
                     RouteAction::Set(group) => {
                         refused += 1;
                         if refused <= 3 {
-                            warn!(prefix = %op.key.prefix, "kernel refused the route: {error}");
+                            let vrf = self
+                                .instances
+                                .get(op.instance as usize)
+                                .map_or("", |i| i.config.vrf.as_str());
+                            let vrf = crate::config::vrf_display_name(vrf);
+                            warn!(vrf, prefix = %op.key.prefix, "kernel refused the route: {error}");
                         }
                         let key = (op.instance as usize, op.key.prefix);
                         self.failures.insert(key, Failure { group, error: error.to_string() });
@@ -826,7 +876,9 @@ impl Planner {
         let tokens: Vec<u64> =
             self.replays.iter().filter(|(_, r)| r.target == index).map(|(t, _)| *t).collect();
         for token in tokens {
-            self.replays.remove(&token);
+            if let Some(replay) = self.replays.remove(&token) {
+                self.refreshed(&replay.refreshes);
+            }
         }
         let inst = self.instances.get_mut(index)?;
         let was_active = inst.active();
@@ -879,7 +931,9 @@ impl Planner {
                     None => !self.objects,
                 };
                 if ours {
-                    info!(prefix = %route.prefix, table = route.table, "route deleted behind uplink's back: restoring it");
+                    let vrf = self.instances.get(instance).map_or("", |i| i.config.vrf.as_str());
+                    let vrf = crate::config::vrf_display_name(vrf);
+                    info!(vrf, prefix = %route.prefix, table = route.table, "route deleted behind uplink's back: restoring it");
                     self.ensure_prefixes.entry(instance).or_default().push(route.prefix);
                 }
             }

@@ -175,8 +175,11 @@ impl Writer {
             let mut next = Some(first);
             let mut drained = 0;
             while let Some(command) = next.take() {
+                let mut urgent = false;
                 match command {
                     Command::Routes { instance, batch } => {
+                        // A lost next hop: its groups go out now, not after a full round.
+                        urgent = !batch.hops_down().is_empty();
                         self.planner.apply(instance, &batch, &mut plan)
                     }
                     Command::Replay { token, batch, done } => {
@@ -227,7 +230,10 @@ impl Writer {
                     }
                 }
                 drained += 1;
-                if drained < MAX_COMMANDS_PER_ROUND && plan.routes.len() < MAX_ROUTES_PER_ROUND {
+                if !urgent
+                    && drained < MAX_COMMANDS_PER_ROUND
+                    && plan.routes.len() < MAX_ROUTES_PER_ROUND
+                {
                     next = rx.try_recv().ok();
                 }
             }

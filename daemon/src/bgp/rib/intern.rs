@@ -37,6 +37,16 @@ impl AttrInterner {
         fresh
     }
 
+    pub fn intern_cow(
+        &mut self,
+        attrs: std::borrow::Cow<'_, PathAttributes>,
+    ) -> Arc<PathAttributes> {
+        match attrs {
+            std::borrow::Cow::Borrowed(attrs) => self.intern(attrs),
+            std::borrow::Cow::Owned(attrs) => self.intern_owned(attrs),
+        }
+    }
+
     /// Drops the sets that nothing but the interner references any more; returns how many.
     pub fn sweep(&mut self) -> usize {
         let before = self.sets.len();

@@ -14,6 +14,7 @@ pub mod decision;
 pub mod intern;
 pub mod loc_rib;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -694,18 +695,8 @@ impl Rib {
     /// (FIB changes, other peers' re-advertisements of new best paths).
     pub fn peer_down(&mut self, id: PeerId) -> Changes {
         let mut changes = Changes::default();
+        self.declare_lost_hops(id);
         let Some(peer) = self.peers.remove(&id) else { return changes };
-        if self.track_fib {
-            // Prefix-independent convergence: the next hops only this peer used are lost, and
-            // the FIB hears it before the withdrawals.
-            for hop in &peer.fib_hops {
-                let shared = self.peers.values().any(|p| p.fib_hops.contains(hop));
-                if !shared && !self.fib.down.contains(hop) {
-                    self.fib.batches.hop_down(*hop);
-                    self.fib.down.push(*hop);
-                }
-            }
-        }
         self.fib.departing = Some((id, peer.info.address));
         Ipv4Net::parts(self).remove_peer_paths(id, &mut changes);
         Ipv6Net::parts(self).remove_peer_paths(id, &mut changes);
@@ -784,6 +775,22 @@ impl Rib {
         }
     }
 
+    /// Prefix-independent convergence: records for the FIB the next hops that only `id`'s
+    /// paths use, as lost. [`Rib::peer_down`] does it first thing; a driver calls it (and
+    /// sends [`Rib::take_fib`]) before `peer_down` so the FIB hears it before the withdrawals
+    /// are even computed.
+    pub fn declare_lost_hops(&mut self, id: PeerId) {
+        let Some(peer) = self.peers.get(&id).filter(|_| self.track_fib) else { return };
+        for hop in &peer.fib_hops {
+            let shared =
+                self.peers.iter().any(|(other, p)| *other != id && p.fib_hops.contains(hop));
+            if !shared && !self.fib.down.contains(hop) {
+                self.fib.batches.hop_down(*hop);
+                self.fib.down.push(*hop);
+            }
+        }
+    }
+
     /// Replaces a peer's export policy and re-evaluates what it should have.
     pub fn set_export_policy(
         &mut self,
@@ -819,22 +826,26 @@ impl Rib {
     }
 
     /// Applies one UPDATE from `peer`: `withdrawn`, then `announced` with `attrs`.
-    pub fn apply_update(
+    /// Given the attributes by value, a new set is interned without a copy (the decoded set
+    /// becomes the shared one: a full table has hundreds of thousands of sets).
+    pub fn apply_update<'a>(
         &mut self,
         peer: PeerId,
         announced: &[IpNet],
-        attrs: &PathAttributes,
+        attrs: impl Into<Cow<'a, PathAttributes>>,
         withdrawn: &[IpNet],
     ) -> Result<UpdateOutcome, RibError> {
+        let attrs: Cow<'a, PathAttributes> = attrs.into();
         if self.track_fib && !announced.is_empty() {
             self.note_fib_hop(peer, attrs.next_hop);
         }
         let info = &self.peers.get(&peer).ok_or(RibError::UnknownPeer(peer))?.info;
-        let attr_check = policy::check_import_attributes(attrs, info, self.config.router_id);
+        let attr_check = policy::check_import_attributes(&attrs, info, self.config.router_id);
         let mut outcome = UpdateOutcome::default();
         let rejected = &mut outcome.rejected;
         let interner = &mut self.interner;
         let mut interned: Option<Arc<PathAttributes>> = None;
+        let mut source = Some(attrs);
         // Every announcement's change is built here, before the table is touched (see
         // `change_path`): an accepted path holds a clone of the interned set, an atomic
         // increment, which on x86 waits until every earlier store has reached the cache. Done
@@ -855,7 +866,9 @@ impl Rib {
                 });
                 match verdict {
                     Ok(()) => {
-                        let shared = interned.get_or_insert_with(|| interner.intern(attrs));
+                        let shared = interned.get_or_insert_with(|| {
+                            interner.intern_cow(source.take().unwrap_or_default())
+                        });
                         PathChange::Upsert { peer, attrs: Arc::clone(shared) }
                     }
                     Err(reason) => {

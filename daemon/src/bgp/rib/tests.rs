@@ -61,7 +61,7 @@ fn announce(rib: &mut Rib, id: PeerId, prefixes: &[&str], attrs: &PathAttributes
 
 fn withdraw(rib: &mut Rib, id: PeerId, prefixes: &[&str]) -> UpdateOutcome {
     let nets: Vec<IpNet> = prefixes.iter().map(|p| net(p)).collect();
-    rib.apply_update(id, &[], &PathAttributes::default(), &nets).unwrap()
+    rib.apply_update(id, &[], PathAttributes::default(), &nets).unwrap()
 }
 
 fn nh(n: u8) -> NextHop {
@@ -406,7 +406,7 @@ fn local_route_wins_and_is_advertised_with_ebgp_rewrite() {
     let paths = rib.route(&net("10.1.0.0/24")).unwrap();
     let ours = paths.iter().find(|p| p.source() == Source::Local).unwrap();
     assert!(ours.is_best());
-    assert!(ours.attrs().as_path.segments.is_empty());
+    assert!(ours.attrs().as_path.is_empty());
     let theirs = paths.iter().find(|p| p.source() == Source::Peer(a)).unwrap();
     assert_eq!(theirs.reason(), Some(Rejected::NotLocal));
     // Sent to the eBGP peer: our AS prepended, next hop self, our MED kept, no LOCAL_PREF.
@@ -430,7 +430,7 @@ fn ebgp_export_of_learned_route_strips_med_local_pref_and_originator() {
         med: Some(5),
         local_pref: Some(200),
         originator_id: Some(Ipv4Addr::new(10, 9, 9, 9)),
-        cluster_list: vec![Ipv4Addr::new(10, 8, 8, 8)],
+        cluster_list: vec![Ipv4Addr::new(10, 8, 8, 8)].into(),
         ..learned(&[65100], 1)
     };
     let out = announce(&mut rib, i, &["10.1.0.0/24"], &attrs);
@@ -506,12 +506,14 @@ fn well_known_communities_limit_export() {
     let other_e = rib.peer_up(peer_exporting(2, 65002, &prefixes));
     let i = rib.peer_up(peer_exporting(3, LOCAL_ASN, &prefixes));
     let no_export =
-        PathAttributes { communities: vec![well_known::NO_EXPORT], ..learned(&[65001], 1) };
+        PathAttributes { communities: vec![well_known::NO_EXPORT].into(), ..learned(&[65001], 1) };
     let out = announce(&mut rib, src, &prefixes, &no_export);
     assert_eq!(out.changes.outbound, BTreeSet::from([i]));
     assert!(rib.take_pending(i, V4).is_some());
-    let no_advertise =
-        PathAttributes { communities: vec![well_known::NO_ADVERTISE], ..learned(&[65001], 1) };
+    let no_advertise = PathAttributes {
+        communities: vec![well_known::NO_ADVERTISE].into(),
+        ..learned(&[65001], 1)
+    };
     announce(&mut rib, src, &prefixes, &no_advertise);
     // The iBGP peer had the route: now it is withdrawn; the eBGP peer never had it.
     let batch = rib.take_pending(i, V4).unwrap();
@@ -560,10 +562,10 @@ fn with_community_adds_standard_and_large() {
         batch.announce.iter().find(|(_, prefixes)| prefixes.contains(&net(p))).unwrap().0.clone()
     };
     let nine = by_prefix("10.9.0.0/24");
-    assert_eq!(nine.communities, vec![0xFDE8_0001]);
-    assert_eq!(nine.large_communities, vec![large]);
+    assert_eq!(*nine.communities, [0xFDE8_0001]);
+    assert_eq!(*nine.large_communities, [large]);
     let eight = by_prefix("10.8.0.0/24");
-    assert_eq!(eight.communities, vec![0xFDE8_0002]);
+    assert_eq!(*eight.communities, [0xFDE8_0002]);
     assert!(eight.large_communities.is_empty());
 }
 
@@ -709,7 +711,7 @@ fn equal_attributes_share_one_arc_and_sweep_frees() {
 #[test]
 fn unknown_peer_is_an_error() {
     let mut rib = rib();
-    let err = rib.apply_update(PeerId(42), &[], &PathAttributes::default(), &[]);
+    let err = rib.apply_update(PeerId(42), &[], PathAttributes::default(), &[]);
     assert_eq!(err, Err(RibError::UnknownPeer(PeerId(42))));
 }
 
@@ -799,4 +801,65 @@ fn two_hundred_thousand_ipv6_routes_from_one_peer() {
     }
     println!("200k IPv6 routes inserted in {:?}", start.elapsed());
     assert_eq!(rib.prefix_count(Family::IPV6_UNICAST), 200_000);
+}
+
+/// A full-table-like mix, like the ingest benchmark's `v4mix` case: `sets` attribute sets, each
+/// with an AS_PATH of 1-10 ASNs, 0-6 communities and a MED on a third, over runs of
+/// consecutive /24s (a few sets come out equal).
+fn load_mixed_routes(rib: &mut Rib, peer_id: PeerId, count: u32, sets: u32) {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u32| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % u64::from(n)) as u32
+    };
+    let mut batch = Vec::new();
+    for set in 0..sets {
+        let mut path = vec![65001];
+        path.extend((0..next(10)).map(|_| 1 + next(64_000)));
+        let mut communities: Vec<u32> =
+            (0..next(7)).map(|_| ((1 + next(64_000)) << 16) | next(65_536)).collect();
+        communities.sort_unstable();
+        communities.dedup();
+        let attrs = PathAttributes {
+            as_path: AsPath::sequence(path),
+            next_hop: nh(1),
+            med: (next(3) == 0).then(|| next(1000)),
+            communities: communities.into(),
+            ..Default::default()
+        };
+        let (from, to) = (set * (count / sets), (set + 1) * (count / sets));
+        batch.clear();
+        for i in from..to {
+            let addr = Ipv4Addr::from(0x0100_0000u32.wrapping_add(i << 8));
+            batch.push(IpNet::V4(Ipv4Net::new(addr, 24).unwrap()));
+        }
+        rib.apply_update(peer_id, &batch, &attrs, &[]).unwrap();
+    }
+}
+
+/// What an attribute set costs: run with `cargo test --release -p uplink --lib mix -- --ignored
+/// --nocapture --test-threads=1`.
+#[test]
+#[ignore = "slow in debug builds; run in release for the memory figures"]
+fn full_table_mix_memory() {
+    let mut rib = rib();
+    rib.set_fib_tracking(false);
+    let a = rib.peer_up(peer(1, 65001));
+    let before = rss_bytes().unwrap_or(0);
+    load_mixed_routes(&mut rib, a, 900_000, 300_000);
+    let after = rss_bytes().unwrap_or(0);
+    let routes = rib.prefix_count(V4);
+    let sets = rib.attribute_sets();
+    let table = rib.approx_table_bytes();
+    println!("{routes} routes, {sets} attribute sets");
+    println!("size_of::<PathAttributes>() = {}", std::mem::size_of::<PathAttributes>());
+    println!("RSS growth: {} B/route", (after - before) / routes);
+    println!("Loc-RIB table estimate: {} B/route", table / routes);
+    println!(
+        "so an attribute set costs about {} B",
+        (after - before).saturating_sub(table) / sets.max(1)
+    );
+    assert_eq!(routes, 900_000);
 }

@@ -454,11 +454,12 @@ fn decode_value(
         _ if attr_flags & flags::TRANSITIVE != 0 => {
             // RFC 4271 §5: unrecognized optional transitive attributes are passed on (with
             // the Partial bit set when sent; see `encode_attributes`).
-            out.attrs.unknown.push(RawAttribute {
+            let raw = RawAttribute {
                 flags: attr_flags & !flags::EXTENDED_LENGTH,
                 type_code: code,
                 value: value.to_vec(),
-            });
+            };
+            out.attrs.unknown = out.attrs.unknown.iter().cloned().chain([raw]).collect();
         }
         // RFC 4271 §5: unrecognized optional non-transitive attributes are quietly ignored.
         _ => return Ok(false),
@@ -510,12 +511,12 @@ fn merge_as4(
     // Take the leading part of AS_PATH that AS4_PATH lacks (counting as route selection does:
     // a set counts one, confederation segments none), then append AS4_PATH.
     let mut merged = Vec::new();
-    for seg in &out.attrs.as_path.segments {
+    for seg in out.attrs.as_path.segments() {
         match seg.kind {
-            SegmentKind::ConfedSequence | SegmentKind::ConfedSet => merged.push(seg.clone()),
+            SegmentKind::ConfedSequence | SegmentKind::ConfedSet => merged.push(seg.to_owned()),
             _ if need == 0 => break,
             SegmentKind::Set => {
-                merged.push(seg.clone());
+                merged.push(seg.to_owned());
                 need -= 1;
             }
             SegmentKind::Sequence => {
@@ -528,7 +529,7 @@ fn merge_as4(
             }
         }
     }
-    for seg in as4.segments {
+    for seg in as4.to_segments() {
         // Join the taken part of a sequence with a leading AS4_PATH sequence, as one would
         // have been on the wire, while the one-octet segment count allows.
         match merged.last_mut() {
@@ -542,7 +543,7 @@ fn merge_as4(
             _ => merged.push(seg),
         }
     }
-    out.attrs.as_path = AsPath { segments: merged };
+    out.attrs.as_path = AsPath::from_segments(merged);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -598,13 +599,11 @@ fn decode_as_path(value: &[u8], asn_len: usize) -> Result<AsPath, AsPathError> {
         segments.push(AsSegment { kind, asns });
         rest = after;
     }
-    Ok(AsPath { segments })
+    Ok(AsPath::from_segments(segments))
 }
 
 fn has_confed_segment(path: &AsPath) -> bool {
-    path.segments
-        .iter()
-        .any(|s| matches!(s.kind, SegmentKind::ConfedSequence | SegmentKind::ConfedSet))
+    path.segments().any(|s| matches!(s.kind, SegmentKind::ConfedSequence | SegmentKind::ConfedSet))
 }
 
 fn decode_aggregator(value: &[u8], asn_len: usize) -> Option<Aggregator> {
@@ -796,7 +795,7 @@ fn put_attr(out: &mut Vec<u8>, attr_flags: u8, code: u8, write: impl FnOnce(&mut
 /// Writes the segments of `path`, splitting runs longer than 255 (the one-octet count).
 /// With `two_octet`, ASNs above 65535 become AS_TRANS (RFC 6793 §4.2.2).
 fn put_as_path(out: &mut Vec<u8>, path: &AsPath, two_octet: bool, skip_confed: bool) {
-    for seg in &path.segments {
+    for seg in path.segments() {
         if skip_confed && matches!(seg.kind, SegmentKind::ConfedSequence | SegmentKind::ConfedSet) {
             continue;
         }
@@ -880,7 +879,7 @@ pub fn encode_attributes(
     // RFC 6793 §4.2.2: a 2-octet peer gets AS4_PATH when the path holds ASNs that do not fit
     // in 2 octets, without confederation segments, and AS4_AGGREGATOR likewise.
     let needs_as4_path = two_octet
-        && attrs.as_path.segments.iter().any(|s| {
+        && attrs.as_path.segments().any(|s| {
             !matches!(s.kind, SegmentKind::ConfedSequence | SegmentKind::ConfedSet)
                 && s.asns.iter().any(|&a| a > u32::from(u16::MAX))
         });
@@ -1085,7 +1084,10 @@ mod tests {
         let ibgp = UpdateContext { ebgp: false, ..ctx(true) };
         let d = decode(&block, &ibgp);
         assert!(d.problems.treat_as_withdraw.is_none());
-        assert_eq!(d.attrs.as_path.segments[0].kind, SegmentKind::ConfedSequence);
+        assert_eq!(
+            d.attrs.as_path.segments().next().map(|s| s.kind),
+            Some(SegmentKind::ConfedSequence)
+        );
     }
 
     #[test]
@@ -1093,8 +1095,8 @@ mod tests {
         let block = [0xc0, 99, 2, 1, 2, 0x80, 98, 1, 7];
         let d = decode(&block, &ctx(true));
         assert_eq!(
-            d.attrs.unknown,
-            vec![RawAttribute { flags: 0xc0, type_code: 99, value: vec![1, 2] }]
+            *d.attrs.unknown,
+            [RawAttribute { flags: 0xc0, type_code: 99, value: vec![1, 2] }]
         );
         assert!(d.problems.discarded.is_empty() && d.problems.treat_as_withdraw.is_none());
         let mut out = Vec::new();

@@ -71,10 +71,59 @@ pub struct AsSegment {
     pub asns: Vec<u32>,
 }
 
-/// AS_PATH with 4-octet ASNs.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+/// AS_PATH with 4-octet ASNs, in one allocation (a full table has a few hundred thousand
+/// distinct paths, each interned once): every segment is a header word, `kind << 16 | number
+/// of ASNs`, followed by its ASNs. An empty path allocates nothing.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct AsPath {
-    pub segments: Vec<AsSegment>,
+    words: Box<[u32]>,
+}
+
+/// One segment of an [`AsPath`], borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment<'a> {
+    pub kind: SegmentKind,
+    pub asns: &'a [u32],
+}
+
+impl Segment<'_> {
+    pub fn to_owned(self) -> AsSegment {
+        AsSegment { kind: self.kind, asns: self.asns.to_vec() }
+    }
+}
+
+impl SegmentKind {
+    fn from_header(word: u32) -> SegmentKind {
+        match word >> 16 {
+            1 => SegmentKind::Set,
+            3 => SegmentKind::ConfedSequence,
+            4 => SegmentKind::ConfedSet,
+            _ => SegmentKind::Sequence,
+        }
+    }
+}
+
+/// The segments of an [`AsPath`].
+pub struct Segments<'a> {
+    rest: &'a [u32],
+}
+
+impl<'a> Iterator for Segments<'a> {
+    type Item = Segment<'a>;
+
+    fn next(&mut self) -> Option<Segment<'a>> {
+        let (header, rest) = self.rest.split_first()?;
+        let len = (*header & 0xffff) as usize;
+        let (asns, rest) = rest.split_at_checked(len).unwrap_or((rest, &[]));
+        self.rest = rest;
+        Some(Segment { kind: SegmentKind::from_header(*header), asns })
+    }
+}
+
+impl std::fmt::Debug for AsPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.segments()).finish()
+    }
 }
 
 /// AGGREGATOR (RFC 4271 §5.1.7), merged with AS4_AGGREGATOR (RFC 6793 §4.2.3).
@@ -163,13 +212,15 @@ pub struct PathAttributes {
     pub local_pref: Option<u32>,
     pub atomic_aggregate: bool,
     pub aggregator: Option<Aggregator>,
-    pub communities: Vec<u32>,
-    pub large_communities: Vec<LargeCommunity>,
+    /// The lists are boxed slices, not `Vec`s: a set is built once and interned, and a slice
+    /// is 8 octets smaller and never has spare capacity.
+    pub communities: Box<[u32]>,
+    pub large_communities: Box<[LargeCommunity]>,
     /// RFC 4456 §8, kept for loop detection and display; never sent to eBGP peers.
     pub originator_id: Option<Ipv4Addr>,
-    pub cluster_list: Vec<Ipv4Addr>,
+    pub cluster_list: Box<[Ipv4Addr]>,
     /// Unrecognised optional transitive attributes, in the order received.
-    pub unknown: Vec<RawAttribute>,
+    pub unknown: Box<[RawAttribute]>,
 }
 
 impl AsPath {
@@ -178,14 +229,43 @@ impl AsPath {
         if asns.is_empty() {
             return Self::default();
         }
-        Self { segments: vec![AsSegment { kind: SegmentKind::Sequence, asns }] }
+        Self::from_segments([AsSegment { kind: SegmentKind::Sequence, asns }])
+    }
+
+    /// A path of these segments, in order. A segment longer than the 16-bit length field of
+    /// the header is cut (the wire allows 255 ASNs a segment, far less).
+    pub fn from_segments(segments: impl IntoIterator<Item = AsSegment>) -> Self {
+        let mut words = Vec::new();
+        for segment in segments {
+            let len = segment.asns.len().min(0xffff);
+            words.push(((segment.kind as u32) << 16) | len as u32);
+            words.extend(segment.asns.iter().take(len));
+        }
+        Self { words: words.into() }
+    }
+
+    pub fn segments(&self) -> Segments<'_> {
+        Segments { rest: &self.words }
+    }
+
+    /// The segments, owned (to build a new path from).
+    pub fn to_segments(&self) -> Vec<AsSegment> {
+        self.segments().map(Segment::to_owned).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// Heap bytes of the path.
+    pub fn heap_bytes(&self) -> usize {
+        self.words.len() * 4
     }
 
     /// Path length for route selection (RFC 4271 §9.1.2.2 a): an AS_SET counts as one, and
     /// confederation segments do not count (RFC 5065 §5.3).
     pub fn selection_length(&self) -> usize {
-        self.segments
-            .iter()
+        self.segments()
             .map(|s| match s.kind {
                 SegmentKind::Sequence => s.asns.len(),
                 SegmentKind::Set => 1,
@@ -197,7 +277,7 @@ impl AsPath {
     /// The neighbouring AS: the first ASN of a leading AS_SEQUENCE (RFC 4271 §9.1.2.2 c uses it
     /// to decide when MEDs are comparable).
     pub fn neighbor_asn(&self) -> Option<u32> {
-        let first = self.segments.first()?;
+        let first = self.segments().next()?;
         match first.kind {
             SegmentKind::Sequence => first.asns.first().copied(),
             _ => None,
@@ -206,25 +286,25 @@ impl AsPath {
 
     /// Whether `asn` appears anywhere in the path (loop detection, RFC 4271 §9.1.2).
     pub fn contains(&self, asn: u32) -> bool {
-        self.segments.iter().any(|s| s.asns.contains(&asn))
+        self.segments().any(|s| s.asns.contains(&asn))
     }
 
     /// Prepends `asn` as an eBGP speaker does on export (RFC 4271 §5.1.2): into the leading
     /// AS_SEQUENCE if there is room (255 ASNs a segment), else as a new segment.
     pub fn prepend(&mut self, asn: u32) {
-        match self.segments.first_mut() {
+        let mut segments = self.to_segments();
+        match segments.first_mut() {
             Some(first) if first.kind == SegmentKind::Sequence && first.asns.len() < 255 => {
                 first.asns.insert(0, asn);
             }
-            _ => {
-                self.segments.insert(0, AsSegment { kind: SegmentKind::Sequence, asns: vec![asn] })
-            }
+            _ => segments.insert(0, AsSegment { kind: SegmentKind::Sequence, asns: vec![asn] }),
         }
+        *self = Self::from_segments(segments);
     }
 
     /// All ASNs in order, for display.
     pub fn iter_asns(&self) -> impl Iterator<Item = u32> + '_ {
-        self.segments.iter().flat_map(|s| s.asns.iter().copied())
+        self.segments().flat_map(|s| s.asns.iter().copied())
     }
 }
 
@@ -232,7 +312,7 @@ impl std::fmt::Display for AsPath {
     /// FRR's notation: sequences space-separated, sets in braces, confederations in parentheses.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut first = true;
-        for seg in &self.segments {
+        for seg in self.segments() {
             if !first {
                 f.write_str(" ")?;
             }
@@ -246,5 +326,59 @@ impl std::fmt::Display for AsPath {
             }
         }
         Ok(())
+    }
+}
+
+/// The RIB takes an UPDATE's attributes by value or by reference
+/// (`crate::bgp::rib::Rib::apply_update`): by value, a new set is interned without a copy.
+impl From<PathAttributes> for std::borrow::Cow<'_, PathAttributes> {
+    fn from(attrs: PathAttributes) -> Self {
+        std::borrow::Cow::Owned(attrs)
+    }
+}
+
+impl<'a> From<&'a PathAttributes> for std::borrow::Cow<'a, PathAttributes> {
+    fn from(attrs: &'a PathAttributes) -> Self {
+        std::borrow::Cow::Borrowed(attrs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_as_path_keeps_its_segments_in_one_allocation() {
+        let segments = vec![
+            AsSegment { kind: SegmentKind::Sequence, asns: vec![65001, 65002] },
+            AsSegment { kind: SegmentKind::Set, asns: vec![7, 8, 9] },
+            AsSegment { kind: SegmentKind::ConfedSequence, asns: vec![64512] },
+        ];
+        let path = AsPath::from_segments(segments.clone());
+        assert_eq!(path.to_segments(), segments);
+        assert_eq!(path.heap_bytes(), 4 * (3 + 6));
+        assert_eq!(path.selection_length(), 3);
+        assert_eq!(path.neighbor_asn(), Some(65001));
+        assert!(path.contains(8) && !path.contains(65003));
+        assert_eq!(path.to_string(), "65001 65002 {7,8,9} (64512)");
+        let mut prepended = path.clone();
+        prepended.prepend(65000);
+        assert_eq!(prepended.to_string(), "65000 65001 65002 {7,8,9} (64512)");
+        assert!(AsPath::default().is_empty());
+        assert_eq!(AsPath::sequence(vec![]), AsPath::default());
+        assert_eq!(
+            format!("{:?}", AsPath::sequence(vec![1])),
+            "[Segment { kind: Sequence, asns: [1] }]"
+        );
+    }
+
+    /// What an interned attribute set costs before its lists (docs/BENCHMARKS.md).
+    #[test]
+    fn an_attribute_set_stays_small() {
+        assert!(
+            std::mem::size_of::<PathAttributes>() <= 152,
+            "{}",
+            std::mem::size_of::<PathAttributes>()
+        );
     }
 }

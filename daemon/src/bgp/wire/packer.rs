@@ -234,12 +234,13 @@ mod tests {
             as_path: AsPath::sequence(vec![65001, 4_200_000_000]),
             next_hop,
             med: Some(10),
-            communities: vec![0xfde9_0001, 0xfde9_0002],
+            communities: vec![0xfde9_0001, 0xfde9_0002].into(),
             large_communities: vec![LargeCommunity {
                 global_admin: 65001,
                 local_data1: 7,
                 local_data2: 8,
-            }],
+            }]
+            .into(),
             ..Default::default()
         }
     }
@@ -413,7 +414,8 @@ mod tests {
         encode_attributes(&attrs, &EncodeContext { four_octet_as: true }, true, &mut block);
         // The grown COMMUNITIES attribute gains an Extended Length octet.
         let spare = MAX_MESSAGE_LEN - FIXED_LEN - block.len() - 1 - 5;
-        attrs.communities.extend((0..spare / 4).map(|i| u32::try_from(i).unwrap()));
+        let grown = (0..spare / 4).map(|i| u32::try_from(i).unwrap());
+        attrs.communities = attrs.communities.iter().copied().chain(grown).collect();
         let prefixes: Vec<IpNet> =
             (0..3u32).map(|i| IpNet::V4(Ipv4Net::new(Ipv4Addr::from(i), 32).unwrap())).collect();
         let mut msgs = Vec::new();
@@ -507,15 +509,10 @@ mod netgauze_oracle {
     }
 
     fn as4_segments(segs: &[ng::As4PathSegment]) -> AsPath {
-        AsPath {
-            segments: segs
-                .iter()
-                .map(|s| AsSegment {
-                    kind: segment_kind(s.segment_type()),
-                    asns: s.as_numbers().to_vec(),
-                })
-                .collect(),
-        }
+        AsPath::from_segments(segs.iter().map(|s| AsSegment {
+            kind: segment_kind(s.segment_type()),
+            asns: s.as_numbers().to_vec(),
+        }))
     }
 
     /// Adds what netgauze decoded from one UPDATE to `seen`.
@@ -537,15 +534,10 @@ mod netgauze_oracle {
                 }
                 V::AsPath(ng::AsPath::As4PathSegments(segs)) => a.as_path = as4_segments(segs),
                 V::AsPath(ng::AsPath::As2PathSegments(segs)) => {
-                    a.as_path = AsPath {
-                        segments: segs
-                            .iter()
-                            .map(|s| AsSegment {
-                                kind: segment_kind(s.segment_type()),
-                                asns: s.as_numbers().iter().map(|&n| u32::from(n)).collect(),
-                            })
-                            .collect(),
-                    }
+                    a.as_path = AsPath::from_segments(segs.iter().map(|s| AsSegment {
+                        kind: segment_kind(s.segment_type()),
+                        asns: s.as_numbers().iter().map(|&n| u32::from(n)).collect(),
+                    }))
                 }
                 V::As4Path(p) => seen.as4_path = Some(as4_segments(p.segments())),
                 V::NextHop(n) => a.next_hop = NextHop::V4(n.next_hop()),
@@ -603,11 +595,12 @@ mod netgauze_oracle {
                             f |= bit;
                         }
                     }
-                    a.unknown.push(RawAttribute {
+                    let raw = RawAttribute {
                         flags: f,
                         type_code: raw.code(),
                         value: raw.value().to_vec(),
-                    });
+                    };
+                    a.unknown = a.unknown.iter().cloned().chain([raw]).collect();
                 }
                 other => panic!("unexpected attribute {other:?}"),
             }
@@ -629,26 +622,25 @@ mod netgauze_oracle {
             base.clone(),
             PathAttributes {
                 origin: Origin::Incomplete,
-                as_path: AsPath {
-                    segments: vec![
-                        AsSegment { kind: SegmentKind::Sequence, asns: vec![65001, big, 65002] },
-                        AsSegment { kind: SegmentKind::Set, asns: vec![big + 1, 64512] },
-                    ],
-                },
+                as_path: AsPath::from_segments([
+                    AsSegment { kind: SegmentKind::Sequence, asns: vec![65001, big, 65002] },
+                    AsSegment { kind: SegmentKind::Set, asns: vec![big + 1, 64512] },
+                ]),
                 local_pref: Some(150),
                 atomic_aggregate: true,
                 aggregator: Some(Aggregator { asn: big + 9, address: Ipv4Addr::new(10, 1, 1, 1) }),
                 originator_id: Some(Ipv4Addr::new(10, 255, 0, 1)),
-                cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2)],
-                unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![1, 2, 3] }],
+                cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2)].into(),
+                unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![1, 2, 3] }]
+                    .into(),
                 communities: (0..200).collect(),
                 ..base.clone()
             },
             PathAttributes {
                 as_path: AsPath::default(),
                 med: None,
-                communities: vec![],
-                large_communities: vec![],
+                communities: vec![].into(),
+                large_communities: vec![].into(),
                 aggregator: Some(Aggregator { asn: 64999, address: Ipv4Addr::new(10, 1, 1, 2) }),
                 ..base
             },
@@ -662,9 +654,11 @@ mod netgauze_oracle {
     ) -> (PathAttributes, Option<AsPath>, Option<Aggregator>) {
         let narrow = |asn: u32| if asn > 0xffff { AS_TRANS } else { asn };
         let mut a = attrs.clone();
-        for s in &mut a.as_path.segments {
+        let mut segments = a.as_path.to_segments();
+        for s in &mut segments {
             s.asns.iter_mut().for_each(|n| *n = narrow(*n));
         }
+        a.as_path = AsPath::from_segments(segments);
         let as4_path = (a.as_path != attrs.as_path).then(|| attrs.as_path.clone());
         let as4_agg = attrs.aggregator.filter(|g| g.asn > 0xffff);
         a.aggregator = attrs.aggregator.map(|g| Aggregator { asn: narrow(g.asn), ..g });

@@ -232,10 +232,10 @@ pub(crate) mod tests {
         assert_eq!(a.as_path, AsPath::sequence(vec![65001, 65002, 4_200_000_000]));
         assert_eq!(a.next_hop, NextHop::V4(Ipv4Addr::new(10, 0, 0, 1)));
         assert_eq!(a.med, Some(100));
-        assert_eq!(a.communities, vec![0xfde9_0064, well_known::NO_EXPORT]);
+        assert_eq!(*a.communities, [0xfde9_0064, well_known::NO_EXPORT]);
         assert_eq!(
-            a.large_communities,
-            vec![LargeCommunity { global_admin: 65001, local_data1: 1, local_data2: 2 }]
+            *a.large_communities,
+            [LargeCommunity { global_admin: 65001, local_data1: 1, local_data2: 2 }]
         );
     }
 
@@ -696,31 +696,30 @@ pub(crate) mod tests {
             local_pref: Some(300),
             atomic_aggregate: true,
             aggregator: Some(Aggregator { asn: big + 2, address: Ipv4Addr::new(192, 0, 2, 9) }),
-            communities: vec![well_known::NO_EXPORT, 0xfde9_0001],
+            communities: vec![well_known::NO_EXPORT, 0xfde9_0001].into(),
             large_communities: vec![LargeCommunity {
                 global_admin: big,
                 local_data1: 1,
                 local_data2: 2,
-            }],
+            }]
+            .into(),
             ..sets[0].clone()
         });
         sets.push(PathAttributes {
             origin: Origin::Egp,
-            as_path: AsPath {
-                segments: vec![
-                    crate::bgp::wire::attributes::AsSegment {
-                        kind: crate::bgp::wire::attributes::SegmentKind::Sequence,
-                        asns: vec![65001, big],
-                    },
-                    crate::bgp::wire::attributes::AsSegment {
-                        kind: crate::bgp::wire::attributes::SegmentKind::Set,
-                        asns: vec![big + 5, 64512],
-                    },
-                ],
-            },
+            as_path: AsPath::from_segments([
+                crate::bgp::wire::attributes::AsSegment {
+                    kind: crate::bgp::wire::attributes::SegmentKind::Sequence,
+                    asns: vec![65001, big],
+                },
+                crate::bgp::wire::attributes::AsSegment {
+                    kind: crate::bgp::wire::attributes::SegmentKind::Set,
+                    asns: vec![big + 5, 64512],
+                },
+            ]),
             originator_id: Some(Ipv4Addr::new(10, 255, 0, 1)),
-            cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2), Ipv4Addr::new(10, 255, 0, 3)],
-            unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![9; 300] }],
+            cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2), Ipv4Addr::new(10, 255, 0, 3)].into(),
+            unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![9; 300] }].into(),
             communities: (0..100).collect(),
             ..sets[0].clone()
         });
@@ -790,7 +789,7 @@ pub(crate) mod tests {
             .unwrap();
             let d = decode_ok(&msgs[0][HEADER_LEN..], &UpdateContext { four_octet_as, ..ctx() });
             let path = d.attributes.unwrap().as_path;
-            assert_eq!(path.segments.len(), 3);
+            assert_eq!(path.segments().count(), 3);
             assert_eq!(path.iter_asns().collect::<Vec<_>>(), asns);
         }
     }
