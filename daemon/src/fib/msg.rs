@@ -2,6 +2,13 @@
 //! (ifinfomsg) and address (ifaddrmsg) messages, and the ACK/error replies. Plain functions on
 //! byte buffers, no I/O. Layouts from `linux/netlink.h`, `linux/rtnetlink.h`, `linux/nexthop.h`,
 //! `linux/if_link.h` (see rtnetlink(7), netlink(7)).
+//!
+//! Why not `netlink-packet-route`: its messages own their attributes (a `RouteMessage` holds a
+//! `Vec<RouteAttribute>`, each built and then serialised), while the writer appends thousands
+//! of requests straight into one reused buffer per `sendmsg` and the monitor parses a million
+//! notifications without allocating per message; a million-route install is bounded by the
+//! kernel plus this path (docs/BENCHMARKS.md). The layouts used here are a dozen fixed structs
+//! and attribute types, unit-tested and fuzzed (`daemon/fuzz`, target `kernel_messages`).
 
 use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
