@@ -186,7 +186,9 @@ watchfrr_options=\"-T 300\"\n";
 /// The worker's uplink config: one router (AS 65801) peering with the ToR, BFD, the VIP as a
 /// LoadBalancer service, and its pod subnet as the default network's host_subnet.
 pub fn worker_uplink_toml(name: &str, addr: &str, pod_subnet: &str) -> String {
-    let graceful_restart = name == GR_WORKER;
+    // The other worker keeps the default (helper only: the ToR's routes are kept while the
+    // ToR restarts, and the ToR sends End-of-RIB).
+    let graceful_restart = if name == GR_WORKER { "graceful_restart = true\n" } else { "" };
     format!(
         r#"# Worker {name} of the VM tests (vm-tests/src/topology.rs).
 [node]
@@ -218,8 +220,7 @@ hold_time = "9s"
 keepalive_time = "3s"
 connect_time = "5s"
 bfd_profile = "tor"
-graceful_restart = {graceful_restart}
-
+{graceful_restart}
 # The client's subnet, which the ToR originates.
 [bgp.routers.neighbors.to_receive.allowed]
 mode = "filtered"
@@ -488,8 +489,8 @@ ip link set vlan2002 up
 }
 
 /// What each worker runs for the HTTP scenario: the VIP on lo and a web server bound to it
-/// that answers with the worker's name.
-fn worker_setup_script(name: &str) -> String {
+/// that answers with the worker's name. Run over SSH after boot (again after a reboot).
+pub fn worker_setup_script(name: &str) -> String {
     format!(
         r#"set -eu
 ip addr add {VIP}/32 dev lo
@@ -792,8 +793,9 @@ mod tests {
         assert!(conf.contains("neighbor 172.18.20.2 bfd check-control-plane-failure"));
         assert!(worker_uplink_toml("wk1", "172.18.20.2", "10.244.1.0/24")
             .contains("graceful_restart = true"));
-        assert!(worker_uplink_toml("wk2", "172.18.20.3", "10.244.2.0/24")
-            .contains("graceful_restart = false"));
+        assert!(
+            !worker_uplink_toml("wk2", "172.18.20.3", "10.244.2.0/24").contains("graceful_restart")
+        );
         assert!(conf.contains("neighbor 172.19.23.2 remote-as 65801"));
         assert!(conf.contains(&format!("receive-interval {BFD_INTERVAL_MS}")));
     }
