@@ -590,7 +590,7 @@ fn spoofed_down_and_flood_from_a_stranger_leave_the_session_up() {
         .into_iter()
         .map(|(src, kind)| {
             let ns = stranger.clone();
-            std::thread::spawn(move || spoof(&ns, src, kind, 100_000, 3.0))
+            std::thread::spawn(move || spoof(&ns, src, kind, 40_000, 3.0))
         })
         .collect();
     let mut samples = 0;
