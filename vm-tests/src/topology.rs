@@ -255,6 +255,24 @@ network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
     )
 }
 
+/// `text` as JSON; the error names `what` and shows the text.
+pub fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("{what}: not JSON ({e}):\n{text}"))
+}
+
+/// The gateways of a route in `ip route show` text (single path or `nexthop via` lines),
+/// sorted.
+pub fn gateways(route_text: &str) -> Vec<String> {
+    let words: Vec<&str> = route_text.split_whitespace().collect();
+    let mut out: Vec<String> = words
+        .windows(2)
+        .filter(|w| w.first() == Some(&"via"))
+        .filter_map(|w| w.get(1).map(|s| s.to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
 /// The name the worker's trunk NIC gets (a systemd.link file on the config drive, matched by
 /// MAC): the second NIC of the seed deck's NNCP.
 pub const TRUNK_NIC: &str = "enp3s0";

@@ -5,27 +5,12 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
-    worker_setup_script, Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, BOOT_TIMEOUT,
-    CLIENT_NS, DECK_NNCP_FILE, GR_WORKER, TOR_ADDR, TRUNK_NIC, VIP, VRF_LEARNED,
+    gateways, parse_json, worker_setup_script, Image, Topology, Worker, BFD_INTERVAL_MS,
+    BFD_MULTIPLIER, BOOT_TIMEOUT, CLIENT_NS, DECK_NNCP_FILE, GR_WORKER, TOR_ADDR, TRUNK_NIC, VIP,
+    VRF_LEARNED,
 };
 
 type Outcome = Result<String, String>;
-
-fn json(text: &str, what: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("{what}: not JSON ({e}):\n{text}"))
-}
-
-/// The gateways of a route in `ip route show` text (single path or `nexthop via` lines).
-fn gateways(route_text: &str) -> Vec<String> {
-    let words: Vec<&str> = route_text.split_whitespace().collect();
-    let mut out: Vec<String> = words
-        .windows(2)
-        .filter(|w| w.first() == Some(&"via"))
-        .filter_map(|w| w.get(1).map(|s| s.to_string()))
-        .collect();
-    out.sort();
-    out
-}
 
 fn tor_route(topo: &Topology, prefix: &str) -> Result<Vec<String>, String> {
     Ok(gateways(&topo.tor.sh(&format!("ip route show {prefix}"))?))
@@ -68,21 +53,21 @@ fn config_drive_applied(topo: &Topology) -> Outcome {
 
 fn sessions_established(topo: &Topology) -> Outcome {
     topo.wait(Duration::from_secs(180), || {
-        let v = json(&topo.vtysh("show bgp summary json")?, "r2 show bgp summary json")?;
+        let v = parse_json(&topo.vtysh("show bgp summary json")?, "r2 show bgp summary json")?;
         for w in &topo.workers {
             let state = &v["ipv4Unicast"]["peers"][&w.addr]["state"];
             if state != "Established" {
                 return Err(format!("r2: peer {} ({}) is {state}", w.addr, w.name));
             }
             let s = w.vm.sh("uplink show bgp summary --json")?;
-            let u = json(&s, "uplink show bgp summary --json")?;
+            let u = parse_json(&s, "uplink show bgp summary --json")?;
             let state = &u["ipv4Unicast"]["peers"][TOR_ADDR]["state"];
             if state != "Established" {
                 return Err(format!("{}: peer r2 is {state}", w.name));
             }
         }
         // BFD up on both ends.
-        let b = json(&topo.vtysh("show bfd peers json")?, "r2 show bfd peers json")?;
+        let b = parse_json(&topo.vtysh("show bfd peers json")?, "r2 show bfd peers json")?;
         for w in &topo.workers {
             let up = b.as_array().is_some_and(|a| {
                 a.iter().any(|p| p["peer"] == w.addr.as_str() && p["status"] == "up")
@@ -90,7 +75,7 @@ fn sessions_established(topo: &Topology) -> Outcome {
             if !up {
                 return Err(format!("r2: BFD with {} not up: {b}", w.name));
             }
-            let u = json(&w.vm.sh("uplink show bfd peers --json")?, "uplink show bfd peers")?;
+            let u = parse_json(&w.vm.sh("uplink show bfd peers --json")?, "uplink show bfd peers")?;
             let up = u.as_array().is_some_and(|a| a.iter().any(|p| p["status"] == "up"));
             if !up {
                 return Err(format!("{}: BFD not up: {u}", w.name));
@@ -187,7 +172,7 @@ fn worker_fib(topo: &Topology) -> Outcome {
 fn vrf_lite(topo: &Topology) -> Outcome {
     topo.wait(Duration::from_secs(120), || {
         for (vrf, net) in [("cudn3", 23), ("cudn4", 24)] {
-            let v = json(
+            let v = parse_json(
                 &topo.vtysh(&format!("show bgp vrf {vrf} summary json"))?,
                 "show bgp vrf summary json",
             )?;
@@ -260,7 +245,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
                 ));
             }
             let shown = w.vm.sh("uplink show fib --vrf cudn4 --json")?;
-            let v = json(&shown, "show fib --vrf cudn4 --json")?;
+            let v = parse_json(&shown, "show fib --vrf cudn4 --json")?;
             let entry = &v["172.18.10.0/24"][0];
             if entry["leakedFrom"] != "default" || entry["installed"] != true {
                 return Err(format!("{}: show fib --vrf cudn4: {entry}", w.name));
@@ -288,7 +273,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
 
 /// r2's count of sessions established with wk1's cudn4 router.
 fn cudn4_sessions(topo: &Topology) -> Result<u64, String> {
-    let v = json(
+    let v = parse_json(
         &topo.vtysh("show bgp vrf cudn4 neighbors 172.19.24.2 json")?,
         "show bgp vrf cudn4 neighbors json",
     )?;
@@ -375,7 +360,7 @@ while True:
 
 /// The ToR's count of dropped sessions with `addr`; Err unless the session is Established.
 fn survivor_drops(topo: &Topology, addr: &str) -> Result<u64, String> {
-    let v = json(&topo.vtysh("show bgp summary json")?, "show bgp summary json")?;
+    let v = parse_json(&topo.vtysh("show bgp summary json")?, "show bgp summary json")?;
     let p = &v["ipv4Unicast"]["peers"][addr];
     match (p["state"].as_str(), p["connectionsDropped"].as_u64()) {
         (Some("Established"), Some(n)) => Ok(n),
@@ -391,7 +376,7 @@ fn flap_report(topo: &Topology, i: usize) -> String {
     {
         let o = topo.vtysh(&cmd).unwrap_or_else(|e| e);
         let o = if cmd.ends_with("json") {
-            json(&o, "neighbors")
+            parse_json(&o, "neighbors")
                 .map(|v| {
                     let n = &v[&w.addr];
                     format!(
@@ -465,7 +450,7 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
             .map(str::to_owned)
             .ok_or(format!("watcher has no result: {o}"))
     })?;
-    let w = json(&watch, "watcher")?;
+    let w = parse_json(&watch, "watcher")?;
     let tor_ms = match (w["route_gone"].as_f64(), w["last_bfd"].as_f64()) {
         (Some(g), Some(b)) => (g - b) * 1000.0,
         _ => return Err(format!("watcher result incomplete: {watch}")),
@@ -475,7 +460,7 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
         return Err(format!("after the power-off {VIP} is via {survivors:?}, want [{keep_addr}]"));
     }
     let neighbor = topo.vtysh(&format!("show bgp neighbors {dead_addr} json"))?;
-    let reset = json(&neighbor, "show bgp neighbors json")
+    let reset = parse_json(&neighbor, "show bgp neighbors json")
         .map(|v| v[&dead_addr]["lastResetDueTo"].to_string())
         .unwrap_or_default();
 
@@ -569,7 +554,7 @@ fn observe_stop(topo: &Topology) -> Result<Value, String> {
         let o = topo.tor.sh("cat /tmp/observe.out")?;
         o.lines().find(|l| l.starts_with('{')).map(str::to_owned).ok_or(format!("no summary: {o}"))
     })?;
-    json(&line, "observer summary")
+    parse_json(&line, "observer summary")
 }
 
 /// The first time in `summary` at which `field` became `value`.
@@ -587,7 +572,7 @@ fn worker_named<'a>(topo: &'a Topology, name: &str) -> Result<&'a Worker, String
 
 /// The ToR's count of established sessions with `addr` so far.
 fn tor_connections(topo: &Topology, addr: &str) -> Result<u64, String> {
-    let v = json(&topo.vtysh(&format!("show bgp neighbors {addr} json"))?, "neighbors")?;
+    let v = parse_json(&topo.vtysh(&format!("show bgp neighbors {addr} json"))?, "neighbors")?;
     v[addr]["connectionsEstablished"].as_u64().ok_or(format!("r2: no {addr} in {v}"))
 }
 
@@ -733,7 +718,8 @@ fn reboot_moves_the_vip_first(topo: &mut Topology) -> Outcome {
 
 /// The enactment of `policy` on a worker (`uplink show network enactments --json`).
 fn enactment(w: &Worker, policy: &str) -> Result<Value, String> {
-    let v = json(&w.vm.sh("uplink show network enactments --json")?, "show network enactments")?;
+    let v =
+        parse_json(&w.vm.sh("uplink show network enactments --json")?, "show network enactments")?;
     v.as_array()
         .and_then(|a| a.iter().find(|e| e["policy"] == policy).cloned())
         .ok_or(format!("{}: no enactment for {policy}: {v}", w.name))
@@ -746,8 +732,10 @@ fn enactment(w: &Worker, policy: &str) -> Result<Value, String> {
 fn node_network_from_policies(topo: &Topology) -> Outcome {
     let mut notes = Vec::new();
     for (i, w) in topo.workers.iter().enumerate() {
-        let policies =
-            json(&w.vm.sh("uplink show network policies --json")?, "show network policies --json")?;
+        let policies = parse_json(
+            &w.vm.sh("uplink show network policies --json")?,
+            "show network policies --json",
+        )?;
         let names: Vec<&str> =
             policies.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
         let nncp = if i == 0 { format!("{TRUNK_NIC}-wk1") } else { "vrf-lite-vlans".into() };
@@ -770,7 +758,8 @@ fn node_network_from_policies(topo: &Topology) -> Outcome {
                 .find(|p| p["name"] == format!("uplink-vrf-{vrf}"))
                 .ok_or("no VRF policy")?;
             let table = &policy["desiredState"]["interfaces"][0]["vrf"]["route-table-id"];
-            let link = json(&w.vm.sh(&format!("ip -d -j link show {vrf}"))?, "ip -d -j link")?;
+            let link =
+                parse_json(&w.vm.sh(&format!("ip -d -j link show {vrf}"))?, "ip -d -j link")?;
             let kernel = &link[0]["linkinfo"]["info_data"]["table"];
             if table.as_u64().is_none() || table != kernel {
                 return Err(format!(
@@ -784,8 +773,10 @@ fn node_network_from_policies(topo: &Topology) -> Outcome {
         // node's addresses (wk2's resolved from ${node.host(...)}).
         let host = i + 2;
         for (vlan, vrf, net) in [(2001, "cudn3", 23), (2002, "cudn4", 24)] {
-            let link =
-                json(&w.vm.sh(&format!("ip -d -j addr show vlan{vlan}"))?, "ip -d -j addr show")?;
+            let link = parse_json(
+                &w.vm.sh(&format!("ip -d -j addr show vlan{vlan}"))?,
+                "ip -d -j addr show",
+            )?;
             let l = &link[0];
             let addr = format!("172.19.{net}.{host}");
             let has_addr = l["addr_info"]
@@ -859,7 +850,7 @@ fn tor_session(topo: &Topology, vrf: Option<&str>, peer: &str) -> Result<TorSess
         Some(vrf) => format!("show bgp vrf {vrf} neighbors {peer} json"),
         None => format!("show bgp neighbors {peer} json"),
     };
-    let v = json(&topo.vtysh(&cmd)?, "show bgp neighbors json")?;
+    let v = parse_json(&topo.vtysh(&cmd)?, "show bgp neighbors json")?;
     let n = &v[peer];
     Ok(TorSession {
         state: n["bgpState"].as_str().unwrap_or("?").to_string(),
@@ -924,7 +915,7 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
         return Err(format!("{policy}: {message}"));
     }
     // VLAN 2001 is back with its address.
-    let link = json(&wk1.vm.sh("ip -d -j addr show vlan2001")?, "ip -d -j addr")?;
+    let link = parse_json(&wk1.vm.sh("ip -d -j addr show vlan2001")?, "ip -d -j addr")?;
     if link[0]["linkinfo"]["info_data"]["id"] != 2001
         || !link[0]["addr_info"].to_string().contains("172.19.23.2")
     {
@@ -986,8 +977,10 @@ fn router_waits_for_its_vrf(topo: &Topology) -> Outcome {
         wk2.addr
     ))?;
     let waiting = topo.wait(Duration::from_secs(60), || {
-        let v =
-            json(&wk2.vm.sh("uplink show bgp summary --vrf blue --json")?, "summary --vrf blue")?;
+        let v = parse_json(
+            &wk2.vm.sh("uplink show bgp summary --vrf blue --json")?,
+            "summary --vrf blue",
+        )?;
         if v["routerState"] == "waiting" {
             Ok(v)
         } else {
@@ -1004,8 +997,10 @@ fn router_waits_for_its_vrf(topo: &Topology) -> Outcome {
     let t0 = Instant::now();
     wk2.vm.sh("ip link add blue type vrf table 3999 && ip link set blue up")?;
     let started = topo.wait(Duration::from_secs(30), || {
-        let v =
-            json(&wk2.vm.sh("uplink show bgp summary --vrf blue --json")?, "summary --vrf blue")?;
+        let v = parse_json(
+            &wk2.vm.sh("uplink show bgp summary --vrf blue --json")?,
+            "summary --vrf blue",
+        )?;
         let state = v["ipv4Unicast"]["peers"]["172.31.99.1"]["state"].clone();
         if state.is_string() {
             Ok(state)
