@@ -420,18 +420,7 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
             flap_report(topo, keep_i)
         );
     }
-    topo.tor.sh(&format!(
-        "cat > /tmp/watch.py <<'EOF'\n{WATCHER}\nEOF\n\
-         setsid -f timeout 300 python3 /tmp/watch.py {VIP} {dead_addr} </dev/null >/tmp/watch.out 2>&1"
-    ))?;
-    topo.wait(Duration::from_secs(40), || {
-        let o = topo.tor.sh("cat /tmp/watch.out")?;
-        if o.contains("ready") {
-            Ok(())
-        } else {
-            Err(format!("watcher not ready: {o}"))
-        }
-    })?;
+    tor_script_start(topo, "watch", WATCHER, &format!("{VIP} {dead_addr}"), 300, 40)?;
 
     let killed = topo.workers.get_mut(dead_i).ok_or("no second worker")?.vm.power_off()?;
     // Host-side view: poll the ToR over SSH (an upper bound: includes the SSH round trip).
@@ -443,17 +432,10 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
             Ok(killed.elapsed().as_millis())
         }
     })?;
-    let watch = topo.wait(Duration::from_secs(20), || {
-        let o = topo.tor.sh("cat /tmp/watch.out")?;
-        o.lines()
-            .find(|l| l.starts_with('{'))
-            .map(str::to_owned)
-            .ok_or(format!("watcher has no result: {o}"))
-    })?;
-    let w = parse_json(&watch, "watcher")?;
+    let w = tor_script_result(topo, "watch")?;
     let tor_ms = match (w["route_gone"].as_f64(), w["last_bfd"].as_f64()) {
         (Some(g), Some(b)) => (g - b) * 1000.0,
-        _ => return Err(format!("watcher result incomplete: {watch}")),
+        _ => return Err(format!("watcher result incomplete: {w}")),
     };
     let survivors = gateways(w["route"].as_str().unwrap_or(""));
     if survivors != vec![keep_addr.clone()] {
@@ -534,27 +516,55 @@ time.sleep(0.3)
 print(json.dumps({"events": events, "failures": failures, "requests": requests[0]}), flush=True)
 "#;
 
+/// A Python script run in the background on the ToR as /tmp/`name`.py with `args`, stopped
+/// after `lifetime_s`, its output in /tmp/`name`.out; /tmp/`name`.stop, if the script
+/// watches for it, is removed first. Returns once the script printed "ready".
+fn tor_script_start(
+    topo: &Topology,
+    name: &str,
+    script: &str,
+    args: &str,
+    lifetime_s: u32,
+    ready_within_s: u64,
+) -> Result<(), String> {
+    topo.tor.sh(&format!(
+        "rm -f /tmp/{name}.stop /tmp/{name}.out\ncat > /tmp/{name}.py <<'EOF'\n{script}\nEOF\n\
+         setsid -f timeout {lifetime_s} python3 /tmp/{name}.py {args} </dev/null >/tmp/{name}.out 2>&1"
+    ))?;
+    topo.wait(Duration::from_secs(ready_within_s), || {
+        let o = topo.tor.sh(&format!("cat /tmp/{name}.out"))?;
+        o.contains("ready").then_some(()).ok_or(format!("{name} not ready: {o}"))
+    })
+}
+
+/// The result a [`tor_script_start`] script printed: its first line that is a JSON object.
+fn tor_script_result(topo: &Topology, name: &str) -> Result<Value, String> {
+    let line = topo.wait(Duration::from_secs(20), || {
+        let o = topo.tor.sh(&format!("cat /tmp/{name}.out"))?;
+        o.lines()
+            .find(|l| l.starts_with('{'))
+            .map(str::to_owned)
+            .ok_or(format!("{name}: no result: {o}"))
+    })?;
+    parse_json(&line, name)
+}
+
 /// Starts [`OBSERVER`] on the ToR for `worker_addr`.
 fn observe_start(topo: &Topology, worker_addr: &str) -> Result<(), String> {
-    topo.tor.sh(&format!(
-        "rm -f /tmp/observe.stop /tmp/observe.out\ncat > /tmp/observe.py <<'EOF'\n{OBSERVER}\nEOF\n\
-         setsid -f timeout 900 python3 /tmp/observe.py {VIP} {worker_addr} {CLIENT_NS} \
-         </dev/null >/tmp/observe.out 2>&1"
-    ))?;
-    topo.wait(Duration::from_secs(30), || {
-        let o = topo.tor.sh("cat /tmp/observe.out")?;
-        o.contains("ready").then_some(()).ok_or(format!("observer not ready: {o}"))
-    })
+    tor_script_start(
+        topo,
+        "observe",
+        OBSERVER,
+        &format!("{VIP} {worker_addr} {CLIENT_NS}"),
+        900,
+        30,
+    )
 }
 
 /// Stops the observer and returns its summary.
 fn observe_stop(topo: &Topology) -> Result<Value, String> {
     topo.tor.sh("touch /tmp/observe.stop")?;
-    let line = topo.wait(Duration::from_secs(20), || {
-        let o = topo.tor.sh("cat /tmp/observe.out")?;
-        o.lines().find(|l| l.starts_with('{')).map(str::to_owned).ok_or(format!("no summary: {o}"))
-    })?;
-    parse_json(&line, "observer summary")
+    tor_script_result(topo, "observe")
 }
 
 /// The first time in `summary` at which `field` became `value`.
