@@ -20,7 +20,7 @@
 //! A client on r2 requests the VIP in a loop through steps 5 and 6 and sees no failure.
 
 use crate::cmd::{describe, run_timeout};
-use crate::topology::{Topology, CLIENT_NS, TOR_ADDR, VIP};
+use crate::topology::{gateways, parse_json, Topology, CLIENT_NS, TOR_ADDR, VIP};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -314,22 +314,6 @@ fn sha256(path: &Path) -> Result<String, String> {
         .map(str::to_owned)
         .filter(|_| out.success())
         .ok_or(format!("sha256sum {}: {}", path.display(), out.stderr))
-}
-
-fn parse_json(text: &str, what: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("{what}: not JSON ({e}):\n{text}"))
-}
-
-/// The gateways of a route in `ip route show` text.
-fn gateways(route_text: &str) -> Vec<String> {
-    let words: Vec<&str> = route_text.split_whitespace().collect();
-    let mut out: Vec<String> = words
-        .windows(2)
-        .filter(|w| w.first() == Some(&"via"))
-        .filter_map(|w| w.get(1).map(|s| s.to_string()))
-        .collect();
-    out.sort();
-    out
 }
 
 /// One BGP session as r2 sees it.

@@ -5,27 +5,12 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
-    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, DECK_NNCP_FILE, TOR_ADDR,
-    TRUNK_NIC, VIP, VRF_LEARNED,
+    gateways, parse_json, worker_setup_script, Image, Topology, Worker, BFD_INTERVAL_MS,
+    BFD_MULTIPLIER, BOOT_TIMEOUT, CLIENT_NS, DECK_NNCP_FILE, GR_WORKER, TOR_ADDR, TRUNK_NIC, VIP,
+    VRF_LEARNED,
 };
 
 type Outcome = Result<String, String>;
-
-fn json(text: &str, what: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("{what}: not JSON ({e}):\n{text}"))
-}
-
-/// The gateways of a route in `ip route show` text (single path or `nexthop via` lines).
-fn gateways(route_text: &str) -> Vec<String> {
-    let words: Vec<&str> = route_text.split_whitespace().collect();
-    let mut out: Vec<String> = words
-        .windows(2)
-        .filter(|w| w.first() == Some(&"via"))
-        .filter_map(|w| w.get(1).map(|s| s.to_string()))
-        .collect();
-    out.sort();
-    out
-}
 
 /// `ip route show ARGS` on a node running uplink, each `nhid N` followed by the nexthop lines
 /// of the group and its members: uplink turns the kernel's nexthop compatibility mode off, so
@@ -81,21 +66,21 @@ fn config_drive_applied(topo: &Topology) -> Outcome {
 
 fn sessions_established(topo: &Topology) -> Outcome {
     topo.wait(Duration::from_secs(180), || {
-        let v = json(&topo.vtysh("show bgp summary json")?, "r2 show bgp summary json")?;
+        let v = parse_json(&topo.vtysh("show bgp summary json")?, "r2 show bgp summary json")?;
         for w in &topo.workers {
             let state = &v["ipv4Unicast"]["peers"][&w.addr]["state"];
             if state != "Established" {
                 return Err(format!("r2: peer {} ({}) is {state}", w.addr, w.name));
             }
             let s = w.vm.sh("uplink show bgp summary --json")?;
-            let u = json(&s, "uplink show bgp summary --json")?;
+            let u = parse_json(&s, "uplink show bgp summary --json")?;
             let state = &u["ipv4Unicast"]["peers"][TOR_ADDR]["state"];
             if state != "Established" {
                 return Err(format!("{}: peer r2 is {state}", w.name));
             }
         }
         // BFD up on both ends.
-        let b = json(&topo.vtysh("show bfd peers json")?, "r2 show bfd peers json")?;
+        let b = parse_json(&topo.vtysh("show bfd peers json")?, "r2 show bfd peers json")?;
         for w in &topo.workers {
             let up = b.as_array().is_some_and(|a| {
                 a.iter().any(|p| p["peer"] == w.addr.as_str() && p["status"] == "up")
@@ -103,7 +88,7 @@ fn sessions_established(topo: &Topology) -> Outcome {
             if !up {
                 return Err(format!("r2: BFD with {} not up: {b}", w.name));
             }
-            let u = json(&w.vm.sh("uplink show bfd peers --json")?, "uplink show bfd peers")?;
+            let u = parse_json(&w.vm.sh("uplink show bfd peers --json")?, "uplink show bfd peers")?;
             let up = u.as_array().is_some_and(|a| a.iter().any(|p| p["status"] == "up"));
             if !up {
                 return Err(format!("{}: BFD not up: {u}", w.name));
@@ -200,7 +185,7 @@ fn worker_fib(topo: &Topology) -> Outcome {
 fn vrf_lite(topo: &Topology) -> Outcome {
     topo.wait(Duration::from_secs(120), || {
         for (vrf, net) in [("cudn3", 23), ("cudn4", 24)] {
-            let v = json(
+            let v = parse_json(
                 &topo.vtysh(&format!("show bgp vrf {vrf} summary json"))?,
                 "show bgp vrf summary json",
             )?;
@@ -273,7 +258,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
                 ));
             }
             let shown = w.vm.sh("uplink show fib --vrf cudn4 --json")?;
-            let v = json(&shown, "show fib --vrf cudn4 --json")?;
+            let v = parse_json(&shown, "show fib --vrf cudn4 --json")?;
             let entry = &v["172.18.10.0/24"][0];
             if entry["leakedFrom"] != "default" || entry["installed"] != true {
                 return Err(format!("{}: show fib --vrf cudn4: {entry}", w.name));
@@ -301,7 +286,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
 
 /// r2's count of sessions established with wk1's cudn4 router.
 fn cudn4_sessions(topo: &Topology) -> Result<u64, String> {
-    let v = json(
+    let v = parse_json(
         &topo.vtysh("show bgp vrf cudn4 neighbors 172.19.24.2 json")?,
         "show bgp vrf cudn4 neighbors json",
     )?;
@@ -388,7 +373,7 @@ while True:
 
 /// The ToR's count of dropped sessions with `addr`; Err unless the session is Established.
 fn survivor_drops(topo: &Topology, addr: &str) -> Result<u64, String> {
-    let v = json(&topo.vtysh("show bgp summary json")?, "show bgp summary json")?;
+    let v = parse_json(&topo.vtysh("show bgp summary json")?, "show bgp summary json")?;
     let p = &v["ipv4Unicast"]["peers"][addr];
     match (p["state"].as_str(), p["connectionsDropped"].as_u64()) {
         (Some("Established"), Some(n)) => Ok(n),
@@ -404,7 +389,7 @@ fn flap_report(topo: &Topology, i: usize) -> String {
     {
         let o = topo.vtysh(&cmd).unwrap_or_else(|e| e);
         let o = if cmd.ends_with("json") {
-            json(&o, "neighbors")
+            parse_json(&o, "neighbors")
                 .map(|v| {
                     let n = &v[&w.addr];
                     format!(
@@ -448,18 +433,7 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
             flap_report(topo, keep_i)
         );
     }
-    topo.tor.sh(&format!(
-        "cat > /tmp/watch.py <<'EOF'\n{WATCHER}\nEOF\n\
-         setsid -f timeout 300 python3 /tmp/watch.py {VIP} {dead_addr} </dev/null >/tmp/watch.out 2>&1"
-    ))?;
-    topo.wait(Duration::from_secs(40), || {
-        let o = topo.tor.sh("cat /tmp/watch.out")?;
-        if o.contains("ready") {
-            Ok(())
-        } else {
-            Err(format!("watcher not ready: {o}"))
-        }
-    })?;
+    tor_script_start(topo, "watch", WATCHER, &format!("{VIP} {dead_addr}"), 300, 40)?;
 
     let killed = topo.workers.get_mut(dead_i).ok_or("no second worker")?.vm.power_off()?;
     // Host-side view: poll the ToR over SSH (an upper bound: includes the SSH round trip).
@@ -471,24 +445,17 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
             Ok(killed.elapsed().as_millis())
         }
     })?;
-    let watch = topo.wait(Duration::from_secs(20), || {
-        let o = topo.tor.sh("cat /tmp/watch.out")?;
-        o.lines()
-            .find(|l| l.starts_with('{'))
-            .map(str::to_owned)
-            .ok_or(format!("watcher has no result: {o}"))
-    })?;
-    let w = json(&watch, "watcher")?;
+    let w = tor_script_result(topo, "watch")?;
     let tor_ms = match (w["route_gone"].as_f64(), w["last_bfd"].as_f64()) {
         (Some(g), Some(b)) => (g - b) * 1000.0,
-        _ => return Err(format!("watcher result incomplete: {watch}")),
+        _ => return Err(format!("watcher result incomplete: {w}")),
     };
     let survivors = gateways(w["route"].as_str().unwrap_or(""));
     if survivors != vec![keep_addr.clone()] {
         return Err(format!("after the power-off {VIP} is via {survivors:?}, want [{keep_addr}]"));
     }
     let neighbor = topo.vtysh(&format!("show bgp neighbors {dead_addr} json"))?;
-    let reset = json(&neighbor, "show bgp neighbors json")
+    let reset = parse_json(&neighbor, "show bgp neighbors json")
         .map(|v| v[&dead_addr]["lastResetDueTo"].to_string())
         .unwrap_or_default();
 
@@ -525,11 +492,257 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
     ))
 }
 
+// ---- Day-2 operations (issue #13): graceful restart, the watchdog, a reboot ----
+
+/// Runs on the ToR while a worker restarts or reboots: every 50 ms it notes whether the VIP
+/// route has the worker as a next hop and whether the ToR's BGP session with it is
+/// Established (its TCP connection), and a client in the client namespace requests the VIP in
+/// a loop. It writes each change of either, and every failed request, with the ToR's clock;
+/// it stops when /tmp/observe.stop appears and then prints a summary.
+const OBSERVER: &str = r#"
+import json, os, subprocess, sys, threading, time
+vip, worker, client_ns = sys.argv[1], sys.argv[2], sys.argv[3]
+events, failures, requests = [], [], [0]
+def client():
+    while not os.path.exists("/tmp/observe.stop"):
+        r = subprocess.run(["ip", "netns", "exec", client_ns, "curl", "-s", "--max-time", "2",
+                            "http://" + vip + "/"], capture_output=True, text=True)
+        requests[0] += 1
+        if r.returncode != 0 or not r.stdout.strip():
+            failures.append({"at": time.time(), "rc": r.returncode})
+        time.sleep(0.1)
+threading.Thread(target=client, daemon=True).start()
+def sample():
+    route = subprocess.run(["ip", "route", "show", vip], capture_output=True, text=True).stdout
+    tcp = subprocess.run(["ss", "-Htn", "state", "established", "dst", worker,
+                          "( sport = :179 or dport = :179 )"], capture_output=True, text=True).stdout
+    return ("via " + worker + " ") in route, bool(tcp.strip())
+last = None
+print("ready", flush=True)
+while not os.path.exists("/tmp/observe.stop"):
+    now = sample()
+    if now != last:
+        events.append({"at": time.time(), "next_hop": now[0], "session": now[1]})
+        last = now
+    time.sleep(0.05)
+time.sleep(0.3)
+print(json.dumps({"events": events, "failures": failures, "requests": requests[0]}), flush=True)
+"#;
+
+/// A Python script run in the background on the ToR as /tmp/`name`.py with `args`, stopped
+/// after `lifetime_s`, its output in /tmp/`name`.out; /tmp/`name`.stop, if the script
+/// watches for it, is removed first. Returns once the script printed "ready".
+fn tor_script_start(
+    topo: &Topology,
+    name: &str,
+    script: &str,
+    args: &str,
+    lifetime_s: u32,
+    ready_within_s: u64,
+) -> Result<(), String> {
+    topo.tor.sh(&format!(
+        "rm -f /tmp/{name}.stop /tmp/{name}.out\ncat > /tmp/{name}.py <<'EOF'\n{script}\nEOF\n\
+         setsid -f timeout {lifetime_s} python3 /tmp/{name}.py {args} </dev/null >/tmp/{name}.out 2>&1"
+    ))?;
+    topo.wait(Duration::from_secs(ready_within_s), || {
+        let o = topo.tor.sh(&format!("cat /tmp/{name}.out"))?;
+        o.contains("ready").then_some(()).ok_or(format!("{name} not ready: {o}"))
+    })
+}
+
+/// The result a [`tor_script_start`] script printed: its first line that is a JSON object.
+fn tor_script_result(topo: &Topology, name: &str) -> Result<Value, String> {
+    let line = topo.wait(Duration::from_secs(20), || {
+        let o = topo.tor.sh(&format!("cat /tmp/{name}.out"))?;
+        o.lines()
+            .find(|l| l.starts_with('{'))
+            .map(str::to_owned)
+            .ok_or(format!("{name}: no result: {o}"))
+    })?;
+    parse_json(&line, name)
+}
+
+/// Starts [`OBSERVER`] on the ToR for `worker_addr`.
+fn observe_start(topo: &Topology, worker_addr: &str) -> Result<(), String> {
+    tor_script_start(
+        topo,
+        "observe",
+        OBSERVER,
+        &format!("{VIP} {worker_addr} {CLIENT_NS}"),
+        900,
+        30,
+    )
+}
+
+/// Stops the observer and returns its summary.
+fn observe_stop(topo: &Topology) -> Result<Value, String> {
+    topo.tor.sh("touch /tmp/observe.stop")?;
+    tor_script_result(topo, "observe")
+}
+
+/// The first time in `summary` at which `field` became `value`.
+fn first_event(summary: &Value, field: &str, value: bool) -> Option<f64> {
+    summary["events"]
+        .as_array()?
+        .iter()
+        .find(|e| e[field] == Value::Bool(value))
+        .and_then(|e| e["at"].as_f64())
+}
+
+fn worker_named<'a>(topo: &'a Topology, name: &str) -> Result<&'a Worker, String> {
+    topo.workers.iter().find(|w| w.name == name).ok_or(format!("no worker {name}"))
+}
+
+/// The ToR's count of established sessions with `addr` so far.
+fn tor_connections(topo: &Topology, addr: &str) -> Result<u64, String> {
+    let v = parse_json(&topo.vtysh(&format!("show bgp neighbors {addr} json"))?, "neighbors")?;
+    v[addr]["connectionsEstablished"].as_u64().ok_or(format!("r2: no {addr} in {v}"))
+}
+
+/// RFC 4724 under systemd: the graceful-restart worker is restarted twice — by `systemctl
+/// restart` and by the watchdog after it hung (SIGSTOP) — and the ToR never loses it as the
+/// VIP's next hop, while a client requesting the VIP sees no failure. The ToR's BFD session
+/// with it goes down each time; the ToR trusts graceful restart over it
+/// (`bfd check-control-plane-failure`).
+fn graceful_restart_and_watchdog(topo: &Topology) -> Outcome {
+    let wk = worker_named(topo, GR_WORKER)?;
+    vip_ecmp(topo)?;
+    let connections = tor_connections(topo, &wk.addr)?;
+    observe_start(topo, &wk.addr)?;
+    // This scenario's watchdog is short: the ToR's hold time is 9 s, and a hung uplink must be
+    // killed before it expires (a hold timer expiry ends graceful restart without RFC 8538's
+    // N bit). With the usual hold times (90-180 s) the unit's 30 s is short enough.
+    let dropin = "/run/systemd/system/uplink.service.d/watchdog.conf";
+    wk.vm.sh(&format!(
+        "mkdir -p {d} && printf '[Service]\\nWatchdogSec=4s\\n' > {dropin} && systemctl daemon-reload \
+         && systemctl restart uplink && uplink wait-ready --timeout 120s",
+        d = dropin.trim_end_matches("/watchdog.conf")
+    ))?;
+    let restarts = || -> Result<u64, String> {
+        let n = wk.vm.sh("systemctl show -p NRestarts --value uplink")?;
+        n.trim().parse().map_err(|e| format!("NRestarts {n:?}: {e}"))
+    };
+    let before = restarts()?;
+    let pid = wk.vm.sh("systemctl show -p MainPID --value uplink")?;
+    let stopped = Instant::now();
+    wk.vm.sh(&format!("kill -STOP {}", pid.trim()))?;
+    topo.wait(Duration::from_secs(60), || {
+        let n = restarts()?;
+        (n > before).then_some(()).ok_or(format!("NRestarts still {n}"))
+    })?;
+    let restarted_after = stopped.elapsed();
+    let watchdog =
+        wk.vm.sh("journalctl -u uplink --no-pager | grep -c 'Watchdog timeout' || true")?;
+    wk.vm.sh(&format!(
+        "uplink wait-ready --timeout 120s && rm -f {dropin} && systemctl daemon-reload \
+         && systemctl restart uplink && uplink wait-ready --timeout 120s"
+    ))?;
+    vip_ecmp(topo)?;
+    let seen = observe_stop(topo)?;
+    let failures = seen["failures"].as_array().map_or(0, Vec::len);
+    if first_event(&seen, "next_hop", false).is_some() || failures > 0 {
+        return Err(format!(
+            "the ToR lost {} as the VIP's next hop or the client saw failures: {seen}{}",
+            wk.name,
+            flap_report(topo, 0)
+        ));
+    }
+    if watchdog.trim() == "0" {
+        return Err(format!(
+            "{}: no 'Watchdog timeout' in the journal: systemd did not restart it",
+            wk.name
+        ));
+    }
+    let sessions = tor_connections(topo, &wk.addr)? - connections;
+    if sessions < 3 {
+        return Err(format!(
+            "r2 saw {sessions} new sessions with {}, want 3 (two restarts and the watchdog's)",
+            wk.name
+        ));
+    }
+    Ok(format!(
+        "{}: systemctl restart, SIGSTOP → watchdog restart after {:.1} s, restart: {sessions} new sessions \
+         on r2, the VIP's next hop never left, {} client requests, no failure",
+        wk.name,
+        restarted_after.as_secs_f64(),
+        seen["requests"]
+    ))
+}
+
+/// `systemctl reboot` of the other worker: uplink drains under its logind delay inhibitor, so
+/// the ToR moves the VIP to the remaining worker before the rebooting one ends its session,
+/// and a client requesting the VIP until the worker is gone sees no failure. The worker comes
+/// back (the same kernel, initramfs and config drive: a PXE node), gets the test's web server
+/// again, and takes its share of the VIP's requests.
+fn reboot_moves_the_vip_first(topo: &mut Topology) -> Outcome {
+    let i = topo.workers.iter().position(|w| w.name != GR_WORKER).ok_or("no second worker")?;
+    let (name, addr) = {
+        let w = topo.workers.get(i).ok_or("no second worker")?;
+        (w.name.clone(), w.addr.clone())
+    };
+    vip_ecmp(topo)?;
+    observe_start(topo, &addr)?;
+    let boots = |topo: &Topology| -> usize {
+        topo.workers.get(i).map_or(0, |w| {
+            std::fs::read_to_string(&w.vm.console)
+                .unwrap_or_default()
+                .matches("Linux version")
+                .count()
+        })
+    };
+    let booted = boots(topo);
+    let t0 = Instant::now();
+    topo.workers.get(i).ok_or("no worker")?.vm.sh("systemd-run --on-active=1 systemctl reboot")?;
+    topo.wait(Duration::from_secs(300), || {
+        (boots(topo) > booted).then_some(()).ok_or(format!("{name} has not booted again"))
+    })?;
+    let down = t0.elapsed();
+    // The old node is gone: what the client saw until here is the reboot's doing. (The web
+    // server is the test's, started over SSH; the new boot has none until it is set up.)
+    let seen = observe_stop(topo)?;
+    let w = topo.workers.get_mut(i).ok_or("no worker")?;
+    w.vm.forget_master();
+    w.vm.wait_ssh(BOOT_TIMEOUT)?;
+    let w = topo.workers.get(i).ok_or("no worker")?;
+    w.vm.sh(&worker_setup_script(&name))?;
+    topo.wait(Duration::from_secs(240), || w.vm.sh("uplink wait-ready --timeout 10s"))?;
+    vip_ecmp(topo)?;
+    let back = t0.elapsed();
+    http_both_workers(topo)?;
+
+    let moved = first_event(&seen, "next_hop", false);
+    let gone = first_event(&seen, "session", false);
+    let (Some(moved), Some(gone)) = (moved, gone) else {
+        return Err(format!("the observer saw no move or no session end: {seen}"));
+    };
+    if moved >= gone {
+        return Err(format!(
+            "the ToR moved the VIP {:.0} ms after {name}'s session ended: {seen}",
+            (moved - gone) * 1000.0
+        ));
+    }
+    let failures = seen["failures"].as_array().map_or(0, Vec::len);
+    if failures > 0 {
+        return Err(format!(
+            "the client saw {failures} failed requests through the reboot: {seen}"
+        ));
+    }
+    Ok(format!(
+        "{name}: the VIP moved {:.1} s before its session ended; {} client requests until it was \
+         gone, no failure; booted again after {:.0} s, back in the VIP's ECMP after {:.0} s",
+        gone - moved,
+        seen["requests"],
+        down.as_secs_f64(),
+        back.as_secs_f64()
+    ))
+}
+
 // ---- The node's own network (issue #12): built by uplink from network policies ----
 
 /// The enactment of `policy` on a worker (`uplink show network enactments --json`).
 fn enactment(w: &Worker, policy: &str) -> Result<Value, String> {
-    let v = json(&w.vm.sh("uplink show network enactments --json")?, "show network enactments")?;
+    let v =
+        parse_json(&w.vm.sh("uplink show network enactments --json")?, "show network enactments")?;
     v.as_array()
         .and_then(|a| a.iter().find(|e| e["policy"] == policy).cloned())
         .ok_or(format!("{}: no enactment for {policy}: {v}", w.name))
@@ -542,8 +755,10 @@ fn enactment(w: &Worker, policy: &str) -> Result<Value, String> {
 fn node_network_from_policies(topo: &Topology) -> Outcome {
     let mut notes = Vec::new();
     for (i, w) in topo.workers.iter().enumerate() {
-        let policies =
-            json(&w.vm.sh("uplink show network policies --json")?, "show network policies --json")?;
+        let policies = parse_json(
+            &w.vm.sh("uplink show network policies --json")?,
+            "show network policies --json",
+        )?;
         let names: Vec<&str> =
             policies.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
         let nncp = if i == 0 { format!("{TRUNK_NIC}-wk1") } else { "vrf-lite-vlans".into() };
@@ -566,7 +781,8 @@ fn node_network_from_policies(topo: &Topology) -> Outcome {
                 .find(|p| p["name"] == format!("uplink-vrf-{vrf}"))
                 .ok_or("no VRF policy")?;
             let table = &policy["desiredState"]["interfaces"][0]["vrf"]["route-table-id"];
-            let link = json(&w.vm.sh(&format!("ip -d -j link show {vrf}"))?, "ip -d -j link")?;
+            let link =
+                parse_json(&w.vm.sh(&format!("ip -d -j link show {vrf}"))?, "ip -d -j link")?;
             let kernel = &link[0]["linkinfo"]["info_data"]["table"];
             if table.as_u64().is_none() || table != kernel {
                 return Err(format!(
@@ -580,8 +796,10 @@ fn node_network_from_policies(topo: &Topology) -> Outcome {
         // node's addresses (wk2's resolved from ${node.host(...)}).
         let host = i + 2;
         for (vlan, vrf, net) in [(2001, "cudn3", 23), (2002, "cudn4", 24)] {
-            let link =
-                json(&w.vm.sh(&format!("ip -d -j addr show vlan{vlan}"))?, "ip -d -j addr show")?;
+            let link = parse_json(
+                &w.vm.sh(&format!("ip -d -j addr show vlan{vlan}"))?,
+                "ip -d -j addr show",
+            )?;
             let l = &link[0];
             let addr = format!("172.19.{net}.{host}");
             let has_addr = l["addr_info"]
@@ -655,7 +873,7 @@ fn tor_session(topo: &Topology, vrf: Option<&str>, peer: &str) -> Result<TorSess
         Some(vrf) => format!("show bgp vrf {vrf} neighbors {peer} json"),
         None => format!("show bgp neighbors {peer} json"),
     };
-    let v = json(&topo.vtysh(&cmd)?, "show bgp neighbors json")?;
+    let v = parse_json(&topo.vtysh(&cmd)?, "show bgp neighbors json")?;
     let n = &v[peer];
     Ok(TorSession {
         state: n["bgpState"].as_str().unwrap_or("?").to_string(),
@@ -720,7 +938,7 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
         return Err(format!("{policy}: {message}"));
     }
     // VLAN 2001 is back with its address.
-    let link = json(&wk1.vm.sh("ip -d -j addr show vlan2001")?, "ip -d -j addr")?;
+    let link = parse_json(&wk1.vm.sh("ip -d -j addr show vlan2001")?, "ip -d -j addr")?;
     if link[0]["linkinfo"]["info_data"]["id"] != 2001
         || !link[0]["addr_info"].to_string().contains("172.19.23.2")
     {
@@ -782,8 +1000,10 @@ fn router_waits_for_its_vrf(topo: &Topology) -> Outcome {
         wk2.addr
     ))?;
     let waiting = topo.wait(Duration::from_secs(60), || {
-        let v =
-            json(&wk2.vm.sh("uplink show bgp summary --vrf blue --json")?, "summary --vrf blue")?;
+        let v = parse_json(
+            &wk2.vm.sh("uplink show bgp summary --vrf blue --json")?,
+            "summary --vrf blue",
+        )?;
         if v["routerState"] == "waiting" {
             Ok(v)
         } else {
@@ -800,8 +1020,10 @@ fn router_waits_for_its_vrf(topo: &Topology) -> Outcome {
     let t0 = Instant::now();
     wk2.vm.sh("ip link add blue type vrf table 3999 && ip link set blue up")?;
     let started = topo.wait(Duration::from_secs(30), || {
-        let v =
-            json(&wk2.vm.sh("uplink show bgp summary --vrf blue --json")?, "summary --vrf blue")?;
+        let v = parse_json(
+            &wk2.vm.sh("uplink show bgp summary --vrf blue --json")?,
+            "summary --vrf blue",
+        )?;
         let state = v["ipv4Unicast"]["peers"]["172.31.99.1"]["state"].clone();
         if state.is_string() {
             Ok(state)
@@ -839,7 +1061,7 @@ fn seed_lab() {
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";
-    let scenarios: [(&str, Scenario); 13] = [
+    let scenarios: [(&str, Scenario); 15] = [
         ("config drive applied", |t| config_drive_applied(t)),
         (SESSIONS, |t| sessions_established(t)),
         ("node network from policies (NNCP, fleet form, VRFs)", |t| node_network_from_policies(t)),
@@ -851,6 +1073,10 @@ fn seed_lab() {
         ("route leaking between VRFs (imports)", |t| vrf_leaking(t)),
         ("a policy that cuts the uplink, by reload: rolled back", |t| network_cut_rolled_back(t)),
         ("a router waits for its VRF device", |t| router_waits_for_its_vrf(t)),
+        ("graceful restart: systemctl restart and the watchdog", |t| {
+            graceful_restart_and_watchdog(t)
+        }),
+        ("systemctl reboot: the VIP moves first", reboot_moves_the_vip_first),
         ("Ansible rollout (ansible/ playbooks over SSH)", |t| uplink_vm_tests::ansible::rollout(t)),
         ("power-off: BFD failover", bfd_failover),
     ];
