@@ -4,6 +4,7 @@
 //! they pull it when their socket has room.
 
 use super::announced::{effective_export, AnnouncedSet};
+use super::max_prefix::{PrefixGuard, PrefixLimit, Verdict};
 use super::policy::ExportPolicy;
 use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::view::{Lookup, PathSource, PathView, PeerCounts, RibSummary, RouteView};
@@ -16,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 /// Depth of the command channel: enough for a burst of UPDATE batches from every session.
 const CHANNEL_DEPTH: usize = 256;
@@ -93,9 +94,8 @@ impl PeerSignal {
 /// What the RIB task keeps of each session.
 struct PeerSide {
     signal: Arc<PeerSignal>,
-    max_prefixes: Option<u32>,
-    /// Set once the Cease has been requested, so it is asked for only once.
-    over_limit: bool,
+    /// `max_prefixes`: counted before an UPDATE reaches the Loc-RIB.
+    max_prefixes: Option<PrefixGuard>,
     last_update_applied: Option<std::time::SystemTime>,
 }
 
@@ -119,11 +119,12 @@ impl RibHandle {
         &self,
         info: PeerInfo,
         signal: Arc<PeerSignal>,
-        max_prefixes: Option<u32>,
+        max_prefixes: Option<PrefixLimit>,
         resume: Option<PeerId>,
     ) -> Option<PeerLink> {
         let (reply, rx) = oneshot::channel();
-        let link = PeerSide { signal, max_prefixes, over_limit: false, last_update_applied: None };
+        let max_prefixes = max_prefixes.map(PrefixGuard::new);
+        let link = PeerSide { signal, max_prefixes, last_update_applied: None };
         self.tx
             .send(RibCommand::PeerUp { info: Box::new(info), link, resume, reply })
             .await
@@ -334,11 +335,21 @@ impl RibTask {
     }
 
     fn apply_updates(&mut self, id: PeerId, updates: Vec<DecodedUpdate>) {
+        // After its Cease the peer's UPDATEs still queued are ignored: the session is ending
+        // and its routes go with it.
+        let guarded = match self.peers.get(&id) {
+            None => false,
+            Some(side) => match &side.max_prefixes {
+                Some(guard) if guard.tripped() => return,
+                Some(_) => true,
+                None => false,
+            },
+        };
         let mut outbound = std::collections::BTreeSet::new();
-        let mut accepted = None;
+        let mut cut_off = false;
         for u in updates {
             let mut withdrawn = u.withdrawn;
-            let (announced, mp_announced) = if u.treat_as_withdraw.is_some() {
+            let (mut announced, mut mp_announced) = if u.treat_as_withdraw.is_some() {
                 // RFC 7606 §2: treat-as-withdraw.
                 withdrawn.extend(u.announced);
                 withdrawn.extend(u.mp_announced);
@@ -347,11 +358,21 @@ impl RibTask {
                 (u.announced, u.mp_announced)
             };
             let attrs = u.attributes.unwrap_or_default();
+            if guarded {
+                // Max-prefix: only what fits the limit reaches the Loc-RIB. (The import checks
+                // that `fit` repeats do not look at the next hop: one attribute set serves both.)
+                let mut room = self.room(id);
+                cut_off = self.rib.fit_to_room(id, &mut announced, &attrs, &mut room);
+                if cut_off {
+                    mp_announced.clear();
+                } else {
+                    cut_off = self.rib.fit_to_room(id, &mut mp_announced, &attrs, &mut room);
+                }
+            }
             match self.rib.apply_update(id, &announced, &attrs, &withdrawn) {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
                     self.record_fib(outcome.changes.fib);
-                    accepted = Some(outcome.accepted_count);
                     if let Some((prefix, why)) = outcome.rejected.first() {
                         debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
                             outcome.rejected.len());
@@ -368,25 +389,51 @@ impl RibTask {
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
                     outbound.extend(outcome.changes.outbound);
                     self.record_fib(outcome.changes.fib);
-                    accepted = Some(outcome.accepted_count);
                 }
+            }
+            if cut_off {
+                // The rest of the batch is past the limit.
+                break;
             }
         }
         self.wake(&outbound);
+        let count = self.rib.pfx_received(id) as u64;
         let Some(side) = self.peers.get_mut(&id) else { return };
         side.last_update_applied = Some(std::time::SystemTime::now());
-        if let Some(count) = accepted {
-            if let Some(max) = side.max_prefixes {
-                if count > max as usize && !side.over_limit {
-                    side.over_limit = true;
-                    // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached.
+        let Some(guard) = &mut side.max_prefixes else { return };
+        for verdict in guard.observe(count, cut_off) {
+            match verdict {
+                Verdict::ThresholdReached { count, threshold, limit } => info!(
+                    "the peer has {count} prefixes accepted, at the warning threshold {threshold} \
+                     of max_prefixes {limit}"
+                ),
+                Verdict::ExceededWarningOnly { count, limit } => warn!(
+                    "the peer has {count} prefixes accepted, more than max_prefixes {limit}; \
+                     keeping the session (max_prefixes_warning_only)"
+                ),
+                Verdict::Cease { limit } => {
+                    // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached. The slot keeps
+                    // the request until the session takes it.
                     side.signal.ask_cease(
-                        1,
-                        format!("{count} prefixes accepted, more than max_prefixes {max}"),
+                        super::wire::notification::cease_subcode::MAX_PREFIXES_REACHED,
+                        format!(
+                            "the peer sent more than max_prefixes {limit} prefixes (the first \
+                             past the limit was refused before the RIB)"
+                        ),
                     );
                 }
             }
         }
+    }
+
+    /// How many new prefixes the peer may still add (max-prefix); unbounded without a limit.
+    fn room(&self, id: PeerId) -> u64 {
+        let count = self.rib.pfx_received(id) as u64;
+        self.peers
+            .get(&id)
+            .and_then(|side| side.max_prefixes.as_ref())
+            .and_then(|guard| guard.room(count))
+            .unwrap_or(u64::MAX)
     }
 
     /// Originates what is new, withdraws what is gone, then re-derives every peer's export
@@ -450,6 +497,9 @@ impl RibTask {
                     accepted: self.rib.pfx_received(id) as u64,
                     sent: self.rib.pfx_sent(id) as u64,
                     last_update_applied: self.peers.get(&id).and_then(|s| s.last_update_applied),
+                    over_limit: self.peers.get(&id).and_then(|s| s.max_prefixes.as_ref()).is_some_and(
+                        |g| self.rib.pfx_received(id) as u64 > u64::from(g.limit().limit),
+                    ),
                 },
             );
         }

@@ -72,7 +72,7 @@ pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, 
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
-    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, Neighbor, Password, PrefixMatch,
+    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MaxPrefixes, Neighbor, Password, PrefixMatch,
     ReceivePolicy, RemoteAsn, Router,
 };
 
