@@ -5,9 +5,10 @@ STATIC_FLAGS := -C target-feature=+crt-static
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
 # Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
-# that build the namespaces.
+# that build the namespaces, a Prometheus server to scrape the metrics endpoint and
+# systemd-journald to receive the logs (tests/observability.rs).
 LAB_PKGS := frr iproute2 procps
-TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus
+TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus prometheus systemd
 
 .PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib
 
@@ -46,6 +47,7 @@ test: deps-test lint
 	$(MAKE) test-netconf
 	$(MAKE) fuzz-smoke
 	$(MAKE) nix-check
+	$(MAKE) ansible-check
 	$(MAKE) vm-test
 	$(MAKE) image-test
 
@@ -93,11 +95,21 @@ nix-check:
 	@./scripts/apt-install nix-bin shellcheck python3
 	./scripts/nix-check
 
+# Ansible content (ansible/): the role's TOML filter tests, ansible-lint (production profile),
+# --syntax-check of the playbooks, and the seed-lab inventory's configs rendered by the role and
+# checked by this tree's uplink (ansible/tests/run.sh). The VM tier runs the playbooks for real.
+ANSIBLE_PKGS := ansible-core ansible-lint python3
+.PHONY: ansible-check
+ansible-check:
+	@./scripts/apt-install $(ANSIBLE_PKGS)
+	cargo build -p uplink --bin uplink
+	./ansible/tests/run.sh $(TARGET_DIR)/debug/uplink
+
 # VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
-# running uplink) under QEMU TCG, in a network namespace of their own (root; ~3 min on two
+# running uplink) under QEMU TCG, in a network namespace of their own (root; ~12 min on two
 # cores once the image exists). `make image` builds this tree's static uplink (reproducibly)
 # and rebuilds the image only when it or the image inputs changed.
-VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2
+VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2 ansible-core binutils
 .PHONY: vm-test
 vm-test:
 	@./scripts/apt-install $(VM_TEST_PKGS)

@@ -168,6 +168,28 @@ in
       description = "systemd WatchdogSec for uplink (it pets the watchdog at half this); null to turn off.";
     };
 
+    waitReady = {
+      enable = mkEnableOption ''
+        uplink-wait-ready.service (like systemd-networkd-wait-online): it ends when every
+        configured BGP session is Established with End-of-RIB sent and received, so units such
+        as kubelet can order themselves after it. Enabled, it holds multi-user.target until
+        then'';
+      timeout = mkOption {
+        type = types.str;
+        default = "120s";
+        description = "How long uplink-wait-ready.service waits before it fails, naming the sessions that are not ready.";
+      };
+    };
+
+    inhibitDelayMaxSec = mkOption {
+      type = types.int;
+      default = 45;
+      description = ''
+        logind's InhibitDelayMaxSec: how long a shutdown or reboot waits for uplink's drain
+        (GRACEFUL_SHUTDOWN, then the withdrawal after drain_time). Keep it above drain_time.
+      '';
+    };
+
     configDrive = {
       enable = mkEnableOption ''
         the boot-time hook (uplink-config.service, before uplink, NetworkManager, sshd and FRR)
@@ -212,27 +234,44 @@ in
         ];
       };
 
+      # uplink drains the node before a shutdown or reboot under a logind delay inhibitor.
+      services.logind.extraConfig = "InhibitDelayMaxSec=${toString cfg.inhibitDelayMaxSec}";
+
       systemd.services.uplink = {
         description = "uplink: BGP, BFD and announcements towards the fabric";
         wantedBy = [ "multi-user.target" ];
         wants = [ "network-online.target" ];
-        after = [ "network-online.target" ];
+        # Network policies are applied through NetworkManager (D-Bus) when the node runs it.
+        after = [
+          "network-online.target"
+        ]
+        ++ lib.optional config.networking.networkmanager.enable "NetworkManager.service";
         # Like the Debian unit: no config, no start (the config drive may not have one).
         unitConfig.ConditionPathExists = "/etc/uplink/uplink.toml";
-        restartTriggers = [ configTree ];
+        # A new config is reloaded, not restarted: sessions it does not change stay up, and
+        # `nixos-rebuild switch` fails when uplink rejects it.
+        reloadTriggers = [ configTree ];
         serviceConfig = {
           Type = "notify";
           NotifyAccess = "main";
-          ExecStart = "${lib.getExe cfg.package} run --config /etc/uplink/uplink.toml";
-          # SIGHUP re-reads the config; announcement changes apply without a restart.
-          ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
+          ExecStart = "${lib.getExe cfg.package} run --config /etc/uplink/uplink.toml --state-dir /var/lib/uplink";
+          # Re-reads the config and waits for the result: only what changed is touched, and a
+          # rejected config (printed with file:line:column) fails the reload and changes nothing.
+          ExecReload = "${lib.getExe cfg.package} reload";
           Restart = "on-failure";
           RestartSec = "2s";
+          # Above the 90 s the daemon waits for its network policies before it starts the
+          # routers anyway (docs/network.md).
+          TimeoutStartSec = "120s";
           WatchdogSec = mkIf (cfg.watchdogSec != null) cfg.watchdogSec;
 
           # The control socket /run/uplink/uplink.sock is root-only.
           RuntimeDirectory = "uplink";
           RuntimeDirectoryMode = "0700";
+          # /var/lib/uplink: what outlives a restart: an operator's drain, what each network
+          # policy did (enactments.json, docs/network.md).
+          StateDirectory = "uplink";
+          StateDirectoryMode = "0700";
           UMask = "0077";
 
           # Root, limited to these capabilities (the control socket is root-only).
@@ -267,6 +306,22 @@ in
         };
       };
     }
+
+    (mkIf cfg.waitReady.enable {
+      systemd.services.uplink-wait-ready = {
+        description = "Wait for uplink's BGP sessions to be up with their tables exchanged";
+        wantedBy = [ "multi-user.target" ];
+        requires = [ "uplink.service" ];
+        after = [ "uplink.service" ];
+        unitConfig.ConditionPathExists = "/etc/uplink/uplink.toml";
+        serviceConfig = {
+          Type = "oneshot";
+          RemainAfterExit = true;
+          # Every configured session Established, End-of-RIB both ways (RFC 4724 §2).
+          ExecStart = "${lib.getExe cfg.package} wait-ready --timeout ${cfg.waitReady.timeout}";
+        };
+      };
+    })
 
     (mkIf cfg.configDrive.enable {
       environment.systemPackages = [ configHook ];

@@ -8,6 +8,7 @@
 #   hostname                 -> the node's hostname (and [node] name if no uplink file sets one)
 #   uplink/                  -> /etc/uplink/ (uplink.toml, conf.d/...)
 #   network/*.nmconnection   -> /etc/NetworkManager/system-connections/ (mode 0600)
+#   network/*.link           -> /etc/systemd/network/ (stable NIC names), applied at once
 #   ssh/authorized_keys      -> /root/.ssh/authorized_keys
 #   frr/                     -> /etc/frr/
 #   sysctl.conf              -> /etc/sysctl.d/90-uplink-config.conf, applied
@@ -101,7 +102,34 @@ apply_tree() {
     chmod 0600 "$root/etc/uplink/conf.d/00-uplink-config-node.toml"
   fi
   if [ -d "$src/network" ]; then
-    local conn
+    local conn link named=""
+    # systemd.link files: udev named the NICs before this hook ran; a triggered "add" names
+    # them again while they are still down (NetworkManager starts after this hook).
+    for link in "$src"/network/*.link; do
+      [ -f "$link" ] || continue
+      install_file "$link" "$root/etc/systemd/network/$(basename "$link")" 0644
+      named=1
+    done
+    if [ -n "$named" ] && [ -z "$root" ]; then
+      udevadm control --reload || true
+      udevadm trigger --action=add --subsystem-match=net || true
+      udevadm settle --timeout=30 || true
+      # udev may refuse to rename a NIC it named already: rename what it left.
+      local mac want dev
+      for link in "$src"/network/*.link; do
+        [ -f "$link" ] || continue
+        mac=$(awk -F= '$1 == "MACAddress" || $1 == "PermanentMACAddress" { print tolower($2) }' "$link")
+        want=$(awk -F= '$1 == "Name" { print $2 }' "$link")
+        if [ -z "$mac" ] || [ -z "$want" ]; then continue; fi
+        for dev in /sys/class/net/*; do
+          [ -e "$dev/device" ] || continue # a NIC, not a VLAN with its MAC
+          [ "$(cat "$dev/address" 2>/dev/null)" = "$mac" ] || continue
+          [ "$(basename "$dev")" = "$want" ] && continue
+          ip link set dev "$(basename "$dev")" down || true
+          ip link set dev "$(basename "$dev")" name "$want" || true
+        done
+      done
+    fi
     for conn in "$src"/network/*.nmconnection; do
       [ -f "$conn" ] || continue
       install_file "$conn" "$root/etc/NetworkManager/system-connections/$(basename "$conn")" 0600

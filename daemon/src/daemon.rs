@@ -8,7 +8,7 @@ use crate::config;
 use crate::control::dispatch;
 use crate::control::protocol::Request;
 use crate::ops::{drain, systemd};
-use crate::reload::{fib_instances, InstanceList, Reloader};
+use crate::reload::{fib_instances, InstanceList, ReloadStats, Reloader};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,13 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
+        // The node's network first: the policies, then the routers whose VRF exists
+        // (docs/network.md). The others wait and start when their VRF appears.
+        let network = crate::netconf::gate::NetworkGate::start()?;
+        if !config.network.policies.is_empty() {
+            systemd::status("applying network policies");
+        }
+        let waiting = network.prepare(&config, &Default::default()).await;
         // The drain state and the announcements are known before any session starts, so a
         // peer's first UPDATEs already carry the node's prefixes. An operator's drain outlives
         // a daemon restart (an upgrade in a maintenance window must not bring the VIPs back).
@@ -53,7 +60,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             graceful,
         )?;
         let mut instances = Vec::new();
-        for router in &config.bgp.routers {
+        for router in config.bgp.routers.iter().filter(|r| !waiting.contains(&r.vrf)) {
             let announced = announcer.subscribe(&router.vrf);
             let instance = Instance::start(router, &config, Some(&fib), announced)
                 .await
@@ -68,14 +75,27 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         ));
         let (running_tx, running) = watch::channel(Arc::new(config));
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
-        Reloader {
+        let network_view = network.show();
+        let reloads = Arc::new(ReloadStats::started());
+        let reload = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
             announcer: announcer.clone(),
             instances: instances_tx,
             running: running_tx,
+            stats: reloads.clone(),
+            network,
         }
         .spawn();
+        crate::control::metrics::spawn(
+            crate::control::metrics::Sources {
+                instances: instances.clone(),
+                fib: fib.clone(),
+                announcer: announcer.clone(),
+                reloads,
+            },
+            running.clone(),
+        );
         let fib_for_shutdown = fib.clone();
         let context = dispatch::Context {
             instances: instances.clone(),
@@ -83,6 +103,8 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             announcer,
             fib,
             drain: drain.clone(),
+            reload,
+            network: network_view,
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)

@@ -60,6 +60,17 @@ enum Command {
         #[arg(long, default_value = "120s", value_parser = parse_duration_arg)]
         timeout: Duration,
     },
+    /// Re-read the config and apply what changed; wait for the result and print it (routers
+    /// and neighbors added, removed, reset and why, updated live). Exits non-zero when the
+    /// config is rejected, with its errors; nothing changes then.
+    Reload {
+        /// How long to wait for the daemon's answer (e.g. "90s").
+        #[arg(long, default_value = "90s", value_parser = parse_duration_arg)]
+        timeout: Duration,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply now, without the daemon.
     Apply {
         #[command(subcommand)]
@@ -313,6 +324,37 @@ fn main() -> ExitCode {
         }
         Command::Undrain => show(&cli.socket, &Request::Undrain, false),
         Command::WaitReady { timeout } => wait_ready(&cli.socket, timeout),
+        Command::Reload { timeout, json } => reload(&cli.socket, timeout, json),
+    }
+}
+
+/// `uplink reload`: asks the daemon to reload and prints what it did. Exits 1 when the config
+/// was rejected (the errors go to stderr) or the daemon did not answer, so `systemctl reload`
+/// fails too.
+fn reload(socket: &std::path::Path, timeout: Duration, json: bool) -> ExitCode {
+    let value = match client::call_waiting(socket, &Request::Reload, timeout) {
+        Ok(value) => value,
+        Err(e) => {
+            eprintln!("uplink: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let applied = value.get("applied") == Some(&serde_json::Value::Bool(true));
+    let text = if json {
+        format!("{}\n", serde_json::to_string_pretty(&value).unwrap_or_default())
+    } else {
+        render::text(&Request::Reload, &value)
+    };
+    if applied {
+        print!("{text}");
+        ExitCode::SUCCESS
+    } else {
+        if json {
+            print!("{text}");
+        } else {
+            eprint!("{text}");
+        }
+        ExitCode::FAILURE
     }
 }
 

@@ -468,7 +468,8 @@ fn bird_authenticated_sessions_come_up_and_a_wrong_key_does_not_until_reloaded()
     wait_both_up(&lab, &uplink, wrong, || bird_bfd_up(&birds[2]) && birds[2].established("uplink"));
     assert_eq!(bfd_peer(&uplink, wrong).unwrap()["control-packet-discarded"], 0);
     assert_eq!(connections(&uplink), before, "the BGP session was reset for a BFD key change");
-    assert!(!log_lines(&lab, "bfd_restarted=[10.0.3.1]").is_empty(), "{}", lab.dump_logs());
+    let restarted = "neighbor 10.0.3.1 updated: bfd_profile \"p3\": BFD session started again";
+    assert!(!log_lines(&lab, restarted).is_empty(), "{}", lab.dump_logs());
 }
 
 /// Node, peer and a stranger on one Ethernet segment (a bridge in a fourth namespace).
@@ -532,8 +533,14 @@ fn spoofed_down_and_flood_from_a_stranger_leave_the_session_up() {
         Bird::start(&mut lab, &peer_ns, &bird_bfd_conf("10.0.1.1", 65102, "10.0.1.2", 100, ""));
     // The flood competes for the CPU with BIRD too: keep BIRD's BFD on time, as uplink keeps
     // its own (SCHED_FIFO), so that only uplink's handling is under test.
-    let pid = std::fs::read_to_string(lab.path(&format!("{}.pid", bird.label))).unwrap();
-    run(&["chrt", "-a", "-f", "-p", "40", pid.trim()]);
+    // BIRD creates its pid file at once and writes the pid a moment later, after it forks.
+    let pid_file = lab.path(&format!("{}.pid", bird.label));
+    let pid = wait_for("BIRD to write its pid", Duration::from_secs(5), || {
+        let pid = std::fs::read_to_string(&pid_file).map_err(|e| e.to_string())?;
+        let pid = pid.trim().to_string();
+        (!pid.is_empty()).then_some(pid).ok_or_else(|| "empty pid file".to_string())
+    });
+    run(&["chrt", "-a", "-f", "-p", "40", &pid]);
     let uplink = Uplink::start(&mut lab, &node, "uplink", &uplink_config("10.0.1.1", 65102, 100));
     wait_both_up(&lab, &uplink, "10.0.1.1", || bird_bfd_up(&bird) && bird.established("uplink"));
     let before = wait_for("negotiated 100 ms timers", Duration::from_secs(10), || {

@@ -460,3 +460,152 @@ fn kernel_mode_reapplies_the_previous_state_on_a_failed_probe() {
     let default = node.run(&["ip", "-j", "route", "show", "default"]);
     assert!(default.contains("10.77.0.1"), "default route not restored: {default}");
 }
+
+/// The daemon (`uplink run`) keeps the order of docs/network.md: the policies first, then the
+/// BGP routers. A neighbor whose source address is not on the node waits (`show bgp summary`
+/// says so) and connects once the address appears. A policy applied by reload (SIGHUP) that
+/// cuts the uplink is rolled back before the BGP hold time runs out: the session with FRR
+/// never drops.
+#[test]
+fn the_daemon_applies_policies_before_its_routers_and_a_cut_by_reload_is_rolled_back() {
+    let mut nm = NmNode::start();
+    let state_dir = nm.lab.path("state");
+    let gateway = Ns { name: format!("ul{}-gw", nm.lab.id) };
+    // The session runs from 10.77.0.9, an address the node does not have at start; the
+    // gateway reaches it through the node's uplink address.
+    gateway.run(&["ip", "route", "add", "10.77.0.9/32", "via", "10.77.0.2"]);
+    let frr = Frr::start(
+        &mut nm.lab,
+        &gateway,
+        "router bgp 65102\n bgp router-id 10.77.0.1\n no bgp ebgp-requires-policy\n \
+         neighbor 10.77.0.9 remote-as 65801\n neighbor 10.77.0.9 timers 10 30\n \
+         neighbor 10.77.0.9 timers connect 2\n",
+    );
+    let cfg = daemon_config(nm.lab.dir.path(), &state_dir, UPLINK_POLICY);
+    let socket = nm.lab.path("uplink.sock");
+    let mut run = nm.node.command(env!("CARGO_BIN_EXE_uplink"));
+    run.args(["run", "--config", cfg.to_str().unwrap(), "--socket", socket.to_str().unwrap()])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &nm.bus)
+        .env("RUST_LOG", "uplink=info");
+    let pid = nm.lab.spawn("uplink", run);
+    let show = |args: &[&str]| -> (bool, String) {
+        let mut full = vec![env!("CARGO_BIN_EXE_uplink")];
+        full.extend_from_slice(args);
+        full.extend_from_slice(&["--socket", socket.to_str().unwrap()]);
+        try_run(&full)
+    };
+    let summary = || -> Value {
+        let (ok, out) = show(&["show", "bgp", "summary", "--json"]);
+        assert!(ok, "{out}");
+        serde_json::from_str(&out).unwrap()
+    };
+
+    // 1. The policy made br-up before the router started; the neighbor waits for 10.77.0.9.
+    let peer = wait_for("the router running", Duration::from_secs(30), || {
+        let (ok, out) = show(&["show", "bgp", "summary", "--json"]);
+        if !ok {
+            return Err(out);
+        }
+        let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        Ok(v["ipv4Unicast"]["peers"]["10.77.0.1"].clone())
+    });
+    assert_eq!(peer["waitingFor"], "source address 10.77.0.9", "{peer}");
+    let (_, text) = show(&["show", "bgp", "summary"]);
+    assert!(text.contains("Neighbor 10.77.0.1 waits for source address 10.77.0.9"), "{text}");
+    let log = std::fs::read_to_string(nm.lab.path("uplink.log")).unwrap();
+    let applied = log.find("every selected policy is Available").unwrap_or_else(|| panic!("{log}"));
+    let started = log.find("routing instance started").unwrap_or_else(|| panic!("{log}"));
+    assert!(applied < started, "the router started before the policies were applied:\n{log}");
+    assert!(log.contains("waits for source address 10.77.0.9"), "{log}");
+    assert_eq!(nm.kernel_addresses("br-up"), ["10.77.0.2/24".to_string()].into());
+    nm.node.run(&["ip", "link", "set", &nm.veth, "master", "br-up"]);
+
+    // 2. The address appears: the session comes up by itself.
+    nm.node.run(&["ip", "addr", "add", "10.77.0.9/32", "dev", "lo"]);
+    wait_for("the session from 10.77.0.9 Established", Duration::from_secs(30), || {
+        let state = frr.peer_state("ipv4Unicast", "10.77.0.9");
+        if state == "Established" {
+            Ok(())
+        } else {
+            Err(format!("{state}\n{}", nm.lab.dump_logs()))
+        }
+    });
+    assert_eq!(summary()["ipv4Unicast"]["peers"]["10.77.0.1"]["waitingFor"], Value::Null);
+    let established = |frr: &Frr| -> (String, u64) {
+        let v = frr.json("show bgp neighbors 10.77.0.9 json");
+        let n = &v["10.77.0.9"];
+        (
+            n["bgpState"].as_str().unwrap_or("").to_string(),
+            n["connectionsEstablished"].as_u64().unwrap_or(0),
+        )
+    };
+    let before = established(&frr);
+    assert_eq!(before.0, "Established");
+
+    // 3. A reload with a policy that cuts the uplink: applied before the router diff, its
+    //    probes fail, it is rolled back, and FRR's session never drops.
+    daemon_config(nm.lab.dir.path(), &state_dir, CUT_UPLINK_POLICY);
+    let t0 = std::time::Instant::now();
+    run_cmd(&["kill", "-HUP", &pid.to_string()]);
+    let status_cfg = cfg.clone();
+    let cut = wait_for("the cut policy Failing", Duration::from_secs(60), || {
+        assert_eq!(established(&frr), before, "the session dropped during the cut");
+        let (ok, out) = nm.uplink(&["show", "network", "enactments", "--json"], &status_cfg);
+        if !ok {
+            return Err(out);
+        }
+        let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        let e = enactment(&v, "uplink0").clone();
+        if e["status"] == "Failing" {
+            Ok(e)
+        } else {
+            Err(e.to_string())
+        }
+    });
+    let message = cut["message"].as_str().unwrap();
+    assert!(
+        message.contains("failed after the change") && message.contains("rolled back"),
+        "{message}"
+    );
+    println!("cut policy rolled back {:.1} s after SIGHUP: {message}", t0.elapsed().as_secs_f64());
+    // Past a keepalive or two of FRR's, the session is still the same one.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(established(&frr), before, "the session dropped after the rollback");
+    assert_eq!(nm.kernel_addresses("br-up"), ["10.77.0.2/24".to_string()].into());
+}
+
+/// The daemon's config for the reload test: one router whose session runs from 10.77.0.9.
+fn daemon_config(dir: &Path, state_dir: &Path, policies: &str) -> std::path::PathBuf {
+    let path = dir.join("uplink.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[node]
+name = "wk1"
+[[bgp.routers]]
+asn = 65801
+id = "10.77.0.9"
+[[bgp.routers.neighbors]]
+address = "10.77.0.1"
+asn = 65102
+source_address = "10.77.0.9"
+connect_time = "1s"
+keepalive_time = "10s"
+hold_time = "30s"
+
+[network]
+state_dir = "{}"
+rollback_timeout = "30s"
+probes = {{ timeout = "3s", pre_timeout = "2s", interval = "500ms" }}
+{policies}"#,
+            state_dir.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_cmd(args: &[&str]) {
+    let (ok, out) = try_run(args);
+    assert!(ok, "{args:?}: {out}");
+}

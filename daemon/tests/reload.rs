@@ -1,6 +1,9 @@
-//! Config reload (SIGHUP) against real FRR and BIRD: a neighbor added or removed starts or
-//! ends only its own session, a changed neighbor is reset alone, and a config with an error
-//! changes nothing. The sessions a change did not touch never flap.
+//! Config reload against real FRR and BIRD, by SIGHUP and by `uplink reload`: a neighbor
+//! added or removed starts or ends only its own session, a neighbor whose session settings
+//! changed is reset alone, filters, communities, BFD timers, `always_block` and `[fib]`
+//! settings change on the running sessions and kernel routes, and a config with an error — or
+//! one that cannot be applied — changes nothing. The sessions a change did not touch never
+//! flap.
 
 mod common;
 use common::*;
@@ -264,4 +267,433 @@ fn sighup_restarts_removes_and_adds_routers() {
             Err(r)
         }
     });
+}
+
+/// The node's config in the live-change test: one FRR neighbor with a BFD profile, filters in
+/// both directions and a community; `in_fragment` puts the neighbor in `conf.d/peer.toml`.
+struct Live {
+    receive: Vec<&'static str>,
+    advertise: Vec<&'static str>,
+    community: &'static str,
+    bfd_ms: u32,
+    always_block: Option<&'static str>,
+    in_fragment: bool,
+}
+
+impl Live {
+    /// (main file, conf.d/peer.toml or None).
+    fn files(&self) -> (String, Option<String>) {
+        let quoted =
+            |list: &[&str]| list.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ");
+        let receive = self
+            .receive
+            .iter()
+            .map(|p| format!("{{ prefix = \"{p}\" }}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut main = String::new();
+        if let Some(block) = self.always_block {
+            main.push_str(&format!("always_block = [\"{block}\"]\n"));
+        }
+        main.push_str(&format!(
+            "[[bgp.bfd_profiles]]\nname = \"fast\"\ntransmit_interval = \"{0}ms\"\nreceive_interval = \"{0}ms\"\n\n\
+             [[bgp.routers]]\nasn = 65001\nid = \"10.0.0.9\"\ninstall = false\n\
+             prefixes = [\"10.77.1.0/24\", \"10.77.2.0/24\"]\n",
+            self.bfd_ms
+        ));
+        let neighbor = format!(
+            "[[bgp.routers.neighbors]]\naddress = \"10.0.1.1\"\nasn = 65101\nconnect_time = \"1s\"\n\
+             bfd_profile = \"fast\"\nto_receive = {{ allowed = {{ prefixes = [{receive}] }} }}\n\
+             to_advertise = {{ allowed = {{ prefixes = [{}] }}, with_community = [{{ community = \"{}\", prefixes = [\"10.77.1.0/24\"] }}] }}\n",
+            quoted(&self.advertise),
+            self.community
+        );
+        if self.in_fragment {
+            (main, Some(format!("[[bgp.routers]]\nasn = 65001\n{neighbor}")))
+        } else {
+            (main + &neighbor, None)
+        }
+    }
+}
+
+/// Writes the config files and runs `uplink reload`; returns (succeeded, stdout + stderr).
+fn reload_cli(uplink: &Uplink, live: &Live) -> (bool, String) {
+    let (main, fragment) = live.files();
+    std::fs::write(&uplink.config, main).unwrap();
+    let peer_file = uplink.config.parent().unwrap().join("conf.d/peer.toml");
+    match fragment {
+        Some(text) => std::fs::write(&peer_file, text).unwrap(),
+        None => {
+            let _ = std::fs::remove_file(&peer_file);
+        }
+    }
+    match uplink.cli(&["reload"]) {
+        Ok(out) => (true, out),
+        Err(out) => (false, out),
+    }
+}
+
+/// FRR's view of its session with the node: (connectionsEstablished, the epoch it came up,
+/// ROUTE-REFRESH messages received).
+fn frr_session(frr: &Frr) -> (u64, u64, u64) {
+    let v = frr.json("show bgp neighbors 10.0.1.2 json");
+    let n = &v["10.0.1.2"];
+    (
+        n["connectionsEstablished"].as_u64().unwrap_or(0),
+        n["bgpTimerUpEstablishedEpoch"].as_u64().unwrap_or(0),
+        n["messageStats"]["routeRefreshRecv"].as_u64().unwrap_or(0),
+    )
+}
+
+/// FRR bfdd's peer entry for the node.
+fn frr_bfd(frr: &Frr) -> serde_json::Value {
+    let v = frr.json("show bfd peers json");
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["peer"] == "10.0.1.2")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The communities FRR holds on its path for `prefix`.
+fn frr_communities(frr: &Frr, prefix: &str) -> String {
+    let v = frr.route(prefix);
+    v["paths"][0]["community"]["string"].as_str().unwrap_or("").to_string()
+}
+
+/// Issue #13: reloads that change a neighbor's `to_receive` (wider, then narrower), its
+/// `to_advertise` and community, move it to another file, change its BFD profile's interval
+/// and add and remove `always_block` — each applied on the running session, each said so by
+/// `uplink reload`, in effect on both sides, and FRR's session never reset (same
+/// connectionsEstablished and established epoch) nor its BFD session restarted (same remote
+/// discriminator). A rejected config exits non-zero with its file:line:column error and changes
+/// nothing.
+#[test]
+fn uplink_reload_changes_policies_live_without_resetting_the_session() {
+    let mut lab = Lab::new("reload-live");
+    let node = lab.ns("node");
+    let frr_ns = lab.ns("frr");
+    lab.link(&node, &["10.0.1.2/24"], &frr_ns, &["10.0.1.1/24"]);
+    let frr = Frr::start_with_bfd(
+        &mut lab,
+        &frr_ns,
+        "frr defaults datacenter\nbfd\n peer 10.0.1.2\n  transmit-interval 100\n  receive-interval 100\n !\n!\n\
+         router bgp 65101\n bgp router-id 10.0.1.1\n no bgp ebgp-requires-policy\n no bgp network import-check\n\
+         neighbor 10.0.1.2 remote-as 65001\n neighbor 10.0.1.2 timers connect 1\n\
+         address-family ipv4 unicast\n  network 10.88.1.0/24\n  network 10.88.2.0/24\n exit-address-family\n",
+    );
+    let mut live = Live {
+        receive: vec!["10.88.1.0/24"],
+        advertise: vec!["10.77.1.0/24"],
+        community: "65000:1",
+        bfd_ms: 300,
+        always_block: None,
+        in_fragment: false,
+    };
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &live.files().0);
+    let has = |prefix: &str| uplink.route_nexthops(prefix).unwrap_or_default() == ["10.0.1.1"];
+    let frr_has = |prefix: &str| frr.route_nexthops(prefix) == ["10.0.1.2"];
+    wait_for("the session, BFD on both sides and the first routes", UP, || {
+        let bfd = frr_bfd(&frr);
+        if frr.peer_state("ipv4Unicast", "10.0.1.2") == "Established"
+            && bfd["status"] == "up"
+            && has("10.88.1.0/24")
+            && frr_has("10.77.1.0/24")
+        {
+            Ok(())
+        } else {
+            Err(format!("FRR BFD {bfd}\n{}", lab.dump_logs()))
+        }
+    });
+    assert!(!has("10.88.2.0/24") && !frr_has("10.77.2.0/24"));
+    assert_eq!(frr_communities(&frr, "10.77.1.0/24"), "65000:1");
+    let (connections, epoch, _) = frr_session(&frr);
+    assert_eq!(connections, 1);
+    let discriminator = frr_bfd(&frr)["remote-id"].clone();
+    let untouched = |step: &str| {
+        let (c, e, _) = frr_session(&frr);
+        assert_eq!((c, e), (connections, epoch), "{step}: FRR's session was reset");
+        let bfd = frr_bfd(&frr);
+        assert_eq!(bfd["status"], "up", "{step}: {bfd}");
+        assert_eq!(bfd["remote-id"], discriminator, "{step}: the BFD session restarted: {bfd}");
+    };
+
+    // to_receive wider: ROUTE-REFRESH, and FRR's second prefix arrives.
+    live.receive = vec!["10.88.1.0/24", "10.88.2.0/24"];
+    let (ok, out) = reload_cli(&uplink, &live);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("neighbor 10.0.1.1: updated live: to_receive (ROUTE-REFRESH sent"),
+        "{out}"
+    );
+    wait_for("10.88.2.0/24 learned after the ROUTE-REFRESH", UP, || {
+        if has("10.88.2.0/24") && frr_session(&frr).2 >= 1 {
+            Ok(())
+        } else {
+            Err(format!("{:?}", frr_session(&frr)))
+        }
+    });
+    untouched("to_receive wider");
+
+    // to_receive narrower: what it refuses now goes at once, without asking the peer.
+    live.receive = vec!["10.88.2.0/24"];
+    let refreshes = frr_session(&frr).2;
+    let (ok, out) = reload_cli(&uplink, &live);
+    assert!(ok && out.contains("updated live: to_receive (narrower"), "{out}");
+    assert!(!out.contains("ROUTE-REFRESH"), "a narrower filter needs no refresh: {out}");
+    wait_for("10.88.1.0/24 withdrawn", UP, || {
+        (!has("10.88.1.0/24")).then_some(()).ok_or("still there".to_string())
+    });
+    assert!(has("10.88.2.0/24"));
+    assert_eq!(frr_session(&frr).2, refreshes);
+    untouched("to_receive narrower");
+
+    // to_advertise and the community: new UPDATEs.
+    live.advertise = vec!["10.77.1.0/24", "10.77.2.0/24"];
+    live.community = "65000:2";
+    let (ok, out) = reload_cli(&uplink, &live);
+    assert!(
+        ok && out.contains("to_advertise allowed prefixes, with_community (new UPDATEs"),
+        "{out}"
+    );
+    wait_for("FRR has 10.77.2.0/24 and 10.77.1.0/24 with 65000:2", UP, || {
+        let c = frr_communities(&frr, "10.77.1.0/24");
+        if frr_has("10.77.2.0/24") && c == "65000:2" {
+            Ok(())
+        } else {
+            Err(c)
+        }
+    });
+    untouched("to_advertise and community");
+
+    // The neighbor moves to conf.d/peer.toml: nothing to do.
+    live.in_fragment = true;
+    let (ok, out) = reload_cli(&uplink, &live);
+    assert!(ok && out.contains("1 neighbor(s) unchanged"), "{out}");
+    assert!(!out.contains("updated") && !out.contains("reset"), "{out}");
+    let shown = uplink.json(&["show", "running-config"]).unwrap().to_string();
+    assert!(shown.contains("peer.toml"), "{shown}");
+    untouched("moved to another file");
+
+    // The BFD profile's interval: a Poll Sequence, FRR sees the new interval.
+    live.bfd_ms = 200;
+    let (ok, out) = reload_cli(&uplink, &live);
+    assert!(ok && out.contains("new timers (Poll Sequence"), "{out}");
+    wait_for("FRR sees the 200 ms interval", UP, || {
+        let bfd = frr_bfd(&frr);
+        (bfd["remote-transmit-interval"] == 200).then_some(()).ok_or(bfd.to_string())
+    });
+    untouched("BFD interval");
+
+    // always_block: the learned prefix goes; removing it brings it back (ROUTE-REFRESH).
+    live.always_block = Some("10.88.0.0/16");
+    let (ok, out) = reload_cli(&uplink, &live);
+    assert!(ok && out.contains("node: always_block [] → [10.88.0.0/16]"), "{out}");
+    wait_for("10.88.2.0/24 blocked", UP, || {
+        (!has("10.88.2.0/24")).then_some(()).ok_or("still there".to_string())
+    });
+    live.always_block = None;
+    let (ok, out) = reload_cli(&uplink, &live);
+    assert!(ok && out.contains("ROUTE-REFRESH"), "{out}");
+    wait_for("10.88.2.0/24 back", UP, || {
+        has("10.88.2.0/24").then_some(()).ok_or("not yet".to_string())
+    });
+    untouched("always_block");
+
+    // A rejected config: non-zero, the error with its position, nothing changed.
+    let (_, fragment) = live.files();
+    let peer_file = uplink.config.parent().unwrap().join("conf.d/peer.toml");
+    let broken = fragment.unwrap().replace("connect_time", "hold_time = \"1s\"\nconnect_time");
+    std::fs::write(&peer_file, broken).unwrap();
+    let (ok, out) = match uplink.cli(&["reload"]) {
+        Ok(out) => (true, out),
+        Err(out) => (false, out),
+    };
+    assert!(!ok, "a rejected config must fail `uplink reload`: {out}");
+    assert!(out.contains("rejected; nothing changed"), "{out}");
+    assert!(out.contains("peer.toml:6:13: bgp.routers[0].neighbors[0].hold_time"), "{out}");
+    let json = match uplink.cli(&["reload", "--json"]) {
+        Ok(out) | Err(out) => out,
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(v["applied"], false, "{v}");
+    assert!(v["config_errors"][0]["line"].as_u64() > Some(0), "{v}");
+    assert!(has("10.88.2.0/24") && frr_has("10.77.2.0/24"));
+    untouched("rejected config");
+    let ours = uplink.json(&["show", "bgp", "neighbors", "10.0.1.1"]).unwrap();
+    assert_eq!(ours["10.0.1.1"]["connectionsEstablished"], 1, "{ours}");
+}
+
+/// A peer that did not advertise route refresh (BIRD with `enable route refresh off`) cannot
+/// send its routes again, so a wider `to_receive` resets its session — and `uplink reload`
+/// says why; a narrower one is applied live. A router for a VRF without its device waits for
+/// it and changes nothing else.
+#[test]
+fn a_peer_without_route_refresh_is_reset_and_a_router_waits_for_its_vrf() {
+    let mut lab = Lab::new("reload-norr");
+    let node = lab.ns("node");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    let bird = Bird::start(
+        &mut lab,
+        &bird_ns,
+        "router id 10.0.2.1;\nprotocol device {}\n\
+         protocol static { ipv4; route 10.99.1.0/24 blackhole; route 10.99.2.0/24 blackhole; }\n\
+         protocol bgp uplink {\n  local as 65102;\n  neighbor 10.0.2.2 as 65001;\n\
+         connect retry time 1;\n  error wait time 1, 5;\n  enable route refresh off;\n\
+         ipv4 { import all; export where source = RTS_STATIC; };\n}\n",
+    );
+    let config = |receive: &str, extra_router: &str| {
+        format!(
+            "[[bgp.routers]]\nasn = 65001\nid = \"10.0.0.9\"\ninstall = false\n\
+             [[bgp.routers.neighbors]]\naddress = \"10.0.2.1\"\nasn = 65102\nconnect_time = \"1s\"\n\
+             to_receive = {{ allowed = {{ prefixes = [{receive}] }} }}\n{extra_router}"
+        )
+    };
+    let one = "{ prefix = \"10.99.1.0/24\" }";
+    let both = "{ prefix = \"10.99.1.0/24\" }, { prefix = \"10.99.2.0/24\" }";
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &config(one, ""));
+    let has = |prefix: &str| uplink.route_nexthops(prefix).unwrap_or_default() == ["10.0.2.1"];
+    let connections = || {
+        let v = uplink.json(&["show", "bgp", "neighbors", "10.0.2.1"]).unwrap_or_default();
+        v["10.0.2.1"]["connectionsEstablished"].as_u64().unwrap_or(0)
+    };
+    wait_for("the session and 10.99.1.0/24", UP, || {
+        (has("10.99.1.0/24") && bird.established("uplink")).then_some(()).ok_or(lab.dump_logs())
+    });
+    let shown = uplink.json(&["show", "bgp", "neighbors", "10.0.2.1"]).unwrap();
+    assert!(!shown.to_string().contains("\"routeRefresh\":true"), "BIRD offered it: {shown}");
+    assert_eq!(connections(), 1);
+
+    // Wider: reset, with the reason; BIRD's second prefix arrives with the new session.
+    std::fs::write(&uplink.config, config(both, "")).unwrap();
+    let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.contains("neighbor 10.0.2.1: reset: the import policy now accepts more and the peer did not advertise route refresh"),
+        "{out}"
+    );
+    wait_for("10.99.2.0/24 after the reset", UP, || {
+        (has("10.99.2.0/24") && connections() == 2).then_some(()).ok_or(lab.dump_logs())
+    });
+
+    // Narrower, and a prefix limit: live, no reset.
+    std::fs::write(&uplink.config, config(one, "max_prefixes = 1\n")).unwrap();
+    let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("updated live: to_receive (narrower"), "{out}");
+    assert!(out.contains("; max_prefixes 1"), "{out}");
+    wait_for("10.99.2.0/24 withdrawn", UP, || {
+        (!has("10.99.2.0/24")).then_some(()).ok_or("still there".to_string())
+    });
+    assert_eq!(connections(), 2);
+
+    // A new router for a VRF whose device is not there (no VRF devices on this kernel) waits
+    // for it; the rest of the reload applies.
+    let red = "max_prefixes = 1\n[[bgp.routers]]\nasn = 65001\nvrf = \"red\"\nid = \"10.0.0.9\"\ninstall = false\n";
+    std::fs::write(&uplink.config, config(one, red)).unwrap();
+    let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("router 65001 (vrf red): waiting: no VRF device \"red\" yet"), "{out}");
+    assert_eq!(connections(), 2, "a router waiting in another VRF reset this one's session");
+    let summary = uplink.json(&["show", "bgp", "summary", "--vrf", "all"]).unwrap().to_string();
+    assert!(summary.contains("red"), "{summary}");
+}
+
+/// `[fib] nexthop_objects` takes effect on reload: the ECMP route of two peers moves from inline
+/// hops (RTA_MULTIPATH) onto a nexthop group and back, replaced in place — `ip monitor` never
+/// sees it deleted — and no nexthop object is left behind.
+#[test]
+fn fib_settings_change_on_reload_without_withdrawing_routes() {
+    const PREFIX: &str = "198.51.100.0/24";
+    let mut lab = Lab::new("reload-fib");
+    let node = lab.ns("node");
+    let frr_ns = lab.ns("frr");
+    let bird_ns = lab.ns("bird");
+    lab.link(&node, &["10.0.1.2/24"], &frr_ns, &["10.0.1.1/24"]);
+    lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
+    for (kind, ns, asn, id) in
+        [(Kind::Frr, &frr_ns, 65101, "10.0.1.1"), (Kind::Bird, &bird_ns, 65102, "10.0.2.1")]
+    {
+        let mut s = spec(asn, id, "10.0.1.2");
+        s.neighbors[0].address = if kind == Kind::Frr { "10.0.1.2" } else { "10.0.2.2" }.into();
+        s.announce = vec![PREFIX.into()];
+        let _ = Speaker::start(kind, &mut lab, ns, &s);
+    }
+    let config = |objects: bool| {
+        let all = "to_receive = { allowed = { mode = \"all\" } }";
+        format!(
+            "[fib]\nnexthop_objects = {objects}\n[[bgp.routers]]\nasn = 65001\nid = \"10.0.0.9\"\n{}{}",
+            neighbor("10.0.1.1", 65101, all),
+            neighbor("10.0.2.1", 65102, all)
+        )
+    };
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &config(false));
+    // (nexthop id, gateways) of PREFIX in the kernel.
+    let kernel = || -> Result<(Option<u64>, Vec<String>), String> {
+        let out = node.run(&["ip", "-j", "route", "show", PREFIX, "proto", "bgp"]);
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        let r = v.get(0).ok_or(format!("no route: {out}"))?;
+        let mut gateways: Vec<String> = match (r["nhid"].as_u64(), r["nexthops"].as_array()) {
+            (Some(id), _) => {
+                let group = node.run(&["ip", "-j", "nexthop", "show", "id", &id.to_string()]);
+                let g: serde_json::Value =
+                    serde_json::from_str(&group).map_err(|e| e.to_string())?;
+                g[0]["group"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|m| {
+                        let member = m["id"].to_string();
+                        let out = node.run(&["ip", "-j", "nexthop", "show", "id", &member]);
+                        let mv: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+                        mv[0]["gateway"].as_str().unwrap_or("?").to_string()
+                    })
+                    .collect()
+            }
+            (None, Some(hops)) => {
+                hops.iter().filter_map(|h| h["gateway"].as_str().map(String::from)).collect()
+            }
+            (None, None) => r["gateway"].as_str().map(String::from).into_iter().collect(),
+        };
+        gateways.sort();
+        Ok((r["nhid"].as_u64(), gateways))
+    };
+    let both = vec!["10.0.1.1".to_string(), "10.0.2.1".to_string()];
+    wait_for("the ECMP route with inline hops", UP, || match kernel()? {
+        (None, g) if g == both => Ok(()),
+        other => Err(format!("{other:?}\n{}", lab.dump_logs())),
+    });
+    let mut monitor = node.command("ip");
+    monitor.args(["monitor", "route"]);
+    lab.spawn("monitor", monitor);
+    std::thread::sleep(Duration::from_millis(300));
+
+    std::fs::write(&uplink.config, config(true)).unwrap();
+    let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("node: fib.nexthop_objects false → true"), "{out}");
+    wait_for("the route on a nexthop group of both peers", UP, || match kernel()? {
+        (Some(_), g) if g == both => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+
+    std::fs::write(&uplink.config, config(false)).unwrap();
+    let out = uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("node: fib.nexthop_objects true → false"), "{out}");
+    wait_for("inline hops again and no nexthop object left", UP, || {
+        let objects = node.run(&["ip", "nexthop", "show"]);
+        match kernel()? {
+            (None, g) if g == both && objects.trim().is_empty() => Ok(()),
+            other => Err(format!("{other:?} {objects}")),
+        }
+    });
+    let log = std::fs::read_to_string(lab.path("monitor.log")).unwrap_or_default();
+    assert!(log.contains(PREFIX), "ip monitor saw no change at all: {log}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("Deleted") && l.contains(PREFIX)),
+        "the route left the kernel while changing form:\n{log}"
+    );
+    let sessions = uplink.json(&["show", "bgp", "summary"]).unwrap();
+    for peer in ["10.0.1.1", "10.0.2.1"] {
+        assert_eq!(sessions["ipv4Unicast"]["peers"][peer]["state"], "Established", "{sessions}");
+    }
 }

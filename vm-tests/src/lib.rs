@@ -4,6 +4,7 @@
 //!
 //! The scenarios are in `tests/`. Run them with `make vm-test`.
 
+pub mod ansible;
 pub mod cmd;
 pub mod drive;
 pub mod net;

@@ -127,8 +127,16 @@ fn tor_frr_conf(workers: &[(String, String)]) -> String {
     for (i, (_, addr)) in workers.iter().enumerate() {
         neighbors.push_str(&format!(" neighbor {addr} peer-group workers\n"));
         // r3's role (VRF-lite): the workers' addresses on VLANs 2001/2002.
-        vrf3.push_str(&format!(" neighbor 172.19.23.{} remote-as {WORKER_ASN}\n", i + 2));
-        vrf4.push_str(&format!(" neighbor 172.19.24.{} remote-as {WORKER_ASN}\n", i + 2));
+        // The VRF sessions keep the usual timers (30 s keepalive, 90 s hold: uplink's, MetalLB's
+        // and frr-k8s's defaults), not the 3/9 s of the default VRF's: the network-policy
+        // scenario cuts a VRF uplink, and under TCG NetworkManager takes about 20 s to apply a
+        // VLAN change and roll it back (natively well under the 9 s).
+        for (net, vrf) in [(23, &mut vrf3), (24, &mut vrf4)] {
+            let peer = format!("172.19.{net}.{}", i + 2);
+            vrf.push_str(&format!(
+                " neighbor {peer} remote-as {WORKER_ASN}\n neighbor {peer} timers 30 90\n"
+            ));
+        }
     }
     format!(
         "frr version 8.4\n\
@@ -172,6 +180,14 @@ pub fn worker_uplink_toml(name: &str, addr: &str, pod_subnet: &str) -> String {
         r#"# Worker {name} of the VM tests (vm-tests/src/topology.rs).
 [node]
 name = "{name}"
+labels = {{ "node-role.kubernetes.io/worker" = "" }}
+
+# Network policies (conf.d/*.yaml) are applied before the routers start. Short probes: a
+# change that cuts a VRF-lite uplink must be rolled back well inside the BGP hold time of the
+# sessions it cuts (no BFD on the VRF sessions); pre_timeout keeps the boot short (probes that
+# fail before a change are not required after it).
+[network]
+probes = {{ timeout = "2s", pre_timeout = "1s", interval = "200ms" }}
 
 [[bgp.bfd_profiles]]
 name = "tor"
@@ -226,40 +242,141 @@ network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
     )
 }
 
+/// The name the worker's trunk NIC gets (a systemd.link file on the config drive, matched by
+/// MAC): the second NIC of the seed deck's NNCP.
+pub const TRUNK_NIC: &str = "enp3s0";
+
 /// r3's role on the worker side (deck slides 66-72): VLAN 2001 in VRF cudn3 and VLAN 2002 in
-/// VRF cudn4 on the trunk NIC (NetworkManager keyfiles), and a conf.d fragment with one router
-/// per VRF peering with the ToR's VRF routers (AS 65103). cudn3 is a layer3 CUDN (this node's
-/// /24), cudn4 a layer2 one (the whole /16 from every node), both `target_vrf = "auto"`.
+/// VRF cudn4 on the trunk NIC, built by uplink itself — no NetworkManager keyfiles on the
+/// config drive. uplink makes the VRF devices for the `[[networks]]` (stable table ids), and
+/// the VLANs come from a NodeNetworkConfigurationPolicy in conf.d: the deck's own manifest
+/// (one per node, hostname selector, the node's addresses) on wk1, the fleet form (one policy
+/// for every worker, `${node.host(...)}`) on wk2. A conf.d fragment holds one router per VRF
+/// peering with the ToR's VRF routers (AS 65103). cudn3 is a layer3 CUDN (this node's /24),
+/// cudn4 a layer2 one (the whole /16 from every node), both `target_vrf = "auto"`.
 pub fn worker_vrf_lite(n: u8, trunk_mac: &str) -> Vec<(String, String)> {
-    let host = n + 1;
-    let trunk_uuid = format!("7f1e0000-0000-4000-8000-0000000000{n:02x}");
-    let mut files = vec![(
-        "network/trunk.nmconnection".to_string(),
-        format!(
-            "[connection]\nid=trunk\nuuid={trunk_uuid}\ntype=ethernet\nautoconnect=true\n\n\
-             [ethernet]\nmac-address={trunk_mac}\n\n[ipv4]\nmethod=disabled\n\n[ipv6]\nmethod=disabled\n"
+    vec![
+        (
+            "network/10-trunk.link".to_string(),
+            // The permanent address: VLANs on the NIC carry its MAC too, and must keep their
+            // names.
+            format!("[Match]\nPermanentMACAddress={trunk_mac}\n\n[Link]\nName={TRUNK_NIC}\n"),
         ),
-    )];
-    for (vrf, vlan, table) in [("cudn3", 2001, 1003), ("cudn4", 2002, 1004)] {
-        let net = if vlan == 2001 { 23 } else { 24 };
-        files.push((
-            format!("network/{vrf}.nmconnection"),
-            format!(
-                "[connection]\nid={vrf}\ntype=vrf\ninterface-name={vrf}\nautoconnect=true\n\n\
-                 [vrf]\ntable={table}\n\n[ipv4]\nmethod=disabled\n\n[ipv6]\nmethod=disabled\n"
-            ),
-        ));
-        files.push((
-            format!("network/vlan{vlan}.nmconnection"),
-            format!(
-                "[connection]\nid=vlan{vlan}\ntype=vlan\ninterface-name=vlan{vlan}\nautoconnect=true\n\
-                 master={vrf}\nslave-type=vrf\n\n[vlan]\nid={vlan}\nparent={trunk_uuid}\n\n\
-                 [ipv4]\nmethod=manual\naddress1=172.19.{net}.{host}/24\n\n[ipv6]\nmethod=disabled\n"
-            ),
-        ));
-    }
-    files.push(("uplink/conf.d/vrf-lite.toml".to_string(), worker_vrf_lite_toml(n)));
-    files
+        if n == 1 {
+            (format!("uplink/conf.d/{DECK_NNCP_FILE}"), deck_nncp(n))
+        } else {
+            ("uplink/conf.d/nncp-vrf-lite-vlans.yaml".to_string(), fleet_nncp())
+        },
+        ("uplink/conf.d/vrf-lite.toml".to_string(), worker_vrf_lite_toml(n)),
+    ]
+}
+
+/// The file wk1's NNCP is in (the cut scenario edits it).
+pub const DECK_NNCP_FILE: &str = "nncp-enp3s0-wk1.yaml";
+
+/// The seed deck's NNCP (slides 63/64) for worker `n`: the deck's manifest with this lab's
+/// names and addresses (the deck's wk3 is 172.19.23.113; worker n is 172.19.23.(n+1)).
+pub fn deck_nncp(n: u8) -> String {
+    let host = n + 1;
+    format!(
+        r#"# The seed deck's NodeNetworkConfigurationPolicy (slides 63/64): VLANs 2001/2002 on the
+# second NIC, each a port of its CUDN's VRF, one manifest per node selected by hostname.
+apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata:
+  name: {TRUNK_NIC}-wk{n}
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: wk{n}
+  desiredState:
+    interfaces:
+    - name: {TRUNK_NIC}
+      type: ethernet
+      state: up
+      ipv4:
+        dhcp: false
+        enabled: false
+    - name: vlan2001
+      type: vlan
+      state: up
+      controller: cudn3
+      ipv4:
+        address:
+        - ip: 172.19.23.{host}
+          prefix-length: 24
+        dhcp: false
+        enabled: true
+      vlan:
+        base-iface: {TRUNK_NIC}
+        id: 2001
+    - name: vlan2002
+      type: vlan
+      state: up
+      controller: cudn4
+      ipv4:
+        address:
+        - ip: 172.19.24.{host}
+          prefix-length: 24
+        dhcp: false
+        enabled: true
+      vlan:
+        base-iface: {TRUNK_NIC}
+        id: 2002
+"#
+    )
+}
+
+/// The same VLANs written once for the whole fleet (docs/network.md, per-node values): every
+/// worker selects it, and each takes the host part of its own primary address (172.18.20.3 →
+/// 172.19.23.3).
+pub fn fleet_nncp() -> String {
+    format!(
+        r#"# One policy for every worker: the addresses' host part comes from each node's primary
+# address (the address on the default route's interface).
+apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata:
+  name: vrf-lite-vlans
+spec:
+  nodeSelector:
+    node-role.kubernetes.io/worker: ""
+  maxUnavailable: 1
+  desiredState:
+    interfaces:
+    - name: {TRUNK_NIC}
+      type: ethernet
+      state: up
+      ipv4:
+        dhcp: false
+        enabled: false
+    - name: vlan2001
+      type: vlan
+      state: up
+      controller: cudn3
+      ipv4:
+        address:
+        - ip: ${{node.host(172.19.23.0/24)}}
+          prefix-length: 24
+        dhcp: false
+        enabled: true
+      vlan:
+        base-iface: {TRUNK_NIC}
+        id: 2001
+    - name: vlan2002
+      type: vlan
+      state: up
+      controller: cudn4
+      ipv4:
+        address:
+        - ip: ${{node.host(172.19.24.0/24)}}
+          prefix-length: 24
+        dhcp: false
+        enabled: true
+      vlan:
+        base-iface: {TRUNK_NIC}
+        id: 2002
+"#
+    )
 }
 
 pub fn worker_vrf_lite_toml(n: u8) -> String {
@@ -317,8 +434,7 @@ vrf = "{vrf}"
 address = "172.19.{net}.1"
 asn = {VRF_TOR_ASN}
 connect_time = "5s"
-hold_time = "9s"
-keepalive_time = "3s"
+# The default timers (30 s / 90 s), as on the ToR's VRF routers (tor_frr_conf).
 to_receive = {{ allowed = {{ mode = "all" }} }}
 {advertise}"#
         ));
@@ -631,16 +747,28 @@ mod tests {
             let addr = format!("172.18.20.{}", n + 1);
             std::fs::write(&main, worker_uplink_toml(&format!("wk{n}"), &addr, "10.244.1.0/24"))
                 .expect("write");
-            for (rel, body) in worker_vrf_lite(n, &mac(n, 2)) {
+            let files = worker_vrf_lite(n, &mac(n, 2));
+            // The VLANs and VRFs are uplink's to build: no keyfile of theirs on the drive.
+            assert!(
+                files.iter().all(|(rel, _)| !rel.ends_with(".nmconnection")),
+                "a keyfile on the drive: {:?}",
+                files.iter().map(|f| &f.0).collect::<Vec<_>>()
+            );
+            for (rel, body) in files {
                 if let Some(rest) = rel.strip_prefix("uplink/") {
                     let p = dir.path().join(rest);
                     std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
                     std::fs::write(p, body).expect("write");
                 }
             }
-            if let Err(e) = uplink::config::load(&main) {
-                panic!("worker {n} config does not load: {e}");
-            }
+            let config = match uplink::config::load(&main) {
+                Ok(config) => config,
+                Err(e) => panic!("worker {n} config does not load: {e}"),
+            };
+            let policies: Vec<&str> =
+                config.network.policies.iter().map(|p| p.name.as_str()).collect();
+            let nncp = if n == 1 { "enp3s0-wk1" } else { "vrf-lite-vlans" };
+            assert_eq!(policies, ["uplink-vrf-cudn3", "uplink-vrf-cudn4", nncp], "worker {n}");
         }
     }
 

@@ -194,6 +194,12 @@ impl Vm {
         (ok, std::fs::read_to_string(&log).unwrap_or_default())
     }
 
+    /// What another SSH client (scp, Ansible) needs to reach the VM through this VM's control
+    /// master: the forwarded port on the namespace's loopback, the key, the control socket.
+    pub fn ssh_endpoint(&self) -> (u16, &Path, &Path) {
+        (self.ssh_port, &self.key, &self.control)
+    }
+
     /// Runs a shell script on the VM as root.
     pub fn ssh(&self, script: &str) -> Output {
         let mut c = self.ssh_command(false);

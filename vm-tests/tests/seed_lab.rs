@@ -5,7 +5,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
-    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, TOR_ADDR, VIP, VRF_LEARNED,
+    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, DECK_NNCP_FILE, TOR_ADDR,
+    TRUNK_NIC, VIP, VRF_LEARNED,
 };
 
 type Outcome = Result<String, String>;
@@ -44,18 +45,23 @@ fn config_drive_applied(topo: &Topology) -> Outcome {
         }
     }
     for w in &topo.workers {
-        let got = w.vm.sh("hostname; systemctl is-active uplink; uplink --version || true")?;
-        let mut lines = got.lines();
-        if lines.next() != Some(w.name.as_str()) || lines.next() != Some("active") {
-            return Err(format!(
-                "{}: want hostname {} and uplink active, got:\n{got}{}",
-                w.name,
-                w.name,
-                w.vm.sh("journalctl -u uplink -u uplink-config --no-pager -n 40")
-                    .unwrap_or_default()
-            ));
-        }
-        notes.push(format!("{}: {}", w.name, lines.next().unwrap_or("").trim()));
+        // uplink is `activating` until its routers run: it applies the node's network
+        // policies first, which takes tens of seconds under TCG.
+        let got = topo.wait(Duration::from_secs(180), || {
+            let got = w.vm.sh("hostname; systemctl is-active uplink; uplink --version || true")?;
+            let mut lines = got.lines();
+            if lines.next() != Some(w.name.as_str()) || lines.next() != Some("active") {
+                return Err(format!(
+                    "{}: want hostname {} and uplink active, got:\n{got}{}",
+                    w.name,
+                    w.name,
+                    w.vm.sh("journalctl -u uplink -u uplink-config --no-pager -n 40")
+                        .unwrap_or_default()
+                ));
+            }
+            Ok(got)
+        })?;
+        notes.push(format!("{}: {}", w.name, got.lines().nth(2).unwrap_or("").trim()));
     }
     Ok(notes.join("; "))
 }
@@ -214,7 +220,7 @@ fn vrf_lite(topo: &Topology) -> Outcome {
         }
         notes.push(format!("cudn4 172.24.0.0/16 via {}", gw.join(" and ")));
         // The other way: what r3's cudn3 router announces is in each worker's cudn3 table
-        // (the VRF device's table, 1003), installed by uplink, not in the main table.
+        // (the VRF device's table, uplink's stable id), installed by uplink, not in main.
         for w in &topo.workers {
             let r = w.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto bgp"))?;
             if gateways(&r) != vec!["172.19.23.1".to_string()] || !r.contains("vlan2001") {
@@ -236,7 +242,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
     let first = topo.wait(Duration::from_secs(120), || {
         let mut notes = Vec::new();
         for w in &topo.workers {
-            // Learned in the default VRF from r2, installed in cudn4's table (1004) through
+            // Learned in the default VRF from r2, installed in cudn4's table through
             // the default VRF's interface, at the cudn4 router's metric + 1.
             let r = w.vm.sh("ip route show vrf cudn4 172.18.10.0/24 proto bgp")?;
             if gateways(&r) != vec![TOR_ADDR.to_string()] || r.contains("vlan") {
@@ -506,6 +512,310 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
     ))
 }
 
+// ---- The node's own network (issue #12): built by uplink from network policies ----
+
+/// The enactment of `policy` on a worker (`uplink show network enactments --json`).
+fn enactment(w: &Worker, policy: &str) -> Result<Value, String> {
+    let v = json(&w.vm.sh("uplink show network enactments --json")?, "show network enactments")?;
+    v.as_array()
+        .and_then(|a| a.iter().find(|e| e["policy"] == policy).cloned())
+        .ok_or(format!("{}: no enactment for {policy}: {v}", w.name))
+}
+
+/// Each worker built its VLANs and VRFs itself, before its routers: the VRF devices uplink
+/// makes for the `[[networks]]` (with their documented table ids), and the VLANs of the seed
+/// deck's NNCP on wk1 and of the fleet form on wk2 (addresses from each node's identity).
+/// The config drive carries no VLAN or VRF keyfile (topology.rs, unit-tested).
+fn node_network_from_policies(topo: &Topology) -> Outcome {
+    let mut notes = Vec::new();
+    for (i, w) in topo.workers.iter().enumerate() {
+        let policies =
+            json(&w.vm.sh("uplink show network policies --json")?, "show network policies --json")?;
+        let names: Vec<&str> =
+            policies.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
+        let nncp = if i == 0 { format!("{TRUNK_NIC}-wk1") } else { "vrf-lite-vlans".into() };
+        let want = ["uplink-vrf-cudn3", "uplink-vrf-cudn4", nncp.as_str()];
+        if names != want {
+            return Err(format!("{}: policies {names:?}, want {want:?}", w.name));
+        }
+        for name in want {
+            let e = enactment(w, name)?;
+            if e["status"] != "Available" {
+                return Err(format!("{}: policy {name} is not Available: {e}", w.name));
+            }
+        }
+        // The VRF tables are the ones uplink documents for the generated policies.
+        for vrf in ["cudn3", "cudn4"] {
+            let policy = policies
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"] == format!("uplink-vrf-{vrf}"))
+                .ok_or("no VRF policy")?;
+            let table = &policy["desiredState"]["interfaces"][0]["vrf"]["route-table-id"];
+            let link = json(&w.vm.sh(&format!("ip -d -j link show {vrf}"))?, "ip -d -j link")?;
+            let kernel = &link[0]["linkinfo"]["info_data"]["table"];
+            if table.as_u64().is_none() || table != kernel {
+                return Err(format!(
+                    "{}: VRF {vrf} has table {kernel}, the policy says {table}",
+                    w.name
+                ));
+            }
+            notes.push(format!("{} {vrf} table {table}", w.name));
+        }
+        // The VLANs: on the trunk NIC by the name the NNCP uses, in their VRFs, with this
+        // node's addresses (wk2's resolved from ${node.host(...)}).
+        let host = i + 2;
+        for (vlan, vrf, net) in [(2001, "cudn3", 23), (2002, "cudn4", 24)] {
+            let link =
+                json(&w.vm.sh(&format!("ip -d -j addr show vlan{vlan}"))?, "ip -d -j addr show")?;
+            let l = &link[0];
+            let addr = format!("172.19.{net}.{host}");
+            let has_addr = l["addr_info"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["local"] == addr.as_str()));
+            if l["link"] != TRUNK_NIC
+                || l["master"] != vrf
+                || l["linkinfo"]["info_data"]["id"] != vlan
+                || !has_addr
+            {
+                return Err(format!(
+                    "{}: vlan{vlan} is not VLAN {vlan} on {TRUNK_NIC} in {vrf} with {addr}: {l}",
+                    w.name
+                ));
+            }
+        }
+        if i == 1 {
+            let e = enactment(w, "vrf-lite-vlans")?;
+            let resolved = e["desired_state"].to_string();
+            if !resolved.contains("172.19.23.3") || resolved.contains("node.host") {
+                return Err(format!(
+                    "{}: the fleet policy was not resolved for this node: {e}",
+                    w.name
+                ));
+            }
+            notes.push(format!("{}: fleet policy resolved to 172.19.23.3/172.19.24.3", w.name));
+        }
+        // Applied before the routers started (the daemon's log, in order).
+        let log = w.vm.sh("journalctl -u uplink -b --no-pager -o cat")?;
+        let applied = log.find("every selected policy is Available");
+        let started = log.find("routing instance started");
+        match (applied, started) {
+            (Some(a), Some(s)) if a < s => {}
+            _ => {
+                return Err(format!(
+                    "{}: the policies were not applied before the routers started:\n{}",
+                    w.name,
+                    log.lines().take(40).collect::<Vec<_>>().join("\n")
+                ))
+            }
+        }
+    }
+    Ok(format!("every policy Available, applied before the routers; {}", notes.join(", ")))
+}
+
+/// FRR's view of one session: state, connections established and dropped, and when it was
+/// established (epoch seconds; FRR derives it from the uptime, so it may move by a second).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TorSession {
+    state: String,
+    established: u64,
+    dropped: u64,
+    since: u64,
+}
+
+impl TorSession {
+    /// The same session, not reset in between.
+    fn same(&self, other: &TorSession) -> bool {
+        (&self.state, self.established, self.dropped)
+            == (&other.state, other.established, other.dropped)
+            && self.since.abs_diff(other.since) <= 2
+    }
+}
+
+fn same_sessions(a: &[TorSession], b: &[TorSession]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y))
+}
+
+fn tor_session(topo: &Topology, vrf: Option<&str>, peer: &str) -> Result<TorSession, String> {
+    let cmd = match vrf {
+        Some(vrf) => format!("show bgp vrf {vrf} neighbors {peer} json"),
+        None => format!("show bgp neighbors {peer} json"),
+    };
+    let v = json(&topo.vtysh(&cmd)?, "show bgp neighbors json")?;
+    let n = &v[peer];
+    Ok(TorSession {
+        state: n["bgpState"].as_str().unwrap_or("?").to_string(),
+        established: n["connectionsEstablished"].as_u64().unwrap_or(0),
+        dropped: n["connectionsDropped"].as_u64().unwrap_or(0),
+        since: n["bgpTimerUpEstablishedEpoch"].as_u64().unwrap_or(0),
+    })
+}
+
+/// The ToR's sessions with wk1: default VRF (BFD), cudn3, cudn4.
+fn wk1_sessions(topo: &Topology) -> Result<Vec<TorSession>, String> {
+    let wk1 = topo.workers.first().ok_or("no worker")?;
+    Ok(vec![
+        tor_session(topo, None, &wk1.addr)?,
+        tor_session(topo, Some("cudn3"), "172.19.23.2")?,
+        tor_session(topo, Some("cudn4"), "172.19.24.2")?,
+    ])
+}
+
+/// A reload (`systemctl reload uplink`) with wk1's NNCP changed so that VLAN 2001 gets the
+/// wrong id (2011): the trunk's cudn3 uplink is cut. uplink applies it before the router
+/// diff, the probe of the cudn3 neighbor fails, NetworkManager's checkpoint rolls it back,
+/// the enactment says Failing — and the ToR's sessions with wk1 never drop (same connection,
+/// same uptime), because the rollback comes well inside the 9 s hold time. Then the good
+/// manifest again: Available.
+fn network_cut_rolled_back(topo: &Topology) -> Outcome {
+    let wk1 = topo.workers.first().ok_or("no worker")?;
+    let before = wk1_sessions(topo)?;
+    if before.iter().any(|s| s.state != "Established") {
+        return Err(format!("r2's sessions with wk1 are not all Established: {before:?}"));
+    }
+    let file = format!("/etc/uplink/conf.d/{DECK_NNCP_FILE}");
+    wk1.vm.sh(&format!(
+        "cp {file} /root/nncp.yaml && sed -i 's/id: 2001/id: 2011/' {file} && ! cmp -s {file} /root/nncp.yaml \
+         && systemctl reload uplink"
+    ))?;
+    let t0 = Instant::now();
+    let policy = format!("{TRUNK_NIC}-wk1");
+    // Watched on the ToR throughout: one changed session fails the scenario at once.
+    let failing = loop {
+        let now = wk1_sessions(topo)?;
+        if !same_sessions(&now, &before) {
+            return Err(format!(
+                "r2's sessions with wk1 changed during the cut: {before:?} -> {now:?}{}",
+                flap_report(topo, 0)
+            ));
+        }
+        let e = enactment(wk1, &policy)?;
+        if e["status"] == "Failing" {
+            break e;
+        }
+        if t0.elapsed() > Duration::from_secs(90) {
+            return Err(format!("{policy} not Failing after 90 s: {e}"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let rolled_back_s = t0.elapsed().as_secs_f64();
+    let message = failing["message"].as_str().unwrap_or_default().to_string();
+    if !message.contains("probe bgp-neighbor 172.19.23.1 (vrf cudn3) failed after the change")
+        || !message.contains("rolled back")
+    {
+        return Err(format!("{policy}: {message}"));
+    }
+    // VLAN 2001 is back with its address.
+    let link = json(&wk1.vm.sh("ip -d -j addr show vlan2001")?, "ip -d -j addr")?;
+    if link[0]["linkinfo"]["info_data"]["id"] != 2001
+        || !link[0]["addr_info"].to_string().contains("172.19.23.2")
+    {
+        return Err(format!("vlan2001 not restored: {}", link[0]));
+    }
+    // Traffic flows again: the route r3 announces in cudn3 is back in wk1's cudn3 table (the
+    // kernel dropped it with the old VLAN device; uplink's FIB writer puts it back).
+    topo.wait(Duration::from_secs(30), || {
+        let r = wk1.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto bgp"))?;
+        if gateways(&r) == vec!["172.19.23.1".to_string()] && r.contains("vlan2001") {
+            Ok(())
+        } else {
+            Err(format!("wk1: {VRF_LEARNED} in VRF cudn3 after the rollback is {r:?}"))
+        }
+    })?;
+    // Past a hold time after the rollback: still the same sessions.
+    std::thread::sleep(Duration::from_secs(10));
+    let after = wk1_sessions(topo)?;
+    if !same_sessions(&after, &before) {
+        return Err(format!(
+            "r2's sessions with wk1 changed: {before:?} -> {after:?}{}",
+            flap_report(topo, 0)
+        ));
+    }
+    let journal = wk1
+        .vm
+        .sh("journalctl -u uplink -b --no-pager -o cat | grep -E 'network: (applying policy|policy failed)' | tail -n 4")?;
+    // The good manifest again.
+    wk1.vm.sh(&format!("cp /root/nncp.yaml {file} && systemctl reload uplink"))?;
+    topo.wait(Duration::from_secs(90), || {
+        let e = enactment(wk1, &policy)?;
+        if e["status"] == "Available" {
+            Ok(())
+        } else {
+            Err(format!("{policy} after restoring it: {e}"))
+        }
+    })?;
+    let restored = wk1_sessions(topo)?;
+    if !same_sessions(&restored, &before) {
+        return Err(format!(
+            "r2's sessions with wk1 changed by the restore: {before:?} -> {restored:?}"
+        ));
+    }
+    println!("  cut by reload: Failing {rolled_back_s:.1} s after `systemctl reload`; {message}\n{journal}");
+    Ok(format!(
+        "VLAN id 2001 -> 2011 by reload: Failing after {rolled_back_s:.1} s ({message}); r2's 3 sessions with wk1 \
+         kept their connection and uptime; restored: Available"
+    ))
+}
+
+/// A router whose VRF device does not exist waits, says so in `show bgp summary` (text and
+/// JSON) and in the log, and starts by itself when the VRF appears.
+fn router_waits_for_its_vrf(topo: &Topology) -> Outcome {
+    let wk2 = topo.workers.get(1).ok_or("no second worker")?;
+    wk2.vm.sh(&format!(
+        "cat > /etc/uplink/conf.d/blue.toml <<'EOF'\n[[bgp.routers]]\nasn = 65801\nid = \"{}\"\nvrf = \"blue\"\n\
+         [[bgp.routers.neighbors]]\naddress = \"172.31.99.1\"\nasn = 65103\nconnect_time = \"5s\"\nEOF\n\
+         systemctl reload uplink",
+        wk2.addr
+    ))?;
+    let waiting = topo.wait(Duration::from_secs(60), || {
+        let v =
+            json(&wk2.vm.sh("uplink show bgp summary --vrf blue --json")?, "summary --vrf blue")?;
+        if v["routerState"] == "waiting" {
+            Ok(v)
+        } else {
+            Err(format!("vrf blue: {v}"))
+        }
+    })?;
+    if waiting["waitingFor"] != "VRF device blue" {
+        return Err(format!("vrf blue waits for {}", waiting["waitingFor"]));
+    }
+    let text = wk2.vm.sh("uplink show bgp summary --vrf all")?;
+    if !text.contains("in VRF blue not started: waiting for VRF device blue") {
+        return Err(format!("show bgp summary --vrf all:\n{text}"));
+    }
+    let t0 = Instant::now();
+    wk2.vm.sh("ip link add blue type vrf table 3999 && ip link set blue up")?;
+    let started = topo.wait(Duration::from_secs(30), || {
+        let v =
+            json(&wk2.vm.sh("uplink show bgp summary --vrf blue --json")?, "summary --vrf blue")?;
+        let state = v["ipv4Unicast"]["peers"]["172.31.99.1"]["state"].clone();
+        if state.is_string() {
+            Ok(state)
+        } else {
+            Err(format!("vrf blue: {v}"))
+        }
+    })?;
+    let started_s = t0.elapsed().as_secs_f64();
+    let log = wk2.vm.sh("journalctl -u uplink -b --no-pager -o cat | grep -F 'VRF device blue'")?;
+    if !log.contains("waits for VRF device blue") || !log.contains("VRF device blue is there") {
+        return Err(format!("the log does not tell the wait:\n{log}"));
+    }
+    wk2.vm.sh("rm /etc/uplink/conf.d/blue.toml && systemctl reload uplink")?;
+    topo.wait(Duration::from_secs(30), || {
+        let out = wk2.vm.sh("uplink show bgp summary --vrf all --json")?;
+        if out.contains("\"blue\"") {
+            Err("vrf blue still there".into())
+        } else {
+            Ok(())
+        }
+    })?;
+    wk2.vm.sh("ip link del blue")?;
+    Ok(format!(
+        "router in VRF blue waited (\"VRF device blue\"), started {started_s:.1} s after `ip link add blue` (neighbor {started})"
+    ))
+}
+
 #[test]
 fn seed_lab() {
     let image = Image::locate();
@@ -516,15 +826,19 @@ fn seed_lab() {
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";
-    let scenarios: [(&str, Scenario); 9] = [
+    let scenarios: [(&str, Scenario); 13] = [
         ("config drive applied", |t| config_drive_applied(t)),
         (SESSIONS, |t| sessions_established(t)),
+        ("node network from policies (NNCP, fleet form, VRFs)", |t| node_network_from_policies(t)),
         ("pod subnets on the ToR", |t| pod_subnets(t)),
         ("VIP with two ECMP next hops", |t| vip_ecmp(t)),
         ("client HTTP answered by both workers", |t| http_both_workers(t)),
         ("worker FIB: client subnet from the ToR", |t| worker_fib(t)),
         ("VRF-lite over VLANs 2001/2002 (r3's role)", |t| vrf_lite(t)),
         ("route leaking between VRFs (imports)", |t| vrf_leaking(t)),
+        ("a policy that cuts the uplink, by reload: rolled back", |t| network_cut_rolled_back(t)),
+        ("a router waits for its VRF device", |t| router_waits_for_its_vrf(t)),
+        ("Ansible rollout (ansible/ playbooks over SSH)", |t| uplink_vm_tests::ansible::rollout(t)),
         ("power-off: BFD failover", bfd_failover),
     ];
     let mut failed = Vec::new();

@@ -106,6 +106,8 @@ enum Command {
     Add(PeerSpec, watch::Sender<BfdLink>),
     /// The neighbor was removed from the config.
     Remove(IpAddr),
+    /// A reload changed the peer's profile timers (and nothing else about it).
+    Reconfigure(IpAddr, SessionConfig, String),
     Snapshot(oneshot::Sender<Vec<PeerView>>),
 }
 
@@ -211,6 +213,12 @@ impl BfdRuntime {
         let _ = self.commands.send(Command::Remove(peer));
     }
 
+    /// New timers for the session to `peer` (its profile changed, named `profile` now): an Up
+    /// session changes them with a Poll Sequence (RFC 5880 §6.8.3) and stays Up.
+    pub fn reconfigure_peer(&self, peer: IpAddr, config: SessionConfig, profile: String) {
+        let _ = self.commands.send(Command::Reconfigure(peer, config, profile));
+    }
+
     /// Every peer's state, for `show bfd peers`.
     pub async fn peers(&self) -> Result<Vec<PeerView>, String> {
         let (tx, rx) = oneshot::channel();
@@ -253,6 +261,7 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
+        let _span = thread_span(&self.vrf);
         if let Err(e) = super::realtime::raise_current_thread() {
             warn!("BFD thread keeps normal priority: {e}; under CPU load packets may be late");
         }
@@ -291,7 +300,7 @@ impl Worker {
     }
 
     fn stopped(&self) {
-        debug!(vrf = %self.vrf, "BFD thread stopped");
+        debug!("BFD thread stopped");
     }
 
     fn on_command(&mut self, command: Command) {
@@ -304,12 +313,22 @@ impl Worker {
             Command::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }
+            Command::Reconfigure(peer, config, profile) => {
+                if let Some(index) = self.peers.iter().position(|p| p.spec.peer == peer) {
+                    if let Some(p) = self.peers.get_mut(index) {
+                        p.spec.config = config;
+                        p.spec.profile = profile;
+                    }
+                    self.feed(index, Event::Reconfigure(config), Instant::now());
+                    info!(vrf = %self.vrf, %peer, "BFD timers changed (Poll Sequence, RFC 5880 §6.8.3)");
+                }
+            }
             Command::Remove(peer) => {
                 if let Some(index) = self.peers.iter().position(|p| p.spec.peer == peer) {
                     self.feed(index, Event::AdminDown, Instant::now());
                     let removed = self.peers.remove(index);
                     self.admit_peers(removed.spec.peer.is_ipv4(), removed.spec.hop);
-                    info!(vrf = %self.vrf, %peer, "BFD session removed (AdminDown sent)");
+                    info!(%peer, "BFD session removed (AdminDown sent)");
                 }
             }
         }
@@ -329,7 +348,7 @@ impl Worker {
             None => {
                 if let Some(held_back) = self.unmatched.event(Instant::now()) {
                     info!(
-                        vrf = %self.vrf, %from, your = packet.your_discriminator,
+                        peer = %from, your = packet.your_discriminator,
                         "BFD packet for no session; discarded (RFC 5880 §6.8.6){}",
                         held_back_note(held_back)
                     );
@@ -355,7 +374,7 @@ impl Worker {
             session = session.authenticated(auth.clone(), rand::random());
         }
         info!(
-            vrf = %self.vrf, peer = %spec.peer, hop = ?spec.hop, profile = %spec.profile,
+            peer = %spec.peer, hop = ?spec.hop, profile = %spec.profile,
             "BFD session started: tx {:?} rx {:?} x{}{}{}",
             spec.config.desired_min_tx, spec.config.required_min_rx, spec.config.detect_mult,
             if spec.config.passive { " (passive)" } else { "" },
@@ -392,7 +411,7 @@ impl Worker {
         let filter = admission_filter(ipv4, listener.minimum_ttl, &addresses);
         if let Err(e) = listener.socket.attach_filter(&filter) {
             // The receive thread still checks every source; only the kernel's early drop is lost.
-            warn!(vrf = %self.vrf, "cannot update the BFD socket filter: {e}");
+            warn!("cannot update the BFD socket filter: {e}");
         }
     }
 
@@ -413,7 +432,7 @@ impl Worker {
                 }
                 Action::StateChanged { from, to, diagnostic, remote_admin_down } => {
                     info!(
-                        vrf = %self.vrf, peer = %peer.spec.peer,
+                        peer = %peer.spec.peer,
                         "BFD {from} -> {to} ({}){}",
                         diagnostic.frr_name(),
                         if remote_admin_down { ", peer is AdminDown: BGP left up (RFC 5882 §3.2)" } else { "" }
@@ -433,7 +452,7 @@ impl Worker {
                 Action::Discarded(why) => {
                     if let Some(held_back) = peer.discards.event(now) {
                         warn!(
-                            vrf = %self.vrf, peer = %peer.spec.peer,
+                            peer = %peer.spec.peer,
                             "BFD packet discarded: {why}{}",
                             held_back_note(held_back)
                         );
@@ -671,6 +690,7 @@ fn due(throttle: &mut Option<LogThrottle>, now: Instant, held_back: &mut u64) ->
 
 impl Receiver {
     fn run(self) {
+        let _span = thread_span(&self.vrf);
         // The BFD thread has said whether real-time priority is available; no second warning.
         let _ = super::realtime::raise_current_thread();
         let mut buf = [0u8; 512];
@@ -691,7 +711,7 @@ impl Receiver {
                 Err(e) => {
                     if due(&mut drops.errors, Instant::now(), &mut held_back) {
                         warn!(
-                            vrf = %self.vrf, "BFD receive error: {e}; retrying in {backoff:?}{}",
+                            "BFD receive error: {e}; retrying in {backoff:?}{}",
                             held_back_note(held_back)
                         );
                     }
@@ -711,7 +731,7 @@ impl Receiver {
             let Some(discriminator) = discriminator else {
                 if due(&mut drops.strangers, now, &mut held_back) {
                     warn!(
-                        vrf = %self.vrf, %from,
+                        %from,
                         "BFD packet from an address that is no configured peer: dropped{}",
                         held_back_note(held_back)
                     );
@@ -724,7 +744,7 @@ impl Receiver {
                 Err(e) => {
                     if due(&mut drops.malformed, now, &mut held_back) {
                         warn!(
-                            vrf = %self.vrf, %from, "BFD packet discarded: {e}{}",
+                            peer = %from, "BFD packet discarded: {e}{}",
                             held_back_note(held_back)
                         );
                     }
@@ -736,7 +756,7 @@ impl Receiver {
             if packet.your_discriminator != 0 && packet.your_discriminator != discriminator {
                 if due(&mut drops.foreign_discriminator, now, &mut held_back) {
                     warn!(
-                        vrf = %self.vrf, %from, your = packet.your_discriminator,
+                        peer = %from, your = packet.your_discriminator,
                         "BFD packet for no session of this peer: dropped (RFC 5880 §6.8.6){}",
                         held_back_note(held_back)
                     );
@@ -748,7 +768,7 @@ impl Receiver {
                 Err(mpsc::TrySendError::Full(_)) => {
                     if due(&mut drops.queue_full, now, &mut held_back) {
                         warn!(
-                            vrf = %self.vrf, %from,
+                            peer = %from,
                             "BFD receive queue full ({RECEIVE_QUEUE} packets): packet dropped{}",
                             held_back_note(held_back)
                         );
@@ -761,6 +781,12 @@ impl Receiver {
 }
 
 /// The source address the kernel would use towards `peer` (for display only).
+/// The span a BFD thread runs in: its events carry the VRF (`VRF=` in the journal, "default"
+/// for the default VRF as FRR names it); the events about one session add `peer`.
+fn thread_span(vrf: &str) -> tracing::span::EnteredSpan {
+    tracing::info_span!("bfd", vrf = crate::config::vrf_display_name(vrf)).entered()
+}
+
 fn route_source(vrf: &str, peer: IpAddr) -> Option<IpAddr> {
     let domain = if peer.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
     let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).ok()?;

@@ -140,7 +140,7 @@ mod tests {
             draining.with_local_pref,
             vec![LocalPrefRule {
                 local_pref: 0,
-                prefixes: vec![net("192.0.2.1/32"), net("10.128.7.0/24")]
+                prefixes: vec![net("10.128.7.0/24"), net("192.0.2.1/32")]
             }]
         );
     }

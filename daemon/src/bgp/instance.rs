@@ -6,20 +6,24 @@ use super::configure::{
     bfd_spec, export_policy, fsm_config, import_policy, prefix_limit, transport_options, Restart,
 };
 use super::fsm::Fsm;
-use super::rib_task::{self, RibHandle, RibSetup};
-use super::session::{self, SessionCommand, SessionParams};
+use super::reconfigure::{neighbor_change, router_change, NeighborChange};
+use super::rib::RibConfig;
+use super::rib_task::{self, PeerPolicy, RibHandle, RibSetup};
+use super::session::{self, LiveOutcome, SessionCommand, SessionParams};
 use super::stats::PeerStats;
 use super::transport;
-use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, PeerSpec};
-use crate::config::{self, Neighbor, Router};
+use crate::config::{self, vrf_display_name, GracefulRestartConfig, Neighbor, Password, Router};
+use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
+use ipnet::IpNet;
+use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
 /// The BGP port (RFC 4271 §8.2.1).
@@ -33,9 +37,16 @@ pub struct NeighborHandle {
     commands: mpsc::Sender<SessionCommand>,
     /// The task carrying BFD state to the session; ended when the neighbor is removed.
     bfd_follow: Option<tokio::task::AbortHandle>,
-    /// The BFD session as configured (its profile's timers and authentication), so a reload
-    /// that changes the profile restarts it.
-    bfd_spec: Option<PeerSpec>,
+    /// The BFD session as configured (its profile's timers and authentication), shared with
+    /// the task that registers it once BGP is up, so a reload that changes only the timers
+    /// reaches it whether or not it is registered yet.
+    bfd_spec: Option<Arc<Mutex<PeerSpec>>>,
+}
+
+impl NeighborHandle {
+    fn bfd_spec(&self) -> Option<PeerSpec> {
+        self.bfd_spec.as_ref().map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).clone())
+    }
 }
 
 /// The neighbors of an instance, shared with its listener (which hands each accepted
@@ -49,8 +60,9 @@ pub struct Instance {
     pub router_id: Ipv4Addr,
     pub rib: RibHandle,
     neighbors: Registry,
-    /// The router as started: a reload applies neighbor changes and reports the rest.
-    router: Router,
+    /// The router as running: a reload applies neighbor and RIB changes in place
+    /// ([`Instance::prepare`]), and a changed AS, id or FIB instance by starting it again.
+    router: Mutex<Router>,
     /// Kept for TCP-MD5 keys of neighbors added by a reload (RFC 2385: on the listener).
     listener: Arc<TcpListener>,
     listener_task: tokio::task::JoinHandle<()>,
@@ -70,19 +82,75 @@ impl Drop for Instance {
     }
 }
 
-/// What a reload did to one instance.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// What a reload did to one instance. Serialised into `uplink reload`'s answer.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct ReloadReport {
     pub added: Vec<IpAddr>,
+    /// Ended with Cease/Peer De-configured (RFC 4486 subcode 3).
     pub removed: Vec<IpAddr>,
-    /// Neighbors whose settings changed: their session was reset (Cease subcode 6).
-    pub reset: Vec<IpAddr>,
-    /// Neighbors whose BFD profile changed: their BFD session started again (AdminDown to the
-    /// peer, so its BGP stays up, RFC 5882 §3.2), their BGP session was not touched.
-    pub bfd_restarted: Vec<IpAddr>,
-    /// Neighbors that could not be started, with the reason.
+    /// Ended with Cease/Other Configuration Change (subcode 6) and started again, each with
+    /// the settings that required it.
+    pub reset: Vec<NeighborReset>,
+    /// Changed on the running session, each with what was applied.
+    pub updated: Vec<NeighborUpdate>,
+    /// The router's own settings applied live (`maximum_paths`, `multipath_relax`).
+    pub settings: Vec<String>,
+    /// Neighbors whose configuration did not change (a move to another file included).
+    pub unchanged: usize,
+    /// What could not be done, with the reason.
     pub deferred: Vec<String>,
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NeighborReset {
+    pub address: IpAddr,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NeighborUpdate {
+    pub address: IpAddr,
+    pub applied: Vec<String>,
+}
+
+/// A reload of one running instance, checked and prepared by [`Instance::prepare`] (where
+/// everything that can fail happens) and carried out by [`Instance::apply`], or dropped with
+/// [`Instance::abandon`] when another part of the reload failed.
+#[derive(Debug)]
+pub struct Prepared {
+    router: Router,
+    steps: Vec<Step>,
+    /// The RIB's new settings, when `always_block` or the decision settings changed.
+    rib_config: Option<RibConfig>,
+    settings: Vec<String>,
+    /// `always_block` may let through what it blocked: every session is asked to resend.
+    refresh_all: bool,
+    /// TCP-MD5 keys set on the listener, with the key each replaced.
+    md5_undo: Vec<(IpAddr, Option<Password>)>,
+    /// The node's graceful restart timers, for the sessions started.
+    graceful: GracefulRestartConfig,
+}
+
+#[derive(Debug)]
+enum Step {
+    Remove(IpAddr),
+    Reset { neighbor: Neighbor, reason: String, bfd: Option<PeerSpec> },
+    Add { neighbor: Neighbor, bfd: Option<PeerSpec> },
+    Update { neighbor: Neighbor, change: NeighborChange, bfd: BfdStep },
+}
+
+/// What a reload does to a kept neighbor's BFD session.
+#[derive(Debug, PartialEq)]
+enum BfdStep {
+    Keep,
+    /// Only the profile's timers (or its name) changed: a Poll Sequence, no restart.
+    Retime(PeerSpec),
+    /// Authentication, TTL or the profile itself (added, removed): a new BFD session.
+    Restart(Option<PeerSpec>),
+}
+
+/// How long a session may take to take a reload's new policies.
+const RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Instance {
     /// Starts the router: its RIB task (originating what `announced` holds, and following it),
@@ -93,12 +161,48 @@ impl Instance {
         fib: Option<&crate::fib::Fib>,
         announced: watch::Receiver<Arc<AnnouncedSet>>,
     ) -> Result<Instance, String> {
-        let router_id = match router.id {
-            Some(id) => id,
-            None => derive_router_id(router).ok_or(
-                "no router id: set `id` on the router (no IPv4 route towards a neighbor to derive one from)",
-            )?,
-        };
+        let listener = Self::bind(&router.vrf)?;
+        Self::start_on(router, config, fib, announced, listener).await
+    }
+
+    /// The VRF's BGP listening socket, for [`Instance::start_on`].
+    pub fn bind(vrf: &str) -> Result<Arc<TcpListener>, String> {
+        transport::listen(BGP_PORT, vrf)
+            .map(Arc::new)
+            .map_err(|e| format!("cannot listen on TCP port {BGP_PORT}: {e}"))
+    }
+
+    /// The router id `router` runs with: configured, or derived from the node's addresses.
+    pub fn router_id(router: &Router) -> Result<Ipv4Addr, String> {
+        match router.id {
+            Some(id) => Ok(id),
+            None => derive_router_id(router).ok_or_else(|| {
+                "no router id: set `id` on the router (no IPv4 route towards a neighbor to derive one from)"
+                    .to_string()
+            }),
+        }
+    }
+
+    /// Checks what starting `router` relies on, without starting anything: its router id, the
+    /// OPEN each session would send, each neighbor's BFD profile.
+    pub fn check(router: &Router, config: &config::Config) -> Result<(), String> {
+        let router_id = Self::router_id(router)?;
+        for (index, n) in router.neighbors.iter().enumerate() {
+            check_neighbor(router, n, router_id, index as u64, config)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the router on a listening socket already bound for its VRF (a reload hands a
+    /// restarted router its predecessor's socket, so port 179 is never given up).
+    pub async fn start_on(
+        router: &Router,
+        config: &config::Config,
+        fib: Option<&crate::fib::Fib>,
+        announced: watch::Receiver<Arc<AnnouncedSet>>,
+        listener: Arc<TcpListener>,
+    ) -> Result<Instance, String> {
+        let router_id = Self::router_id(router)?;
         let rib = rib_task::spawn(RibSetup {
             vrf: router.vrf.clone(),
             local_asn: router.asn,
@@ -109,11 +213,6 @@ impl Instance {
             always_block: config.always_block.clone(),
             fib: fib.and_then(|f| f.sender(&router.vrf)),
         });
-
-        let listener = Arc::new(
-            transport::listen(BGP_PORT, &router.vrf)
-                .map_err(|e| format!("cannot listen on TCP port {BGP_PORT}: {e}"))?,
-        );
 
         let neighbors: Registry = Arc::new(RwLock::new(Vec::new()));
         let listener_task = tokio::spawn(accept_loop(
@@ -127,7 +226,7 @@ impl Instance {
             router_id,
             rib,
             neighbors,
-            router: router.clone(),
+            router: Mutex::new(router.clone()),
             listener,
             listener_task,
             spawned: AtomicU64::new(0),
@@ -138,10 +237,14 @@ impl Instance {
             },
         };
         for n in &router.neighbors {
-            let handle = instance.spawn_neighbor(n, config)?;
+            if let Some(password) = &n.password {
+                instance.set_md5_key(n.address, Some(password))?;
+            }
+            let handle =
+                instance.spawn_neighbor(n, bfd_spec(n, config)?, &config.graceful_restart)?;
             instance.registry_mut().push(handle);
         }
-        info!(vrf = %router.vrf, asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", router.neighbors.len());
+        info!(vrf = vrf_display_name(&router.vrf), asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", router.neighbors.len());
         Ok(instance)
     }
 
@@ -156,28 +259,45 @@ impl Instance {
         self.neighbors.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts the session (and BFD session) of one neighbor.
+    /// The running router's settings.
+    pub fn router_config(&self) -> Router {
+        self.router()
+    }
+
+    fn router(&self) -> Router {
+        self.router.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The listening socket, handed to a successor when the router starts again.
+    pub fn listener(&self) -> Arc<TcpListener> {
+        Arc::clone(&self.listener)
+    }
+
+    /// Installs (or with `None` removes) a neighbor's TCP-MD5 key on the listener: RFC 2385
+    /// keys must be on the listening socket before the peer's SYN.
+    fn set_md5_key(&self, address: IpAddr, password: Option<&Password>) -> Result<(), String> {
+        let key = password.map_or(&[][..], |p| p.expose().as_bytes());
+        match transport::set_md5_key(self.listener.as_raw_fd(), address, key) {
+            Ok(()) => Ok(()),
+            // Removing a key that is not there.
+            Err(e) if password.is_none() && e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(format!("neighbor {address}: cannot set the TCP-MD5 key: {e}")),
+        }
+    }
+
+    /// Starts the session (and BFD session, `bfd`) of one neighbor. Its TCP-MD5 key is on the
+    /// listener already.
     fn spawn_neighbor(
         &self,
         n: &Neighbor,
-        config: &config::Config,
+        bfd: Option<PeerSpec>,
+        graceful: &GracefulRestartConfig,
     ) -> Result<NeighborHandle, String> {
-        if let Some(password) = &n.password {
-            // RFC 2385: the key must be on the listening socket before the peer's SYN.
-            transport::set_md5_key(
-                self.listener.as_raw_fd(),
-                n.address,
-                password.expose().as_bytes(),
-            )
-            .map_err(|e| format!("neighbor {}: cannot set the TCP-MD5 key: {e}", n.address))?;
-        }
         let index = self.spawned.fetch_add(1, Ordering::Relaxed);
         let stats = Arc::new(PeerStats::default());
-        let restart = Restart {
-            restart_time: config.graceful_restart.restart_time,
-            restarted: self.restart.restarted,
-        };
-        let fsm_config = fsm_config(&self.router, n, self.router_id, index, restart);
+        let restart =
+            Restart { restart_time: graceful.restart_time, restarted: self.restart.restarted };
+        let fsm_config = fsm_config(&self.router(), n, self.router_id, index, restart);
         // The config layer checked each setting; this checks what the OPEN relies on, the
         // derived router id included, before a session can send a wrong one.
         fsm_config.validate().map_err(|e| format!("neighbor {}: {e}", n.address))?;
@@ -190,12 +310,12 @@ impl Instance {
             import: import_policy(n),
             export: export_policy(n),
             graceful_restart: n.graceful_restart.helps(),
-            stale_path_time: config.graceful_restart.stale_path_time,
+            stale_path_time: graceful.stale_path_time,
         };
-        let bfd_spec = bfd_spec(n, config)?;
         let commands = session::spawn(params, fsm, self.rib.clone(), stats.clone());
+        let bfd_spec = bfd.map(|spec| Arc::new(Mutex::new(spec)));
         let bfd_follow = match &bfd_spec {
-            Some(spec) => Some(self.start_bfd(spec.clone(), &stats, &commands)?),
+            Some(spec) => Some(self.start_bfd(Arc::clone(spec), &stats, &commands)?),
             None => None,
         };
         Ok(NeighborHandle { config: n.clone(), stats, commands, bfd_follow, bfd_spec })
@@ -205,7 +325,7 @@ impl Instance {
     /// its state to BGP.
     fn start_bfd(
         &self,
-        spec: PeerSpec,
+        spec: Arc<Mutex<PeerSpec>>,
         stats: &Arc<PeerStats>,
         commands: &mpsc::Sender<SessionCommand>,
     ) -> Result<tokio::task::AbortHandle, String> {
@@ -214,26 +334,39 @@ impl Instance {
         Ok(tokio::spawn(task).abort_handle())
     }
 
-    /// Starts the BFD session of an unchanged neighbor again when its profile changed (new
-    /// timers or authentication). Its BGP session is not touched: the old BFD session ends
-    /// with AdminDown, which is no failure (RFC 5882 §3.2), and its state is no longer
-    /// followed.
-    fn restart_bfd(&self, address: IpAddr, spec: Option<PeerSpec>) -> Result<(), String> {
-        let mut list = self.registry_mut();
-        let Some(handle) = list.iter_mut().find(|n| n.config.address == address) else {
-            return Ok(());
-        };
-        if let Some(task) = handle.bfd_follow.take() {
-            task.abort();
+    /// A reload's change to an unchanged neighbor's BFD session. New timers reach a running
+    /// session as a Poll Sequence (RFC 5880 §6.8.3): it stays Up. Anything else (the profile
+    /// added or removed, new authentication) starts it again: the old session ends with
+    /// AdminDown, which is no failure (RFC 5882 §3.2), so the BGP session is not touched.
+    fn change_bfd(&self, handle: &mut NeighborHandle, step: BfdStep) -> Result<(), String> {
+        match step {
+            BfdStep::Keep => Ok(()),
+            BfdStep::Retime(spec) => {
+                let Some(shared) = &handle.bfd_spec else { return Ok(()) };
+                // Under the lock, so the registering task sends either the old spec before
+                // this command or the new one after it (`start_bfd_after_bgp`).
+                let mut current = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(runtime) = self.bfd.get() {
+                    runtime.reconfigure_peer(spec.peer, spec.config, spec.profile.clone());
+                }
+                *current = spec;
+                Ok(())
+            }
+            BfdStep::Restart(spec) => {
+                if let Some(task) = handle.bfd_follow.take() {
+                    task.abort();
+                }
+                if let (Some(runtime), Some(_)) = (self.bfd.get(), &handle.bfd_spec) {
+                    runtime.remove_peer(handle.config.address);
+                }
+                handle.bfd_spec = spec.map(|spec| Arc::new(Mutex::new(spec)));
+                if let Some(spec) = &handle.bfd_spec {
+                    let task = self.start_bfd(Arc::clone(spec), &handle.stats, &handle.commands)?;
+                    handle.bfd_follow = Some(task);
+                }
+                Ok(())
+            }
         }
-        if let (Some(runtime), Some(_)) = (self.bfd.get(), &handle.bfd_spec) {
-            runtime.remove_peer(address);
-        }
-        handle.bfd_spec = spec.clone();
-        if let Some(spec) = spec {
-            handle.bfd_follow = Some(self.start_bfd(spec, &handle.stats, &handle.commands)?);
-        }
-        Ok(())
     }
 
     /// The instance's BFD thread (RFC 5880), started by the first neighbor that asks for BFD.
@@ -264,7 +397,7 @@ impl Instance {
         if let Some(task) = &handle.bfd_follow {
             task.abort();
         }
-        if let (Some(runtime), Some(_)) = (self.bfd.get(), &handle.config.bfd_profile) {
+        if let (Some(runtime), Some(_)) = (self.bfd.get(), &handle.bfd_spec) {
             runtime.remove_peer(address);
         }
         let _ = handle
@@ -273,67 +406,265 @@ impl Instance {
             .await;
     }
 
-    /// Applies a reloaded config to this instance: neighbors that are new start, neighbors
-    /// that left end with Cease/Peer De-configured (RFC 4486 subcode 3), neighbors whose
-    /// settings changed are reset with Cease/Other Configuration Change (subcode 6), and every
-    /// other session is not touched. Router-level changes are the caller's
-    /// ([`Instance::reloads_in_place`]).
-    pub async fn reload(&self, router: &Router, config: &config::Config) -> ReloadReport {
-        let mut report = ReloadReport::default();
+    /// Whether the running router can take `router` in place: the same AS and router id and
+    /// FIB instance (else it starts again, with the settings that require it).
+    pub fn restart_reasons(&self, router: &Router) -> Vec<String> {
+        router_change(&self.router(), router).restart
+    }
+
+    /// Plans a reload of this instance and does what can fail, changing nothing that runs:
+    /// checks every new or reset neighbor's OPEN and BFD profile, starts the BFD thread if a
+    /// neighbor needs it now, and installs new TCP-MD5 keys on the listener (undone by
+    /// [`Instance::abandon`]). `always_block` is the node's old and new list.
+    pub fn prepare(
+        &self,
+        router: &Router,
+        config: &config::Config,
+        always_block: (&[IpNet], &[IpNet]),
+    ) -> Result<Prepared, String> {
         let running = self.neighbors();
+        let mut steps = Vec::new();
+        let mut keys: Vec<(IpAddr, Option<Password>, Option<Password>)> = Vec::new();
+        let mut needs_bfd = false;
         for old in &running {
-            match router.neighbors.iter().find(|n| n.address == old.config.address) {
-                None => {
-                    self.remove_neighbor(old.config.address, 3, "peer de-configured").await;
-                    report.removed.push(old.config.address);
+            let address = old.config.address;
+            let Some(new) = router.neighbors.iter().find(|n| n.address == address) else {
+                steps.push(Step::Remove(address));
+                continue;
+            };
+            let change = neighbor_change(&old.config, new);
+            let bfd = bfd_spec(new, config)?;
+            needs_bfd |= bfd.is_some();
+            if !change.reset.is_empty() {
+                check_neighbor(router, new, self.router_id, 0, config)?;
+                if old.config.password != new.password {
+                    keys.push((address, old.config.password.clone(), new.password.clone()));
                 }
-                Some(new) if *new != old.config => {
-                    self.remove_neighbor(old.config.address, 6, "configuration changed").await;
-                    report.reset.push(old.config.address);
-                }
-                Some(same) => match bfd_spec(same, config) {
-                    Ok(spec) if spec != old.bfd_spec => {
-                        match self.restart_bfd(same.address, spec) {
-                            Ok(()) => report.bfd_restarted.push(same.address),
-                            Err(e) => {
-                                report.deferred.push(format!("neighbor {}: {e}", same.address))
-                            }
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => report.deferred.push(format!("neighbor {}: {e}", same.address)),
-                },
-            }
-        }
-        for n in &router.neighbors {
-            let unchanged = running.iter().any(|old| old.config == *n);
-            if unchanged {
+                let reason = change.reset.join(", ");
+                steps.push(Step::Reset { neighbor: new.clone(), reason, bfd });
                 continue;
             }
-            match self.spawn_neighbor(n, config) {
-                Ok(handle) => {
-                    if !report.reset.contains(&n.address) {
-                        report.added.push(n.address);
+            let bfd = match (old.bfd_spec(), bfd) {
+                (old, new) if old == new => BfdStep::Keep,
+                (Some(old), Some(new)) if only_timers_differ(&old, &new) => BfdStep::Retime(new),
+                (_, new) => BfdStep::Restart(new),
+            };
+            steps.push(Step::Update { neighbor: new.clone(), change, bfd });
+        }
+        for new in &router.neighbors {
+            if running.iter().any(|old| old.config.address == new.address) {
+                continue;
+            }
+            check_neighbor(router, new, self.router_id, 0, config)?;
+            let bfd = bfd_spec(new, config)?;
+            needs_bfd |= bfd.is_some();
+            if new.password.is_some() {
+                keys.push((new.address, None, new.password.clone()));
+            }
+            steps.push(Step::Add { neighbor: new.clone(), bfd });
+        }
+        if needs_bfd {
+            self.bfd_runtime()?;
+        }
+
+        let current = self.router();
+        let settings = router_change(&current, router).live;
+        let (old_block, new_block) = always_block;
+        let rib_config = (!settings.is_empty() || old_block != new_block).then(|| RibConfig {
+            router_id: self.router_id,
+            maximum_paths: router.maximum_paths,
+            multipath_relax: router.multipath_relax,
+            always_block: new_block.to_vec(),
+        });
+        let mut prepared = Prepared {
+            router: router.clone(),
+            steps,
+            rib_config,
+            settings,
+            refresh_all: super::reconfigure::always_block_widened(old_block, new_block),
+            md5_undo: Vec::new(),
+            graceful: config.graceful_restart.clone(),
+        };
+        // Last, as the one step here that changes the kernel: undone if it fails half-way.
+        for (address, old, new) in keys {
+            if let Err(e) = self.set_md5_key(address, new.as_ref()) {
+                self.abandon(prepared);
+                return Err(e);
+            }
+            prepared.md5_undo.push((address, old));
+        }
+        Ok(prepared)
+    }
+
+    /// Undoes what [`Instance::prepare`] did: the TCP-MD5 keys it installed.
+    pub fn abandon(&self, prepared: Prepared) {
+        for (address, old) in prepared.md5_undo.into_iter().rev() {
+            if let Err(e) = self.set_md5_key(address, old.as_ref()) {
+                warn!(vrf = %self.vrf, "reload abandoned: {e}");
+            }
+        }
+    }
+
+    /// Carries out a prepared reload: neighbors that left end with Cease/Peer De-configured
+    /// (RFC 4486 subcode 3); neighbors whose session settings changed are reset with
+    /// Cease/Other Configuration Change (subcode 6); policies, prefix limits and BFD timers
+    /// change on the running sessions; new neighbors start. Every other session is not touched.
+    pub async fn apply(&self, prepared: Prepared) -> ReloadReport {
+        let mut report = ReloadReport { settings: prepared.settings, ..Default::default() };
+        *self.router.lock().unwrap_or_else(PoisonError::into_inner) = prepared.router;
+        // The RIB first: a ROUTE-REFRESH sent below must meet the new `always_block`.
+        if let Some(rib_config) = prepared.rib_config {
+            if let Err(e) = self.rib.set_config(rib_config).await {
+                report.deferred.push(format!("RIB settings: {e}"));
+            }
+        }
+        for step in prepared.steps {
+            match step {
+                Step::Remove(address) => {
+                    self.remove_neighbor(address, 3, "peer de-configured").await;
+                    if let Err(e) = self.set_md5_key(address, None) {
+                        report.deferred.push(e);
                     }
-                    self.registry_mut().push(handle);
+                    report.removed.push(address);
                 }
-                Err(e) => report.deferred.push(format!("neighbor {}: {e}", n.address)),
+                Step::Reset { neighbor, reason, bfd } => {
+                    let address = neighbor.address;
+                    info!(vrf = %self.vrf, "reload: resetting neighbor {address}: {reason}");
+                    self.remove_neighbor(address, 6, "configuration changed").await;
+                    self.start_neighbor(&neighbor, bfd, &prepared.graceful, &mut report);
+                    report.reset.push(NeighborReset { address, reason });
+                }
+                Step::Add { neighbor, bfd } => {
+                    self.start_neighbor(&neighbor, bfd, &prepared.graceful, &mut report);
+                    report.added.push(neighbor.address);
+                }
+                Step::Update { neighbor, change, bfd } => {
+                    let refresh = change.import_widened || prepared.refresh_all;
+                    if change.is_empty() && bfd == BfdStep::Keep && !refresh {
+                        report.unchanged += 1;
+                        self.set_config_of(&neighbor);
+                        continue;
+                    }
+                    let applied = self.update_neighbor(&neighbor, &change, bfd, refresh).await;
+                    match applied {
+                        Ok(applied) if applied.is_empty() => report.unchanged += 1,
+                        Ok(applied) => report
+                            .updated
+                            .push(NeighborUpdate { address: neighbor.address, applied }),
+                        Err(Reset(reason)) => {
+                            report.reset.push(NeighborReset { address: neighbor.address, reason })
+                        }
+                    }
+                }
             }
         }
         report
     }
 
-    /// Whether `router` differs from the running one only in what [`Instance::reload`]
-    /// applies in place (neighbors) or the announcer applies (`prefixes`, `imports`).
-    pub fn reloads_in_place(&self, router: &Router) -> bool {
-        let settings = |r: &Router| Router {
-            neighbors: Vec::new(),
-            prefixes: Vec::new(),
-            imports: Vec::new(),
-            sources: Vec::new(),
-            ..r.clone()
+    fn start_neighbor(
+        &self,
+        n: &Neighbor,
+        bfd: Option<PeerSpec>,
+        graceful: &GracefulRestartConfig,
+        report: &mut ReloadReport,
+    ) {
+        match self.spawn_neighbor(n, bfd, graceful) {
+            Ok(handle) => self.registry_mut().push(handle),
+            Err(e) => report.deferred.push(format!("neighbor {}: {e}", n.address)),
+        }
+    }
+
+    /// Records a neighbor's new configuration (its source files, say) on its handle.
+    fn set_config_of(&self, n: &Neighbor) {
+        if let Some(handle) = self.registry_mut().iter_mut().find(|h| h.config.address == n.address)
+        {
+            handle.config = n.clone();
+        }
+    }
+
+    /// Applies a kept neighbor's live changes: new policies to its session (and the RIB),
+    /// ROUTE-REFRESH when more may be accepted now, its BFD session's new timers or a new BFD
+    /// session. Returns what was applied, or the reason the session had to be reset.
+    async fn update_neighbor(
+        &self,
+        n: &Neighbor,
+        change: &NeighborChange,
+        bfd: BfdStep,
+        refresh: bool,
+    ) -> Result<Vec<String>, Reset> {
+        let mut applied = Vec::new();
+        let commands = {
+            let mut list = self.registry_mut();
+            let Some(handle) = list.iter_mut().find(|h| h.config.address == n.address) else {
+                return Ok(applied);
+            };
+            handle.config = n.clone();
+            let note = match &bfd {
+                BfdStep::Keep => None,
+                BfdStep::Retime(spec) => Some(format!(
+                    "bfd_profile {:?}: new timers (Poll Sequence, RFC 5880 §6.8.3; the BFD session stays up)",
+                    spec.profile
+                )),
+                BfdStep::Restart(Some(spec)) => {
+                    Some(format!("bfd_profile {:?}: BFD session started again", spec.profile))
+                }
+                BfdStep::Restart(None) => Some("bfd_profile removed: BFD session ended".into()),
+            };
+            match self.change_bfd(handle, bfd) {
+                Ok(()) => applied.extend(note),
+                Err(e) => applied.push(format!("BFD not changed: {e}")),
+            }
+            handle.commands.clone()
         };
-        settings(router) == settings(&self.router)
+        if !change.policy() && !refresh {
+            return Ok(applied);
+        }
+        let policy = change.policy().then(|| PeerPolicy {
+            import: import_policy(n),
+            export: export_policy(n),
+            max_prefixes: prefix_limit(n),
+        });
+        let (reply, answer) = oneshot::channel();
+        let command = SessionCommand::Reconfigure { policy, refresh, reply };
+        if commands.send(command).await.is_err() {
+            return Ok(applied);
+        }
+        let outcome = tokio::time::timeout(RECONFIGURE_TIMEOUT, answer).await;
+        let established = match outcome {
+            Ok(Ok(LiveOutcome::Reset(reason))) => return Err(Reset(reason)),
+            Ok(Ok(LiveOutcome::Applied { refreshed })) => Some(refreshed),
+            Ok(Ok(LiveOutcome::NotEstablished)) => None,
+            Ok(Err(_)) | Err(_) => {
+                applied.push("the session did not confirm the new policies in time".into());
+                None
+            }
+        };
+        if change.import {
+            let what = match established {
+                Some(true) => "to_receive (ROUTE-REFRESH sent; what it refuses now was withdrawn)",
+                Some(false) => "to_receive (narrower: what it refuses now was withdrawn)",
+                None => "to_receive",
+            };
+            applied.push(what.to_string());
+        } else if established == Some(true) {
+            applied.push("always_block: ROUTE-REFRESH sent".into());
+        }
+        if change.export {
+            applied.push(format!(
+                "to_advertise {} (new UPDATEs for what changed)",
+                change.export_parts.join(", ")
+            ));
+        }
+        if change.max_prefixes {
+            applied.push(format!(
+                "max_prefixes {}",
+                n.max_prefixes.map_or("none".to_string(), |m| m.limit.to_string())
+            ));
+        }
+        if established.is_none() && change.policy() {
+            applied.push("(the session is not up: it starts with them)".into());
+        }
+        Ok(applied)
     }
 
     /// Ends the instance for a reload: every session with Cease `subcode` (RFC 4486: 3 for a
@@ -342,6 +673,12 @@ impl Instance {
     pub async fn stop(&self, subcode: u8, reason: &str) {
         for n in self.neighbors() {
             self.remove_neighbor(n.config.address, subcode, reason).await;
+            // A successor may take the listener over: it starts with no key of ours on it.
+            if n.config.password.is_some() {
+                if let Err(e) = self.set_md5_key(n.config.address, None) {
+                    warn!(vrf = %self.vrf, "{e}");
+                }
+            }
         }
         self.listener_task.abort();
         if let Some(bfd) = self.bfd.get() {
@@ -391,6 +728,7 @@ impl Instance {
 /// waits on a session (a full command queue drops the connection: the peer retries), and
 /// what strangers and misconfigured peers cause is logged once per period with a count.
 async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: String) {
+    let vrf_name = vrf_display_name(&vrf);
     let mut accept_errors = LogThrottle::new(LOG_PERIOD);
     let mut gtsm_refusals = LogThrottle::new(LOG_PERIOD);
     let mut busy_sessions = LogThrottle::new(LOG_PERIOD);
@@ -401,7 +739,7 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
             Err(e) => {
                 // EMFILE and the like: wait instead of spinning.
                 if let Some(held) = accept_errors.event(Instant::now()) {
-                    warn!(vrf = %vrf, "accept failed: {e}{}", held_back_note(held));
+                    warn!(vrf = vrf_name, "accept failed: {e}{}", held_back_note(held));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -421,7 +759,7 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
                 // RFC 5082 §3: a GTSM peer's packets must arrive with TTL >= 256 - hops.
                 if let Some(held) = gtsm_refusals.event(now) {
                     warn!(
-                        vrf = %vrf,
+                        vrf = vrf_name, peer = %ip,
                         "refused connection from {ip}: its SYN arrived with TTL {syn_ttl:?}, \
                          ttl_security requires at least {min_ttl} (RFC 5082){}",
                         held_back_note(held)
@@ -429,13 +767,13 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
                 }
             }
             Some((_, tx)) => {
-                debug!(vrf = %vrf, "accepted connection from {ip}");
+                debug!(vrf = vrf_name, peer = %ip, "accepted connection from {ip}");
                 match tx.try_send(SessionCommand::Accepted(stream)) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {
                         if let Some(held) = busy_sessions.event(now) {
                             warn!(
-                                vrf = %vrf,
+                                vrf = vrf_name, peer = %ip,
                                 "closed connection from {ip}: its session has not taken the \
                                  previous ones yet{}",
                                 held_back_note(held)
@@ -450,7 +788,7 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
             None => {
                 if let Some(held) = strangers.event(now) {
                     info!(
-                        vrf = %vrf,
+                        vrf = vrf_name, peer = %ip,
                         "refused connection from unconfigured peer {ip}{}",
                         held_back_note(held)
                     );
@@ -467,17 +805,21 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
 /// with it: one flap at every start (seen in the VM tier against FRR 8.4).
 async fn start_bfd_after_bgp(
     registrar: BfdRegistrar,
-    spec: PeerSpec,
+    spec: Arc<Mutex<PeerSpec>>,
     stats: Arc<PeerStats>,
     session: mpsc::Sender<SessionCommand>,
 ) {
     while stats.established_count.load(Ordering::Relaxed) == 0 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let peer = spec.peer;
-    match registrar.add_peer(spec) {
+    // Registered under the lock a reload's new timers take (`Instance::change_bfd`).
+    let registered = {
+        let spec = spec.lock().unwrap_or_else(PoisonError::into_inner);
+        registrar.add_peer(spec.clone()).map_err(|e| (spec.peer, e))
+    };
+    match registered {
         Ok(link) => follow_bfd(link, session).await,
-        Err(e) => warn!(%peer, "cannot start the BFD session: {e}"),
+        Err((peer, e)) => warn!(%peer, "cannot start the BFD session: {e}"),
     }
 }
 
@@ -499,6 +841,35 @@ async fn follow_bfd(mut link: watch::Receiver<BfdLink>, session: mpsc::Sender<Se
     }
 }
 
+/// A session reset by a reload, with the reason.
+struct Reset(String);
+
+/// Checks what a neighbor's session relies on: the OPEN it would send, its BFD profile.
+fn check_neighbor(
+    router: &Router,
+    n: &Neighbor,
+    router_id: Ipv4Addr,
+    index: u64,
+    config: &config::Config,
+) -> Result<(), String> {
+    let restart = Restart { restart_time: config.graceful_restart.restart_time, restarted: false };
+    fsm_config(router, n, router_id, index, restart)
+        .validate()
+        .map_err(|e| format!("neighbor {}: {e}", n.address))?;
+    bfd_spec(n, config)?;
+    Ok(())
+}
+
+/// Whether two BFD sessions differ in their profile's timers (or its name) only.
+fn only_timers_differ(old: &PeerSpec, new: &PeerSpec) -> bool {
+    let PeerSpec { peer, local, hop, config: _, minimum_ttl, profile: _, auth } = new;
+    old.peer == *peer
+        && old.local == *local
+        && old.hop == *hop
+        && old.minimum_ttl == *minimum_ttl
+        && old.auth == *auth
+}
+
 /// The node's source address towards its first IPv4 neighbor, as FRR would pick an
 /// interface address: `connect` on a UDP socket sends nothing but selects the route.
 fn derive_router_id(router: &Router) -> Option<Ipv4Addr> {
@@ -511,4 +882,43 @@ fn derive_router_id(router: &Router) -> Option<Ipv4Addr> {
             _ => None,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bfd::runtime::Hop;
+    use crate::bfd::session::SessionConfig;
+
+    fn spec(interval_ms: u64, minimum_ttl: u8) -> PeerSpec {
+        let interval = Duration::from_millis(interval_ms);
+        PeerSpec {
+            peer: "10.0.0.1".parse().unwrap(),
+            local: None,
+            hop: Hop::Single,
+            config: SessionConfig {
+                desired_min_tx: interval,
+                required_min_rx: interval,
+                detect_mult: 3,
+                passive: false,
+            },
+            minimum_ttl,
+            profile: "fast".into(),
+            auth: None,
+        }
+    }
+
+    /// A profile's timers change with a Poll Sequence; anything else about the BFD session
+    /// starts it again.
+    #[test]
+    fn only_timer_changes_keep_the_bfd_session() {
+        assert!(only_timers_differ(&spec(300, 254), &spec(200, 254)));
+        let mut renamed = spec(200, 254);
+        renamed.profile = "faster".into();
+        assert!(only_timers_differ(&spec(300, 254), &renamed));
+        assert!(!only_timers_differ(&spec(300, 254), &spec(300, 250)));
+        let mut multihop = spec(300, 254);
+        multihop.hop = Hop::Multi;
+        assert!(!only_timers_differ(&spec(300, 254), &multihop));
+    }
 }

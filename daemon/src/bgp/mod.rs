@@ -10,6 +10,7 @@ pub mod link_local;
 pub mod max_prefix;
 pub mod outbox;
 pub mod policy;
+pub mod reconfigure;
 pub mod rib;
 pub mod rib_task;
 pub mod session;

@@ -5,7 +5,7 @@
 
 use super::announced::{effective_export, AnnouncedSet};
 use super::max_prefix::{PrefixGuard, PrefixLimit, Verdict};
-use super::policy::ExportPolicy;
+use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::view::{Lookup, PathSource, PathView, PeerCounts, RibSummary, RouteView};
 use super::wire::attributes::{Family, PathAttributes};
@@ -55,9 +55,23 @@ enum RibCommand {
     Updates(PeerId, Vec<DecodedUpdate>),
     TakePending(PeerId, oneshot::Sender<Vec<OutboundBatch>>),
     RouteRefresh(PeerId, Family),
+    /// A reload changed the peer's policies: applied live, answered once done.
+    SetPeerPolicy(PeerId, Box<PeerPolicy>, oneshot::Sender<()>),
+    /// A reload changed the instance's settings (`always_block`, multipath): answered once
+    /// applied, so a ROUTE-REFRESH sent after it meets the new settings.
+    SetConfig(Box<RibConfig>, oneshot::Sender<()>),
     Summary(oneshot::Sender<RibSummary>),
     Routes(Family, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
+}
+
+/// The settings of a session that a reload changes without resetting it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerPolicy {
+    pub import: ImportPolicy,
+    /// As configured; the RIB widens it with the announced set.
+    pub export: ExportPolicy,
+    pub max_prefixes: Option<PrefixLimit>,
 }
 
 /// What the RIB task tells a session, without a channel that could be full: the session waits
@@ -97,6 +111,46 @@ struct PeerSide {
     /// `max_prefixes`: counted before an UPDATE reaches the Loc-RIB.
     max_prefixes: Option<PrefixGuard>,
     last_update_applied: Option<std::time::SystemTime>,
+}
+
+impl PeerSide {
+    /// After the peer's count changed (`cut_off`: a new prefix found no room): the warning
+    /// threshold, warning-only, or the Cease (RFC 4486 §4, Maximum Number of Prefixes
+    /// Reached), asked for once through the signal's slot, which keeps it until the session
+    /// takes it.
+    fn observe_count(&mut self, count: u64, cut_off: bool) {
+        let Some(guard) = &mut self.max_prefixes else { return };
+        for verdict in guard.observe(count, cut_off) {
+            match verdict {
+                Verdict::ThresholdReached { count, threshold, limit } => info!(
+                    "the peer has {count} prefixes accepted, at the warning threshold {threshold} \
+                     of max_prefixes {limit}"
+                ),
+                Verdict::ExceededWarningOnly { count, limit } => warn!(
+                    "the peer has {count} prefixes accepted, more than max_prefixes {limit}; \
+                     keeping the session (max_prefixes_warning_only)"
+                ),
+                Verdict::Cease { limit } => self.signal.ask_cease(
+                    super::wire::notification::cease_subcode::MAX_PREFIXES_REACHED,
+                    format!(
+                        "the peer sent more than max_prefixes {limit} prefixes (the first past \
+                         the limit was refused before the RIB)"
+                    ),
+                ),
+            }
+        }
+    }
+
+    /// A reload's new limit: a lower one than the count asks for the Cease at once (as FRR
+    /// does), unless warning-only.
+    fn set_limit(&mut self, limit: Option<PrefixLimit>, count: u64) {
+        if self.max_prefixes.as_ref().map(PrefixGuard::limit) == limit.as_ref() {
+            return;
+        }
+        self.max_prefixes = limit.map(PrefixGuard::new);
+        let over = limit.is_some_and(|l| !l.warning_only && count > u64::from(l.limit));
+        self.observe_count(count, over);
+    }
 }
 
 /// A cheap, cloneable handle to the RIB task.
@@ -142,6 +196,11 @@ impl RibHandle {
         rx.await.map_err(|_| GONE.to_string())
     }
 
+    /// A reload: new instance settings, applied before this returns.
+    pub async fn set_config(&self, config: RibConfig) -> Result<(), String> {
+        self.ask(|r| RibCommand::SetConfig(Box::new(config), r)).await
+    }
+
     pub async fn summary(&self) -> Result<RibSummary, String> {
         self.ask(RibCommand::Summary).await
     }
@@ -165,6 +224,15 @@ impl PeerLink {
     /// The peer sent ROUTE-REFRESH for `family`: queue its Adj-RIB-Out again.
     pub async fn route_refresh(&self, family: Family) {
         let _ = self.tx.send(RibCommand::RouteRefresh(self.id, family)).await;
+    }
+
+    /// A reload changed the session's policies: withdraw what the import policy refuses now,
+    /// re-export under the new export policy, check the new prefix limit. Returns once done.
+    pub async fn set_policy(&self, policy: PeerPolicy) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(RibCommand::SetPeerPolicy(self.id, Box::new(policy), reply)).await.is_ok() {
+            let _ = rx.await;
+        }
     }
 
     pub async fn peer_down(&self) {
@@ -202,7 +270,8 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     let mut rib = Rib::new(config);
     // When no FIB writer listens, skip computing next-hop sets at all.
     rib.set_fib_tracking(setup.fib.is_some());
-    let span = tracing::info_span!("rib", vrf = %setup.vrf);
+    // `vrf` becomes VRF= in the journal (`ops::logging`), "default" as FRR names it.
+    let span = tracing::info_span!("rib", vrf = crate::config::vrf_display_name(&setup.vrf));
     let mut task = RibTask {
         rib,
         peers: HashMap::new(),
@@ -213,7 +282,7 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     };
     let mut announced = setup.announced;
     let current = announced.borrow_and_update().clone();
-    task.set_announced(&current);
+    span.in_scope(|| task.set_announced(&current));
     tokio::spawn(tracing::Instrument::instrument(task.run(rx, announced), span));
     RibHandle { tx }
 }
@@ -316,6 +385,16 @@ impl RibTask {
                     }
                 }
             }
+            RibCommand::SetPeerPolicy(id, policy, reply) => {
+                self.set_peer_policy(id, *policy);
+                let _ = reply.send(());
+            }
+            RibCommand::SetConfig(config, reply) => {
+                let changes = self.rib.set_config(*config);
+                self.wake(&changes.outbound);
+                self.record_fib(changes.fib);
+                let _ = reply.send(());
+            }
             RibCommand::Summary(reply) => {
                 let _ = reply.send(self.summary());
             }
@@ -373,13 +452,10 @@ impl RibTask {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
                     self.record_fib(outcome.changes.fib);
-                    if let Some((prefix, why)) = outcome.rejected.first() {
-                        debug!(peer = ?id, "{} announcement(s) refused by import policy, first: {prefix} ({why})",
-                            outcome.rejected.len());
-                    }
+                    self.log_refused(id, &outcome.rejected);
                 }
                 Err(e) => {
-                    warn!("{e}");
+                    warn!(peer = self.peer_address(id).map(tracing::field::display), "{e}");
                     return;
                 }
             }
@@ -387,6 +463,7 @@ impl RibTask {
                 let mut mp_attrs = attrs;
                 mp_attrs.next_hop = u.mp_next_hop.unwrap_or_default();
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, &mp_attrs, &[]) {
+                    self.log_refused(id, &outcome.rejected);
                     outbound.extend(outcome.changes.outbound);
                     self.record_fib(outcome.changes.fib);
                 }
@@ -400,29 +477,54 @@ impl RibTask {
         let count = self.rib.pfx_received(id) as u64;
         let Some(side) = self.peers.get_mut(&id) else { return };
         side.last_update_applied = Some(std::time::SystemTime::now());
-        let Some(guard) = &mut side.max_prefixes else { return };
-        for verdict in guard.observe(count, cut_off) {
-            match verdict {
-                Verdict::ThresholdReached { count, threshold, limit } => info!(
-                    "the peer has {count} prefixes accepted, at the warning threshold {threshold} \
-                     of max_prefixes {limit}"
-                ),
-                Verdict::ExceededWarningOnly { count, limit } => warn!(
-                    "the peer has {count} prefixes accepted, more than max_prefixes {limit}; \
-                     keeping the session (max_prefixes_warning_only)"
-                ),
-                Verdict::Cease { limit } => {
-                    // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached. The slot keeps
-                    // the request until the session takes it.
-                    side.signal.ask_cease(
-                        super::wire::notification::cease_subcode::MAX_PREFIXES_REACHED,
-                        format!(
-                            "the peer sent more than max_prefixes {limit} prefixes (the first \
-                             past the limit was refused before the RIB)"
-                        ),
-                    );
+        side.observe_count(count, cut_off);
+    }
+
+    /// A reload's new policies for one established session, applied without a reset: what the
+    /// import policy refuses now is withdrawn (what it newly allows comes with the peer's
+    /// answer to ROUTE-REFRESH), the export policy is re-applied to the whole table (new
+    /// UPDATEs for what changed), and the prefix limit is checked against the new value.
+    fn set_peer_policy(&mut self, id: PeerId, policy: PeerPolicy) {
+        let Some(address) = self.rib.peer_info(id).map(|info| info.address) else { return };
+        let mut outbound = BTreeSet::new();
+        let import_changed = self.rib.peer_info(id).is_some_and(|i| i.import != policy.import);
+        if import_changed {
+            match self.rib.set_import_policy(id, policy.import) {
+                Ok(changes) => {
+                    outbound.extend(changes.outbound);
+                    self.record_fib(changes.fib);
                 }
+                Err(e) => warn!("import policy for peer {address}: {e}"),
             }
+        }
+        let export = effective_export(&policy.export, &self.announced, address);
+        self.base_export.insert(id, policy.export);
+        if self.rib.peer_info(id).is_some_and(|info| info.export != export) {
+            match self.rib.set_export_policy(id, export) {
+                Ok(changes) => outbound.extend(changes.outbound),
+                Err(e) => warn!("export policy for peer {address}: {e}"),
+            }
+        }
+        self.wake(&outbound);
+        let accepted = self.rib.accepted_count(id) as u64;
+        if let Some(side) = self.peers.get_mut(&id) {
+            side.set_limit(policy.max_prefixes, accepted);
+        }
+    }
+
+    fn peer_address(&self, id: PeerId) -> Option<IpAddr> {
+        self.rib.peer_info(id).map(|info| info.address)
+    }
+
+    /// The first announcement import policy refused, with the peer and the prefix as fields
+    /// (`PEER=`, `PREFIX=` in the journal).
+    fn log_refused(&self, id: PeerId, rejected: &[(IpNet, impl std::fmt::Display)]) {
+        if let Some((prefix, why)) = rejected.first() {
+            debug!(
+                peer = self.peer_address(id).map(tracing::field::display), prefix = %prefix,
+                "{} announcement(s) refused by import policy, first: {prefix} ({why})",
+                rejected.len()
+            );
         }
     }
 
@@ -448,12 +550,14 @@ impl RibTask {
         let new: Vec<IpNet> =
             announced.keys().filter(|p| !self.announced.contains_key(*p)).copied().collect();
         for prefix in gone {
+            info!(prefix = %prefix, "no longer originated");
             let changes = self.rib.withdraw_local(prefix);
             outbound.extend(changes.outbound);
             // A learned path may now be best for a prefix we stopped originating.
             self.record_fib(changes.fib);
         }
         for prefix in new {
+            info!(prefix = %prefix, "originated");
             let changes = self.rib.originate(prefix, &PathAttributes::default());
             outbound.extend(changes.outbound);
             self.record_fib(changes.fib);
@@ -470,7 +574,7 @@ impl RibTask {
             }
             match self.rib.set_export_policy(id, export) {
                 Ok(changes) => outbound.extend(changes.outbound),
-                Err(e) => warn!("announced routes for peer {address}: {e}"),
+                Err(e) => warn!(peer = %address, "announced routes for peer {address}: {e}"),
             }
         }
         self.wake(&outbound);
@@ -497,9 +601,13 @@ impl RibTask {
                     accepted: self.rib.pfx_received(id) as u64,
                     sent: self.rib.pfx_sent(id) as u64,
                     last_update_applied: self.peers.get(&id).and_then(|s| s.last_update_applied),
-                    over_limit: self.peers.get(&id).and_then(|s| s.max_prefixes.as_ref()).is_some_and(
-                        |g| self.rib.pfx_received(id) as u64 > u64::from(g.limit().limit),
-                    ),
+                    over_limit: self
+                        .peers
+                        .get(&id)
+                        .and_then(|s| s.max_prefixes.as_ref())
+                        .is_some_and(|g| {
+                            self.rib.pfx_received(id) as u64 > u64::from(g.limit().limit)
+                        }),
                 },
             );
         }

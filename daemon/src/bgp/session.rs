@@ -16,24 +16,26 @@ use super::max_prefix::PrefixLimit;
 use super::outbox::Outbox;
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::PeerInfo;
-use super::rib_task::{PeerLink, PeerSignal, RibHandle};
+use super::rib_task::{PeerLink, PeerPolicy, PeerSignal, RibHandle};
 use super::stats::PeerStats;
 use super::transport::{self, TransportOptions};
 use super::wire::attr_codec::EncodeContext;
 use super::wire::attributes::Family;
-use super::wire::message::{decode_message, frame_len, Message};
+use super::wire::message::{
+    decode_message, encode_route_refresh, frame_len, Message, RouteRefresh,
+};
 use super::wire::notification::Notification;
 use super::wire::packer::{end_of_rib, pack_announcements, pack_withdrawals};
 use super::wire::rfc7606::UPDATE_MESSAGE_ERROR;
 use super::wire::update::{decode_update, UpdateContext};
+use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
-use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn, Instrument};
 
 /// Messages to a session task.
@@ -49,6 +51,21 @@ pub enum SessionCommand {
     /// The neighbor's BFD session changed (RFC 5882 §4.3): Down stops BGP at once with
     /// Cease/"BFD Down" (RFC 9384) and holds it down; Up lets it start again.
     BfdState { up: bool },
+    /// A reload: new policies (`None`: unchanged) applied without a reset, and with `refresh`
+    /// the peer asked to send its routes again because import now allows more.
+    Reconfigure { policy: Option<PeerPolicy>, refresh: bool, reply: oneshot::Sender<LiveOutcome> },
+}
+
+/// What [`SessionCommand::Reconfigure`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveOutcome {
+    /// Applied to the established session; `refreshed` when ROUTE-REFRESH went out.
+    Applied { refreshed: bool },
+    /// The session is not established: the new policies apply when it comes up.
+    NotEstablished,
+    /// The peer cannot resend its routes (it did not advertise route refresh), so the session
+    /// was reset to learn them again under the new policy; the reason says so.
+    Reset(String),
 }
 
 /// RFC 9384 §2: Cease subcode 10, "BFD Down".
@@ -114,7 +131,10 @@ pub fn spawn(
     stats: Arc<PeerStats>,
 ) -> mpsc::Sender<SessionCommand> {
     let (tx, rx) = mpsc::channel(16);
-    let span = tracing::info_span!("peer", addr = %params.remote.ip());
+    // `peer` and `vrf` become PEER= and VRF= on every event of the session in the journal
+    // (`ops::logging`), so `journalctl PEER=192.0.2.1` shows one neighbor's story.
+    let vrf = params.transport.device.as_deref().unwrap_or("default");
+    let span = tracing::info_span!("session", peer = %params.remote.ip(), vrf);
     let helper = graceful_restart::Helper::new(params.graceful_restart, params.stale_path_time);
     let session = Session {
         params,
@@ -147,6 +167,8 @@ struct EstablishedState {
     families: Vec<Family>,
     /// End-of-RIB (RFC 4724 §2) goes out once, after the initial table.
     eor_sent: bool,
+    /// The peer advertised the Route Refresh capability (RFC 2918 §2).
+    route_refresh: bool,
 }
 
 struct Session {
@@ -261,6 +283,10 @@ impl Session {
                         info!("BFD up again: restarting the session");
                         self.apply(Event::ManualStart).await;
                     }
+                }
+                Wake::Command(Some(SessionCommand::Reconfigure { policy, refresh, reply })) => {
+                    let outcome = self.reconfigure(policy, refresh).await;
+                    let _ = reply.send(outcome);
                 }
                 Wake::Read(i, ev) => self.on_read(i, ev).await,
                 Wake::Deadline => {
@@ -453,7 +479,10 @@ impl Session {
                                     .treat_as_withdraw
                                     .as_ref()
                                     .map(|p| ("treat-as-withdraw", p))
-                                    .or(decoded.discarded.first().map(|p| ("attribute discarded", p)));
+                                    .or(decoded
+                                        .discarded
+                                        .first()
+                                        .map(|p| ("attribute discarded", p)));
                                 if let Some((what, problem)) = first {
                                     warn!(
                                         attribute = problem.type_code,
@@ -639,10 +668,58 @@ impl Session {
             encode: EncodeContext { four_octet_as: negotiated.four_octet_as },
             families: negotiated.families,
             eor_sent: false,
+            route_refresh: negotiated.route_refresh,
         });
         self.graceful_restart(actions).await;
         self.pending_out = true;
         self.flush_outbound().await;
+    }
+
+    /// A reload's new policies, applied without a reset. The session's own copy changes (for
+    /// when it next comes up); an established session also hands them to the RIB. When import
+    /// now allows more, the peer is asked to send its routes again (RFC 2918 §3: only to a
+    /// peer that advertised the capability); one that cannot is reset instead, as the routes
+    /// the old policy refused were not kept.
+    async fn reconfigure(&mut self, policy: Option<PeerPolicy>, refresh: bool) -> LiveOutcome {
+        if let Some(policy) = &policy {
+            self.params.import = policy.import.clone();
+            self.params.export = policy.export.clone();
+            self.params.max_prefixes = policy.max_prefixes;
+        }
+        let Some(est) = &self.established else { return LiveOutcome::NotEstablished };
+        if refresh && !est.route_refresh {
+            let reason = "the import policy now accepts more and the peer did not advertise \
+                          route refresh (RFC 2918), so it cannot send its routes again"
+                .to_string();
+            warn!("resetting the session: {reason}");
+            // RFC 4486 §4: Cease, Other Configuration Change.
+            let stop = Event::ManualStop { subcode: 6, reason: "configuration changed".into() };
+            self.apply(stop).await;
+            self.apply(Event::ManualStart).await;
+            return LiveOutcome::Reset(reason);
+        }
+        if let Some(policy) = policy {
+            est.link.set_policy(policy).await;
+        }
+        if !refresh {
+            return LiveOutcome::Applied { refreshed: false };
+        }
+        let Some(conn) = self.conns.iter().find(|c| c.id == est.conn) else {
+            return LiveOutcome::NotEstablished;
+        };
+        let mut messages = Vec::new();
+        for family in &est.families {
+            // RFC 2918 §3: AFI, a reserved octet (0: a plain request), SAFI.
+            let request =
+                RouteRefresh { afi: family.afi as u16, subtype: 0, safi: family.safi as u8 };
+            let mut message = Vec::new();
+            encode_route_refresh(&request, &mut message);
+            self.stats.count_sent(&message);
+            messages.extend(message);
+        }
+        conn.outbox.push(messages);
+        info!("import policy changed: ROUTE-REFRESH sent for {:?}", est.families);
+        LiveOutcome::Applied { refreshed: true }
     }
 
     async fn session_down(&mut self, cause: DownCause) {

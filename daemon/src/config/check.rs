@@ -5,7 +5,7 @@
 //! A check that fails records a [`ConfigError`] at the value's position and returns `None`;
 //! the caller leaves the value out and goes on, so every problem in a file is reported at once.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::path::Path;
 use std::str::FromStr;
@@ -138,6 +138,29 @@ impl<'s, 'e> Checker<'s, 'e> {
                 None
             }
         }
+    }
+
+    /// A TCP address to listen on: an IP address and a port other than 0 (a scraper must know
+    /// where to connect, so the kernel may not pick the port).
+    pub fn listen_address(&mut self, value: &S<String>, field: &str) -> Option<SocketAddr> {
+        let text = value.get_ref().trim();
+        let Ok(address) = SocketAddr::from_str(text) else {
+            let hint = if IpAddr::from_str(text).is_ok() {
+                format!(
+                    "\"{text}\" has no port; write e.g. \"{}\"",
+                    SocketAddr::new(IpAddr::from_str(text).ok()?, 9181)
+                )
+            } else {
+                format!("\"{text}\" is not an address and port; write e.g. \"127.0.0.1:9181\" or \"[::1]:9181\"")
+            };
+            self.fail(value, field, hint);
+            return None;
+        };
+        if address.port() == 0 {
+            self.fail(value, field, format!("port 0 lets the kernel pick a port nobody knows; write a fixed one such as \"{}\"", SocketAddr::new(address.ip(), 9181)));
+            return None;
+        }
+        Some(address)
     }
 
     /// A VRF device name ("" is the default VRF and is the caller's to accept).

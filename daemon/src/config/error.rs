@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 ///
 /// `line` and `column` are 1-based (columns count characters). An error about a whole file
 /// (unreadable, missing) has `line == 0` and `column == 0`, and `Display` leaves them out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ConfigError {
     pub file: PathBuf,
     pub line: usize,

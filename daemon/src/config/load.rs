@@ -8,7 +8,7 @@ use super::merge::merge;
 use super::model::Config;
 use super::raw::RawFile;
 use super::source::SourceText;
-use super::validate::{validate_file, Fragment};
+use super::validate::{validate_file, Fragment, TimerDefaults};
 use crate::config::announce::Labels;
 
 /// The node's labels as the TOML fragments give them (plus `kubernetes.io/hostname`), for
@@ -120,7 +120,9 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
             continue;
         }
         match toml::from_str::<RawFile>(text) {
-            Ok(raw) => slots.push(vec![validate_file(&source, raw, &mut errors)]),
+            Ok(raw) => {
+                slots.push(vec![validate_file(&source, raw, TimerDefaults::Node, &mut errors)])
+            }
             Err(error) => {
                 errors.push(source.toml_error(&error));
                 slots.push(Vec::new());

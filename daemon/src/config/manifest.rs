@@ -36,7 +36,7 @@ use serde_norway::{Mapping, Value};
 use super::error::ConfigError;
 use super::raw::RawFile;
 use super::source::SourceText;
-use super::validate::{validate_file, Fragment};
+use super::validate::{validate_file, Fragment, TimerDefaults};
 use crate::config::announce::{Labels, PeerName, RouterLabels};
 use crate::config::selector::{LabelSelector, Operator, Requirement};
 
@@ -588,7 +588,7 @@ impl Document<'_> {
         let source = SourceText::new(self.path, &text);
         let mut errors = Vec::new();
         let fragment = match toml::from_str::<RawFile>(&text) {
-            Ok(raw) => Some(validate_file(&source, raw, &mut errors)),
+            Ok(raw) => Some(validate_file(&source, raw, TimerDefaults::Upstream, &mut errors)),
             Err(error) => {
                 errors.push(source.toml_error(&error));
                 None
@@ -1155,5 +1155,62 @@ spec:
             errors[0].line >= 1 && errors[0].message.starts_with("not valid YAML"),
             "{errors:?}"
         );
+    }
+
+    /// A neighbor that leaves its timers out gets MetalLB's and frr-k8s's defaults (FRR's
+    /// built-in keepalive 60 s, hold 180 s, connect 120 s); one of hold and keepalive derives the
+    /// other as MetalLB does; a TOML neighbor keeps uplink's 90 s / 30 s / 5 s.
+    #[test]
+    fn manifest_neighbors_get_upstream_timer_defaults() {
+        use std::time::Duration;
+        let secs = Duration::from_secs;
+        let peer = |name: &str, address: &str, timers: &str| {
+            format!(
+                "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {{name: {name}}}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: {address}\n{timers}---\n"
+            )
+        };
+        let frr = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: f}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 10.0.0.5\n        asn: 65102\n";
+        let yaml = [
+            peer("plain", "10.0.0.1", ""),
+            peer("hold", "10.0.0.2", "  holdTime: 90s\n"),
+            peer("keepalive", "10.0.0.3", "  keepaliveTime: 20s\n"),
+            peer("both", "10.0.0.4", "  holdTime: 30s\n  keepaliveTime: 10s\n  connectTime: 7s\n"),
+            frr.to_string(),
+        ]
+        .concat();
+        let toml = "[[bgp.routers]]\nasn = 65801\n[[bgp.routers.neighbors]]\naddress = \"10.0.0.9\"\nasn = 65102\n";
+        let config = load(toml, &[(PathBuf::from("conf.d/peers.yaml"), yaml)])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let timers = |address: &str| {
+            let n = config.bgp.routers[0]
+                .neighbors
+                .iter()
+                .find(|n| n.address == ip(address))
+                .unwrap_or_else(|| panic!("no neighbor {address}"));
+            (n.hold_time, n.keepalive_time, n.connect_time)
+        };
+        assert_eq!(timers("10.0.0.9"), (secs(90), secs(30), secs(5)), "TOML: uplink's");
+        assert_eq!(timers("10.0.0.1"), (secs(180), secs(60), secs(120)), "BGPPeer: upstream's");
+        assert_eq!(timers("10.0.0.5"), (secs(180), secs(60), secs(120)), "FRRConfiguration");
+        assert_eq!(timers("10.0.0.2"), (secs(90), secs(30), secs(120)), "keepalive = hold / 3");
+        assert_eq!(timers("10.0.0.3"), (secs(60), secs(20), secs(120)), "hold = 3 × keepalive");
+        assert_eq!(timers("10.0.0.4"), (secs(30), secs(10), secs(7)), "as written");
+    }
+
+    /// The same neighbor in a TOML file and a manifest, timers left out in both: the defaults
+    /// differ, and the error says so instead of pointing at a value nobody wrote.
+    #[test]
+    fn a_neighbor_in_toml_and_a_manifest_with_different_default_timers_is_explained() {
+        let toml = "[[bgp.routers]]\nasn = 65801\n[[bgp.routers.neighbors]]\naddress = \"10.0.0.1\"\nasn = 65102\nto_receive = { allowed = { mode = \"all\" } }\n";
+        let yaml = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: p}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  disableMP: true\n";
+        let errors = load(toml, &[(PathBuf::from("conf.d/peer.yaml"), yaml.to_string())])
+            .expect_err("the defaults differ");
+        let text = errors.to_string();
+        assert!(text.contains("hold_time") || text.contains("holdTime"), "{text}");
+        assert!(text.contains("neither file sets it"), "{text}");
+        // Written the same in both, they merge.
+        let yaml = yaml
+            .replace("disableMP: true\n", "disableMP: true\n  holdTime: 90s\n  connectTime: 5s\n");
+        load(toml, &[(PathBuf::from("conf.d/peer.yaml"), yaml)]).unwrap_or_else(|e| panic!("{e}"));
     }
 }

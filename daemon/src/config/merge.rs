@@ -3,7 +3,7 @@
 //! exact rule.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use ipnet::IpNet;
@@ -13,8 +13,8 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, Neighbor, ReceivePolicy,
-    RemoteAsn, Router,
+    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MetricsConfig, Neighbor,
+    ReceivePolicy, RemoteAsn, Router,
 };
 use super::validate::{
     vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
@@ -36,6 +36,7 @@ pub(crate) fn merge(
     let mut profiles: Vec<BfdProfileFragment> = Vec::new();
     let mut always_block = BTreeSet::new();
     let mut nexthop_objects: Option<(bool, Loc)> = None;
+    let mut metrics_listen: Option<(SocketAddr, Loc)> = None;
     let mut drain_time: Option<(Duration, Loc)> = None;
     let mut restart_time: Option<(Duration, Loc)> = None;
     let mut stale_path_time: Option<(Duration, Loc)> = None;
@@ -64,6 +65,7 @@ pub(crate) fn merge(
             "graceful_restart.select_defer_time",
             errors,
         );
+        node_setting(&mut metrics_listen, fragment.metrics_listen, "metrics.listen", errors);
         for profile in fragment.bfd_profiles {
             merge_bfd_profile(&mut profiles, profile, errors);
         }
@@ -81,6 +83,7 @@ pub(crate) fn merge(
         bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
         always_block: always_block.into_iter().collect(),
         fib: FibConfig { nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on) },
+        metrics: MetricsConfig { listen: metrics_listen.map(|(address, _)| address) },
         drain_time: drain_time.map_or(DEFAULT_DRAIN_TIME, |(d, _)| d),
         graceful_restart: GracefulRestartConfig {
             restart_time: restart_time.map_or(DEFAULT_RESTART_TIME, |(d, _)| d),
@@ -132,6 +135,12 @@ impl Written for bool {
 impl Written for Duration {
     fn written(&self) -> String {
         format!("\"{}\"", format_duration(*self))
+    }
+}
+
+impl Written for SocketAddr {
+    fn written(&self) -> String {
+        format!("\"{self}\"")
     }
 }
 
@@ -378,10 +387,21 @@ fn merge_neighbor(
         for (name, here, there) in differences {
             let loc = incoming.loc_of(name);
             let there_loc = existing.loc_of(name);
+            // Only defaults differ: a manifest's neighbor gets upstream's timers, a TOML one
+            // uplink's (`TimerDefaults`).
+            let defaults_differ =
+                is_timer(name) && !existing.written(name) && !incoming.written(name);
+            let hint = if defaults_differ {
+                " (neither file sets it: a Kubernetes manifest's neighbor gets MetalLB's and \
+                 frr-k8s's defaults, hold 3m/keepalive 1m/connect 2m, a TOML neighbor uplink's, \
+                 1m30s/30s/5s; set it in both)"
+            } else {
+                ""
+            };
             errors.push(loc.error(
                 format!("{}.{name}", incoming.field),
                 format!(
-                    "neighbor {} has {here} here but {there} at {there_loc} ({}); a file may add neighbors, \
+                    "neighbor {} has {here} here but {there} at {there_loc} ({}){hint}; a file may add neighbors, \
                      prefixes and filters but not change a neighbor's session settings — make them equal",
                     incoming.neighbor.address, existing.field
                 ),
@@ -404,6 +424,10 @@ fn merge_neighbor(
     if !current.sources.iter().any(|s| s == file) {
         current.sources.push(file.to_path_buf());
     }
+}
+
+fn is_timer(name: &str) -> bool {
+    matches!(name, "hold_time" | "keepalive_time" | "connect_time")
 }
 
 fn union_receive(a: &ReceivePolicy, b: &ReceivePolicy) -> ReceivePolicy {
@@ -682,6 +706,24 @@ bfd_profile = "tor"
             1,
             "fib.nexthop_objects",
             &["true here", "false at a.toml:1:1"],
+        );
+    }
+
+    #[test]
+    fn metrics_listen_off_by_default_and_two_files_must_agree() {
+        assert_eq!(load_two(A, B).unwrap().metrics.listen, None);
+        let on = "[metrics]\nlisten = \"127.0.0.1:9181\"\n";
+        let listen = Some("127.0.0.1:9181".parse().unwrap());
+        assert_eq!(load_two(A, on).unwrap().metrics.listen, listen);
+        assert_eq!(load_two(on, on).unwrap().metrics.listen, listen);
+        let error = only_error(on, "\n[metrics]\nlisten = \"[::1]:9181\"\n");
+        assert_at(
+            &error,
+            "b.toml",
+            3,
+            10,
+            "metrics.listen",
+            &["\"[::1]:9181\" here", "\"127.0.0.1:9181\" at a.toml:2:10"],
         );
     }
 

@@ -33,6 +33,8 @@
 //! - **BFD profiles** are identified by `name`; identical copies are fine, different settings under
 //!   one name conflict (as in frr-k8s); one name twice in one file is an error.
 //! - **`always_block`** is unioned.
+//! - **`[fib] nexthop_objects`** and **`[metrics] listen`** are node-wide: files that set them
+//!   must agree.
 //!
 //! A conflict error points at the later file and names the earlier file, line and column.
 //! Cross-references are checked on the merged result, so a fragment may use a BFD profile or a
@@ -41,7 +43,9 @@
 //! advertised to that neighbor, and `bfd_profile` must name a defined profile. These checks are
 //! skipped while other errors exist, so a value already rejected does not also show as dangling.
 //!
-//! Defaults: `port` 179, `hold_time` 90s, `keepalive_time` hold/3, `connect_time` 5s,
+//! Defaults: `port` 179, `hold_time` 90s, `keepalive_time` hold/3, `connect_time` 5s (in TOML
+//! files; a manifest's neighbor gets MetalLB's and frr-k8s's 180s, 60s and 120s, see
+//! `validate::TimerDefaults`),
 //! `maximum_paths` 64, `multipath_relax` true, `install` true, `table` none (main for the default
 //! VRF, the VRF device's table otherwise), `metric` 20 (FRR's), `families` the family of `address`, filters
 //! `mode = "filtered"` with nothing listed (send and accept nothing). BFD: intervals 300ms, echo
@@ -72,8 +76,8 @@ pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, 
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
-    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MaxPrefixes, Neighbor, Password, PrefixMatch,
-    ReceivePolicy, RemoteAsn, Router,
+    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MaxPrefixes, MetricsConfig,
+    Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

@@ -5,7 +5,7 @@
 //! prefix sets) so that two loads of the same files compare equal and diffs stay small.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ pub struct Config {
     /// Prefixes never accepted from any peer, whatever a neighbor's `to_receive` says.
     pub always_block: Vec<IpNet>,
     pub fib: FibConfig,
+    pub metrics: MetricsConfig,
     /// How long `uplink drain` (and a shutdown) announces GRACEFUL_SHUTDOWN (RFC 8326) before
     /// it withdraws the service addresses.
     #[serde(serialize_with = "duration::serialize")]
@@ -60,6 +61,16 @@ pub enum GracefulRestartMode {
     Enabled,
 }
 
+impl std::fmt::Display for GracefulRestartMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GracefulRestartMode::Disabled => "disabled",
+            GracefulRestartMode::Helper => "helper only",
+            GracefulRestartMode::Enabled => "enabled",
+        })
+    }
+}
+
 impl GracefulRestartMode {
     pub fn helps(self) -> bool {
         self != GracefulRestartMode::Disabled
@@ -68,6 +79,13 @@ impl GracefulRestartMode {
     pub fn restarts(self) -> bool {
         self == GracefulRestartMode::Enabled
     }
+}
+
+/// The Prometheus endpoint (`[metrics]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MetricsConfig {
+    /// Where `GET /metrics` is served; `None` (the default) serves nothing.
+    pub listen: Option<SocketAddr>,
 }
 
 /// Node-wide graceful restart timers (RFC 4724); FRR's names and defaults.

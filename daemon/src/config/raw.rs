@@ -27,6 +27,7 @@ pub(crate) struct RawFile {
     #[serde(default)]
     pub always_block: Vec<S<String>>,
     pub fib: Option<S<RawFib>>,
+    pub metrics: Option<S<RawMetrics>>,
     /// How long `uplink drain` announces GRACEFUL_SHUTDOWN before withdrawing the VIPs.
     pub drain_time: Option<S<RawDuration>>,
     /// Node-wide graceful restart timers (RFC 4724); neighbors opt in with
@@ -70,6 +71,14 @@ pub(crate) struct RawFib {
     /// `false`: never use kernel nexthop objects, install ECMP routes with RTA_MULTIPATH
     /// (FRR: `no zebra nexthop kernel enable`).
     pub nexthop_objects: Option<bool>,
+}
+
+/// `[metrics]`: the Prometheus endpoint (off unless `listen` is set).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [metrics] table")]
+pub(crate) struct RawMetrics {
+    /// `"127.0.0.1:9181"`: where `GET /metrics` is served.
+    pub listen: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

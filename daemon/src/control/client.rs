@@ -24,14 +24,17 @@ pub fn call_waiting(
             socket.display()
         )
     })?;
-    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1))));
     let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
     line.push('\n');
     stream.write_all(line.as_bytes()).map_err(|e| format!("{}: {e}", socket.display()))?;
     let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .map_err(|e| format!("{}: {e}", socket.display()))?;
+    BufReader::new(stream).read_line(&mut answer).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "no answer from uplink within {timeout:?} (it may still be working on the request)"
+        ),
+        _ => format!("{}: {e}", socket.display()),
+    })?;
     match serde_json::from_str::<Response>(&answer) {
         Ok(Response::Ok(v)) => Ok(v),
         Ok(Response::Error(e)) => Err(e),

@@ -10,8 +10,9 @@ use super::protocol::Request;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
+use crate::netconf::gate::GateView;
 use crate::ops::drain::DrainHandle;
-use crate::reload::InstanceList;
+use crate::reload::{InstanceList, ReloadHandle};
 
 /// What a control request may read or act on. Cheap to clone: handles and `watch` receivers.
 #[derive(Clone)]
@@ -24,20 +25,29 @@ pub struct Context {
     pub fib: Fib,
     /// `uplink drain` / `undrain` (`crate::ops::drain`).
     pub drain: DrainHandle,
+    /// Runs a reload and hands back its outcome.
+    pub reload: ReloadHandle,
+    /// Routers waiting for their VRF device, and the kernel's view of the node.
+    pub network: GateView,
 }
 
 /// Answers one request.
 pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
-    let instances = ctx.instances.borrow().clone();
+    // A snapshot only for the requests that read it: a reload waits for the instances it
+    // stops to be let go.
+    let instances = || ctx.instances.borrow().clone();
     match request {
-        Request::BgpSummary { vrf } => super::bgp::summary_json(&instances, &vrf).await,
+        Request::BgpSummary { vrf } => {
+            let answer = super::bgp::summary_json(&instances(), &vrf).await;
+            super::waiting::summary(answer, &instances(), &ctx.network, &vrf)
+        }
         Request::BgpNeighbors { vrf, address } => {
-            super::bgp::neighbors_json(&instances, &vrf, address.as_deref()).await
+            super::bgp::neighbors_json(&instances(), &vrf, address.as_deref()).await
         }
         Request::BgpRoutes { vrf, family, prefix } => {
-            super::bgp::routes_json(&instances, &vrf, family, prefix.as_deref()).await
+            super::bgp::routes_json(&instances(), &vrf, family, prefix.as_deref()).await
         }
-        Request::BfdPeers { vrf } => super::bfd::peers(&instances, &vrf).await,
+        Request::BfdPeers { vrf } => super::bfd::peers(&instances(), &vrf).await,
         Request::Fib { vrf } => super::fib::show(&ctx.fib, &vrf).await,
         Request::Announcements { vrf } => {
             let config = ctx.running.borrow().clone();
@@ -59,6 +69,10 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             let outcome = ctx.drain.undrain().await?;
             Ok(serde_json::json!({ "drain": outcome }))
         }
-        Request::Ready => Ok(super::bgp::ready_json(&instances)),
+        Request::Ready => Ok(super::bgp::ready_json(&instances())),
+        Request::Reload => {
+            let outcome = ctx.reload.reload().await?;
+            serde_json::to_value(outcome).map_err(|e| e.to_string())
+        }
     }
 }

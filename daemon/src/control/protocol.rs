@@ -80,6 +80,9 @@ pub enum Request {
     /// `uplink wait-ready`: per configured session, whether it is Established and End-of-RIB
     /// went both ways (RFC 4724 §2).
     Ready,
+    /// `uplink reload`: re-read the config, apply what changed, answer with what was done
+    /// (`reload::ReloadOutcome`), or why the config was rejected.
+    Reload,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

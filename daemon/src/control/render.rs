@@ -18,6 +18,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::Fib { .. } => fib,
         Request::Drain { .. } | Request::Undrain => return drain(value),
         Request::Ready => return ready(value),
+        Request::Reload => return reload(value),
     };
     let all = match request {
         Request::BgpSummary { vrf }
@@ -29,7 +30,8 @@ pub fn text(request: &Request, value: &Value) -> String {
         | Request::RunningConfig
         | Request::Drain { .. }
         | Request::Undrain
-        | Request::Ready => false,
+        | Request::Ready
+        | Request::Reload => false,
     };
     if all {
         let mut out = String::new();
@@ -43,6 +45,77 @@ pub fn text(request: &Request, value: &Value) -> String {
     }
 }
 
+/// `uplink reload`: what was applied, router by router and neighbor by neighbor; or why the
+/// config was rejected (the same file:line:column lines as `uplink check`).
+fn reload(v: &Value) -> String {
+    let mut out = String::new();
+    if v["applied"] != Value::Bool(true) {
+        let _ = writeln!(out, "reload of {} rejected; nothing changed:", s(&v["config"]));
+        for e in v["config_errors"].as_array().into_iter().flatten() {
+            let mut line = s(&e["file"]);
+            if e["line"].as_u64().unwrap_or(0) > 0 {
+                let _ = write!(line, ":{}:{}", e["line"], e["column"]);
+            }
+            if !s(&e["field"]).is_empty() {
+                let _ = write!(line, ": {}", s(&e["field"]));
+            }
+            let _ = writeln!(out, "{line}: {}", s(&e["message"]));
+        }
+        if !v["error"].is_null() {
+            let _ = writeln!(out, "{}", s(&v["error"]));
+        }
+        return out;
+    }
+    let _ = writeln!(out, "reloaded {} in {} ms", s(&v["config"]), v["duration_ms"]);
+    for note in v["node"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "node: {}", s(note));
+    }
+    for r in v["routers"].as_array().into_iter().flatten() {
+        let _ = write!(out, "router {} (vrf {}): {}", r["asn"], s(&r["vrf"]), s(&r["action"]));
+        match r["reason"].as_str() {
+            Some(reason) => {
+                let _ = writeln!(out, ": {reason}");
+            }
+            None => out.push('\n'),
+        }
+        for setting in r["settings"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}", s(setting));
+        }
+        let list = |key: &str| r[key].as_array().into_iter().flatten();
+        for address in list("added") {
+            let _ = writeln!(out, "  neighbor {}: added", s(address));
+        }
+        for address in list("removed") {
+            let _ = writeln!(out, "  neighbor {}: removed", s(address));
+        }
+        for reset in list("reset") {
+            let _ = writeln!(
+                out,
+                "  neighbor {}: reset: {}",
+                s(&reset["address"]),
+                s(&reset["reason"])
+            );
+        }
+        for update in list("updated") {
+            let applied: Vec<String> =
+                update["applied"].as_array().into_iter().flatten().map(s).collect();
+            let _ = writeln!(
+                out,
+                "  neighbor {}: updated live: {}",
+                s(&update["address"]),
+                applied.join("; ")
+            );
+        }
+        for note in list("deferred") {
+            let _ = writeln!(out, "  not done: {}", s(note));
+        }
+        if r["unchanged"].as_u64().unwrap_or(0) > 0 {
+            let _ = writeln!(out, "  {} neighbor(s) unchanged", r["unchanged"]);
+        }
+    }
+    out
+}
+
 fn s(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -52,6 +125,9 @@ fn s(v: &Value) -> String {
 }
 
 fn summary(v: &Value, _vrf: &str) -> String {
+    if let Some(waiting) = super::waiting::render_waiting(v) {
+        return waiting;
+    }
     let mut out = String::new();
     for (key, title) in [("ipv4Unicast", "IPv4 Unicast"), ("ipv6Unicast", "IPv6 Unicast")] {
         let Some(f) = v.get(key) else { continue };
@@ -92,7 +168,11 @@ fn summary(v: &Value, _vrf: &str) -> String {
                 s(&p["pfxSnt"]),
             );
         }
-        let _ = writeln!(out, "\nTotal number of neighbors {}\n", s(&f["totalPeers"]));
+        let _ = writeln!(out, "\nTotal number of neighbors {}", s(&f["totalPeers"]));
+        if let Some(peers) = f["peers"].as_object() {
+            out.push_str(&super::waiting::render_waiting_peers(peers));
+        }
+        out.push('\n');
     }
     if out.is_empty() {
         out.push_str("No BGP neighbors found\n");

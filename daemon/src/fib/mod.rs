@@ -9,13 +9,15 @@
 //! A monitor thread feeds it link, address, route and nexthop notifications, minus our echoes.
 //!
 //! Modules: `msg` (message layouts), `kernel` (sockets), `groups` (nexthop/group refcounts),
-//! `resolve` (next-hop reachability), `writer` (the state machine and its thread).
+//! `resolve` (next-hop reachability), `writer` (the state machine and its thread), `stats`
+//! (its counters, read by the metrics endpoint without asking the writer).
 
 pub mod groups;
 pub mod kernel;
 pub mod msg;
 pub mod resolve;
 pub mod route;
+pub mod stats;
 mod writer;
 
 use crate::config::Router;
@@ -110,6 +112,15 @@ pub struct Fib {
     instances: Arc<RwLock<Vec<FibSlot>>>,
     /// The kernel held routes of a previous run at start, and they were kept.
     previous_run_kept: bool,
+    stats: Arc<stats::FibStats>,
+}
+
+/// How many routes one instance holds in each state, read from the writer's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibRouteCounts {
+    pub config: FibInstanceConfig,
+    /// Installed, pending, failed.
+    pub routes: [(stats::RouteState, u64); 3],
 }
 
 /// One instance's channel to the writer.
@@ -170,7 +181,9 @@ pub fn start(
             }
         })
         .map_err(|e| format!("cannot start the FIB monitor thread: {e}"))?;
-    let writer = Writer::new(kernel, instances.clone(), nexthop_objects, keep_previous);
+    let stats = Arc::new(stats::FibStats::default());
+    let writer =
+        Writer::new(kernel, instances.clone(), nexthop_objects, keep_previous, Arc::clone(&stats));
     let (started_tx, started) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("uplink-fib".into())
@@ -184,7 +197,7 @@ pub fn start(
     let previous_run_kept =
         started.recv().map_err(|_| "the FIB writer stopped during its startup".to_string())?;
     let slots = instances.into_iter().map(|config| FibSlot { config, retired: false }).collect();
-    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)), previous_run_kept })
+    Ok(Fib { tx, instances: Arc::new(RwLock::new(slots)), previous_run_kept, stats })
 }
 
 impl Fib {
@@ -224,6 +237,17 @@ impl Fib {
             .map_err(|_| "the FIB writer has stopped".into())
     }
 
+    /// A reload changed `[fib] nexthop_objects`: the routes in the kernel change form (nexthop
+    /// groups, or hops inline) in place, none is withdrawn. Returns once done.
+    pub async fn set_nexthop_objects(&self, on: bool) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Command::NexthopObjects(on, reply))
+            .await
+            .map_err(|_| "the FIB writer has stopped")?;
+        rx.await.map_err(|_| "the FIB writer has stopped".to_string())?
+    }
+
     /// Whether the instance of `vrf` would be installed with `config` (else a reload must
     /// start the router again).
     pub fn has_instance(&self, config: &FibInstanceConfig) -> bool {
@@ -257,6 +281,29 @@ impl Fib {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Command::Flush(reply)).await.map_err(|_| "the FIB writer has stopped")?;
         rx.await.map_err(|_| "the FIB writer has stopped".to_string())
+    }
+
+    /// The writer's counters (kernel requests, errors, resyncs).
+    pub fn stats(&self) -> &stats::FibStats {
+        &self.stats
+    }
+
+    /// Route counts of every active instance (routers and leaks), without asking the writer.
+    pub fn route_counts(&self) -> Vec<FibRouteCounts> {
+        let Ok(slots) = self.instances.read() else { return Vec::new() };
+        slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| !slot.retired && slot.config.install)
+            .map(|(index, slot)| {
+                let counts = self.stats.instance(index);
+                let count = |state| counts.as_ref().map_or(0, |c| c.get(state));
+                FibRouteCounts {
+                    config: slot.config.clone(),
+                    routes: stats::RouteState::ALL.map(|state| (state, count(state))),
+                }
+            })
+            .collect()
     }
 
     /// Every instance's routes and their state.

@@ -8,9 +8,12 @@ use super::kernel::{self, Kernel, KernelError};
 use super::msg::{self, Hop, KernelLink, KernelRoute, RouteKey, RouteTarget, RTPROT_BGP};
 use super::resolve::Resolver;
 use super::route::{NextHop, RouteChange};
+use super::stats::{FibStats, RouteCounts, RouteState};
 use super::{FibHopView, FibInstanceConfig, FibInstanceView, FibRouteView};
+use crate::config::vrf_display_name;
 use ipnet::IpNet;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -50,6 +53,8 @@ pub(super) enum Command {
     /// A reload: the instances after it, index for index (`Fib::configure`). Those beyond the
     /// writer's list are new; those newly retired leave the kernel.
     Configure(Vec<super::FibSlot>),
+    /// A reload changed `[fib] nexthop_objects` (`Fib::set_nexthop_objects`).
+    NexthopObjects(bool, oneshot::Sender<Result<(), String>>),
     /// Our graceful restart is over: what the previous run left and nobody wants now goes.
     EndRestart,
     /// Every route leaves the kernel (shutdown without graceful restart); answered when done.
@@ -80,6 +85,40 @@ enum State {
     Failed(String),
 }
 
+impl State {
+    fn kind(&self) -> RouteState {
+        match self {
+            State::Installed => RouteState::Installed,
+            State::Pending => RouteState::Pending,
+            State::Failed(_) => RouteState::Failed,
+        }
+    }
+}
+
+/// Keeps an instance's route counts (the metrics' view, `stats.rs`) true as one of its routes
+/// appears (`from` is `None`), changes state, or goes (`to` is `None`).
+fn tally(instances: &[Instance], instance: usize, from: Option<&State>, to: Option<&State>) {
+    if let Some(i) = instances.get(instance) {
+        i.counts.moved(from.map(State::kind), to.map(State::kind));
+    }
+}
+
+/// The VRF of an instance as logs name it (`VRF=` in the journal): "default" for the default.
+fn vrf_of(instances: &[Instance], instance: usize) -> &str {
+    instances.get(instance).map_or("", |i| vrf_display_name(&i.config.vrf))
+}
+
+/// Whether the kernel refused a request (deleting what is already gone is no refusal).
+fn refused(op: &Op, result: &Result<(), KernelError>) -> bool {
+    match (op, result) {
+        (_, Ok(())) => false,
+        (Op::DelRoute(_) | Op::DelNexthop(_), Err(e)) => {
+            e.errno != kernel::ESRCH && e.errno != kernel::ENOENT
+        }
+        (_, Err(_)) => true,
+    }
+}
+
 #[derive(Debug)]
 struct Route {
     group: u32,
@@ -94,15 +133,17 @@ struct Instance {
     table: Option<u32>,
     /// Where next hops are resolved: the main table for the default VRF, else the VRF's.
     lookup: Option<u32>,
+    /// How many of its routes are installed, pending and failed.
+    counts: Arc<RouteCounts>,
 }
 
 impl Instance {
-    fn new(config: FibInstanceConfig) -> Self {
+    fn new(config: FibInstanceConfig, counts: Arc<RouteCounts>) -> Self {
         // The default VRF's table is main; another VRF's is its device's, found later.
         let main_if_default = |vrf: &str| vrf.is_empty().then_some(msg::RT_TABLE_MAIN);
         let lookup = main_if_default(config.resolve_vrf());
         let table = config.table.or(main_if_default(&config.vrf));
-        Instance { config, table, lookup, retired: false }
+        Instance { config, table, lookup, retired: false, counts }
     }
 
     fn route_key(&self, prefix: IpNet) -> Option<RouteKey> {
@@ -141,8 +182,11 @@ pub(super) struct Writer {
     links: HashMap<u32, KernelLink>,
     /// Whether the kernel takes nexthop objects; else routes carry their hops (RTA_MULTIPATH).
     objects: bool,
+    /// Whether the kernel has nexthop objects at all (its last nexthop dump worked).
+    kernel_objects: bool,
     resolution_dirty: bool,
     resync: bool,
+    stats: Arc<FibStats>,
     /// Graceful restart (RFC 4724 §4.1): the previous run's routes and nexthops that nobody
     /// wants yet are kept (not deleted by a reconcile) until the restart is over.
     keep_previous: bool,
@@ -160,17 +204,23 @@ impl Writer {
         configs: Vec<FibInstanceConfig>,
         objects: bool,
         keep_previous: bool,
+        stats: Arc<FibStats>,
     ) -> Self {
         Writer {
             kernel,
-            instances: configs.into_iter().map(Instance::new).collect(),
+            instances: configs
+                .into_iter()
+                .map(|c| Instance::new(c, stats.add_instance()))
+                .collect(),
             routes: HashMap::new(),
             registry: Registry::new(),
             resolver: Resolver::default(),
             links: HashMap::new(),
             objects,
+            kernel_objects: true,
             resolution_dirty: false,
             resync: false,
+            stats,
             keep_previous,
         }
     }
@@ -204,6 +254,11 @@ impl Writer {
                     Command::Show(reply) => shows.push(Reply::Show(reply)),
                     Command::Flush(reply) => shows.push(Reply::Flush(reply)),
                     Command::Configure(slots) => self.configure(slots, &mut plan),
+                    Command::NexthopObjects(on, reply) => {
+                        // What came before goes out in the old form.
+                        self.execute(std::mem::take(&mut plan));
+                        let _ = reply.send(self.set_objects(on));
+                    }
                     Command::EndRestart => end_restart = true,
                     Command::Clear(reply) => {
                         for index in 0..self.instances.len() {
@@ -247,6 +302,7 @@ impl Writer {
             if self.resync && rx.is_empty() {
                 self.resync = false;
                 info!("kernel notifications were lost: resynchronising with a dump");
+                FibStats::count(&self.stats.resyncs, 1);
                 self.reconcile(false);
             }
         }
@@ -331,6 +387,7 @@ impl Writer {
         let slot = (instance, prefix);
         if hops.is_empty() {
             if let Some(old) = self.routes.remove(&slot) {
+                tally(&self.instances, instance, Some(&old.state), None);
                 if let (Some(key), State::Installed | State::Pending) = (route_key, &old.state) {
                     if self.group_has_members(old.group) {
                         plan.routes.push(Op::DelRoute(key));
@@ -366,7 +423,8 @@ impl Writer {
                 State::Pending
             }
         };
-        self.routes.insert(slot, Route { group: id, state });
+        let old = self.routes.insert(slot, Route { group: id, state });
+        tally(&self.instances, instance, old.as_ref().map(|r| &r.state), Some(&State::Pending));
         if let Some(old) = old_group {
             self.release(old, plan);
         }
@@ -389,14 +447,15 @@ impl Writer {
                     if let Some(inst) = self.instances.get_mut(index) {
                         inst.retired = true;
                     }
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
+                    info!(vrf = vrf_display_name(&slot.config.vrf), leaked_from = ?slot.config.leaked_from, "FIB instance retired by a reload");
                 }
                 Some(_) => {}
                 None => {
-                    self.instances.push(Instance::new(slot.config.clone()));
+                    let counts = self.stats.add_instance();
+                    self.instances.push(Instance::new(slot.config.clone(), counts));
                     self.adopt_vrf_tables(index, plan);
                     self.fill_leak(index, plan);
-                    info!(vrf = %slot.config.vrf, leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
+                    info!(vrf = vrf_display_name(&slot.config.vrf), leaked_from = ?slot.config.leaked_from, "FIB instance added by a reload");
                 }
             }
         }
@@ -518,6 +577,7 @@ impl Writer {
                     }
                 }
             }
+            tally(&self.instances, *instance, Some(&route.state), Some(&State::Pending));
             route.state = State::Pending;
         }
     }
@@ -550,7 +610,7 @@ impl Writer {
                     self.instances.get(instance).and_then(|i| i.route_key(route.prefix)),
                     self.target(group),
                 ) {
-                    info!(prefix = %route.prefix, table = route.table, "route deleted behind uplink's back: restoring it");
+                    info!(vrf = vrf_of(&self.instances, instance), prefix = %route.prefix, table = route.table, "route deleted behind uplink's back: restoring it");
                     plan.routes.push(Op::Route { key, target, subject: slot });
                 }
             }
@@ -649,21 +709,28 @@ impl Writer {
                 Op::DelRoute(key) => msg::del_route(buf, seq, key),
             }
         });
+        FibStats::count(&self.stats.kernel_requests, ops.len());
         let mut failures = 0usize;
         for (op, result) in ops.iter().zip(results) {
+            if refused(op, &result) {
+                FibStats::count(&self.stats.kernel_errors, 1);
+            }
             match (op, result) {
                 (Op::Route { subject, .. }, result) => {
                     let Some(route) = self.routes.get_mut(subject) else { continue };
-                    route.state = match result {
+                    let state = match result {
                         Ok(()) => State::Installed,
                         Err(e) => {
                             failures += 1;
                             if failures <= 3 {
-                                warn!(prefix = %subject.1, "kernel refused the route: {e}");
+                                let vrf = vrf_of(&self.instances, subject.0);
+                                warn!(vrf, prefix = %subject.1, "kernel refused the route: {e}");
                             }
                             State::Failed(e.to_string())
                         }
                     };
+                    tally(&self.instances, subject.0, Some(&route.state), Some(&state));
+                    route.state = state;
                 }
                 (_, Ok(())) => {}
                 // Already gone: the goal is reached.
@@ -739,12 +806,13 @@ impl Writer {
                 }
             }
         }) {
-            Ok(()) => {}
+            Ok(()) => self.kernel_objects = true,
             Err(e) if startup => {
                 warn!(
                     "the kernel has no nexthop objects ({e}): installing routes with RTA_MULTIPATH"
                 );
                 self.objects = false;
+                self.kernel_objects = false;
             }
             Err(e) => warn!("cannot read the nexthops: {e}"),
         }
@@ -801,6 +869,7 @@ impl Writer {
             };
             if !right {
                 plan.routes.push(Op::Route { key, target, subject: (*instance, *prefix) });
+                tally(&self.instances, *instance, Some(&route.state), Some(&State::Pending));
                 route.state = State::Pending;
             }
         }
@@ -837,6 +906,44 @@ impl Writer {
         self.resolution_dirty = false;
         self.execute(plan);
         kept
+    }
+
+    /// Switches between nexthop objects and inline hops with every route staying in the
+    /// kernel: each is replaced in place (RTM_NEWROUTE with NLM_F_REPLACE) by its other form,
+    /// and the objects are created first or deleted after.
+    fn set_objects(&mut self, on: bool) -> Result<(), String> {
+        if on == self.objects {
+            return Ok(());
+        }
+        if on && !self.kernel_objects {
+            return Err("the kernel has no nexthop objects; routes keep their hops inline".into());
+        }
+        self.objects = on;
+        if on {
+            // Creates every group's objects, then points each route at its group.
+            info!("nexthop objects on: routes move onto nexthop groups");
+            self.reconcile(false);
+            return Ok(());
+        }
+        info!("nexthop objects off: routes carry their hops inline (RTA_MULTIPATH)");
+        let mut plan = Plan::default();
+        for ((instance, prefix), route) in self.routes.iter_mut() {
+            let Some(key) = self.instances.get(*instance).and_then(|i| i.route_key(*prefix)) else {
+                continue;
+            };
+            let Some(group) = self.registry.group(route.group).filter(|g| !g.members.is_empty())
+            else {
+                continue;
+            };
+            let target = RouteTarget::Inline(group.members.clone());
+            plan.routes.push(Op::Route { key, target, subject: (*instance, *prefix) });
+            route.state = State::Pending;
+        }
+        // Groups before their members.
+        plan.cleanup.extend(self.registry.groups().map(|g| Op::DelNexthop(g.id)));
+        plan.cleanup.extend(self.registry.nexthops().map(|(id, _)| Op::DelNexthop(id)));
+        self.execute(plan);
+        Ok(())
     }
 
     fn views(&self) -> Vec<FibInstanceView> {

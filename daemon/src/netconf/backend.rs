@@ -26,6 +26,9 @@ pub struct Backend {
     pub kind: NetworkBackend,
 }
 
+/// Whether this binary has nmstate (the `netconf` feature).
+pub const BUILT: bool = cfg!(feature = "netconf");
+
 #[cfg(not(feature = "netconf"))]
 const NOT_BUILT: &str = "this uplink was built without the `netconf` feature: it cannot read \
                          or change the node's network (build with `--features netconf`, as \

@@ -6,7 +6,10 @@
 //! - `probe` (which probes, pure), `probe_run` (running them), `ping`, `dns`.
 //! - `enactment` (status and the restart rule, pure), `store` (kept on disk).
 //! - `state` (reading nmstate's JSON, pure), `identity` (the node's primary addresses).
-//! - `readiness` (which BGP routers can start: VRF device and source addresses present, pure).
+//! - `readiness` (which BGP routers can start: VRF device and source addresses present, pure)
+//!   on `links` (the kernel's VRF devices and addresses, kept current from its notifications).
+//! - `worker` (the thread that applies policies for the daemon) and `gate` (the order at start
+//!   and on reload: policies first, then the routers whose VRF exists).
 //!
 //! Layering: depends on `config` only.
 
@@ -14,13 +17,16 @@ pub mod apply;
 pub mod backend;
 pub mod dns;
 pub mod enactment;
+pub mod gate;
 pub mod identity;
+pub mod links;
 pub mod ping;
 pub mod probe;
 pub mod probe_run;
 pub mod readiness;
 pub mod state;
 pub mod store;
+pub mod worker;
 
 pub use apply::{apply_policies, plan, ApplyOptions};
 pub use enactment::{Enactment, EnactmentStatus};

@@ -1,54 +1,51 @@
-//! Which BGP routers can start once the policies are applied: a router in a VRF needs the VRF
-//! device, and a neighbor with a `source_address` needs that address on the node. Pure, on
-//! nmstate's state, so the daemon can start the ready routers, hold the others with a reason
-//! (for `show bgp summary` and the log), and look again when the network changes.
+//! Which BGP routers can start once the policies are applied, on the kernel's view of the node
+//! ([`NodeView`]). Pure, so the rules are tested without a network.
+//!
+//! - A router in a VRF waits for its VRF device: its listener binds to the device
+//!   (`SO_BINDTODEVICE`), and the FIB writes into the device's table.
+//! - A neighbor whose `source_address` is not on the node yet waits for it; the router starts
+//!   anyway. The session cannot connect before the address exists, and it retries every
+//!   `connect_time`; holding the whole router would let one missing address (a policy that
+//!   failed on one NIC) keep the node's other sessions down.
 
-use std::net::IpAddr;
+use crate::config::{vrf_display_name, Neighbor, Router};
 
-use serde_json::Value;
-
-use crate::config::{vrf_display_name, Router};
-
-use super::state::vrf_names;
+use super::links::NodeView;
 
 /// Why a router cannot start yet; `None`: it can.
-pub fn router_waits_for(router: &Router, current: &Value) -> Option<String> {
-    if !router.vrf.is_empty() && !vrf_names(current).contains(&router.vrf) {
-        return Some(format!("waiting for VRF device {}", router.vrf));
-    }
-    let addresses = node_addresses(current);
-    for neighbor in &router.neighbors {
-        if let Some(source) = neighbor.source_address {
-            if !addresses.contains(&source) {
-                return Some(format!(
-                    "waiting for source address {source} (neighbor {} in vrf {})",
-                    neighbor.address,
-                    vrf_display_name(&router.vrf)
-                ));
-            }
-        }
+pub fn router_waits_for(router: &Router, view: &NodeView) -> Option<String> {
+    if !router.vrf.is_empty() && !view.has_vrf(&router.vrf) {
+        return Some(format!("VRF device {}", router.vrf));
     }
     None
 }
 
-/// Every address on the node's interfaces in nmstate's state.
-fn node_addresses(current: &Value) -> Vec<IpAddr> {
-    let interfaces = current.get("interfaces").and_then(Value::as_array);
-    interfaces
-        .into_iter()
-        .flatten()
-        .flat_map(|i| ["ipv4", "ipv6"].map(|f| i.pointer(&format!("/{f}/address")).cloned()))
-        .flatten()
-        .filter_map(|list| list.as_array().cloned())
-        .flatten()
-        .filter_map(|a| a.get("ip")?.as_str()?.parse().ok())
+/// Why a neighbor's session cannot connect yet; `None`: it can.
+pub fn neighbor_waits_for(neighbor: &Neighbor, view: &NodeView) -> Option<String> {
+    let source = neighbor.source_address?;
+    (!view.has_address(&source)).then(|| format!("source address {source}"))
+}
+
+/// The neighbors of `router` that wait, with what for (for the log).
+pub fn waiting_neighbors(router: &Router, view: &NodeView) -> Vec<String> {
+    router
+        .neighbors
+        .iter()
+        .filter_map(|n| {
+            neighbor_waits_for(n, view).map(|why| {
+                format!(
+                    "neighbor {} (vrf {}) waits for {why}",
+                    n.address,
+                    vrf_display_name(&router.vrf)
+                )
+            })
+        })
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn routers() -> Vec<Router> {
         crate::config::load_str(
@@ -74,21 +71,25 @@ source_address = "172.19.23.113"
     }
 
     #[test]
-    fn a_router_waits_for_its_vrf_device_and_source_address() {
+    fn a_router_waits_for_its_vrf_device_and_a_neighbor_for_its_source_address() {
         let routers = routers();
-        let before = json!({"interfaces": [{"name": "enp2s0", "type": "ethernet"}]});
+        let before = NodeView::default();
         assert_eq!(router_waits_for(&routers[0], &before), None);
-        assert_eq!(router_waits_for(&routers[1], &before).unwrap(), "waiting for VRF device cudn3");
-        let vrf_only = json!({"interfaces": [{"name": "cudn3", "type": "vrf"}]});
+        assert_eq!(router_waits_for(&routers[1], &before).unwrap(), "VRF device cudn3");
+        let vrf_only = NodeView { vrfs: [("cudn3".into(), 2441)].into(), ..Default::default() };
+        assert_eq!(router_waits_for(&routers[1], &vrf_only), None);
         assert_eq!(
-            router_waits_for(&routers[1], &vrf_only).unwrap(),
-            "waiting for source address 172.19.23.113 (neighbor 172.19.23.1 in vrf cudn3)"
+            neighbor_waits_for(&routers[1].neighbors[0], &vrf_only).unwrap(),
+            "source address 172.19.23.113"
         );
-        let ready = json!({"interfaces": [
-            {"name": "cudn3", "type": "vrf"},
-            {"name": "vlan2001", "type": "vlan",
-             "ipv4": {"address": [{"ip": "172.19.23.113", "prefix-length": 24}]}}
-        ]});
-        assert_eq!(router_waits_for(&routers[1], &ready), None);
+        assert_eq!(
+            waiting_neighbors(&routers[1], &vrf_only),
+            vec!["neighbor 172.19.23.1 (vrf cudn3) waits for source address 172.19.23.113"]
+        );
+        let ready =
+            NodeView { addresses: ["172.19.23.113".parse().unwrap()].into(), ..vrf_only.clone() };
+        assert_eq!(neighbor_waits_for(&routers[1].neighbors[0], &ready), None);
+        // A neighbor without a source address never waits.
+        assert_eq!(neighbor_waits_for(&routers[0].neighbors[0], &before), None);
     }
 }

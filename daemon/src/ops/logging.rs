@@ -1,5 +1,11 @@
 //! Logging through `tracing`: to journald when systemd started us with a journal stream, to
 //! stderr otherwise. `RUST_LOG` filters (default `info`).
+//!
+//! In the journal, every field of an event and of the spans around it is a journal field of
+//! the same name upper-cased (tracing-journald), without the crate's default `F_` prefix: the
+//! BGP session, RIB and BFD spans carry `peer` and `vrf`, and events about one prefix carry
+//! `prefix`, so `journalctl -u uplink PEER=192.0.2.1`, `VRF=red` or `PREFIX=198.51.100.0/24`
+//! select them. VRFs are named as FRR names them ("default" for the default VRF).
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -12,6 +18,7 @@ pub fn init() {
     // systemd sets JOURNAL_STREAM for services whose stdout/stderr go to the journal.
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         if let Ok(journald) = tracing_journald::layer() {
+            let journald = journald.with_field_prefix(None);
             let _ = tracing_subscriber::registry().with(filter).with(journald).try_init();
             return;
         }

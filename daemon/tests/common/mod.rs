@@ -270,12 +270,26 @@ fn unsafe_free_is_root() -> bool {
     try_run(&["id", "-u"]).1.trim() == "0"
 }
 
-fn kill(p: Owned) {
+fn pid_of(p: &Owned) -> Option<String> {
+    match p {
+        Owned::Child(_, c) => Some(c.id().to_string()),
+        Owned::PidFile(_, path) => {
+            std::fs::read_to_string(path).ok().map(|pid| pid.trim().to_string())
+        }
+    }
+}
+
+/// Sends SIGTERM to a process of the lab.
+fn terminate(p: &Owned) {
+    if let Some(pid) = pid_of(p) {
+        let _ = Command::new("kill").args(["-TERM", &pid]).stderr(Stdio::null()).status();
+    }
+}
+
+/// Waits until `deadline` for a terminated process to exit, then sends SIGKILL.
+fn reap(p: Owned, deadline: Instant) {
     match p {
         Owned::Child(_, mut c) => {
-            let pid = c.id().to_string();
-            let _ = Command::new("kill").args(["-TERM", &pid]).stderr(Stdio::null()).status();
-            let deadline = Instant::now() + Duration::from_secs(3);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {
                     return;
@@ -285,18 +299,19 @@ fn kill(p: Owned) {
             let _ = c.kill();
             let _ = c.wait();
         }
-        Owned::PidFile(_, path) => {
-            if let Ok(pid) = std::fs::read_to_string(&path) {
-                let pid = pid.trim().to_string();
-                let _ = Command::new("kill").args(["-TERM", &pid]).stderr(Stdio::null()).status();
-                let deadline = Instant::now() + Duration::from_secs(3);
-                while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                let _ = Command::new("kill").args(["-KILL", &pid]).stderr(Stdio::null()).status();
+        Owned::PidFile(..) => {
+            let Some(pid) = pid_of(&p) else { return };
+            while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
+                std::thread::sleep(Duration::from_millis(50));
             }
+            let _ = Command::new("kill").args(["-KILL", &pid]).stderr(Stdio::null()).status();
         }
     }
+}
+
+fn kill(p: Owned) {
+    terminate(&p);
+    reap(p, Instant::now() + Duration::from_secs(3));
 }
 
 impl Drop for Lab {
@@ -304,8 +319,16 @@ impl Drop for Lab {
         if std::thread::panicking() {
             eprintln!("===== lab {} logs =====\n{}", self.id, self.dump_logs());
         }
-        for p in self.processes.drain(..).rev() {
-            kill(p);
+        // Every process gets its SIGTERM at once, then has until one deadline to exit: FRR's
+        // daemons take about two seconds each, which one after the other made up half of
+        // a test's time.
+        let processes: Vec<Owned> = self.processes.drain(..).rev().collect();
+        for p in &processes {
+            terminate(p);
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for p in processes {
+            reap(p, deadline);
         }
         for ns in self.namespaces.drain(..).rev() {
             // Kill anything left in the namespace, then delete it.

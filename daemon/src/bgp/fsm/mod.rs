@@ -921,7 +921,10 @@ impl Fsm {
             return Err(open_error(
                 open_subcode::UNACCEPTABLE_HOLD_TIME,
                 Vec::new(),
-                format!("peer hold time {} s is below minimum_hold_time {minimum} s", open.hold_time),
+                format!(
+                    "peer hold time {} s is below minimum_hold_time {minimum} s",
+                    open.hold_time
+                ),
             ));
         }
         let ours = cfg.families_or_default();

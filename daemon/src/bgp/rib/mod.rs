@@ -147,6 +147,20 @@ pub struct Rib {
 
 const MIN_SWEEP_THRESHOLD: usize = 1024;
 
+/// Adds per-peer counts of lost paths from another family.
+trait ExtendCounts {
+    fn extend_counts(&mut self, other: BTreeMap<PeerId, usize>);
+}
+
+impl ExtendCounts for BTreeMap<PeerId, usize> {
+    fn extend_counts(&mut self, other: BTreeMap<PeerId, usize>) {
+        for (peer, n) in other {
+            let total = self.entry(peer).or_default();
+            *total = total.saturating_add(n);
+        }
+    }
+}
+
 /// A change to the paths of one prefix.
 enum PathChange {
     /// A path from `peer` with `attrs`, new or replacing that peer's.
@@ -424,28 +438,50 @@ impl<P: RibFamily> Parts<'_, P> {
     /// After a configuration change: drops learned paths that `always_block` now covers, and
     /// reruns the decision everywhere. Returns how many paths each peer lost.
     fn reapply_config(&mut self, changes: &mut Changes) -> BTreeMap<PeerId, usize> {
-        let blocked: Vec<(P, PeerId)> = self
+        let lost = self.drop_rejected(None, changes);
+        let prefixes: Vec<P> = self.table.map.keys().copied().collect();
+        for prefix in prefixes {
+            self.change_path(&prefix, PathChange::Recompute, changes);
+        }
+        lost
+    }
+
+    /// Withdraws the learned paths that import policy refuses now (`always_block`, and each
+    /// peer's `to_receive`), from every peer or from `only`. Returns how many paths each peer
+    /// lost.
+    fn drop_rejected(
+        &mut self,
+        only: Option<PeerId>,
+        changes: &mut Changes,
+    ) -> BTreeMap<PeerId, usize> {
+        let (peers, always_block) = (&*self.peers, &self.config.always_block);
+        let refused = |net: &IpNet, from: PeerId| match peers.get(&from) {
+            Some(peer) => {
+                policy::check_import_prefix(net, always_block, &peer.info.import).is_err()
+            }
+            // A path whose session is gone (kept stale): only the node-wide list applies.
+            None => always_block.iter().any(|b| b.contains(net)),
+        };
+        let rejected: Vec<(P, PeerId)> = self
             .table
             .map
             .iter()
-            .filter(|(prefix, _)| {
-                let net: IpNet = (**prefix).into();
-                self.config.always_block.iter().any(|b| b.contains(&net))
-            })
             .flat_map(|(prefix, d)| {
-                d.paths().iter().filter(|p| p.peer != PeerId::LOCAL).map(|p| (*prefix, p.peer))
+                let net: IpNet = (*prefix).into();
+                d.paths()
+                    .iter()
+                    .filter(|p| p.peer != PeerId::LOCAL && only.is_none_or(|o| o == p.peer))
+                    .filter(|p| refused(&net, p.peer))
+                    .map(|p| (*prefix, p.peer))
+                    .collect::<Vec<_>>()
             })
             .collect();
         let mut lost: BTreeMap<PeerId, usize> = BTreeMap::new();
-        for (prefix, peer) in blocked {
+        for (prefix, peer) in rejected {
             if self.change_path(&prefix, PathChange::Remove(peer), changes).removed {
                 let n = lost.entry(peer).or_default();
                 *n = n.saturating_add(1);
             }
-        }
-        let prefixes: Vec<P> = self.table.map.keys().copied().collect();
-        for prefix in prefixes {
-            self.change_path(&prefix, PathChange::Recompute, changes);
         }
         lost
     }
@@ -541,17 +577,19 @@ impl Rib {
         self.config = config;
         let mut changes = Changes::default();
         let mut lost = Ipv4Net::parts(self).reapply_config(&mut changes);
-        for (peer, n) in Ipv6Net::parts(self).reapply_config(&mut changes) {
-            let total = lost.entry(peer).or_default();
-            *total = total.saturating_add(n);
-        }
+        lost.extend_counts(Ipv6Net::parts(self).reapply_config(&mut changes));
+        self.forget_accepted(lost);
+        self.maybe_sweep();
+        changes
+    }
+
+    /// Lowers each peer's accepted count by the paths it lost.
+    fn forget_accepted(&mut self, lost: BTreeMap<PeerId, usize>) {
         for (peer, n) in lost {
             if let Some(p) = self.peers.get_mut(&peer) {
                 p.accepted = p.accepted.saturating_sub(n);
             }
         }
-        self.maybe_sweep();
-        changes
     }
 
     /// Drops attribute sets no route or Adj-RIB-Out references any more; returns how many.
@@ -668,12 +706,24 @@ impl Rib {
         Ok(changes)
     }
 
-    /// Replaces a peer's import policy. It applies to announcements from now on; routes already
-    /// accepted stay until the peer re-sends them (the driver asks with ROUTE-REFRESH).
-    pub fn set_import_policy(&mut self, id: PeerId, import: ImportPolicy) -> Result<(), RibError> {
+    /// Replaces a peer's import policy. Routes from the peer that it refuses are withdrawn at
+    /// once (each a withdrawal towards the FIB and the other peers). Routes it newly allows are
+    /// not here: the RIB keeps no pre-policy copy of what a peer sent (memory per route), so
+    /// they come back when the peer sends them again — the driver asks for that with
+    /// ROUTE-REFRESH (RFC 2918 §3).
+    pub fn set_import_policy(
+        &mut self,
+        id: PeerId,
+        import: ImportPolicy,
+    ) -> Result<Changes, RibError> {
         let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
         peer.info.import = import;
-        Ok(())
+        let mut changes = Changes::default();
+        let mut lost = Ipv4Net::parts(self).drop_rejected(Some(id), &mut changes);
+        lost.extend_counts(Ipv6Net::parts(self).drop_rejected(Some(id), &mut changes));
+        self.forget_accepted(lost);
+        self.maybe_sweep();
+        Ok(changes)
     }
 
     /// Applies one UPDATE from `peer`: `withdrawn`, then `announced` with `attrs`.

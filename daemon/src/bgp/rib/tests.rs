@@ -306,6 +306,43 @@ fn set_config_reruns_decision_and_applies_always_block() {
     assert_eq!(rib.accepted_count(b), 1);
 }
 
+/// A narrower `to_receive` withdraws at once what the peer sent that it now refuses: from the
+/// FIB, from the other peers, from the accepted count. A wider one changes nothing until the
+/// peer sends its routes again (ROUTE-REFRESH), and then they are accepted.
+#[test]
+fn a_narrower_import_policy_withdraws_what_it_refuses_now() {
+    let mut rib = rib();
+    let a = rib.peer_up(peer(1, 65001));
+    let c = rib.peer_up(peer_exporting(3, 65003, &["10.1.0.0/24", "10.2.0.0/24"]));
+    announce(&mut rib, a, &["10.1.0.0/24", "10.2.0.0/24"], &learned(&[65001], 1));
+    while rib.take_pending(c, V4).is_some() {}
+    let only_first = ImportPolicy {
+        to_receive: ReceiveFilter::Filtered(vec![PrefixListEntry::exact(net("10.1.0.0/24"))]),
+    };
+    let changes = rib.set_import_policy(a, only_first.clone()).unwrap();
+    assert_eq!(changes.fib, vec![RouteChange { prefix: net("10.2.0.0/24"), next_hops: vec![] }]);
+    assert!(changes.outbound.contains(&c), "{changes:?}");
+    let batch = rib.take_pending(c, V4).unwrap();
+    assert_eq!(batch.withdraw, vec![net("10.2.0.0/24")]);
+    assert!(batch.announce.is_empty(), "{batch:?}");
+    assert_eq!(rib.accepted_count(a), 1);
+    assert!(rib.route(&net("10.2.0.0/24")).is_none());
+    // The same policy again changes nothing.
+    assert_eq!(rib.set_import_policy(a, only_first).unwrap(), Changes::default());
+
+    // Wider again: nothing until the peer re-sends (the answer to a ROUTE-REFRESH).
+    let all = ImportPolicy { to_receive: ReceiveFilter::All };
+    assert_eq!(rib.set_import_policy(a, all).unwrap(), Changes::default());
+    assert!(rib.route(&net("10.2.0.0/24")).is_none());
+    let resent = announce(&mut rib, a, &["10.1.0.0/24", "10.2.0.0/24"], &learned(&[65001], 1));
+    assert!(resent.rejected.is_empty());
+    assert_eq!(
+        resent.changes.fib,
+        vec![RouteChange { prefix: net("10.2.0.0/24"), next_hops: vec![hop(1)] }]
+    );
+    assert_eq!(rib.accepted_count(a), 2);
+}
+
 #[test]
 fn med_compared_only_within_the_same_neighbor_as() {
     let mut rib = rib();

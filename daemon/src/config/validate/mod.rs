@@ -7,11 +7,12 @@
 
 mod bfd;
 mod neighbor;
+pub(crate) use neighbor::TimerDefaults;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,9 +25,8 @@ use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, MaxPrefixes, Neighbor,
-    Password,
-    PrefixMatch, ReceivePolicy, RemoteAsn,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, MaxPrefixes,
+    Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn,
 };
 use super::raw::{
     BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
@@ -35,8 +35,6 @@ use super::raw::{
 use super::source::SourceText;
 
 pub(crate) const DEFAULT_PORT: u16 = 179;
-pub(crate) const DEFAULT_HOLD_TIME: Duration = Duration::from_secs(90);
-pub(crate) const DEFAULT_CONNECT_TIME: Duration = Duration::from_secs(5);
 /// The smallest hold time a peer may propose. FRR has no minimum by default; three seconds
 /// adds only one refusal to RFC 4271's (which already refuses 1 and 2): a peer proposing no
 /// hold time at all, which would turn off both our HoldTimer and our SendHoldTimer.
@@ -71,6 +69,8 @@ pub(crate) struct Fragment {
     pub always_block: Vec<IpNet>,
     /// `[fib] nexthop_objects`, where this file sets it.
     pub nexthop_objects: Option<(bool, Loc)>,
+    /// `[metrics] listen`, where this file sets it.
+    pub metrics_listen: Option<(SocketAddr, Loc)>,
     /// `drain_time`, where this file sets it.
     pub drain_time: Option<(Duration, Loc)>,
     /// `[graceful_restart]` timers, each where this file sets it.
@@ -156,10 +156,13 @@ pub(crate) struct BfdProfileFragment {
     pub field: String,
 }
 
-/// Validates one file. Errors go to `errors`; the fragment holds what was valid.
+/// Validates one file. Errors go to `errors`; the fragment holds what was valid. `timers` are
+/// the session timers a neighbor that leaves them out gets: uplink's in TOML files, upstream's
+/// in Kubernetes manifests.
 pub(crate) fn validate_file(
     source: &SourceText<'_>,
     raw: RawFile,
+    timers: TimerDefaults,
     errors: &mut Vec<ConfigError>,
 ) -> Fragment {
     let mut check = Checker::new(source, errors);
@@ -169,6 +172,7 @@ pub(crate) fn validate_file(
         bfd_profiles: Vec::new(),
         always_block: Vec::new(),
         nexthop_objects: None,
+        metrics_listen: None,
         drain_time: None,
         restart_time: None,
         stale_path_time: None,
@@ -219,19 +223,24 @@ pub(crate) fn validate_file(
         let loc = source.loc(fib.span().start);
         fragment.nexthop_objects = fib.into_inner().nexthop_objects.map(|on| (on, loc));
     }
+    if let Some(listen) = raw.metrics.and_then(|m| m.into_inner().listen) {
+        let loc = check.loc(&listen);
+        fragment.metrics_listen =
+            check.listen_address(&listen, "metrics.listen").map(|address| (address, loc));
+    }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
             fragment.always_block.push(prefix);
         }
     }
     if let Some(bgp) = raw.bgp {
-        check.bgp(bgp, &mut fragment);
+        check.bgp(bgp, &mut fragment, timers);
     }
     fragment
 }
 
 impl Checker<'_, '_> {
-    fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment) {
+    fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment, timers: TimerDefaults) {
         for (index, raw) in bgp.bfd_profiles.iter().enumerate() {
             let field = format!("bgp.bfd_profiles[{index}]");
             let Some(profile) = self.bfd_profile(raw.get_ref(), &field) else { continue };
@@ -256,7 +265,7 @@ impl Checker<'_, '_> {
             let header = self.loc(&raw);
             let raw = raw.into_inner();
             let labels = raw.labels.clone();
-            let Some(router) = self.router(raw, &field, header) else { continue };
+            let Some(router) = self.router(raw, &field, header, timers) else { continue };
             if !labels.is_empty() {
                 fragment.announce.router_labels.push(RouterLabels {
                     config_name: format!("{}:{field}", self.source.path.display()),
@@ -280,7 +289,13 @@ impl Checker<'_, '_> {
         }
     }
 
-    fn router(&mut self, raw: RawRouter, field: &str, header: Loc) -> Option<RouterFragment> {
+    fn router(
+        &mut self,
+        raw: RawRouter,
+        field: &str,
+        header: Loc,
+        timers: TimerDefaults,
+    ) -> Option<RouterFragment> {
         let asn = self.asn(&raw.asn, &format!("{field}.asn"));
         let vrf = match &raw.vrf {
             Some(vrf) => self.vrf_name(vrf, &format!("{field}.vrf")).unwrap_or_default(),
@@ -350,7 +365,7 @@ impl Checker<'_, '_> {
         let mut neighbors: Vec<NeighborFragment> = Vec::new();
         for (index, neighbor) in raw.neighbors.iter().enumerate() {
             let neighbor_field = format!("{field}.neighbors[{index}]");
-            let Some(neighbor) = self.neighbor(neighbor, &neighbor_field) else { continue };
+            let Some(neighbor) = self.neighbor(neighbor, &neighbor_field, timers) else { continue };
             if let Some(first) =
                 neighbors.iter().find(|n| n.neighbor.address == neighbor.neighbor.address)
             {

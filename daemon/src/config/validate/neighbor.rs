@@ -22,6 +22,41 @@ struct Timers {
     connect_time: Duration,
 }
 
+/// The session timers a neighbor gets when it leaves them out. They differ with the kind of
+/// file, so that a manifest means on uplink what it means under MetalLB or frr-k8s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimerDefaults {
+    /// TOML files: hold 90 s and keepalive 30 s (the values RFC 4271 §10 suggests), connect
+    /// retry 5 s. A node sits one hop from its top-of-rack routers, BFD detects failures in
+    /// well under a second, and after a restart or a link flap the session should be back in
+    /// seconds, not minutes: the same reasoning as FRR's `datacenter` profile, which goes
+    /// further (3 s / 9 s / 10 s).
+    Node,
+    /// Kubernetes manifests (MetalLB `BGPPeer`, frr-k8s `FRRConfiguration`): both render no
+    /// `timers` line when the fields are absent, so FRR's built-in (`traditional`) defaults
+    /// apply: keepalive 60 s, hold 180 s, connect retry 120 s (frr-k8s documents
+    /// "holdTime defaults to 180s", "keepaliveTime defaults to 60s"). With one of the two
+    /// given, the other is derived as MetalLB derives it: keepalive = hold / 3, hold =
+    /// 3 × keepalive.
+    Upstream,
+}
+
+impl TimerDefaults {
+    pub(crate) fn hold_time(self) -> Duration {
+        match self {
+            Self::Node => Duration::from_secs(90),
+            Self::Upstream => Duration::from_secs(180),
+        }
+    }
+
+    pub(crate) fn connect_time(self) -> Duration {
+        match self {
+            Self::Node => Duration::from_secs(5),
+            Self::Upstream => Duration::from_secs(120),
+        }
+    }
+}
+
 struct Hops {
     ebgp_multihop: Option<u8>,
     ttl_security: Option<u8>,
@@ -35,6 +70,7 @@ impl Checker<'_, '_> {
         &mut self,
         raw: &S<RawNeighbor>,
         field: &str,
+        defaults: TimerDefaults,
     ) -> Option<NeighborFragment> {
         let header = raw.span();
         let raw = raw.get_ref();
@@ -44,7 +80,7 @@ impl Checker<'_, '_> {
         let port = self.port(raw, field, &mut written);
         let source_address = self.source_address(raw, field, address, &mut written);
         let password = self.password(raw, field, &mut written.0);
-        let timers = self.session_timers(raw, field, &mut written);
+        let timers = self.session_timers(raw, field, &mut written, defaults);
         let hops = self.hops(raw, field, &mut written);
         let passive = raw.passive.as_ref().is_some_and(|value| {
             written.push("passive", self.loc(value));
@@ -202,34 +238,58 @@ impl Checker<'_, '_> {
 
     // ---- the session ----
 
-    /// Hold, keepalive and connect-retry times, defaults applied.
-    fn session_timers(&mut self, raw: &RawNeighbor, field: &str, written: &mut Written) -> Timers {
+    /// Hold, keepalive and connect-retry times, `defaults` applied.
+    fn session_timers(
+        &mut self,
+        raw: &RawNeighbor,
+        field: &str,
+        written: &mut Written,
+        defaults: TimerDefaults,
+    ) -> Timers {
         // RFC 4271 §4.2: Hold Time is zero or at least three seconds, in a 16-bit field of
         // seconds.
-        let hold_time = raw
-            .hold_time
-            .as_ref()
-            .and_then(|hold| {
-                written.push("hold_time", self.loc(hold));
-                let name = format!("{field}.hold_time");
-                let value = self.whole_seconds(hold, &name)?;
-                if value == Duration::ZERO || (3..=65535).contains(&value.as_secs()) {
-                    Some(value)
+        let hold_time = raw.hold_time.as_ref().map(|hold| {
+            written.push("hold_time", self.loc(hold));
+            let name = format!("{field}.hold_time");
+            let value = self.whole_seconds(hold, &name)?;
+            if value == Duration::ZERO || (3..=65535).contains(&value.as_secs()) {
+                Some(value)
+            } else {
+                self.fail(hold, &name, format!("\"{}\" is out of range; write \"0s\" (no keepalives) or \"3s\" to \"65535s\" (RFC 4271 §4.2)", format_duration(value)));
+                None
+            }
+        });
+        let keepalive = raw.keepalive_time.as_ref().map(|keepalive| {
+            written.push("keepalive_time", self.loc(keepalive));
+            let name = format!("{field}.keepalive_time");
+            (keepalive, name.clone(), self.whole_seconds(keepalive, &name))
+        });
+        let hold_time = match (hold_time, &keepalive) {
+            (Some(written), _) => written.unwrap_or(defaults.hold_time()),
+            // MetalLB: a keepalive alone sets the hold time to three times it.
+            (None, Some((keepalive, name, Some(value)))) if defaults == TimerDefaults::Upstream => {
+                let hold = value.saturating_mul(3);
+                if hold.as_secs() > 65535 {
+                    self.fail(
+                        *keepalive,
+                        name,
+                        format!(
+                            "three times \"{}\" (the hold time derived from it) is more than \"65535s\"; set holdTime too",
+                            format_duration(*value)
+                        ),
+                    );
+                    defaults.hold_time()
                 } else {
-                    self.fail(hold, &name, format!("\"{}\" is out of range; write \"0s\" (no keepalives) or \"3s\" to \"65535s\" (RFC 4271 §4.2)", format_duration(value)));
-                    None
+                    hold
                 }
-            })
-            .unwrap_or(DEFAULT_HOLD_TIME);
+            }
+            (None, _) => defaults.hold_time(),
+        };
 
         // RFC 4271 §10: the suggested KeepaliveTime is one third of the Hold Time.
-        let keepalive_time = raw
-            .keepalive_time
-            .as_ref()
-            .and_then(|keepalive| {
-                written.push("keepalive_time", self.loc(keepalive));
-                let name = format!("{field}.keepalive_time");
-                let value = self.whole_seconds(keepalive, &name)?;
+        let keepalive_time = keepalive
+            .and_then(|(keepalive, name, value)| {
+                let value = value?;
                 if hold_time != Duration::ZERO && (value == Duration::ZERO || value >= hold_time) {
                     self.fail(
                         keepalive,
@@ -263,11 +323,15 @@ impl Checker<'_, '_> {
                     None
                 }
             })
-            .unwrap_or(DEFAULT_CONNECT_TIME);
+            .unwrap_or(defaults.connect_time());
         // RFC 9687: any whole number of seconds; "0s" turns the SendHoldTimer off.
         let send_hold_time = raw.send_hold_time.as_ref().and_then(|value| {
             written.push("send_hold_time", self.loc(value));
-            self.whole_seconds_in(value, &format!("{field}.send_hold_time"), 0..=u64::from(u32::MAX))
+            self.whole_seconds_in(
+                value,
+                &format!("{field}.send_hold_time"),
+                0..=u64::from(u32::MAX),
+            )
         });
         let minimum_hold_time = raw
             .minimum_hold_time
@@ -316,13 +380,25 @@ impl Checker<'_, '_> {
                 format!("{name} needs max_prefixes; add max_prefixes = N to this neighbor")
             };
             if let Some(v) = &raw.max_prefixes_threshold {
-                self.fail(v, &format!("{field}.max_prefixes_threshold"), needs("max_prefixes_threshold"));
+                self.fail(
+                    v,
+                    &format!("{field}.max_prefixes_threshold"),
+                    needs("max_prefixes_threshold"),
+                );
             }
             if let Some(v) = &raw.max_prefixes_warning_only {
-                self.fail(v, &format!("{field}.max_prefixes_warning_only"), needs("max_prefixes_warning_only"));
+                self.fail(
+                    v,
+                    &format!("{field}.max_prefixes_warning_only"),
+                    needs("max_prefixes_warning_only"),
+                );
             }
             if let Some(v) = &raw.max_prefixes_restart_time {
-                self.fail(v, &format!("{field}.max_prefixes_restart_time"), needs("max_prefixes_restart_time"));
+                self.fail(
+                    v,
+                    &format!("{field}.max_prefixes_restart_time"),
+                    needs("max_prefixes_restart_time"),
+                );
             }
             return None;
         };

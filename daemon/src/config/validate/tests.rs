@@ -207,6 +207,30 @@ fn fib_settings_defaults_ranges_and_reserved_tables() {
 }
 
 #[test]
+fn metrics_listen_is_an_address_and_a_fixed_port() {
+    let config = load_str("t", "[metrics]\nlisten = \"[::1]:9181\"\n").unwrap();
+    assert_eq!(config.metrics.listen, Some("[::1]:9181".parse().unwrap()));
+    assert_eq!(load_str("t", "[metrics]\n").unwrap().metrics.listen, None);
+    assert_error(
+        "[metrics]\nlisten = \"127.0.0.1\"\n",
+        2,
+        10,
+        "metrics.listen",
+        "has no port; write e.g. \"127.0.0.1:9181\"",
+    );
+    assert_error(
+        "[metrics]\nlisten = \"localhost:9181\"\n",
+        2,
+        10,
+        "metrics.listen",
+        "is not an address and port",
+    );
+    assert_error("[metrics]\nlisten = \"0.0.0.0:0\"\n", 2, 10, "metrics.listen", "port 0");
+    assert_error("[metrics]\nlisten = 9181\n", 2, 10, "metrics.listen", "string");
+    assert_error("[metrics]\nport = 9181\n", 2, 1, "metrics.port", "listen");
+}
+
+#[test]
 fn maximum_paths_range() {
     assert_error(
         "[[bgp.routers]]\nasn = 1\nmaximum_paths = 0\n",

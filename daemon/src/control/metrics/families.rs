@@ -1,0 +1,391 @@
+//! Every metric family the endpoint exports: name, HELP text, type and labels.
+//!
+//! The `frrk8s_*` and `metallb_*` families repeat upstream's names, HELP texts and labels
+//! exactly, so dashboards and alerts written for frr-k8s and MetalLB work unchanged:
+//!
+//! - frr-k8s (`github.com/metallb/frr-k8s`): `cmd/metrics/collector/metrics.go` (namespace
+//!   `frrk8s`, the shared names and HELP texts), `cmd/metrics/collector/bgp.go` (the BGP
+//!   counters, labels `peer` and `vrf`, `peer` being the neighbor address) and
+//!   `cmd/metrics/collector/bfd.go` (the BFD families, same labels).
+//! - MetalLB (`github.com/metallb/metallb`): `internal/bgp/metrics/metrics.go` (namespace
+//!   `metallb`), `frr-tools/metrics/collector/bgp.go` and `bfd.go` (the exporter of MetalLB's
+//!   FRR mode: the same families as frr-k8s without `received_prefixes_total`, and a BGP
+//!   `peer` label of `address:port`; the BFD `peer` is the bare address).
+//!
+//! One difference is forced by the client library: upstream's Go collectors declare some
+//! counters whose names do not end in `_total` (`frrk8s_bgp_opens_sent`, ...).
+//! `prometheus-client` writes every counter with a `_total` suffix (the OpenMetrics rule), so
+//! those families are exported as `untyped`, under upstream's exact sample names and values;
+//! PromQL (`rate()`, `increase()`) treats them as it treats counters.
+
+use std::fmt;
+
+/// A family's type as the text format declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gauge,
+    /// A counter; its name ends in `_total`, which the encoder adds back.
+    Counter,
+    /// A counter whose upstream name does not end in `_total` (see the module doc).
+    Untyped,
+}
+
+/// One metric family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Family {
+    /// The sample name as scraped.
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+const PEER_VRF: &[&str] = &["peer", "vrf"];
+
+const fn peer_family(name: &'static str, help: &'static str, kind: Kind) -> Family {
+    Family { name, help, kind, labels: PEER_VRF }
+}
+
+/// What one BGP family reads from a neighbor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BgpValue {
+    SessionUp,
+    AnnouncedPrefixes,
+    ReceivedPrefixes,
+    OpensSent,
+    OpensReceived,
+    NotificationsSent,
+    UpdatesSent,
+    UpdatesReceived,
+    KeepalivesSent,
+    KeepalivesReceived,
+    RouteRefreshSent,
+    TotalSent,
+    TotalReceived,
+}
+
+/// An upstream BGP family under its frr-k8s name and, where MetalLB exports it too, its
+/// MetalLB name.
+pub struct BgpFamily {
+    pub frrk8s: Family,
+    pub metallb: Option<Family>,
+    pub value: BgpValue,
+}
+
+const fn bgp(
+    frrk8s: &'static str,
+    metallb: Option<&'static str>,
+    help: &'static str,
+    kind: Kind,
+    value: BgpValue,
+) -> BgpFamily {
+    let metallb = match metallb {
+        Some(name) => Some(peer_family(name, help, kind)),
+        None => None,
+    };
+    BgpFamily { frrk8s: peer_family(frrk8s, help, kind), metallb, value }
+}
+
+/// frr-k8s `cmd/metrics/collector/bgp.go`, MetalLB `frr-tools/metrics/collector/bgp.go`.
+pub const BGP: [BgpFamily; 13] = [
+    bgp(
+        "frrk8s_bgp_session_up",
+        Some("metallb_bgp_session_up"),
+        "BGP session state (1 is up, 0 is down)",
+        Kind::Gauge,
+        BgpValue::SessionUp,
+    ),
+    bgp(
+        "frrk8s_bgp_announced_prefixes_total",
+        Some("metallb_bgp_announced_prefixes_total"),
+        "Number of prefixes currently being advertised on the BGP session",
+        Kind::Gauge,
+        BgpValue::AnnouncedPrefixes,
+    ),
+    // frr-k8s only: MetalLB's FRR-mode collector has no received count.
+    bgp(
+        "frrk8s_bgp_received_prefixes_total",
+        None,
+        "Number of prefixes currently being received on the BGP session",
+        Kind::Gauge,
+        BgpValue::ReceivedPrefixes,
+    ),
+    bgp(
+        "frrk8s_bgp_opens_sent",
+        Some("metallb_bgp_opens_sent"),
+        "Number of BGP open messages sent",
+        Kind::Untyped,
+        BgpValue::OpensSent,
+    ),
+    bgp(
+        "frrk8s_bgp_opens_received",
+        Some("metallb_bgp_opens_received"),
+        "Number of BGP open messages received",
+        Kind::Untyped,
+        BgpValue::OpensReceived,
+    ),
+    bgp(
+        "frrk8s_bgp_notifications_sent",
+        Some("metallb_bgp_notifications_sent"),
+        "Number of BGP notification messages sent",
+        Kind::Untyped,
+        BgpValue::NotificationsSent,
+    ),
+    bgp(
+        "frrk8s_bgp_updates_total",
+        Some("metallb_bgp_updates_total"),
+        "Number of BGP UPDATE messages sent",
+        Kind::Counter,
+        BgpValue::UpdatesSent,
+    ),
+    bgp(
+        "frrk8s_bgp_updates_total_received",
+        Some("metallb_bgp_updates_total_received"),
+        "Number of BGP UPDATE messages received",
+        Kind::Untyped,
+        BgpValue::UpdatesReceived,
+    ),
+    bgp(
+        "frrk8s_bgp_keepalives_sent",
+        Some("metallb_bgp_keepalives_sent"),
+        "Number of BGP keepalive messages sent",
+        Kind::Untyped,
+        BgpValue::KeepalivesSent,
+    ),
+    bgp(
+        "frrk8s_bgp_keepalives_received",
+        Some("metallb_bgp_keepalives_received"),
+        "Number of BGP keepalive messages received",
+        Kind::Untyped,
+        BgpValue::KeepalivesReceived,
+    ),
+    bgp(
+        "frrk8s_bgp_route_refresh_sent",
+        Some("metallb_bgp_route_refresh_sent"),
+        "Number of BGP route refresh messages sent",
+        Kind::Untyped,
+        BgpValue::RouteRefreshSent,
+    ),
+    bgp(
+        "frrk8s_bgp_total_sent",
+        Some("metallb_bgp_total_sent"),
+        "Number of total BGP messages sent",
+        Kind::Untyped,
+        BgpValue::TotalSent,
+    ),
+    bgp(
+        "frrk8s_bgp_total_received",
+        Some("metallb_bgp_total_received"),
+        "Number of total BGP messages received",
+        Kind::Untyped,
+        BgpValue::TotalReceived,
+    ),
+];
+
+/// What one BFD family reads from a BFD session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BfdValue {
+    SessionUp,
+    ControlPacketInput,
+    ControlPacketOutput,
+    EchoPacketInput,
+    EchoPacketOutput,
+    SessionUpEvents,
+    SessionDownEvents,
+    /// FRR's bfdd counts the state changes it reports to its clients through zebra; uplink's
+    /// BFD reports each state change to its BGP session directly: the same number.
+    ZebraNotifications,
+}
+
+/// An upstream BFD family under its frr-k8s and MetalLB names.
+pub struct BfdFamily {
+    pub frrk8s: Family,
+    pub metallb: Family,
+    pub value: BfdValue,
+}
+
+const fn bfd(
+    frrk8s: &'static str,
+    metallb: &'static str,
+    help: &'static str,
+    kind: Kind,
+    value: BfdValue,
+) -> BfdFamily {
+    BfdFamily {
+        frrk8s: peer_family(frrk8s, help, kind),
+        metallb: peer_family(metallb, help, kind),
+        value,
+    }
+}
+
+/// frr-k8s `cmd/metrics/collector/bfd.go`, MetalLB `frr-tools/metrics/collector/bfd.go`.
+pub const BFD: [BfdFamily; 8] = [
+    bfd(
+        "frrk8s_bfd_session_up",
+        "metallb_bfd_session_up",
+        "BFD session state (1 is up, 0 is down)",
+        Kind::Gauge,
+        BfdValue::SessionUp,
+    ),
+    bfd(
+        "frrk8s_bfd_control_packet_input",
+        "metallb_bfd_control_packet_input",
+        "Number of received BFD control packets",
+        Kind::Untyped,
+        BfdValue::ControlPacketInput,
+    ),
+    bfd(
+        "frrk8s_bfd_control_packet_output",
+        "metallb_bfd_control_packet_output",
+        "Number of sent BFD control packets",
+        Kind::Untyped,
+        BfdValue::ControlPacketOutput,
+    ),
+    bfd(
+        "frrk8s_bfd_echo_packet_input",
+        "metallb_bfd_echo_packet_input",
+        "Number of received BFD echo packets",
+        Kind::Untyped,
+        BfdValue::EchoPacketInput,
+    ),
+    bfd(
+        "frrk8s_bfd_echo_packet_output",
+        "metallb_bfd_echo_packet_output",
+        "Number of sent BFD echo packets",
+        Kind::Untyped,
+        BfdValue::EchoPacketOutput,
+    ),
+    bfd(
+        "frrk8s_bfd_session_up_events",
+        "metallb_bfd_session_up_events",
+        "Number of BFD session up events",
+        Kind::Untyped,
+        BfdValue::SessionUpEvents,
+    ),
+    bfd(
+        "frrk8s_bfd_session_down_events",
+        "metallb_bfd_session_down_events",
+        "Number of BFD session down events",
+        Kind::Untyped,
+        BfdValue::SessionDownEvents,
+    ),
+    bfd(
+        "frrk8s_bfd_zebra_notifications",
+        "metallb_bfd_zebra_notifications",
+        "Number of BFD zebra notifications",
+        Kind::Untyped,
+        BfdValue::ZebraNotifications,
+    ),
+];
+
+// uplink's own families.
+
+pub const BUILD_INFO: Family = Family {
+    name: "uplink_build_info",
+    help: "Always 1; the version label says which uplink runs",
+    kind: Kind::Gauge,
+    labels: &["version"],
+};
+
+pub const BGP_ESTABLISHED: Family = peer_family(
+    "uplink_bgp_established_total",
+    "Number of times the BGP session reached Established",
+    Kind::Counter,
+);
+
+pub const BGP_DROPPED: Family = peer_family(
+    "uplink_bgp_dropped_total",
+    "Number of times an Established BGP session went down",
+    Kind::Counter,
+);
+
+pub const BGP_NOTIFICATIONS_RECEIVED: Family = peer_family(
+    "uplink_bgp_notifications_received_total",
+    "Number of BGP NOTIFICATION messages received",
+    Kind::Counter,
+);
+
+pub const BGP_ROUTE_REFRESH_RECEIVED: Family = peer_family(
+    "uplink_bgp_route_refresh_received_total",
+    "Number of BGP ROUTE-REFRESH messages received",
+    Kind::Counter,
+);
+
+pub const BGP_LOC_RIB_PREFIXES: Family = Family {
+    name: "uplink_bgp_loc_rib_prefixes",
+    help: "Number of destinations in the Loc-RIB of the router",
+    kind: Kind::Gauge,
+    labels: &["vrf", "family"],
+};
+
+pub const BFD_CONTROL_PACKET_DISCARDED: Family = peer_family(
+    "uplink_bfd_control_packet_discarded_total",
+    "Number of BFD control packets for the session that were discarded (authentication, \
+     discriminator or TTL checks)",
+    Kind::Counter,
+);
+
+pub const FIB_ROUTES: Family = Family {
+    name: "uplink_fib_routes",
+    help: "Number of routes the FIB writer holds for the VRF's table, by state (installed, \
+           pending: waiting for a next hop or the kernel, failed: refused by the kernel)",
+    kind: Kind::Gauge,
+    labels: &["vrf", "state"],
+};
+
+pub const FIB_KERNEL_REQUESTS: Family = Family {
+    name: "uplink_fib_kernel_requests_total",
+    help: "Number of netlink requests sent to the kernel (routes, nexthop objects and groups, \
+           deletions)",
+    kind: Kind::Counter,
+    labels: &[],
+};
+
+pub const FIB_KERNEL_ERRORS: Family = Family {
+    name: "uplink_fib_kernel_errors_total",
+    help: "Number of netlink requests the kernel refused",
+    kind: Kind::Counter,
+    labels: &[],
+};
+
+pub const FIB_RESYNCS: Family = Family {
+    name: "uplink_fib_resyncs_total",
+    help: "Number of times kernel notifications were lost and the FIB was read back in full",
+    kind: Kind::Counter,
+    labels: &[],
+};
+
+pub const ANNOUNCEMENTS: Family = Family {
+    name: "uplink_announcements",
+    help: "Number of prefixes the node could originate, by origin and state (announced, or \
+           withdrawn with the reason)",
+    kind: Kind::Gauge,
+    labels: &["vrf", "origin", "state", "reason"],
+};
+
+pub const RELOADS: Family = Family {
+    name: "uplink_config_reloads_total",
+    help: "Number of config reloads, by result (success: applied, failure: rejected)",
+    kind: Kind::Counter,
+    labels: &["result"],
+};
+
+pub const RELOAD_SUCCESSFUL: Family = Family {
+    name: "uplink_config_last_reload_successful",
+    help: "Whether the last config reload was applied (1) or rejected (0)",
+    kind: Kind::Gauge,
+    labels: &[],
+};
+
+pub const RELOAD_SUCCESS_TIMESTAMP: Family = Family {
+    name: "uplink_config_last_reload_success_timestamp_seconds",
+    help: "Unix time of the last config applied (at start or by a reload)",
+    kind: Kind::Gauge,
+    labels: &[],
+};

@@ -1,0 +1,276 @@
+//! One scrape's numbers, read from the running daemon through its handles.
+//!
+//! Nothing here can hold up routing: per-neighbor message counters are atomics
+//! (`bgp::stats`), the FIB writer's counts are atomics (`fib::stats`), the announcements are
+//! the announcer's last published value, and the only questions asked of a task or thread are
+//! the RIB's prefix counts (`RibHandle::summary`, O(neighbors), no table walk) and the BFD
+//! thread's session list. Each question has a deadline: a RIB busy with a large UPDATE burst
+//! makes the scrape leave out that VRF's prefix counts rather than wait.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::announce::runtime::AnnouncerHandle;
+use crate::announce::{Origin, Reason, State};
+use crate::bfd::session::Counters;
+use crate::bgp::instance::Instance;
+use crate::bgp::stats::PeerSnapshot;
+use crate::config::vrf_display_name;
+use crate::fib::stats::{FibStats, RouteState};
+use crate::fib::Fib;
+use crate::reload::ReloadStats;
+
+/// How long a scrape waits for a RIB task's prefix counts.
+const RIB_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a scrape waits for a BFD thread's session list.
+const BFD_DEADLINE: Duration = Duration::from_secs(1);
+
+/// The handles the endpoint reads. Cheap to clone.
+#[derive(Clone)]
+pub struct Sources {
+    /// The running routing instances (a reload publishes a new list).
+    pub instances: watch::Receiver<Arc<Vec<Arc<Instance>>>>,
+    pub fib: Fib,
+    pub announcer: AnnouncerHandle,
+    pub reloads: Arc<ReloadStats>,
+    // Network policies (netconf) add their enactment counts here when that layer lands:
+    // `uplink_network_policies{state}` and `uplink_network_policy_rollbacks_total`, read
+    // from the policy task's handle like the announcer's.
+}
+
+/// One BGP neighbor.
+#[derive(Debug, Clone)]
+pub struct BgpPeer {
+    /// "default" for the default VRF, as FRR names it.
+    pub vrf: String,
+    pub address: IpAddr,
+    /// The configured port: MetalLB's `peer` label is `address:port`.
+    pub port: u16,
+    pub stats: PeerSnapshot,
+    /// Accepted and advertised prefix counts; `None` when the RIB did not answer in time.
+    pub prefixes: Option<Prefixes>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Prefixes {
+    pub accepted: u64,
+    pub sent: u64,
+}
+
+impl BgpPeer {
+    pub fn up(&self) -> bool {
+        self.stats.state == "Established"
+    }
+}
+
+/// One BFD session.
+#[derive(Debug, Clone)]
+pub struct BfdPeer {
+    pub vrf: String,
+    pub address: IpAddr,
+    pub up: bool,
+    pub counters: Counters,
+}
+
+/// One router's Loc-RIB size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocRib {
+    pub vrf: String,
+    pub ipv4: u64,
+    pub ipv6: u64,
+}
+
+/// FIB writer numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FibNumbers {
+    /// (vrf, state, routes), summed over the VRF's instances (its router and its leaks).
+    pub routes: Vec<(String, RouteState, u64)>,
+    pub kernel_requests: u64,
+    pub kernel_errors: u64,
+    pub resyncs: u64,
+}
+
+/// How many candidate prefixes share one (vrf, origin, state, reason).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AnnouncementCount {
+    pub vrf: String,
+    pub origin: &'static str,
+    pub state: &'static str,
+    pub reason: &'static str,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReloadNumbers {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub last_ok: bool,
+    pub last_success: u64,
+}
+
+/// Everything one scrape exports.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub bgp: Vec<BgpPeer>,
+    pub loc_rib: Vec<LocRib>,
+    pub bfd: Vec<BfdPeer>,
+    pub fib: FibNumbers,
+    pub announcements: Vec<AnnouncementCount>,
+    pub reloads: ReloadNumbers,
+}
+
+/// Reads every source once.
+pub async fn gather(sources: &Sources) -> Snapshot {
+    let instances = sources.instances.borrow().clone();
+    let mut snapshot = Snapshot {
+        bgp: Vec::new(),
+        loc_rib: Vec::new(),
+        bfd: Vec::new(),
+        fib: fib_numbers(&sources.fib),
+        announcements: announcement_counts(&sources.announcer),
+        reloads: reload_numbers(&sources.reloads),
+    };
+    for instance in instances.iter() {
+        gather_instance(instance, &mut snapshot).await;
+    }
+    snapshot
+}
+
+async fn gather_instance(instance: &Instance, out: &mut Snapshot) {
+    let vrf = vrf_display_name(&instance.vrf).to_string();
+    let summary = match tokio::time::timeout(RIB_DEADLINE, instance.rib.summary()).await {
+        Ok(Ok(summary)) => Some(summary),
+        Ok(Err(e)) => {
+            tracing::debug!(vrf = %vrf, "metrics: no prefix counts: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(vrf = %vrf, "metrics: the RIB did not answer in time; prefix counts left out");
+            None
+        }
+    };
+    if let Some(summary) = &summary {
+        out.loc_rib.push(LocRib {
+            vrf: vrf.clone(),
+            ipv4: summary.destinations_v4,
+            ipv6: summary.destinations_v6,
+        });
+    }
+    for neighbor in instance.neighbors() {
+        let address = neighbor.config.address;
+        // A neighbor without a session in the RIB has nothing accepted or advertised.
+        let prefixes = summary.as_ref().map(|s| {
+            s.peers
+                .get(&address)
+                .map(|c| Prefixes { accepted: c.accepted, sent: c.sent })
+                .unwrap_or_default()
+        });
+        out.bgp.push(BgpPeer {
+            vrf: vrf.clone(),
+            address,
+            port: neighbor.config.port,
+            stats: neighbor.stats.snapshot(),
+            prefixes,
+        });
+    }
+    let Some(bfd) = instance.bfd() else { return };
+    match tokio::time::timeout(BFD_DEADLINE, bfd.peers()).await {
+        Ok(Ok(peers)) => out.bfd.extend(peers.into_iter().map(|p| BfdPeer {
+            vrf: vrf.clone(),
+            address: p.spec.peer,
+            up: p.state == crate::bfd::packet::State::Up,
+            counters: p.counters,
+        })),
+        Ok(Err(e)) => tracing::debug!(vrf = %vrf, "metrics: no BFD sessions: {e}"),
+        Err(_) => tracing::debug!(vrf = %vrf, "metrics: the BFD thread did not answer in time"),
+    }
+}
+
+fn fib_numbers(fib: &Fib) -> FibNumbers {
+    let mut routes: Vec<(String, RouteState, u64)> = Vec::new();
+    for instance in fib.route_counts() {
+        let vrf = vrf_display_name(&instance.config.vrf);
+        for (state, count) in instance.routes {
+            match routes.iter_mut().find(|(v, s, _)| v == vrf && *s == state) {
+                Some((_, _, total)) => *total = total.saturating_add(count),
+                None => routes.push((vrf.to_string(), state, count)),
+            }
+        }
+    }
+    let stats = fib.stats();
+    FibNumbers {
+        routes,
+        kernel_requests: FibStats::load(&stats.kernel_requests),
+        kernel_errors: FibStats::load(&stats.kernel_errors),
+        resyncs: FibStats::load(&stats.resyncs),
+    }
+}
+
+fn announcement_counts(announcer: &AnnouncerHandle) -> Vec<AnnouncementCount> {
+    let current = announcer.current();
+    let mut counts: Vec<AnnouncementCount> = Vec::new();
+    for candidate in &current.candidates {
+        let vrf = candidate.vrf.as_deref().map(vrf_display_name).unwrap_or_default();
+        let (state, reason) = match &candidate.state {
+            State::Announced { .. } => ("announced", ""),
+            State::Withdrawn { reason } => ("withdrawn", reason_label(reason)),
+        };
+        let origin = origin_label(&candidate.origin);
+        let same = |c: &&mut AnnouncementCount| {
+            c.vrf == vrf && c.origin == origin && c.state == state && c.reason == reason
+        };
+        match counts.iter_mut().find(same) {
+            Some(count) => count.count += 1,
+            None => counts.push(AnnouncementCount {
+                vrf: vrf.to_string(),
+                origin,
+                state,
+                reason,
+                count: 1,
+            }),
+        }
+    }
+    counts.sort();
+    counts
+}
+
+/// The `origin` label: what asked for the prefix.
+pub fn origin_label(origin: &Origin) -> &'static str {
+    match origin {
+        Origin::Router => "router",
+        Origin::Service { .. } => "service",
+        Origin::Aggregate { .. } => "aggregate",
+        Origin::PodNetwork { .. } => "pod_network",
+        Origin::EgressIp { .. } => "egress_ip",
+    }
+}
+
+/// The `reason` label of a withdrawn prefix.
+pub fn reason_label(reason: &Reason) -> &'static str {
+    match reason {
+        Reason::NoAddress { .. } => "no_address",
+        Reason::NotReady { .. } => "not_ready",
+        Reason::NoAdvertisement { .. } => "no_advertisement",
+        Reason::NodeNotSelected { .. } => "node_not_selected",
+        Reason::NodeExcluded => "node_excluded",
+        Reason::AggregatedInto { .. } => "aggregated",
+        Reason::Drained => "drained",
+        Reason::NoRouter { .. } => "no_router",
+        Reason::NoHostSubnet => "no_host_subnet",
+        Reason::UnknownPeers { .. } => "unknown_peers",
+        Reason::NoMatchingRouter { .. } => "no_matching_router",
+    }
+}
+
+fn reload_numbers(stats: &ReloadStats) -> ReloadNumbers {
+    ReloadNumbers {
+        succeeded: stats.succeeded.load(Ordering::Relaxed),
+        failed: stats.failed.load(Ordering::Relaxed),
+        last_ok: stats.last_ok.load(Ordering::Relaxed),
+        last_success: stats.last_success.load(Ordering::Relaxed),
+    }
+}
