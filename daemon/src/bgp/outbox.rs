@@ -48,7 +48,7 @@ impl Outbox {
         if state.closed {
             return;
         }
-        if state.queue.is_empty() {
+        if state.bytes == 0 {
             // Data waits from now on: the SendHoldTimer counts from the last progress, not
             // from an idle stretch before it.
             state.progress = Some(Instant::now());
@@ -75,10 +75,11 @@ impl Outbox {
         }
     }
 
-    /// When the writes last made progress; `now` while nothing is waiting to be written.
+    /// When the writes last made progress; `now` while nothing is waiting to be written (a
+    /// message the writer has taken counts as waiting until it is written whole).
     pub fn progress(&self, now: Instant) -> Instant {
         let state = self.state();
-        if state.queue.is_empty() {
+        if state.bytes == 0 {
             now
         } else {
             state.progress.unwrap_or(now)
