@@ -684,7 +684,14 @@ impl Session {
         if let Some(policy) = &policy {
             self.params.import = policy.import.clone();
             self.params.export = policy.export.clone();
+            let limit_changed = self.params.max_prefixes != policy.max_prefixes;
             self.params.max_prefixes = policy.max_prefixes;
+            if limit_changed && self.stats.snapshot_held_down().is_some() {
+                // Down after max-prefix: a new limit is the operator's answer, start again.
+                info!("max_prefixes changed: starting the session held down by max-prefix");
+                self.stats.set_held_down_state(None);
+                self.apply(Event::ManualStart).await;
+            }
         }
         let Some(est) = &self.established else { return LiveOutcome::NotEstablished };
         if refresh && !est.route_refresh {
