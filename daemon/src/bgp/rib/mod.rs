@@ -951,6 +951,14 @@ impl Rib {
         out
     }
 
+    /// The prefixes of a family, unsorted (cheap: `show` sorts them outside the RIB task).
+    pub fn prefixes(&self, family: Family) -> Vec<IpNet> {
+        match family.afi {
+            Afi::Ipv4 => self.v4.map.keys().map(|p| IpNet::V4(*p)).collect(),
+            Afi::Ipv6 => self.v6.map.keys().map(|p| IpNet::V6(*p)).collect(),
+        }
+    }
+
     /// Number of destinations (prefixes) in a family.
     pub fn prefix_count(&self, family: Family) -> usize {
         match family.afi {
