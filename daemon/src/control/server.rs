@@ -131,8 +131,9 @@ mod tests {
         let mut big = UnixStream::connect(&path).await.unwrap();
         let junk = vec![b'x'; 1 << 20];
         let _ = big.write_all(&junk).await;
+        // One line: the server closes with the rest unread, so a later read may fail.
         let mut answer = String::new();
-        let _ = big.read_to_string(&mut answer).await;
+        let _ = BufReader::new(&mut big).read_line(&mut answer).await;
         assert!(answer.contains("request larger than 64 KiB"), "{answer}");
         // A client that never sends anything does not hold the others up.
         let _idle = UnixStream::connect(&path).await.unwrap();
