@@ -154,6 +154,7 @@ pub fn spawn(
         pending_out: false,
         signal: Arc::new(PeerSignal::default()),
         discard_log: LogThrottle::new(LOG_PERIOD),
+        refresh_log: LogThrottle::new(LOG_PERIOD),
     };
     tokio::spawn(session.run().instrument(span));
     tx
@@ -198,6 +199,8 @@ struct Session {
     signal: Arc<PeerSignal>,
     /// RFC 7606 outcomes are logged once per period, with a count of the rest.
     discard_log: LogThrottle,
+    /// ROUTE-REFRESH requests are logged the same way.
+    refresh_log: LogThrottle,
 }
 
 /// What woke the session loop.
@@ -538,7 +541,13 @@ impl Session {
             est.families.iter().find(|f| f.afi as u16 == afi && f.safi as u8 == safi).copied();
         match family {
             Some(family) => {
-                info!("ROUTE-REFRESH for {family:?}: re-sending our routes");
+                // A peer can send these in a loop: one line per period, with a count.
+                if let Some(held) = self.refresh_log.event(Instant::now()) {
+                    info!(
+                        "ROUTE-REFRESH for {family:?}: re-sending our routes{}",
+                        held_back_note(held)
+                    );
+                }
                 est.link.route_refresh(family).await;
             }
             // RFC 2918 §4: ignore a refresh for a family that was not negotiated.
