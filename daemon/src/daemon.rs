@@ -95,8 +95,8 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
                 fib: fib.clone(),
                 announcer: announcer.clone(),
                 reloads,
+                running: running.clone(),
             },
-            running.clone(),
         );
         let fib_for_shutdown = fib.clone();
         let context = dispatch::Context {

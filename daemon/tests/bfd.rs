@@ -13,6 +13,14 @@ use common::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
+/// BFD timers are tens of milliseconds and one test floods the CPU on purpose: the tests of
+/// this file run one at a time, so that none measures the load of another.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 const UP: Duration = Duration::from_secs(45);
 
 fn uplink_config(peer: &str, peer_asn: u32, tx_ms: u32) -> String {
@@ -122,6 +130,7 @@ fn send_crafted_down(ns: &Ns, from: &str, to: &str, my: u64, your: u64, ttl: u8)
 
 #[test]
 fn frr_bfdd_up_detect_hold_restore_timer_change_and_ttl() {
+    let _serial = one_at_a_time();
     require_tool("nft");
     require_tool("python3");
     let mut lab = Lab::new("bfdfrr");
@@ -242,6 +251,7 @@ router bgp 65102
 
 #[test]
 fn bird_bfd_up_detect_and_restore() {
+    let _serial = one_at_a_time();
     require_tool("nft");
     let mut lab = Lab::new("bfdbird");
     let node = lab.ns("node");
@@ -289,6 +299,7 @@ protocol bgp uplink {
 /// the router's BFD thread then and there: no daemon restart.
 #[test]
 fn bfd_starts_for_a_neighbor_a_reload_gives_a_profile() {
+    let _serial = one_at_a_time();
     let mut lab = Lab::new("bfdreload");
     let node = lab.ns("node");
     let peer_ns = lab.ns("peer");
@@ -354,6 +365,7 @@ fn log_lines(lab: &Lab, needle: &str) -> Vec<String> {
 /// reload brings that session up without resetting its BGP session.
 #[test]
 fn bird_authenticated_sessions_come_up_and_a_wrong_key_does_not_until_reloaded() {
+    let _serial = one_at_a_time();
     require_tool("bird");
     let mut lab = Lab::new("bfdauth");
     let node = lab.ns("node");
@@ -525,6 +537,7 @@ fn spoof(ns: &Ns, src: &str, kind: &str, count: u32, seconds: f32) -> u64 {
 /// lines in the log instead of one per packet.
 #[test]
 fn spoofed_down_and_flood_from_a_stranger_leave_the_session_up() {
+    let _serial = one_at_a_time();
     require_tool("bird");
     require_tool("python3");
     require_tool("chrt");

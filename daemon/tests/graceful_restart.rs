@@ -264,3 +264,69 @@ fn frr_restarting_is_helped() {
     let lost = node_kernel.finish();
     assert!(lost.is_empty(), "{lost:?}\n{}", lab.dump_logs());
 }
+
+/// RFC 5882 §4.3 with a shared-fate BFD: uplink hangs (SIGSTOP, as a stuck daemon would) and
+/// is then killed and started again (what systemd's watchdog does). Its BFD stops at once, but
+/// FRR, told that a Down of a BFD with the C bit clear may be a control-plane restart
+/// (`bfd check-control-plane-failure`), keeps the node's routes through the restart.
+#[test]
+fn hung_uplink_with_bfd_keeps_its_routes_at_frr() {
+    let Topology { mut lab, node, tor } = topology("grbfd");
+    let conf = frr_conf(&["203.0.113.0/24"]).replace(
+        " neighbor 10.0.1.2 timers 3 9\n",
+        " neighbor 10.0.1.2 timers 3 9\n neighbor 10.0.1.2 bfd\n \
+         neighbor 10.0.1.2 bfd check-control-plane-failure\n",
+    );
+    let frr = Frr::start_with_bfd(
+        &mut lab,
+        &tor,
+        &format!(
+            "bfd\n peer 10.0.1.2\n  transmit-interval 200\n  receive-interval 200\n !\n!\n{conf}"
+        ),
+    );
+    let config = format!(
+        "[[bgp.bfd_profiles]]\nname = \"tor\"\ntransmit_interval = \"200ms\"\nreceive_interval = \"200ms\"\n\n{}",
+        uplink_conf(&["192.0.2.10/32"]).replace(
+            "graceful_restart = true\n",
+            "graceful_restart = true\nbfd_profile = \"tor\"\n"
+        )
+    );
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &config);
+    wait_uplink_ready(&uplink, &lab);
+    wait_for("FRR's BFD session with the node Up", UP, || {
+        let v = frr.json("show bfd peers json");
+        let up = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["peer"] == "10.0.1.2" && p["status"] == "up");
+        up.then_some(()).ok_or_else(|| format!("{v:#}"))
+    });
+    wait_for("FRR learns 192.0.2.10/32", UP, || {
+        frr_has(&frr, "192.0.2.10/32").then_some(()).ok_or("absent".to_string())
+    });
+    let watch_tor = Frr { ns: frr.ns.clone(), label: frr.label.clone() };
+    let frr_table = Watch::start(move || {
+        (!frr_has(&watch_tor, "192.0.2.10/32")).then(|| "FRR lost 192.0.2.10/32".to_string())
+    });
+
+    let pid = lab.pid_of(&uplink.label).expect("uplink's pid");
+    node.run(&["kill", "-STOP", &pid.to_string()]);
+    // BFD detection is 600 ms; the hold timer 9 s: BFD is what FRR sees first.
+    wait_for("FRR's BFD session Down", UP, || {
+        let v = frr.json("show bfd peers json");
+        let down = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["peer"] == "10.0.1.2" && p["status"] == "down");
+        down.then_some(()).ok_or_else(|| format!("{v:#}"))
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    lab.kill9("uplink");
+    uplink.launch(&mut lab);
+    wait_uplink_ready(&uplink, &lab);
+    let lost = frr_table.finish();
+    assert!(lost.is_empty(), "{lost:?}\n{}", lab.dump_logs());
+    assert!(!frr_path_is_stale(&frr, "192.0.2.10/32"), "refreshed after uplink's End-of-RIB");
+}

@@ -1,6 +1,6 @@
 //! `uplink wait-ready`: returns once every configured session is Established with End-of-RIB
 //! both ways — here against an FRR that starts late — and fails naming the session that never
-//! comes up.
+//! comes up; without graceful restart (no End-of-RIB from FRR) Established is enough.
 
 mod common;
 use common::*;
@@ -77,4 +77,19 @@ to_receive = { allowed = { mode = "all" } }
     assert!(took >= Duration::from_secs(4) && took < Duration::from_secs(8), "{took:?}");
     assert!(text.contains("not ready: neighbor 10.0.1.9"), "{text}");
     assert!(!text.contains("neighbor 10.0.1.1 "), "the live session is ready: {text}");
+
+    // Without graceful restart on our side FRR sends no End-of-RIB (RFC 4724 §2 ties it to the
+    // capability): Established with our table sent is ready then.
+    let without_gr = config
+        .replace("connect_time = \"1s\"\n", "connect_time = \"1s\"\ngraceful_restart = false\n");
+    assert_ne!(without_gr, config);
+    std::fs::write(&uplink.config, without_gr).unwrap();
+    lab.stop(&uplink.label);
+    uplink.launch(&mut lab);
+    let (ready, text, _) = wait_ready(&uplink, "30s");
+    assert!(ready, "not ready without graceful restart: {text}\n{}", lab.dump_logs());
+    let eor = |v: &serde_json::Value| v["10.0.1.1"]["gracefulRestartInfo"].to_string();
+    let shown = uplink.json(&["show", "bgp", "neighbors", "10.0.1.1"]).unwrap();
+    assert!(frr.route("192.0.2.10/32")["paths"].as_array().is_some_and(|p| !p.is_empty()));
+    assert!(eor(&shown).contains("\"localGrMode\":\"Disable\""), "{}", eor(&shown));
 }

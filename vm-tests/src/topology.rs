@@ -37,6 +37,11 @@ pub const CLIENT_ADDR: &str = "172.18.10.90";
 /// once a run while the ToR was busy with the HTTP scenario; 200 ms x 3 (600 ms) holds.
 pub const BFD_INTERVAL_MS: u32 = 200;
 pub const BFD_MULTIPLIER: u32 = 3;
+/// The worker that restarts gracefully (RFC 4724, `graceful_restart = true`): the ToR keeps
+/// its routes through a restart and trusts graceful restart over its shared-fate BFD
+/// (`bfd check-control-plane-failure`, docs/operations.md). The other worker keeps plain BFD,
+/// so a power-off of it fails over within BFD's detection time.
+pub const GR_WORKER: &str = "wk1";
 pub const MEM_MIB: u32 = 1024;
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -124,8 +129,13 @@ fn tor_frr_conf(workers: &[(String, String)]) -> String {
     let mut neighbors = String::new();
     let mut vrf3 = String::new();
     let mut vrf4 = String::new();
-    for (i, (_, addr)) in workers.iter().enumerate() {
+    for (i, (name, addr)) in workers.iter().enumerate() {
         neighbors.push_str(&format!(" neighbor {addr} peer-group workers\n"));
+        if name == GR_WORKER {
+            // RFC 5882 §4.3: a BFD Down with the C bit clear during graceful restart is not a
+            // reason to flush (FRR ignores it when the peer is in NSF mode).
+            neighbors.push_str(&format!(" neighbor {addr} bfd check-control-plane-failure\n"));
+        }
         // r3's role (VRF-lite): the workers' addresses on VLANs 2001/2002.
         // The VRF sessions keep the usual timers (30 s keepalive, 90 s hold: uplink's, MetalLB's
         // and frr-k8s's defaults), not the 3/9 s of the default VRF's: the network-policy
@@ -176,6 +186,9 @@ watchfrr_options=\"-T 300\"\n";
 /// The worker's uplink config: one router (AS 65801) peering with the ToR, BFD, the VIP as a
 /// LoadBalancer service, and its pod subnet as the default network's host_subnet.
 pub fn worker_uplink_toml(name: &str, addr: &str, pod_subnet: &str) -> String {
+    // The other worker keeps the default (helper only: the ToR's routes are kept while the
+    // ToR restarts, and the ToR sends End-of-RIB).
+    let graceful_restart = if name == GR_WORKER { "graceful_restart = true\n" } else { "" };
     format!(
         r#"# Worker {name} of the VM tests (vm-tests/src/topology.rs).
 [node]
@@ -207,7 +220,7 @@ hold_time = "9s"
 keepalive_time = "3s"
 connect_time = "5s"
 bfd_profile = "tor"
-
+{graceful_restart}
 # The client's subnet, which the ToR originates.
 [bgp.routers.neighbors.to_receive.allowed]
 mode = "filtered"
@@ -476,8 +489,8 @@ ip link set vlan2002 up
 }
 
 /// What each worker runs for the HTTP scenario: the VIP on lo and a web server bound to it
-/// that answers with the worker's name.
-fn worker_setup_script(name: &str) -> String {
+/// that answers with the worker's name. Run over SSH after boot (again after a reboot).
+pub fn worker_setup_script(name: &str) -> String {
     format!(
         r#"set -eu
 ip addr add {VIP}/32 dev lo
@@ -777,6 +790,12 @@ mod tests {
         let w = vec![("wk1".to_string(), "172.18.20.2".to_string())];
         let conf = tor_frr_conf(&w);
         assert!(conf.contains("neighbor 172.18.20.2 peer-group workers"));
+        assert!(conf.contains("neighbor 172.18.20.2 bfd check-control-plane-failure"));
+        assert!(worker_uplink_toml("wk1", "172.18.20.2", "10.244.1.0/24")
+            .contains("graceful_restart = true"));
+        assert!(
+            !worker_uplink_toml("wk2", "172.18.20.3", "10.244.2.0/24").contains("graceful_restart")
+        );
         assert!(conf.contains("neighbor 172.19.23.2 remote-as 65801"));
         assert!(conf.contains(&format!("receive-interval {BFD_INTERVAL_MS}")));
     }

@@ -58,7 +58,9 @@ impl Vm {
         cmd.args(["-name", &spec.name, "-accel", "tcg", "-machine", "pc"])
             .args(["-smp", &spec.cpus.to_string()])
             .args(["-m", &spec.mem_mib.to_string()])
-            .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
+            // No -no-reboot: a reboot in the guest boots the same kernel, initramfs and config
+            // drive again, as a PXE-booted node does (the reboot scenario).
+            .args(["-nodefaults", "-no-user-config", "-display", "none"])
             .arg("-kernel")
             .arg(&spec.kernel)
             .arg("-initrd")
@@ -192,6 +194,15 @@ impl Vm {
             Err(_) => false,
         };
         (ok, std::fs::read_to_string(&log).unwrap_or_default())
+    }
+
+    /// Ends the SSH control master and removes its socket: after a reboot the old master's
+    /// connection is dead, and commands must not wait on it.
+    pub fn forget_master(&self) {
+        let mut c = self.ssh_command(false);
+        c.args(["-O", "exit", "root@127.0.0.1"]);
+        let _ = run_timeout(&mut c, None, Duration::from_secs(5));
+        let _ = std::fs::remove_file(&self.control);
     }
 
     /// What another SSH client (scp, Ansible) needs to reach the VM through this VM's control

@@ -5,8 +5,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
-    Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, CLIENT_NS, DECK_NNCP_FILE, TOR_ADDR,
-    TRUNK_NIC, VIP, VRF_LEARNED,
+    worker_setup_script, Image, Topology, Worker, BFD_INTERVAL_MS, BFD_MULTIPLIER, BOOT_TIMEOUT,
+    CLIENT_NS, DECK_NNCP_FILE, GR_WORKER, TOR_ADDR, TRUNK_NIC, VIP, VRF_LEARNED,
 };
 
 type Outcome = Result<String, String>;
@@ -512,6 +512,223 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
     ))
 }
 
+// ---- Day-2 operations (issue #13): graceful restart, the watchdog, a reboot ----
+
+/// Runs on the ToR while a worker restarts or reboots: every 50 ms it notes whether the VIP
+/// route has the worker as a next hop and whether the ToR's BGP session with it is
+/// Established (its TCP connection), and a client in the client namespace requests the VIP in
+/// a loop. It writes each change of either, and every failed request, with the ToR's clock;
+/// it stops when /tmp/observe.stop appears and then prints a summary.
+const OBSERVER: &str = r#"
+import json, os, subprocess, sys, threading, time
+vip, worker, client_ns = sys.argv[1], sys.argv[2], sys.argv[3]
+events, failures, requests = [], [], [0]
+def client():
+    while not os.path.exists("/tmp/observe.stop"):
+        r = subprocess.run(["ip", "netns", "exec", client_ns, "curl", "-s", "--max-time", "2",
+                            "http://" + vip + "/"], capture_output=True, text=True)
+        requests[0] += 1
+        if r.returncode != 0 or not r.stdout.strip():
+            failures.append({"at": time.time(), "rc": r.returncode})
+        time.sleep(0.1)
+threading.Thread(target=client, daemon=True).start()
+def sample():
+    route = subprocess.run(["ip", "route", "show", vip], capture_output=True, text=True).stdout
+    tcp = subprocess.run(["ss", "-Htn", "state", "established", "dst", worker,
+                          "( sport = :179 or dport = :179 )"], capture_output=True, text=True).stdout
+    return ("via " + worker + " ") in route, bool(tcp.strip())
+last = None
+print("ready", flush=True)
+while not os.path.exists("/tmp/observe.stop"):
+    now = sample()
+    if now != last:
+        events.append({"at": time.time(), "next_hop": now[0], "session": now[1]})
+        last = now
+    time.sleep(0.05)
+time.sleep(0.3)
+print(json.dumps({"events": events, "failures": failures, "requests": requests[0]}), flush=True)
+"#;
+
+/// Starts [`OBSERVER`] on the ToR for `worker_addr`.
+fn observe_start(topo: &Topology, worker_addr: &str) -> Result<(), String> {
+    topo.tor.sh(&format!(
+        "rm -f /tmp/observe.stop /tmp/observe.out\ncat > /tmp/observe.py <<'EOF'\n{OBSERVER}\nEOF\n\
+         setsid -f timeout 900 python3 /tmp/observe.py {VIP} {worker_addr} {CLIENT_NS} \
+         </dev/null >/tmp/observe.out 2>&1"
+    ))?;
+    topo.wait(Duration::from_secs(30), || {
+        let o = topo.tor.sh("cat /tmp/observe.out")?;
+        o.contains("ready").then_some(()).ok_or(format!("observer not ready: {o}"))
+    })
+}
+
+/// Stops the observer and returns its summary.
+fn observe_stop(topo: &Topology) -> Result<Value, String> {
+    topo.tor.sh("touch /tmp/observe.stop")?;
+    let line = topo.wait(Duration::from_secs(20), || {
+        let o = topo.tor.sh("cat /tmp/observe.out")?;
+        o.lines().find(|l| l.starts_with('{')).map(str::to_owned).ok_or(format!("no summary: {o}"))
+    })?;
+    json(&line, "observer summary")
+}
+
+/// The first time in `summary` at which `field` became `value`.
+fn first_event(summary: &Value, field: &str, value: bool) -> Option<f64> {
+    summary["events"]
+        .as_array()?
+        .iter()
+        .find(|e| e[field] == Value::Bool(value))
+        .and_then(|e| e["at"].as_f64())
+}
+
+fn worker_named<'a>(topo: &'a Topology, name: &str) -> Result<&'a Worker, String> {
+    topo.workers.iter().find(|w| w.name == name).ok_or(format!("no worker {name}"))
+}
+
+/// The ToR's count of established sessions with `addr` so far.
+fn tor_connections(topo: &Topology, addr: &str) -> Result<u64, String> {
+    let v = json(&topo.vtysh(&format!("show bgp neighbors {addr} json"))?, "neighbors")?;
+    v[addr]["connectionsEstablished"].as_u64().ok_or(format!("r2: no {addr} in {v}"))
+}
+
+/// RFC 4724 under systemd: the graceful-restart worker is restarted twice — by `systemctl
+/// restart` and by the watchdog after it hung (SIGSTOP) — and the ToR never loses it as the
+/// VIP's next hop, while a client requesting the VIP sees no failure. The ToR's BFD session
+/// with it goes down each time; the ToR trusts graceful restart over it
+/// (`bfd check-control-plane-failure`).
+fn graceful_restart_and_watchdog(topo: &Topology) -> Outcome {
+    let wk = worker_named(topo, GR_WORKER)?;
+    vip_ecmp(topo)?;
+    let connections = tor_connections(topo, &wk.addr)?;
+    observe_start(topo, &wk.addr)?;
+    // This scenario's watchdog is short: the ToR's hold time is 9 s, and a hung uplink must be
+    // killed before it expires (a hold timer expiry ends graceful restart without RFC 8538's
+    // N bit). With the usual hold times (90-180 s) the unit's 30 s is short enough.
+    let dropin = "/run/systemd/system/uplink.service.d/watchdog.conf";
+    wk.vm.sh(&format!(
+        "mkdir -p {d} && printf '[Service]\\nWatchdogSec=4s\\n' > {dropin} && systemctl daemon-reload \
+         && systemctl restart uplink && uplink wait-ready --timeout 120s",
+        d = dropin.trim_end_matches("/watchdog.conf")
+    ))?;
+    let restarts = || -> Result<u64, String> {
+        let n = wk.vm.sh("systemctl show -p NRestarts --value uplink")?;
+        n.trim().parse().map_err(|e| format!("NRestarts {n:?}: {e}"))
+    };
+    let before = restarts()?;
+    let pid = wk.vm.sh("systemctl show -p MainPID --value uplink")?;
+    let stopped = Instant::now();
+    wk.vm.sh(&format!("kill -STOP {}", pid.trim()))?;
+    topo.wait(Duration::from_secs(60), || {
+        let n = restarts()?;
+        (n > before).then_some(()).ok_or(format!("NRestarts still {n}"))
+    })?;
+    let restarted_after = stopped.elapsed();
+    let watchdog =
+        wk.vm.sh("journalctl -u uplink --no-pager | grep -c 'Watchdog timeout' || true")?;
+    wk.vm.sh(&format!(
+        "uplink wait-ready --timeout 120s && rm -f {dropin} && systemctl daemon-reload \
+         && systemctl restart uplink && uplink wait-ready --timeout 120s"
+    ))?;
+    vip_ecmp(topo)?;
+    let seen = observe_stop(topo)?;
+    let failures = seen["failures"].as_array().map_or(0, Vec::len);
+    if first_event(&seen, "next_hop", false).is_some() || failures > 0 {
+        return Err(format!(
+            "the ToR lost {} as the VIP's next hop or the client saw failures: {seen}{}",
+            wk.name,
+            flap_report(topo, 0)
+        ));
+    }
+    if watchdog.trim() == "0" {
+        return Err(format!(
+            "{}: no 'Watchdog timeout' in the journal: systemd did not restart it",
+            wk.name
+        ));
+    }
+    let sessions = tor_connections(topo, &wk.addr)? - connections;
+    if sessions < 3 {
+        return Err(format!(
+            "r2 saw {sessions} new sessions with {}, want 3 (two restarts and the watchdog's)",
+            wk.name
+        ));
+    }
+    Ok(format!(
+        "{}: systemctl restart, SIGSTOP → watchdog restart after {:.1} s, restart: {sessions} new sessions \
+         on r2, the VIP's next hop never left, {} client requests, no failure",
+        wk.name,
+        restarted_after.as_secs_f64(),
+        seen["requests"]
+    ))
+}
+
+/// `systemctl reboot` of the other worker: uplink drains under its logind delay inhibitor, so
+/// the ToR moves the VIP to the remaining worker before the rebooting one ends its session,
+/// and a client requesting the VIP until the worker is gone sees no failure. The worker comes
+/// back (the same kernel, initramfs and config drive: a PXE node), gets the test's web server
+/// again, and takes its share of the VIP's requests.
+fn reboot_moves_the_vip_first(topo: &mut Topology) -> Outcome {
+    let i = topo.workers.iter().position(|w| w.name != GR_WORKER).ok_or("no second worker")?;
+    let (name, addr) = {
+        let w = topo.workers.get(i).ok_or("no second worker")?;
+        (w.name.clone(), w.addr.clone())
+    };
+    vip_ecmp(topo)?;
+    observe_start(topo, &addr)?;
+    let boots = |topo: &Topology| -> usize {
+        topo.workers.get(i).map_or(0, |w| {
+            std::fs::read_to_string(&w.vm.console)
+                .unwrap_or_default()
+                .matches("Linux version")
+                .count()
+        })
+    };
+    let booted = boots(topo);
+    let t0 = Instant::now();
+    topo.workers.get(i).ok_or("no worker")?.vm.sh("systemd-run --on-active=1 systemctl reboot")?;
+    topo.wait(Duration::from_secs(300), || {
+        (boots(topo) > booted).then_some(()).ok_or(format!("{name} has not booted again"))
+    })?;
+    let down = t0.elapsed();
+    // The old node is gone: what the client saw until here is the reboot's doing. (The web
+    // server is the test's, started over SSH; the new boot has none until it is set up.)
+    let seen = observe_stop(topo)?;
+    let w = topo.workers.get_mut(i).ok_or("no worker")?;
+    w.vm.forget_master();
+    w.vm.wait_ssh(BOOT_TIMEOUT)?;
+    let w = topo.workers.get(i).ok_or("no worker")?;
+    w.vm.sh(&worker_setup_script(&name))?;
+    topo.wait(Duration::from_secs(240), || w.vm.sh("uplink wait-ready --timeout 10s"))?;
+    vip_ecmp(topo)?;
+    let back = t0.elapsed();
+    http_both_workers(topo)?;
+
+    let moved = first_event(&seen, "next_hop", false);
+    let gone = first_event(&seen, "session", false);
+    let (Some(moved), Some(gone)) = (moved, gone) else {
+        return Err(format!("the observer saw no move or no session end: {seen}"));
+    };
+    if moved >= gone {
+        return Err(format!(
+            "the ToR moved the VIP {:.0} ms after {name}'s session ended: {seen}",
+            (moved - gone) * 1000.0
+        ));
+    }
+    let failures = seen["failures"].as_array().map_or(0, Vec::len);
+    if failures > 0 {
+        return Err(format!(
+            "the client saw {failures} failed requests through the reboot: {seen}"
+        ));
+    }
+    Ok(format!(
+        "{name}: the VIP moved {:.1} s before its session ended; {} client requests until it was \
+         gone, no failure; booted again after {:.0} s, back in the VIP's ECMP after {:.0} s",
+        gone - moved,
+        seen["requests"],
+        down.as_secs_f64(),
+        back.as_secs_f64()
+    ))
+}
+
 // ---- The node's own network (issue #12): built by uplink from network policies ----
 
 /// The enactment of `policy` on a worker (`uplink show network enactments --json`).
@@ -826,7 +1043,7 @@ fn seed_lab() {
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";
-    let scenarios: [(&str, Scenario); 13] = [
+    let scenarios: [(&str, Scenario); 15] = [
         ("config drive applied", |t| config_drive_applied(t)),
         (SESSIONS, |t| sessions_established(t)),
         ("node network from policies (NNCP, fleet form, VRFs)", |t| node_network_from_policies(t)),
@@ -838,6 +1055,10 @@ fn seed_lab() {
         ("route leaking between VRFs (imports)", |t| vrf_leaking(t)),
         ("a policy that cuts the uplink, by reload: rolled back", |t| network_cut_rolled_back(t)),
         ("a router waits for its VRF device", |t| router_waits_for_its_vrf(t)),
+        ("graceful restart: systemctl restart and the watchdog", |t| {
+            graceful_restart_and_watchdog(t)
+        }),
+        ("systemctl reboot: the VIP moves first", reboot_moves_the_vip_first),
         ("Ansible rollout (ansible/ playbooks over SSH)", |t| uplink_vm_tests::ansible::rollout(t)),
         ("power-off: BFD failover", bfd_failover),
     ];

@@ -283,11 +283,17 @@ pub fn ready_json(instances: &[Arc<Instance>]) -> Value {
     for i in instances {
         for n in i.neighbors() {
             let snap = n.stats.snapshot();
+            // RFC 4724 §2: End-of-RIB belongs to graceful restart. A peer that did not
+            // advertise the capability, or to which we did not (`graceful_restart = false`),
+            // may never send one (FRR does not): then Established with our table sent is
+            // ready.
+            let peer_sends_eor = n.config.graceful_restart.helps()
+                && snap.negotiated.as_ref().is_some_and(|v| v.remote_restart_time.is_some());
             let why = if snap.state != "Established" {
                 Some(format!("session {}", snap.state))
             } else if !snap.end_of_rib_sent {
                 Some("our initial table and End-of-RIB not sent yet".to_string())
-            } else if !snap.end_of_rib_received {
+            } else if peer_sends_eor && !snap.end_of_rib_received {
                 Some("no End-of-RIB from the peer yet".to_string())
             } else {
                 None
@@ -298,6 +304,7 @@ pub fn ready_json(instances: &[Arc<Instance>]) -> Value {
                 "state": snap.state,
                 "endOfRibSent": snap.end_of_rib_sent,
                 "endOfRibRecv": snap.end_of_rib_received,
+                "endOfRibExpected": peer_sends_eor,
                 "ready": why.is_none(),
                 "why": why,
             }));

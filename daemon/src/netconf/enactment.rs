@@ -25,6 +25,9 @@ pub enum EnactmentStatus {
 }
 
 impl EnactmentStatus {
+    pub const ALL: [EnactmentStatus; 5] =
+        [Self::Pending, Self::Progressing, Self::Available, Self::Failing, Self::Aborted];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Pending => "Pending",

@@ -225,6 +225,14 @@ impl Lab {
         self.processes = keep;
     }
 
+    /// The pid of the process started under `label` (`ip netns exec` execs the program).
+    pub fn pid_of(&self, label: &str) -> Option<u32> {
+        self.processes.iter().rev().find_map(|p| match p {
+            Owned::Child(l, c) if l == label => Some(c.id()),
+            _ => None,
+        })
+    }
+
     /// Sends SIGKILL to the daemons registered by pid file under `label` (FRR's), at once:
     /// a crash, not a shutdown.
     pub fn kill9_pidfiles(&mut self, label: &str) {

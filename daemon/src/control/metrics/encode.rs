@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 
 use super::families::{self, BfdValue, BgpValue, Family, Kind};
 use super::gather::{BfdPeer, BgpPeer, Snapshot};
+use crate::netconf::EnactmentStatus;
 
 /// The `Content-Type` of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -180,13 +181,30 @@ fn families(snapshot: &Snapshot) -> Families {
     out.add(families::RELOADS, vec![("result", "failure".into())], reloads.failed);
     out.add(families::RELOAD_SUCCESSFUL, vec![], u64::from(reloads.last_ok));
     out.add(families::RELOAD_SUCCESS_TIMESTAMP, vec![], reloads.last_success);
+    for status in EnactmentStatus::ALL {
+        let count = snapshot.network_policies.iter().filter(|p| p.status == status).count();
+        out.add(
+            families::NETWORK_POLICIES,
+            vec![("status", status.name().into())],
+            u64::try_from(count).unwrap_or(u64::MAX),
+        );
+    }
+    for p in &snapshot.network_policies {
+        let policy = || ("policy", p.policy.clone());
+        out.add(
+            families::NETWORK_POLICY_STATUS,
+            vec![policy(), ("status", p.status.name().into())],
+            1,
+        );
+        out.add(families::NETWORK_POLICY_TRANSITION_TIMESTAMP, vec![policy()], p.since);
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::gather::{
-        AnnouncementCount, FibNumbers, LocRib, Prefixes, ReloadNumbers, Snapshot,
+        AnnouncementCount, FibNumbers, LocRib, PolicyEnactment, Prefixes, ReloadNumbers, Snapshot,
     };
     use super::*;
     use crate::bfd::session::Counters;
@@ -289,6 +307,18 @@ mod tests {
                 count: 3,
             }],
             reloads: ReloadNumbers { succeeded: 4, failed: 1, last_ok: false, last_success: 1700 },
+            network_policies: vec![
+                PolicyEnactment {
+                    policy: "uplink-vrf-cudn3".into(),
+                    status: EnactmentStatus::Available,
+                    since: 1800,
+                },
+                PolicyEnactment {
+                    policy: "enp3s0-wk1".into(),
+                    status: EnactmentStatus::Failing,
+                    since: 1900,
+                },
+            ],
         }
     }
 
@@ -392,6 +422,9 @@ mod tests {
             ("uplink_config_reloads_total", "counter"),
             ("uplink_config_last_reload_successful", "gauge"),
             ("uplink_config_last_reload_success_timestamp_seconds", "gauge"),
+            ("uplink_network_policies", "gauge"),
+            ("uplink_network_policy_status", "gauge"),
+            ("uplink_network_policy_last_transition_timestamp_seconds", "gauge"),
         ];
         let ours: Vec<(String, String)> =
             types.into_iter().filter(|(n, _)| n.starts_with("uplink_")).collect();
@@ -423,6 +456,19 @@ mod tests {
         assert_eq!(
             sample(&text, "uplink_config_last_reload_success_timestamp_seconds"),
             Some("1700")
+        );
+        assert_eq!(sample(&text, r#"uplink_network_policies{status="Available"}"#), Some("1"));
+        assert_eq!(sample(&text, r#"uplink_network_policies{status="Pending"}"#), Some("0"));
+        assert_eq!(
+            sample(&text, r#"uplink_network_policy_status{policy="enp3s0-wk1",status="Failing"}"#),
+            Some("1")
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"uplink_network_policy_last_transition_timestamp_seconds{policy="enp3s0-wk1"}"#
+            ),
+            Some("1900")
         );
         let version = format!(r#"uplink_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"));
         assert_eq!(sample(&text, &version), Some("1"));

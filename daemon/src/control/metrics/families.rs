@@ -389,3 +389,25 @@ pub const RELOAD_SUCCESS_TIMESTAMP: Family = Family {
     kind: Kind::Gauge,
     labels: &[],
 };
+
+pub const NETWORK_POLICIES: Family = Family {
+    name: "uplink_network_policies",
+    help: "Number of the node's selected network policies by enactment status (Pending, \
+           Progressing, Available, Failing, Aborted), as NodeNetworkConfigurationEnactment has it",
+    kind: Kind::Gauge,
+    labels: &["status"],
+};
+
+pub const NETWORK_POLICY_STATUS: Family = Family {
+    name: "uplink_network_policy_status",
+    help: "1 for each selected network policy's current enactment status",
+    kind: Kind::Gauge,
+    labels: &["policy", "status"],
+};
+
+pub const NETWORK_POLICY_TRANSITION_TIMESTAMP: Family = Family {
+    name: "uplink_network_policy_last_transition_timestamp_seconds",
+    help: "Unix time of each selected network policy's last status change (0: never applied)",
+    kind: Kind::Gauge,
+    labels: &["policy"],
+};

@@ -20,8 +20,10 @@ use crate::bfd::session::Counters;
 use crate::bgp::instance::Instance;
 use crate::bgp::stats::PeerSnapshot;
 use crate::config::vrf_display_name;
+use crate::config::Config;
 use crate::fib::stats::{FibStats, RouteState};
 use crate::fib::Fib;
+use crate::netconf::{EnactmentStatus, EnactmentStore};
 use crate::reload::ReloadStats;
 
 /// How long a scrape waits for a RIB task's prefix counts.
@@ -37,9 +39,8 @@ pub struct Sources {
     pub fib: Fib,
     pub announcer: AnnouncerHandle,
     pub reloads: Arc<ReloadStats>,
-    // Network policies (netconf) add their enactment counts here when that layer lands:
-    // `uplink_network_policies{state}` and `uplink_network_policy_rollbacks_total`, read
-    // from the policy task's handle like the announcer's.
+    /// The running config: its selected network policies and where their enactments are kept.
+    pub running: watch::Receiver<Arc<Config>>,
 }
 
 /// One BGP neighbor.
@@ -121,6 +122,16 @@ pub struct Snapshot {
     pub fib: FibNumbers,
     pub announcements: Vec<AnnouncementCount>,
     pub reloads: ReloadNumbers,
+    pub network_policies: Vec<PolicyEnactment>,
+}
+
+/// One selected network policy's enactment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyEnactment {
+    pub policy: String,
+    pub status: EnactmentStatus,
+    /// Unix seconds of the last status change; 0 when it never ran here.
+    pub since: u64,
 }
 
 /// Reads every source once.
@@ -133,6 +144,7 @@ pub async fn gather(sources: &Sources) -> Snapshot {
         fib: fib_numbers(&sources.fib),
         announcements: announcement_counts(&sources.announcer),
         reloads: reload_numbers(&sources.reloads),
+        network_policies: policy_enactments(&sources.running.borrow()),
     };
     for instance in instances.iter() {
         gather_instance(instance, &mut snapshot).await;
@@ -273,4 +285,27 @@ fn reload_numbers(stats: &ReloadStats) -> ReloadNumbers {
         last_ok: stats.last_ok.load(Ordering::Relaxed),
         last_success: stats.last_success.load(Ordering::Relaxed),
     }
+}
+
+/// The selected policies' enactments, read from the store the policy thread writes (a small
+/// file, rewritten whole after each transition). A policy without an enactment is Pending.
+fn policy_enactments(config: &Config) -> Vec<PolicyEnactment> {
+    let network = &config.network;
+    if network.policies.is_empty() {
+        return Vec::new();
+    }
+    let store = EnactmentStore::open(&network.state_dir)
+        .unwrap_or_else(|_| EnactmentStore::empty(&network.state_dir));
+    network
+        .policies
+        .iter()
+        .map(|p| match store.enactments.get(&p.name) {
+            Some(e) => PolicyEnactment { policy: p.name.clone(), status: e.status, since: e.time },
+            None => PolicyEnactment {
+                policy: p.name.clone(),
+                status: EnactmentStatus::Pending,
+                since: 0,
+            },
+        })
+        .collect()
 }

@@ -18,21 +18,19 @@ pub mod gather;
 pub mod http;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tracing::{error, info};
 
-use crate::config::Config;
 pub use gather::Sources;
 
 /// Serves the endpoint wherever the running config says, for as long as the daemon runs.
-pub fn spawn(sources: Sources, running: watch::Receiver<Arc<Config>>) {
-    tokio::spawn(follow_config(sources, running));
+pub fn spawn(sources: Sources) {
+    tokio::spawn(follow_config(sources));
 }
 
-async fn follow_config(sources: Sources, mut running: watch::Receiver<Arc<Config>>) {
+async fn follow_config(sources: Sources) {
+    let mut running = sources.running.clone();
     let mut serving: Option<(SocketAddr, tokio::task::JoinHandle<()>)> = None;
     loop {
         let wanted = running.borrow_and_update().metrics.listen;
