@@ -20,6 +20,8 @@ use tracing::{error, info};
 pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), String> {
     let config =
         config::load(config_path).map_err(|e| format!("config rejected, not starting:\n{e}"))?;
+    // Before anything touches the kernel: a second daemon in this namespace stops here.
+    let _instance_lock = crate::ops::instance_lock::acquire()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -10,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fib;
+pub mod logthrottle;
 pub mod netconf;
 pub mod ops;
 pub mod reload;

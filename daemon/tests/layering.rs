@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// Each top-level module and its layer: a module may use modules of lower layers only.
 const LAYERS: &[(&str, u8)] = &[
     ("config", 0),
+    ("logthrottle", 0),
     ("fib", 1),
     ("announce", 1),
     ("netconf", 1),

@@ -6,4 +6,3 @@ pub mod packet;
 mod realtime;
 pub mod runtime;
 pub mod session;
-pub mod throttle;

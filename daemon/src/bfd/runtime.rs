@@ -18,7 +18,7 @@
 use super::auth::Authentication;
 use super::packet::{ControlPacket, Diagnostic, State};
 use super::session::{Action, Counters, Event, Session, SessionConfig};
-use super::throttle::{held_back_note, LogThrottle, LOG_PERIOD};
+use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use socket2::{Domain, Protocol, SockAddr, SockFilter, Socket, Type};
 use std::collections::HashMap;
 use std::io;

@@ -5,7 +5,8 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use super::fsm::{FsmConfig, RemoteAsn as FsmRemoteAsn};
+use super::fsm::{FsmConfig, RemoteAsn as FsmRemoteAsn, SendHoldTime};
+use super::max_prefix::PrefixLimit;
 use super::policy;
 use super::transport::TransportOptions;
 use super::wire::attributes::{Family, LargeCommunity};
@@ -181,6 +182,12 @@ pub fn fsm_config(
         },
         hold_time: n.hold_time,
         keepalive_time: n.keepalive_time,
+        minimum_hold_time: n.minimum_hold_time,
+        send_hold_time: match n.send_hold_time {
+            None => SendHoldTime::TwiceHoldTime,
+            Some(d) if d.is_zero() => SendHoldTime::Off,
+            Some(d) => SendHoldTime::Fixed(d),
+        },
         connect_retry: n.connect_time,
         connect_retry_max: CONNECT_RETRY_MAX.max(n.connect_time),
         passive: n.passive,
@@ -189,6 +196,16 @@ pub fn fsm_config(
         // Different seeds per neighbor so their retries do not march in step.
         jitter_seed: u64::from(u32::from(router_id)) ^ (index.wrapping_mul(0x9E37_79B9_7F4A_7C15)),
     }
+}
+
+/// The neighbor's `max_prefixes` settings as the RIB task counts them.
+pub fn prefix_limit(n: &Neighbor) -> Option<PrefixLimit> {
+    n.max_prefixes.map(|m| PrefixLimit {
+        limit: m.limit,
+        threshold_percent: m.threshold,
+        warning_only: m.warning_only,
+        restart_time: m.restart_time,
+    })
 }
 
 pub fn transport_options(n: &Neighbor, vrf: &str) -> TransportOptions {

@@ -3,7 +3,7 @@
 
 use super::announced::AnnouncedSet;
 use super::configure::{
-    bfd_spec, export_policy, fsm_config, import_policy, transport_options, Restart,
+    bfd_spec, export_policy, fsm_config, import_policy, prefix_limit, transport_options, Restart,
 };
 use super::fsm::Fsm;
 use super::reconfigure::{neighbor_change, router_change, NeighborChange};
@@ -14,13 +14,14 @@ use super::stats::PeerStats;
 use super::transport;
 use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, PeerSpec};
 use crate::config::{self, vrf_display_name, GracefulRestartConfig, Neighbor, Password, Router};
+use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use ipnet::IpNet;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
@@ -305,7 +306,7 @@ impl Instance {
             remote: SocketAddr::new(n.address, n.port),
             local_asn: self.asn,
             transport: transport_options(n, &self.vrf),
-            max_prefixes: n.max_prefixes,
+            max_prefixes: prefix_limit(n),
             import: import_policy(n),
             export: export_policy(n),
             graceful_restart: n.graceful_restart.helps(),
@@ -621,7 +622,7 @@ impl Instance {
         let policy = change.policy().then(|| PeerPolicy {
             import: import_policy(n),
             export: export_policy(n),
-            max_prefixes: n.max_prefixes,
+            max_prefixes: prefix_limit(n),
         });
         let (reply, answer) = oneshot::channel();
         let command = SessionCommand::Reconfigure { policy, refresh, reply };
@@ -657,7 +658,7 @@ impl Instance {
         if change.max_prefixes {
             applied.push(format!(
                 "max_prefixes {}",
-                n.max_prefixes.map_or("none".to_string(), |m| m.to_string())
+                n.max_prefixes.map_or("none".to_string(), |m| m.limit.to_string())
             ));
         }
         if established.is_none() && change.policy() {
@@ -723,14 +724,23 @@ impl Instance {
     }
 }
 
-/// Hands each accepted connection to its neighbor's session, after the GTSM check.
+/// Hands each accepted connection to its neighbor's session, after the GTSM check. It never
+/// waits on a session (a full command queue drops the connection: the peer retries), and
+/// what strangers and misconfigured peers cause is logged once per period with a count.
 async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: String) {
     let vrf_name = vrf_display_name(&vrf);
+    let mut accept_errors = LogThrottle::new(LOG_PERIOD);
+    let mut gtsm_refusals = LogThrottle::new(LOG_PERIOD);
+    let mut busy_sessions = LogThrottle::new(LOG_PERIOD);
+    let mut strangers = LogThrottle::new(LOG_PERIOD);
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(pair) => pair,
             Err(e) => {
-                warn!("accept failed: {e}");
+                // EMFILE and the like: wait instead of spinning.
+                if let Some(held) = accept_errors.event(Instant::now()) {
+                    warn!(vrf = vrf_name, "accept failed: {e}{}", held_back_note(held));
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -743,22 +753,46 @@ async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: Strin
                 .find(|n| n.config.address == ip)
                 .map(|n| (transport_options(&n.config, &vrf).min_ttl, n.commands.clone()))
         });
+        let now = Instant::now();
         match found {
             Some((Some(min_ttl), _)) if syn_ttl.is_none_or(|ttl| ttl < min_ttl) => {
                 // RFC 5082 §3: a GTSM peer's packets must arrive with TTL >= 256 - hops.
-                warn!(
-                    vrf = vrf_name, peer = %ip,
-                    "refused connection from {ip}: its SYN arrived with TTL {syn_ttl:?}, \
-                     ttl_security requires at least {min_ttl} (RFC 5082)"
-                );
+                if let Some(held) = gtsm_refusals.event(now) {
+                    warn!(
+                        vrf = vrf_name, peer = %ip,
+                        "refused connection from {ip}: its SYN arrived with TTL {syn_ttl:?}, \
+                         ttl_security requires at least {min_ttl} (RFC 5082){}",
+                        held_back_note(held)
+                    );
+                }
             }
             Some((_, tx)) => {
                 debug!(vrf = vrf_name, peer = %ip, "accepted connection from {ip}");
-                let _ = tx.send(SessionCommand::Accepted(stream)).await;
+                match tx.try_send(SessionCommand::Accepted(stream)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        if let Some(held) = busy_sessions.event(now) {
+                            warn!(
+                                vrf = vrf_name, peer = %ip,
+                                "closed connection from {ip}: its session has not taken the \
+                                 previous ones yet{}",
+                                held_back_note(held)
+                            );
+                        }
+                    }
+                    // The neighbor is being removed.
+                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                }
             }
             // RFC 4271 §8.2.1.5 leaves unconfigured peers to policy: refuse them.
             None => {
-                info!(vrf = vrf_name, peer = %ip, "refused connection from unconfigured peer {ip}")
+                if let Some(held) = strangers.event(now) {
+                    info!(
+                        vrf = vrf_name, peer = %ip,
+                        "refused connection from unconfigured peer {ip}{}",
+                        held_back_note(held)
+                    );
+                }
             }
         }
     }

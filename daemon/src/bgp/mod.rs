@@ -7,6 +7,8 @@ pub mod fsm;
 pub mod graceful_restart;
 pub mod instance;
 pub mod link_local;
+pub mod max_prefix;
+pub mod outbox;
 pub mod policy;
 pub mod reconfigure;
 pub mod rib;

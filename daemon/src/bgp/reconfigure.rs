@@ -56,6 +56,8 @@ pub fn neighbor_change(old: &Neighbor, new: &Neighbor) -> NeighborChange {
         password,
         hold_time,
         keepalive_time,
+        send_hold_time,
+        minimum_hold_time,
         connect_time,
         ebgp_multihop,
         ttl_security,
@@ -89,6 +91,17 @@ pub fn neighbor_change(old: &Neighbor, new: &Neighbor) -> NeighborChange {
         format_duration(*keepalive_time),
     );
     differs("connect_time", format_duration(old.connect_time), format_duration(*connect_time));
+    // The SendHoldTimer and the minimum hold time are set when the OPENs are exchanged.
+    let send_hold = |v: Option<std::time::Duration>| match v {
+        None => "twice the hold time".to_string(),
+        Some(d) => format_duration(d),
+    };
+    differs("send_hold_time", send_hold(old.send_hold_time), send_hold(*send_hold_time));
+    differs(
+        "minimum_hold_time",
+        format_duration(old.minimum_hold_time),
+        format_duration(*minimum_hold_time),
+    );
     differs(
         "ebgp_multihop",
         optional(old.ebgp_multihop.map(|v| v.to_string())),

@@ -4,6 +4,7 @@
 //! they pull it when their socket has room.
 
 use super::announced::{effective_export, AnnouncedSet};
+use super::max_prefix::{PrefixGuard, PrefixLimit, Verdict};
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
 use super::view::{Lookup, PathSource, PathView, PeerCounts, RibSummary, RouteView};
@@ -17,6 +18,9 @@ use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tracing::{debug, info, warn};
+
+/// Routes built per RIB command for `show bgp routes` (about a millisecond of the task's time).
+const ROUTES_PER_TURN: usize = 1024;
 
 /// Depth of the command channel: enough for a burst of UPDATE batches from every session.
 const CHANNEL_DEPTH: usize = 256;
@@ -60,7 +64,10 @@ enum RibCommand {
     /// applied, so a ROUTE-REFRESH sent after it meets the new settings.
     SetConfig(Box<RibConfig>, oneshot::Sender<()>),
     Summary(oneshot::Sender<RibSummary>),
-    Routes(Family, oneshot::Sender<Vec<RouteView>>),
+    /// `show bgp routes`, in two steps so that a large table never holds up UPDATEs: the
+    /// family's prefixes (unsorted), then their routes a slice at a time.
+    Prefixes(Family, oneshot::Sender<Vec<IpNet>>),
+    RoutesOf(Vec<IpNet>, oneshot::Sender<Vec<RouteView>>),
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
     /// Every route with something to install, and its next hops (`show fib`).
     FibRoutes(oneshot::Sender<Vec<(IpNet, Vec<fib::NextHop>)>>),
@@ -72,7 +79,7 @@ pub struct PeerPolicy {
     pub import: ImportPolicy,
     /// As configured; the RIB widens it with the announced set.
     pub export: ExportPolicy,
-    pub max_prefixes: Option<u32>,
+    pub max_prefixes: Option<PrefixLimit>,
 }
 
 /// What the RIB task tells a session, without a channel that could be full: the session waits
@@ -109,22 +116,48 @@ impl PeerSignal {
 /// What the RIB task keeps of each session.
 struct PeerSide {
     signal: Arc<PeerSignal>,
-    max_prefixes: Option<u32>,
-    /// Set once the Cease has been requested, so it is asked for only once.
-    over_limit: bool,
+    /// `max_prefixes`: counted before an UPDATE reaches the Loc-RIB.
+    max_prefixes: Option<PrefixGuard>,
     last_update_applied: Option<std::time::SystemTime>,
 }
 
 impl PeerSide {
-    /// RFC 4486 §4: more accepted prefixes than `max_prefixes` ends the session with Cease,
-    /// Maximum Number of Prefixes Reached (asked for once).
-    fn check_limit(&mut self, count: usize) {
-        let Some(max) = self.max_prefixes else { return };
-        if count > max as usize && !self.over_limit {
-            self.over_limit = true;
-            self.signal
-                .ask_cease(1, format!("{count} prefixes accepted, more than max_prefixes {max}"));
+    /// After the peer's count changed (`cut_off`: a new prefix found no room): the warning
+    /// threshold, warning-only, or the Cease (RFC 4486 §4, Maximum Number of Prefixes
+    /// Reached), asked for once through the signal's slot, which keeps it until the session
+    /// takes it.
+    fn observe_count(&mut self, count: u64, cut_off: bool) {
+        let Some(guard) = &mut self.max_prefixes else { return };
+        for verdict in guard.observe(count, cut_off) {
+            match verdict {
+                Verdict::ThresholdReached { count, threshold, limit } => info!(
+                    "the peer has {count} prefixes accepted, at the warning threshold {threshold} \
+                     of max_prefixes {limit}"
+                ),
+                Verdict::ExceededWarningOnly { count, limit } => warn!(
+                    "the peer has {count} prefixes accepted, more than max_prefixes {limit}; \
+                     keeping the session (max_prefixes_warning_only)"
+                ),
+                Verdict::Cease { limit } => self.signal.ask_cease(
+                    super::wire::notification::cease_subcode::MAX_PREFIXES_REACHED,
+                    format!(
+                        "the peer sent more than max_prefixes {limit} prefixes (the first past \
+                         the limit was refused before the RIB)"
+                    ),
+                ),
+            }
         }
+    }
+
+    /// A reload's new limit: a lower one than the count asks for the Cease at once (as FRR
+    /// does), unless warning-only.
+    fn set_limit(&mut self, limit: Option<PrefixLimit>, count: u64) {
+        if self.max_prefixes.as_ref().map(PrefixGuard::limit) == limit.as_ref() {
+            return;
+        }
+        self.max_prefixes = limit.map(PrefixGuard::new);
+        let over = limit.is_some_and(|l| !l.warning_only && count > u64::from(l.limit));
+        self.observe_count(count, over);
     }
 }
 
@@ -148,11 +181,12 @@ impl RibHandle {
         &self,
         info: PeerInfo,
         signal: Arc<PeerSignal>,
-        max_prefixes: Option<u32>,
+        max_prefixes: Option<PrefixLimit>,
         resume: Option<PeerId>,
     ) -> Option<PeerLink> {
         let (reply, rx) = oneshot::channel();
-        let link = PeerSide { signal, max_prefixes, over_limit: false, last_update_applied: None };
+        let max_prefixes = max_prefixes.map(PrefixGuard::new);
+        let link = PeerSide { signal, max_prefixes, last_update_applied: None };
         self.tx
             .send(RibCommand::PeerUp { info: Box::new(info), link, resume, reply })
             .await
@@ -179,8 +213,18 @@ impl RibHandle {
         self.ask(RibCommand::Summary).await
     }
 
+    /// Every route of a family, sorted by prefix. Built [`ROUTES_PER_TURN`] routes per RIB
+    /// command, so UPDATEs queued meanwhile are processed between the slices (a route that
+    /// changes during the walk is shown as it is when its slice is built).
     pub async fn routes(&self, family: Family) -> Result<Vec<RouteView>, String> {
-        self.ask(|r| RibCommand::Routes(family, r)).await
+        let mut prefixes = self.ask(|r| RibCommand::Prefixes(family, r)).await?;
+        prefixes.sort_unstable();
+        let mut views = Vec::with_capacity(prefixes.len());
+        for slice in prefixes.chunks(ROUTES_PER_TURN) {
+            let slice = slice.to_vec();
+            views.extend(self.ask(|r| RibCommand::RoutesOf(slice, r)).await?);
+        }
+        Ok(views)
     }
 
     pub async fn lookup(&self, lookup: Lookup) -> Result<Option<RouteView>, String> {
@@ -429,12 +473,13 @@ impl RibTask {
             RibCommand::Summary(reply) => {
                 let _ = reply.send(self.summary());
             }
-            RibCommand::Routes(family, reply) => {
-                let views = self
-                    .rib
-                    .routes(family)
+            RibCommand::Prefixes(family, reply) => {
+                let _ = reply.send(self.rib.prefixes(family));
+            }
+            RibCommand::RoutesOf(prefixes, reply) => {
+                let views = prefixes
                     .into_iter()
-                    .map(|(p, paths)| self.view(p, paths))
+                    .filter_map(|p| self.rib.route(&p).map(|paths| self.view(p, paths)))
                     .collect();
                 let _ = reply.send(views);
             }
@@ -450,11 +495,21 @@ impl RibTask {
     }
 
     fn apply_updates(&mut self, id: PeerId, updates: Vec<DecodedUpdate>) {
+        // After its Cease the peer's UPDATEs still queued are ignored: the session is ending
+        // and its routes go with it.
+        let guarded = match self.peers.get(&id) {
+            None => false,
+            Some(side) => match &side.max_prefixes {
+                Some(guard) if guard.tripped() => return,
+                Some(_) => true,
+                None => false,
+            },
+        };
         let mut outbound = std::collections::BTreeSet::new();
-        let mut accepted = None;
+        let mut cut_off = false;
         for u in updates {
             let mut withdrawn = u.withdrawn;
-            let (announced, mp_announced) = if u.treat_as_withdraw.is_some() {
+            let (mut announced, mut mp_announced) = if u.treat_as_withdraw.is_some() {
                 // RFC 7606 §2: treat-as-withdraw.
                 withdrawn.extend(u.announced);
                 withdrawn.extend(u.mp_announced);
@@ -463,18 +518,25 @@ impl RibTask {
                 (u.announced, u.mp_announced)
             };
             let attrs = u.attributes.unwrap_or_default();
+            if guarded {
+                // Max-prefix: only what fits the limit reaches the Loc-RIB. (The import checks
+                // that `fit` repeats do not look at the next hop: one attribute set serves both.)
+                let mut room = self.room(id);
+                cut_off = self.rib.fit_to_room(id, &mut announced, &attrs, &mut room);
+                if cut_off {
+                    mp_announced.clear();
+                } else {
+                    cut_off = self.rib.fit_to_room(id, &mut mp_announced, &attrs, &mut room);
+                }
+            }
             // The decoded set is handed over, not copied, unless MP_REACH_NLRI needs it too.
-            let (v4_attrs, mp_attrs) = if mp_announced.is_empty() {
-                (std::borrow::Cow::Owned(attrs), None)
-            } else {
-                let mp =
-                    PathAttributes { next_hop: u.mp_next_hop.unwrap_or_default(), ..attrs.clone() };
-                (std::borrow::Cow::Owned(attrs), Some(mp))
-            };
-            match self.rib.apply_update(id, &announced, v4_attrs, &withdrawn) {
+            let mp_attrs = (!mp_announced.is_empty()).then(|| PathAttributes {
+                next_hop: u.mp_next_hop.unwrap_or_default(),
+                ..attrs.clone()
+            });
+            match self.rib.apply_update(id, &announced, attrs, &withdrawn) {
                 Ok(outcome) => {
                     outbound.extend(outcome.changes.outbound);
-                    accepted = Some(outcome.accepted_count);
                     self.log_refused(id, &outcome.rejected);
                 }
                 Err(e) => {
@@ -486,16 +548,18 @@ impl RibTask {
                 if let Ok(outcome) = self.rib.apply_update(id, &mp_announced, mp_attrs, &[]) {
                     self.log_refused(id, &outcome.rejected);
                     outbound.extend(outcome.changes.outbound);
-                    accepted = Some(outcome.accepted_count);
                 }
+            }
+            if cut_off {
+                // The rest of the batch is past the limit.
+                break;
             }
         }
         self.wake(&outbound);
+        let count = self.rib.pfx_received(id) as u64;
         let Some(side) = self.peers.get_mut(&id) else { return };
         side.last_update_applied = Some(std::time::SystemTime::now());
-        if let Some(count) = accepted {
-            side.check_limit(count);
-        }
+        side.observe_count(count, cut_off);
     }
 
     /// A reload's new policies for one established session, applied without a reset: what the
@@ -523,10 +587,9 @@ impl RibTask {
             }
         }
         self.wake(&outbound);
-        let accepted = self.rib.accepted_count(id);
+        let accepted = self.rib.accepted_count(id) as u64;
         if let Some(side) = self.peers.get_mut(&id) {
-            side.max_prefixes = policy.max_prefixes;
-            side.check_limit(accepted);
+            side.set_limit(policy.max_prefixes, accepted);
         }
     }
 
@@ -544,6 +607,16 @@ impl RibTask {
                 rejected.len()
             );
         }
+    }
+
+    /// How many new prefixes the peer may still add (max-prefix); unbounded without a limit.
+    fn room(&self, id: PeerId) -> u64 {
+        let count = self.rib.pfx_received(id) as u64;
+        self.peers
+            .get(&id)
+            .and_then(|side| side.max_prefixes.as_ref())
+            .and_then(|guard| guard.room(count))
+            .unwrap_or(u64::MAX)
     }
 
     /// Originates what is new, withdraws what is gone, then re-derives every peer's export
@@ -607,6 +680,13 @@ impl RibTask {
                     accepted: self.rib.pfx_received(id) as u64,
                     sent: self.rib.pfx_sent(id) as u64,
                     last_update_applied: self.peers.get(&id).and_then(|s| s.last_update_applied),
+                    over_limit: self
+                        .peers
+                        .get(&id)
+                        .and_then(|s| s.max_prefixes.as_ref())
+                        .is_some_and(|g| {
+                            self.rib.pfx_received(id) as u64 > u64::from(g.limit().limit)
+                        }),
                 },
             );
         }

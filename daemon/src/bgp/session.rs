@@ -4,11 +4,16 @@
 //! task, and pulls the peer's Adj-RIB-Out from the RIB when the socket can take more.
 //!
 //! Reading and writing run in their own tasks per connection so a peer that stops reading
-//! never stops us from reading it (and the other way round).
+//! never stops us from reading it (and the other way round). The session never waits on its
+//! writer ([`Outbox`]): a peer that stops reading only stops getting UPDATEs, and the
+//! SendHoldTimer (RFC 9687, in the FSM) ends the connection; commands, timers and the
+//! listener's hand-overs are handled meanwhile.
 
 use super::fsm::{self, Action, ConnId, Event, Fsm, Negotiated};
 use super::graceful_restart::{self, DownCause};
 use super::link_local;
+use super::max_prefix::PrefixLimit;
+use super::outbox::Outbox;
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::PeerInfo;
 use super::rib_task::{PeerLink, PeerPolicy, PeerSignal, RibHandle};
@@ -23,11 +28,12 @@ use super::wire::notification::Notification;
 use super::wire::packer::{end_of_rib, pack_announcements, pack_withdrawals};
 use super::wire::rfc7606::UPDATE_MESSAGE_ERROR;
 use super::wire::update::{decode_update, UpdateContext};
+use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn, Instrument};
@@ -79,7 +85,7 @@ struct Conn {
     id: ConnId,
     /// Our end of the connection: the next hop we announce (next-hop-self).
     local: Option<SocketAddr>,
-    writer: mpsc::Sender<Vec<u8>>,
+    outbox: Arc<Outbox>,
     reader: mpsc::Receiver<ReadEvent>,
     reader_task: tokio::task::JoinHandle<()>,
     writer_task: Option<tokio::task::JoinHandle<()>>,
@@ -92,7 +98,8 @@ const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 impl Drop for Conn {
     fn drop(&mut self) {
         self.reader_task.abort();
-        // Dropping `writer` (the sender) ends the writer task once its queue is written.
+        // The writer ends once its queue is written (usually a NOTIFICATION), or is cut off.
+        self.outbox.close();
         if let Some(writer) = self.writer_task.take() {
             tokio::spawn(async move {
                 tokio::time::sleep(FLUSH_GRACE).await;
@@ -107,7 +114,7 @@ pub struct SessionParams {
     pub remote: SocketAddr,
     pub local_asn: u32,
     pub transport: TransportOptions,
-    pub max_prefixes: Option<u32>,
+    pub max_prefixes: Option<PrefixLimit>,
     pub import: ImportPolicy,
     pub export: ExportPolicy,
     /// RFC 4724 helper: keep the peer's routes while it restarts (the neighbor's
@@ -146,6 +153,8 @@ pub fn spawn(
         established: None,
         pending_out: false,
         signal: Arc::new(PeerSignal::default()),
+        discard_log: LogThrottle::new(LOG_PERIOD),
+        refresh_log: LogThrottle::new(LOG_PERIOD),
     };
     tokio::spawn(session.run().instrument(span));
     tx
@@ -188,6 +197,10 @@ struct Session {
     pending_out: bool,
     /// The RIB wakes the session through it: output queued, or a Cease asked for.
     signal: Arc<PeerSignal>,
+    /// RFC 7606 outcomes are logged once per period, with a count of the rest.
+    discard_log: LogThrottle,
+    /// ROUTE-REFRESH requests are logged the same way.
+    refresh_log: LogThrottle,
 }
 
 /// What woke the session loop.
@@ -217,7 +230,7 @@ impl Session {
                 .as_ref()
                 .filter(|_| self.pending_out)
                 .and_then(|est| self.conns.iter().find(|c| c.id == est.conn))
-                .map(|c| c.writer.clone());
+                .map(|c| c.outbox.clone());
             let wake = tokio::select! {
                 cmd = self.commands.recv() => Wake::Command(cmd),
                 (index, ev) = recv_any(&mut self.conns) => Wake::Read(index, ev),
@@ -256,6 +269,7 @@ impl Session {
                 }
                 Wake::Command(Some(SessionCommand::Stop { subcode, reason })) => {
                     self.apply(Event::ManualStop { subcode, reason }).await;
+                    self.stats.set_held_down_state(None);
                 }
                 Wake::Command(Some(SessionCommand::Remove { subcode, reason })) => {
                     info!("neighbor removed from the running config: {reason}");
@@ -279,14 +293,25 @@ impl Session {
                 }
                 Wake::Read(i, ev) => self.on_read(i, ev).await,
                 Wake::Deadline => {
+                    // RFC 9687: tell the FSM how far each writer has got before its timers run.
+                    let now = Instant::now();
+                    for conn in &self.conns {
+                        let progress = conn.outbox.progress(now);
+                        let _ = self.fsm.handle(Event::SendProgress(conn.id), progress);
+                    }
                     self.apply(Event::Tick).await;
+                    if self.stats.snapshot_held_down().is_some_and(|until| until.is_some())
+                        && self.fsm.held_down_until().is_none()
+                    {
+                        // The max-prefix hold-down is over: the session is starting again.
+                        self.stats.set_held_down_state(None);
+                    }
                     let actions = self.helper.tick(Instant::now());
                     self.graceful_restart(actions).await;
                 }
                 Wake::Rib => {
                     if let Some((subcode, reason)) = self.signal.take_cease() {
-                        warn!("ending the session: {reason}");
-                        self.apply(Event::ManualStop { subcode, reason }).await;
+                        self.rib_cease(subcode, reason).await;
                     } else {
                         self.pending_out = true;
                         self.flush_outbound().await;
@@ -318,6 +343,31 @@ impl Session {
         if let Some(link) = self.restarting.take() {
             link.peer_down().await;
         }
+    }
+
+    /// The RIB asks for a Cease: max-prefix (RFC 4486 subcode 1), which may start the
+    /// session again after `max_prefixes_restart_time`.
+    async fn rib_cease(&mut self, subcode: u8, reason: String) {
+        let max_prefix = super::wire::notification::cease_subcode::MAX_PREFIXES_REACHED;
+        if subcode != max_prefix {
+            warn!("ending the session: {reason}");
+            self.apply(Event::ManualStop { subcode, reason }).await;
+            return;
+        }
+        let restart_after = self.params.max_prefixes.and_then(|m| m.restart_time);
+        match restart_after {
+            Some(after) => warn!(
+                "ending the session with Cease/Maximum Number of Prefixes Reached: {reason}; \
+                 starting it again in {} s (max_prefixes_restart_time)",
+                after.as_secs()
+            ),
+            None => warn!(
+                "ending the session with Cease/Maximum Number of Prefixes Reached: {reason}; \
+                 it stays down until a reload or restart (no max_prefixes_restart_time)"
+            ),
+        }
+        self.apply(Event::MaxPrefixExceeded { reason, restart_after }).await;
+        self.stats.set_held_down_state(Some(self.fsm.held_down_until()));
     }
 
     /// Starts the outgoing connection the FSM asked for, if any.
@@ -365,22 +415,18 @@ impl Session {
 
     fn add_conn(&mut self, id: ConnId, stream: TcpStream) {
         let local = stream.local_addr().ok();
-        let (read, mut write) = stream.into_split();
-        let (wtx, mut wrx) = mpsc::channel::<Vec<u8>>(8);
+        let (read, write) = stream.into_split();
+        let outbox = Arc::new(Outbox::default());
         let (rtx, rrx) = mpsc::channel::<ReadEvent>(8);
-        let writer = tokio::spawn(async move {
-            while let Some(buf) = wrx.recv().await {
-                if write.write_all(&buf).await.is_err() {
-                    break;
-                }
-            }
-            let _ = write.shutdown().await;
+        let writer = tokio::spawn({
+            let outbox = outbox.clone();
+            async move { outbox.write_to(write).await }
         });
         let reader = tokio::spawn(read_frames(read, rtx));
         self.conns.push(Conn {
             id,
             local,
-            writer: wtx,
+            outbox,
             reader: rrx,
             reader_task: reader,
             writer_task: Some(writer),
@@ -423,17 +469,32 @@ impl Session {
                 match self.established.as_ref() {
                     Some(est) if est.conn == id => match decode_update(body, &est.ctx) {
                         Ok(decoded) => {
-                            for problem in &decoded.discarded {
-                                warn!(
-                                    attribute = problem.type_code,
-                                    "attribute discarded: {} ({})", problem.rule, problem.detail
-                                );
+                            // A peer can send these in every UPDATE: one line per period,
+                            // with the count of the rest.
+                            let problems = decoded.discarded.len()
+                                + usize::from(decoded.treat_as_withdraw.is_some());
+                            let mut due = None;
+                            for _ in 0..problems {
+                                due = self.discard_log.event(Instant::now()).or(due);
                             }
-                            if let Some(problem) = &decoded.treat_as_withdraw {
-                                warn!(
-                                    attribute = problem.type_code,
-                                    "treat-as-withdraw: {} ({})", problem.rule, problem.detail
-                                );
+                            if let Some(held) = due {
+                                let first = decoded
+                                    .treat_as_withdraw
+                                    .as_ref()
+                                    .map(|p| ("treat-as-withdraw", p))
+                                    .or(decoded
+                                        .discarded
+                                        .first()
+                                        .map(|p| ("attribute discarded", p)));
+                                if let Some((what, problem)) = first {
+                                    warn!(
+                                        attribute = problem.type_code,
+                                        "{what}: {} ({}){}",
+                                        problem.rule,
+                                        problem.detail,
+                                        held_back_note(held)
+                                    );
+                                }
                             }
                             let end_of_rib = decoded.end_of_rib;
                             updates.push(decoded);
@@ -480,7 +541,13 @@ impl Session {
             est.families.iter().find(|f| f.afi as u16 == afi && f.safi as u8 == safi).copied();
         match family {
             Some(family) => {
-                info!("ROUTE-REFRESH for {family:?}: re-sending our routes");
+                // A peer can send these in a loop: one line per period, with a count.
+                if let Some(held) = self.refresh_log.event(Instant::now()) {
+                    info!(
+                        "ROUTE-REFRESH for {family:?}: re-sending our routes{}",
+                        held_back_note(held)
+                    );
+                }
                 est.link.route_refresh(family).await;
             }
             // RFC 2918 §4: ignore a refresh for a family that was not negotiated.
@@ -513,7 +580,8 @@ impl Session {
                 Action::Send(id, bytes) => {
                     if let Some(conn) = self.conns.iter().find(|c| c.id == id) {
                         self.stats.count_sent(&bytes);
-                        let _ = conn.writer.send(bytes).await;
+                        // Never waits: the FSM's messages always fit (see `Outbox`).
+                        conn.outbox.push(bytes);
                     }
                 }
                 Action::Close(id) => {
@@ -625,7 +693,14 @@ impl Session {
         if let Some(policy) = &policy {
             self.params.import = policy.import.clone();
             self.params.export = policy.export.clone();
+            let limit_changed = self.params.max_prefixes != policy.max_prefixes;
             self.params.max_prefixes = policy.max_prefixes;
+            if limit_changed && self.stats.snapshot_held_down().is_some() {
+                // Down after max-prefix: a new limit is the operator's answer, start again.
+                info!("max_prefixes changed: starting the session held down by max-prefix");
+                self.stats.set_held_down_state(None);
+                self.apply(Event::ManualStart).await;
+            }
         }
         let Some(est) = &self.established else { return LiveOutcome::NotEstablished };
         if refresh && !est.route_refresh {
@@ -658,7 +733,7 @@ impl Session {
             self.stats.count_sent(&message);
             messages.extend(message);
         }
-        let _ = conn.writer.send(messages).await;
+        conn.outbox.push(messages);
         info!("import policy changed: ROUTE-REFRESH sent for {:?}", est.families);
         LiveOutcome::Applied { refreshed: true }
     }
@@ -712,7 +787,10 @@ impl Session {
         }
         let Some(est) = &mut self.established else { return };
         let Some(conn) = self.conns.iter().find(|c| c.id == est.conn) else { return };
-        let Ok(permit) = conn.writer.try_reserve() else { return };
+        if !conn.outbox.has_room() {
+            return;
+        }
+        let outbox = conn.outbox.clone();
         self.pending_out = false;
         let mut messages = Vec::new();
         for batch in est.link.take_pending().await {
@@ -740,7 +818,7 @@ impl Session {
         for m in &messages {
             self.stats.count_sent(m);
         }
-        permit.send(messages.concat());
+        outbox.push(messages.concat());
         let conn = est.conn;
         let _ = self.fsm.handle(Event::UpdateSent(conn), Instant::now());
     }
@@ -793,10 +871,9 @@ async fn read_frames(mut read: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<
     }
 }
 
-async fn writer_room(writer: Option<mpsc::Sender<Vec<u8>>>) {
+async fn writer_room(writer: Option<Arc<Outbox>>) {
     match writer {
-        // The permit is dropped at once; the session reserves again when it sends.
-        Some(w) => drop(w.reserve().await),
+        Some(outbox) => outbox.room().await,
         None => std::future::pending().await,
     }
 }

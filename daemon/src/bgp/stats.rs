@@ -44,6 +44,9 @@ struct Slow {
     families: Vec<Family>,
     end_of_rib_received: Vec<Family>,
     end_of_rib_sent: bool,
+    /// Down after Cease/Maximum Number of Prefixes Reached, until then (or for good: `Some`
+    /// of `None`).
+    held_down: Option<Option<Instant>>,
 }
 
 /// What `show bgp neighbors` prints of the negotiation.
@@ -93,6 +96,8 @@ pub struct PeerSnapshot {
     /// The session's families, and those the peer has sent End-of-RIB for.
     pub families: Vec<Family>,
     pub end_of_rib_received_families: Vec<Family>,
+    /// Down after max-prefix: `Some(None)` until a reload or restart, `Some(Some(t))` until t.
+    pub held_down: Option<Option<Instant>>,
 }
 
 fn kind(frame: &[u8]) -> Option<MessageType> {
@@ -136,6 +141,15 @@ impl PeerStats {
         if slow.state != Some(state) {
             slow.state = Some(state);
         }
+    }
+
+    /// The session is held down by max-prefix (`Some`), until the instant given if any.
+    pub fn set_held_down_state(&self, held: Option<Option<Instant>>) {
+        self.slow().held_down = held;
+    }
+
+    pub fn snapshot_held_down(&self) -> Option<Option<Instant>> {
+        self.slow().held_down
     }
 
     pub fn set_last_error(&self, error: String) {
@@ -222,6 +236,7 @@ impl PeerStats {
             end_of_rib_sent: slow.end_of_rib_sent,
             families: slow.families.clone(),
             end_of_rib_received_families: slow.end_of_rib_received.clone(),
+            held_down: slow.held_down,
         }
     }
 }

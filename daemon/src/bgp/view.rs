@@ -47,6 +47,8 @@ pub struct PeerCounts {
     /// When the RIB last finished applying UPDATEs from this peer (the ingest benchmark
     /// reads it to time the last route into Loc-RIB to the millisecond).
     pub last_update_applied: Option<std::time::SystemTime>,
+    /// More prefixes accepted than `max_prefixes` (with `max_prefixes_warning_only`).
+    pub over_limit: bool,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -148,6 +148,17 @@ pub fn serialize<S: serde::Serializer>(
     serializer.serialize_str(&format_duration(*duration))
 }
 
+/// An optional duration as text, or `null`.
+pub fn serialize_option<S: serde::Serializer>(
+    duration: &Option<Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(d) => serializer.serialize_str(&format_duration(*d)),
+        None => serializer.serialize_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

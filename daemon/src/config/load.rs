@@ -261,6 +261,8 @@ mod tests {
             password: None,
             hold_time: Duration::from_secs(90),
             keepalive_time: Duration::from_secs(30),
+            send_hold_time: None,
+            minimum_hold_time: Duration::from_secs(3),
             connect_time: Duration::from_secs(5),
             ebgp_multihop: None,
             ttl_security: None,

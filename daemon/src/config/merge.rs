@@ -492,7 +492,14 @@ fn session_differences(
     compare("ttl_security", &|n| n.ttl_security.map(|v| v.to_string()));
     compare("passive", &|n| Some(n.passive.to_string()));
     compare("bfd_profile", &|n| n.bfd_profile.clone().map(quoted));
-    compare("max_prefixes", &|n| n.max_prefixes.map(|v| v.to_string()));
+    compare("send_hold_time", &|n| n.send_hold_time.map(|d| quoted(format_duration(d))));
+    compare("minimum_hold_time", &|n| Some(quoted(format_duration(n.minimum_hold_time))));
+    compare("max_prefixes", &|n| n.max_prefixes.map(|m| m.limit.to_string()));
+    compare("max_prefixes_threshold", &|n| n.max_prefixes.map(|m| m.threshold.to_string()));
+    compare("max_prefixes_warning_only", &|n| n.max_prefixes.map(|m| m.warning_only.to_string()));
+    compare("max_prefixes_restart_time", &|n| {
+        n.max_prefixes.and_then(|m| m.restart_time).map(|d| quoted(format_duration(d)))
+    });
     compare("graceful_restart", &|n| match n.graceful_restart {
         GracefulRestartMode::Enabled => Some("true".into()),
         GracefulRestartMode::Disabled => Some("false".into()),

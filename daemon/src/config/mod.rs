@@ -76,8 +76,8 @@ pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, 
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
-    FibConfig, GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MetricsConfig,
-    Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
+    FibConfig, GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MaxPrefixes,
+    MetricsConfig, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

@@ -245,6 +245,21 @@ impl AddressFamily {
     }
 }
 
+/// FRR's `neighbor X maximum-prefix N [threshold] [warning-only|restart M]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MaxPrefixes {
+    /// More accepted prefixes than this end the session (Cease, RFC 4486 subcode 1).
+    pub limit: u32,
+    /// Percentage of `limit` at which a warning is logged once.
+    pub threshold: u8,
+    /// Only log when the limit is passed; keep the session and the routes.
+    pub warning_only: bool,
+    /// Start the session again this long after the Cease; `None`: only a reload or restart
+    /// brings it back.
+    #[serde(serialize_with = "duration::serialize_option")]
+    pub restart_time: Option<Duration>,
+}
+
 /// One BGP session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Neighbor {
@@ -257,6 +272,14 @@ pub struct Neighbor {
     pub hold_time: Duration,
     #[serde(serialize_with = "duration::serialize")]
     pub keepalive_time: Duration,
+    /// RFC 9687 SendHoldTimer: `None` is twice the negotiated hold time (BIRD's default),
+    /// zero turns it off.
+    #[serde(serialize_with = "duration::serialize_option")]
+    pub send_hold_time: Option<Duration>,
+    /// The smallest hold time the peer may propose (FRR `bgp minimum-holdtime`); zero accepts
+    /// any the RFC allows, no hold time included.
+    #[serde(serialize_with = "duration::serialize")]
+    pub minimum_hold_time: Duration,
     /// Initial ConnectRetry interval.
     #[serde(serialize_with = "duration::serialize")]
     pub connect_time: Duration,
@@ -267,8 +290,8 @@ pub struct Neighbor {
     /// Wait for the peer to connect; never open the TCP connection ourselves.
     pub passive: bool,
     pub bfd_profile: Option<String>,
-    /// Tear the session down when the peer sends more prefixes than this.
-    pub max_prefixes: Option<u32>,
+    /// What to do when the peer sends too many prefixes (FRR `maximum-prefix`).
+    pub max_prefixes: Option<MaxPrefixes>,
     /// RFC 4724 graceful restart with this neighbor.
     pub graceful_restart: GracefulRestartMode,
     pub families: Vec<AddressFamily>,

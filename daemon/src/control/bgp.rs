@@ -185,11 +185,38 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
         let counts = rib.peers.get(&n.config.address).copied().unwrap_or_default();
         let mut afi = Map::new();
         for f in &n.config.families {
-            afi.insert(
-                family_key(*f).into(),
-                json!({ "acceptedPrefixCounter": counts.accepted, "sentPrefixCounter": counts.sent }),
-            );
+            let mut family = json!({
+                "acceptedPrefixCounter": counts.accepted,
+                "sentPrefixCounter": counts.sent,
+            });
+            // FRR's keys of `maximum-prefix N [threshold] [warning-only|restart M]`; the
+            // limit counts the session's prefixes over all its families.
+            if let (Some(m), Some(obj)) = (n.config.max_prefixes, family.as_object_mut()) {
+                obj.insert("prefixAllowedMax".into(), json!(m.limit));
+                obj.insert("prefixAllowedWarningThresh".into(), json!(m.threshold));
+                if m.warning_only {
+                    obj.insert("prefixAllowedMaxWarning".into(), json!(true));
+                    // Not in FRR: past the limit, kept by warning-only.
+                    obj.insert("prefixAllowedMaxExceeded".into(), json!(counts.over_limit));
+                }
+                if let Some(restart) = m.restart_time {
+                    obj.insert(
+                        "prefixAllowedRestartIntervalMsecs".into(),
+                        json!(restart.as_millis() as u64),
+                    );
+                }
+            }
+            afi.insert(family_key(*f).into(), family);
         }
+        // Down after Cease/Maximum Number of Prefixes Reached: until when (FRR's
+        // `restartInTimerMsec`), or for good until a reload or restart.
+        let held_down = snap.held_down.map(|until| {
+            let left = until.map(|t| t.saturating_duration_since(std::time::Instant::now()));
+            json!({
+                "maxPrefixHeldDown": true,
+                "restartInTimerMsec": left.map(|d| d.as_millis() as u64),
+            })
+        });
         let neg = snap.negotiated.clone();
         out.insert(
             n.config.address.to_string(),
@@ -227,6 +254,8 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
                 "bfdProfile": n.config.bfd_profile,
                 "md5Password": n.config.password.is_some(),
                 "gracefulRestartInfo": graceful_restart_json(i, n, &snap),
+                "maxPrefixState": held_down,
+                "sendHoldTimeMsecs": send_hold_time_ms(n, neg.as_ref().map(|v| v.hold_time)),
             }),
         );
     }
@@ -234,6 +263,16 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
         return Err(format!("no such neighbor {a} in VRF {}", vrf_display_name(&i.vrf)));
     }
     Ok(Value::Object(out))
+}
+
+/// RFC 9687 SendHoldTime in effect (the negotiated hold time once known); `None` when off.
+fn send_hold_time_ms(n: &NeighborHandle, negotiated_hold_secs: Option<u64>) -> Option<u64> {
+    let hold_ms = negotiated_hold_secs.map_or(n.config.hold_time.as_millis() as u64, |h| h * 1000);
+    match n.config.send_hold_time {
+        None => (hold_ms != 0).then_some(hold_ms * 2),
+        Some(d) if d.is_zero() => None,
+        Some(d) => Some(d.as_millis() as u64),
+    }
 }
 
 /// `uplink wait-ready`: every configured session, with whether it is Established and has sent

@@ -28,7 +28,7 @@ OMIT_PREFIX = "__omit_place_holder__"
 # uplink's integer fields (daemon/src/config/raw.rs, announce.rs; ebgp_multihop and
 # ttl_security take true/false or a hop count) and nmstate's in network policies' desired_state.
 INTEGER_KEYS = frozenset({
-    "asn", "port", "max_prefixes", "maximum_paths", "table", "metric", "detect_multiplier",
+    "asn", "port", "max_prefixes", "max_prefixes_threshold", "maximum_paths", "table", "metric", "detect_multiplier",
     "minimum_ttl", "local_pref", "ge", "le", "priority", "aggregation_length",
     "expected_status", "rise", "fall", "ebgp_multihop", "ttl_security",
     "id", "mtu", "prefix-length", "table-id", "route-table", "route-table-id",

@@ -12,6 +12,12 @@
 //!
 //! Timers are deadlines the FSM keeps; the driver sleeps until [`Fsm::next_deadline`] and
 //! sends [`Event::Tick`].
+//!
+//! Besides RFC 4271's timers it keeps the SendHoldTimer of RFC 9687 (a peer that stops
+//! reading is dropped instead of holding the session open forever: the driver reports
+//! [`Event::SendProgress`] while its writes make progress) and a max-prefix hold-down (FRR's
+//! `maximum-prefix … restart`): after Cease/Maximum Number of Prefixes Reached the session
+//! stays down, refusing the peer, until the restart time has passed.
 
 mod backoff;
 #[cfg(test)]
@@ -30,6 +36,28 @@ use super::wire::open::{encode_capabilities, Capability, GracefulRestart, Open, 
 /// RFC 4271 §8.2.2: on entering OpenSent "the HoldTimer is set to a large value ... A
 /// HoldTimer value of 4 minutes is suggested."
 pub const OPEN_SENT_HOLD_TIME: Duration = Duration::from_secs(240);
+
+/// RFC 9687 §3: how long the writes to a peer may make no progress before the connection is
+/// dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendHoldTime {
+    /// Twice the negotiated hold time, as BIRD does (twice the 240 s of OpenSent before the
+    /// OPENs are exchanged); none with a hold time of zero.
+    TwiceHoldTime,
+    Fixed(Duration),
+    /// No SendHoldTimer (RFC 9687 §5 advises against it).
+    Off,
+}
+
+impl SendHoldTime {
+    fn for_hold_time(self, hold: Duration) -> Option<Duration> {
+        match self {
+            Self::TwiceHoldTime => (!hold.is_zero()).then(|| hold.saturating_mul(2)),
+            Self::Fixed(d) => (!d.is_zero()).then_some(d),
+            Self::Off => None,
+        }
+    }
+}
 
 /// Identifies one TCP connection; the driver allocates them (also for outgoing attempts,
 /// before they connect, so that [`Event::TcpFailed`] can name the attempt).
@@ -55,6 +83,11 @@ pub struct FsmConfig {
     pub hold_time: Duration,
     /// Upper bound of the keepalive interval; zero means hold time / 3.
     pub keepalive_time: Duration,
+    /// The smallest Hold Time accepted in the peer's OPEN while ours is not zero (FRR
+    /// `bgp minimum-holdtime`); zero accepts any the RFC allows.
+    pub minimum_hold_time: Duration,
+    /// RFC 9687 SendHoldTimer.
+    pub send_hold_time: SendHoldTime,
     /// Initial connect-retry delay.
     pub connect_retry: Duration,
     /// Cap of the exponential connect-retry backoff.
@@ -85,6 +118,9 @@ impl FsmConfig {
         }
         if self.local_asn == 0 {
             return Err("local AS 0 is reserved".into());
+        }
+        if self.minimum_hold_time.as_secs() > u64::from(u16::MAX) {
+            return Err("minimum hold time exceeds 65535 s".into());
         }
         if self.connect_retry.is_zero() {
             return Err("connect retry must be positive".into());
@@ -162,6 +198,16 @@ pub enum Event<'a> {
     UpdateSent(ConnId),
     /// The UPDATE decoder asks for a session reset with this NOTIFICATION (RFC 7606 §2).
     FatalUpdateError(ConnId, Notification),
+    /// RFC 9687 §3: the writes to this connection made progress (bytes left for the peer, or
+    /// nothing is waiting) at the time given with the event: restart its SendHoldTimer.
+    SendProgress(ConnId),
+    /// The peer sent more prefixes than allowed: Cease/Maximum Number of Prefixes Reached
+    /// (RFC 4486 §4), then stay down, refusing the peer, for `restart_after` (FRR
+    /// `maximum-prefix … restart`), or until the next ManualStart when `None`.
+    MaxPrefixExceeded {
+        reason: String,
+        restart_after: Option<Duration>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,6 +289,9 @@ struct Connection {
     negotiated: Option<Negotiated>,
     hold_deadline: Option<Instant>,
     keepalive_deadline: Option<Instant>,
+    /// RFC 9687: dropped when the writes make no progress until then.
+    send_hold_deadline: Option<Instant>,
+    send_hold_time: Option<Duration>,
 }
 
 impl Connection {
@@ -259,6 +308,11 @@ impl Connection {
     fn restart_hold_timer(&mut self, now: Instant) {
         let hold = self.hold_time();
         self.hold_deadline = (!hold.is_zero()).then(|| now.checked_add(hold)).flatten();
+    }
+
+    /// RFC 9687 §3: the SendHoldTimer restarts whenever the writes make progress.
+    fn restart_send_hold_timer(&mut self, now: Instant) {
+        self.send_hold_deadline = self.send_hold_time.and_then(|d| now.checked_add(d));
     }
 
     fn restart_keepalive_timer(&mut self, now: Instant) {
@@ -286,6 +340,8 @@ pub struct Fsm {
     conns: Vec<Connection>,
     connect_retry_deadline: Option<Instant>,
     restart_deadline: Option<Instant>,
+    /// Max-prefix hold-down: down and refusing the peer until then, then started again.
+    hold_down_until: Option<Instant>,
     backoff: Backoff,
 }
 
@@ -317,6 +373,7 @@ impl Fsm {
             conns: Vec::new(),
             connect_retry_deadline: None,
             restart_deadline: None,
+            hold_down_until: None,
             backoff,
         }
     }
@@ -346,11 +403,18 @@ impl Fsm {
             .find_map(|c| c.negotiated.as_ref().map(|n| (c.id, n)))
     }
 
+    /// Until when a max-prefix hold-down keeps the session down, if one runs.
+    pub fn held_down_until(&self) -> Option<Instant> {
+        self.hold_down_until
+    }
+
     /// When the driver must send [`Event::Tick`] next, if any timer runs.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let conn_deadlines =
-            self.conns.iter().flat_map(|c| [c.hold_deadline, c.keepalive_deadline]);
-        [self.connect_retry_deadline, self.restart_deadline]
+        let conn_deadlines = self
+            .conns
+            .iter()
+            .flat_map(|c| [c.hold_deadline, c.keepalive_deadline, c.send_hold_deadline]);
+        [self.connect_retry_deadline, self.restart_deadline, self.hold_down_until]
             .into_iter()
             .chain(conn_deadlines)
             .flatten()
@@ -362,7 +426,19 @@ impl Fsm {
         match event {
             Event::ManualStart => self.manual_start(now, &mut actions),
             Event::ManualStop { subcode, reason } => {
-                self.manual_stop(subcode, &reason, &mut actions)
+                self.hold_down_until = None;
+                let notification = Notification::cease_with_communication(subcode, &reason);
+                self.stop(notification, &reason, &mut actions)
+            }
+            Event::MaxPrefixExceeded { reason, restart_after } => {
+                let notification = Notification::cease(cease_subcode::MAX_PREFIXES_REACHED);
+                self.stop(notification, &reason, &mut actions);
+                self.hold_down_until = restart_after.and_then(|d| now.checked_add(d));
+            }
+            Event::SendProgress(id) => {
+                if let Some(conn) = self.conn_mut(id) {
+                    conn.restart_send_hold_timer(now);
+                }
             }
             Event::Tick => self.tick(now, &mut actions),
             Event::TcpConnected(id) => self.tcp_connected(id, now, &mut actions),
@@ -392,6 +468,7 @@ impl Fsm {
     }
 
     fn manual_start(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        self.hold_down_until = None;
         if self.started {
             return;
         }
@@ -421,13 +498,13 @@ impl Fsm {
         actions.push(Action::Connect);
     }
 
-    fn manual_stop(&mut self, subcode: u8, reason: &str, actions: &mut Vec<Action>) {
+    /// Stops the session with `notification` (a Cease) and stays down.
+    fn stop(&mut self, notification: Notification, reason: &str, actions: &mut Vec<Action>) {
         if !self.started && self.conns.is_empty() {
             return;
         }
         // RFC 4271 §8.2.2 Event 2: send the NOTIFICATION with a Cease, release the
         // connections and go to Idle. RFC 9003 carries the operator's reason.
-        let notification = Notification::cease_with_communication(subcode, reason);
         let was_established = self.conns.iter().any(|c| c.state == ConnState::Established);
         let had_connections = !self.conns.is_empty();
         for conn in std::mem::take(&mut self.conns) {
@@ -456,6 +533,10 @@ impl Fsm {
     }
 
     fn tick(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if self.hold_down_until.is_some_and(|d| d <= now) {
+            // FRR `maximum-prefix … restart`: the hold-down is over, start again.
+            self.manual_start(now, actions);
+        }
         if self.restart_deadline.is_some_and(|d| d <= now) {
             self.begin(now, actions);
         }
@@ -476,6 +557,20 @@ impl Fsm {
             // Expired Error Code is sent and the BGP connection is closed."
             let n = Notification::new(code::HOLD_TIMER_EXPIRED, 0, Vec::new());
             self.send_notification_and_drop(id, n, String::new(), now, actions);
+        }
+        let stalled: Vec<(ConnId, Duration)> = self
+            .conns
+            .iter()
+            .filter(|c| c.send_hold_deadline.is_some_and(|d| d <= now))
+            .map(|c| (c.id, c.send_hold_time.unwrap_or_default()))
+            .collect();
+        for (id, send_hold) in stalled {
+            // RFC 9687 §3, Event 29 (SendHoldTimer_Expires): the peer has not taken any of our
+            // data for SendHoldTime. Send Send Hold Timer Expired if it can still go out (the
+            // driver never waits for it), drop the connection and go to Idle.
+            let n = Notification::new(code::SEND_HOLD_TIMER_EXPIRED, 0, Vec::new());
+            let detail = format!("the peer took none of our data for {} s", send_hold.as_secs());
+            self.send_notification_and_drop(id, n, detail, now, actions);
         }
         for conn in &mut self.conns {
             if conn.keepalive_deadline.is_some_and(|d| d <= now) {
@@ -550,14 +645,19 @@ impl Fsm {
         let mut open = Vec::new();
         encode_open(&self.config.open(), &mut open);
         actions.push(Action::Send(id, open));
-        self.conns.push(Connection {
+        let mut conn = Connection {
             id,
             direction,
             state: ConnState::OpenSent,
             negotiated: None,
             hold_deadline: now.checked_add(OPEN_SENT_HOLD_TIME),
             keepalive_deadline: None,
-        });
+            send_hold_deadline: None,
+            send_hold_time: self.config.send_hold_time.for_hold_time(OPEN_SENT_HOLD_TIME),
+        };
+        // RFC 9687 §3: the SendHoldTimer runs in OpenSent, OpenConfirm and Established.
+        conn.restart_send_hold_timer(now);
+        self.conns.push(conn);
         // The ConnectRetryTimer stops once a connection reaches OpenSent.
         self.connect_retry_deadline = None;
         self.restart_deadline = None;
@@ -685,13 +785,16 @@ impl Fsm {
         if !self.resolve_collision(id, &open, now, actions) {
             return;
         }
+        let send_hold_time = self.config.send_hold_time.for_hold_time(negotiated.hold_time);
         let Some(conn) = self.conn_mut(id) else { return };
         // RFC 4271 §8.2.2 OpenSent, Event 19: send KEEPALIVE, set the timers from the
         // negotiated hold time, and enter OpenConfirm.
         conn.state = ConnState::OpenConfirm;
+        conn.send_hold_time = send_hold_time;
         conn.negotiated = Some(negotiated);
         conn.restart_hold_timer(now);
         conn.restart_keepalive_timer(now);
+        conn.restart_send_hold_timer(now);
         actions.push(Action::Send(id, encoded_keepalive()));
     }
 
@@ -771,6 +874,16 @@ impl Fsm {
         }
         // RFC 6793 §4.1: the 4-octet capability's ASN is the peer's AS when present.
         let remote_asn = open.peer_asn();
+        // RFC 7607 §2: "If a BGP speaker receives zero as the peer AS in an OPEN message, it
+        // MUST abort the connection and send a NOTIFICATION with Error Code "OPEN Message
+        // Error" and subcode "Bad Peer AS"" -- in My AS or in the 4-octet capability.
+        if remote_asn == 0 || open.my_as == 0 {
+            return Err(open_error(
+                open_subcode::BAD_PEER_AS,
+                Vec::new(),
+                "peer AS 0 is reserved (RFC 7607)".to_string(),
+            ));
+        }
         let as_ok = match cfg.remote_asn {
             RemoteAsn::Fixed(asn) => remote_asn == asn,
             RemoteAsn::Internal => remote_asn == cfg.local_asn,
@@ -799,6 +912,19 @@ impl Fsm {
                 open_subcode::UNACCEPTABLE_HOLD_TIME,
                 Vec::new(),
                 format!("peer hold time {} s", open.hold_time),
+            ));
+        }
+        // FRR `bgp minimum-holdtime`: a peer may not force a shorter (or no) Hold Time on us,
+        // unless we ourselves propose none.
+        let minimum = cfg.minimum_hold_time.as_secs();
+        if cfg.hold_secs() != 0 && u64::from(open.hold_time) < minimum {
+            return Err(open_error(
+                open_subcode::UNACCEPTABLE_HOLD_TIME,
+                Vec::new(),
+                format!(
+                    "peer hold time {} s is below minimum_hold_time {minimum} s",
+                    open.hold_time
+                ),
             ));
         }
         let ours = cfg.families_or_default();

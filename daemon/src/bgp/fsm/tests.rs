@@ -30,6 +30,8 @@ fn cfg() -> FsmConfig {
         remote_asn: RemoteAsn::Fixed(65002),
         hold_time: Duration::from_secs(90),
         keepalive_time: Duration::from_secs(30),
+        minimum_hold_time: Duration::ZERO,
+        send_hold_time: SendHoldTime::TwiceHoldTime,
         connect_retry: Duration::from_secs(5),
         connect_retry_max: Duration::from_secs(60),
         passive: false,
@@ -325,6 +327,8 @@ fn keepalive_and_hold_timers() {
     let mut now = 45.0;
     let expired = loop {
         let next = fsm.next_deadline().unwrap();
+        // Our writes go out (the SendHoldTimer is not what this is about).
+        fsm.handle(Event::SendProgress(C1), next);
         let actions = fsm.handle(Event::Tick, next);
         now += 1.0;
         assert!(now < 200.0);
@@ -667,4 +671,149 @@ fn idle_after_down_still_accepts_the_peer() {
     // The restart timer is gone: only the OpenSent hold timer runs.
     assert_eq!(fsm.next_deadline(), Some(t(241.5)));
     assert!(fsm.handle(Event::Tick, restart).is_empty());
+}
+
+// ---- RFC 9687 SendHoldTimer ----
+
+#[test]
+fn send_hold_timer_drops_a_peer_that_takes_no_data() {
+    let mut fsm = Fsm::new(cfg());
+    // Hold time 9 s: SendHoldTime 18 s by default.
+    establish(&mut fsm, peer_open(65002, PEER_ID, 9));
+    // The peer keeps sending (its KEEPALIVEs restart our HoldTimer) but reads nothing: our
+    // writes made their last progress at time 0.
+    for at in 1..18 {
+        let at = f64::from(at);
+        fsm.handle(Event::Received(C1, Message::Keepalive), t(at));
+        let actions = fsm.handle(Event::Tick, t(at));
+        assert!(down(&actions).is_none(), "at {at}: {actions:?}");
+    }
+    assert_eq!(fsm.next_deadline().map(|d| d <= t(18.0)), Some(true));
+    let actions = fsm.handle(Event::Tick, t(18.0));
+    let n = sent_notification(&actions, C1).unwrap();
+    assert_eq!((n.code, n.subcode), (8, 0));
+    assert!(closed(&actions, C1));
+    let reason = down(&actions).unwrap();
+    assert!(reason.was_established);
+    assert_eq!(
+        reason.text,
+        "Notification sent (Send Hold Timer Expired): the peer took none of our data for 18 s"
+    );
+    // Down like any other error: Idle, and a restart after the backoff.
+    assert_eq!(fsm.state(), State::Idle);
+    assert!(fsm.next_deadline().is_some());
+}
+
+#[test]
+fn send_progress_keeps_the_session() {
+    let mut fsm = Fsm::new(cfg());
+    establish(&mut fsm, peer_open(65002, PEER_ID, 9));
+    for at in 1..100 {
+        let at = f64::from(at);
+        fsm.handle(Event::Received(C1, Message::Keepalive), t(at));
+        fsm.handle(Event::SendProgress(C1), t(at));
+        let actions = fsm.handle(Event::Tick, t(at));
+        assert!(down(&actions).is_none(), "at {at}: {actions:?}");
+    }
+    assert_eq!(fsm.state(), State::Established);
+}
+
+#[test]
+fn send_hold_time_settings() {
+    // Fixed: that long whatever the hold time; Off: never.
+    let fixed = FsmConfig { send_hold_time: SendHoldTime::Fixed(Duration::from_secs(5)), ..cfg() };
+    let mut fsm = Fsm::new(fixed);
+    establish(&mut fsm, peer_open(65002, PEER_ID, 90));
+    assert!(down(&fsm.handle(Event::Tick, t(4.9))).is_none());
+    assert!(down(&fsm.handle(Event::Tick, t(5.0))).is_some());
+
+    let off = FsmConfig { send_hold_time: SendHoldTime::Off, ..cfg() };
+    let mut fsm = Fsm::new(off);
+    establish(&mut fsm, peer_open(65002, PEER_ID, 9));
+    for at in 1..100 {
+        fsm.handle(Event::Received(C1, Message::Keepalive), t(f64::from(at)));
+        assert!(down(&fsm.handle(Event::Tick, t(f64::from(at)))).is_none());
+    }
+    // Twice the hold time, none with a hold time of zero.
+    assert_eq!(
+        SendHoldTime::TwiceHoldTime.for_hold_time(Duration::from_secs(90)),
+        Some(Duration::from_secs(180))
+    );
+    assert_eq!(SendHoldTime::TwiceHoldTime.for_hold_time(Duration::ZERO), None);
+    // In OpenSent (no hold time negotiated yet): twice its 4 minutes.
+    let mut fsm = Fsm::new(cfg());
+    fsm.handle(Event::ManualStart, t(0.0));
+    fsm.handle(Event::TcpConnected(C1), t(0.0));
+    let conn = fsm.conns.first().unwrap();
+    assert_eq!(conn.send_hold_deadline, Some(t(480.0)));
+}
+
+// ---- RFC 7607, minimum hold time ----
+
+#[test]
+fn peer_as_zero_is_refused() {
+    let ext = FsmConfig { remote_asn: RemoteAsn::External, ..cfg() };
+    let n = expect_open_rejected(ext.clone(), peer_open(0, PEER_ID, 90), 2, 2);
+    assert!(n.data.is_empty());
+    // Zero in the 4-octet capability, a valid My AS.
+    let mut open = peer_open(65002, PEER_ID, 90);
+    open.capabilities.retain(|c| !matches!(c, Capability::FourOctetAs(_)));
+    open.capabilities.push(Capability::FourOctetAs(0));
+    expect_open_rejected(ext.clone(), open, 2, 2);
+    // Zero in My AS beside a valid capability.
+    let mut open = peer_open(65002, PEER_ID, 90);
+    open.my_as = 0;
+    expect_open_rejected(ext, open, 2, 2);
+}
+
+#[test]
+fn minimum_hold_time_refuses_shorter_and_zero() {
+    let min = FsmConfig { minimum_hold_time: Duration::from_secs(6), ..cfg() };
+    expect_open_rejected(min.clone(), peer_open(65002, PEER_ID, 3), 2, 6);
+    expect_open_rejected(min.clone(), peer_open(65002, PEER_ID, 0), 2, 6);
+    establish(&mut Fsm::new(min.clone()), peer_open(65002, PEER_ID, 6));
+    // We propose no hold time ourselves: nothing to protect.
+    let ours_zero = FsmConfig { hold_time: Duration::ZERO, ..min };
+    establish(&mut Fsm::new(ours_zero), peer_open(65002, PEER_ID, 0));
+}
+
+// ---- max-prefix ----
+
+#[test]
+fn max_prefix_cease_holds_down_then_restarts() {
+    let mut fsm = Fsm::new(cfg());
+    establish(&mut fsm, peer_open(65002, PEER_ID, 90));
+    let event = Event::MaxPrefixExceeded {
+        reason: "1001 prefixes, more than 1000".into(),
+        restart_after: Some(Duration::from_secs(30)),
+    };
+    let actions = fsm.handle(event, t(10.0));
+    let n = sent_notification(&actions, C1).unwrap();
+    // RFC 4486 §4: Cease, Maximum Number of Prefixes Reached.
+    assert_eq!((n.code, n.subcode), (6, 1));
+    assert!(closed(&actions, C1));
+    assert_eq!(
+        down(&actions).unwrap().text,
+        "Notification sent (Cease/Maximum Number of Prefixes Reached): 1001 prefixes, more than \
+         1000"
+    );
+    assert_eq!(fsm.held_down_until(), Some(t(40.0)));
+    assert_eq!(fsm.next_deadline(), Some(t(40.0)));
+    // Held down: the peer is refused, nothing starts before the time.
+    assert_eq!(fsm.handle(Event::TcpAccepted(C2), t(20.0)), [Action::Close(C2)]);
+    assert!(fsm.handle(Event::Tick, t(39.0)).is_empty());
+    assert_eq!(fsm.handle(Event::Tick, t(40.0)), [Action::Connect]);
+    assert_eq!(fsm.held_down_until(), None);
+    assert_eq!(fsm.state(), State::Connect);
+}
+
+#[test]
+fn max_prefix_without_restart_stays_down_until_started() {
+    let mut fsm = Fsm::new(cfg());
+    establish(&mut fsm, peer_open(65002, PEER_ID, 90));
+    let event = Event::MaxPrefixExceeded { reason: String::new(), restart_after: None };
+    fsm.handle(event, t(10.0));
+    assert_eq!(fsm.next_deadline(), None);
+    assert!(fsm.handle(Event::Tick, t(10_000.0)).is_empty());
+    assert_eq!(fsm.handle(Event::ManualStart, t(10_001.0)), [Action::Connect]);
 }

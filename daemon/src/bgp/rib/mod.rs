@@ -988,6 +988,56 @@ impl Rib {
         self.accepted_count(peer)
     }
 
+    /// Max-prefix, before an UPDATE is applied: keeps of `prefixes` (announced by `peer` with
+    /// `attrs`) the part that adds at most `room` prefixes to the peer's count, in order, and
+    /// takes what it kept from `room`. A prefix the peer already has, or one that import
+    /// refuses (for the same reasons and in the same order as [`Rib::apply_update`]: it only
+    /// withdraws), takes no room. Returns whether a prefix was cut off.
+    pub fn fit_to_room(
+        &self,
+        peer: PeerId,
+        prefixes: &mut Vec<IpNet>,
+        attrs: &PathAttributes,
+        room: &mut u64,
+    ) -> bool {
+        // Most UPDATEs are far from the limit: no per-prefix look-up then.
+        let len = prefixes.len() as u64;
+        if len <= *room {
+            *room -= len;
+            return false;
+        }
+        let Some(info) = self.peer_info(peer) else { return false };
+        let attrs_ok = policy::check_import_attributes(attrs, info, self.config.router_id).is_ok();
+        let takes_room = |prefix: &IpNet| {
+            let family = match prefix {
+                IpNet::V4(_) => Family::IPV4_UNICAST,
+                IpNet::V6(_) => Family::IPV6_UNICAST,
+            };
+            let accepted = attrs_ok
+                && info.families.contains(&family)
+                && policy::check_import_prefix(prefix, &self.config.always_block, &info.import)
+                    .is_ok();
+            let known = self
+                .route(prefix)
+                .is_some_and(|paths| paths.iter().any(|p| p.source() == Source::Peer(peer)));
+            accepted && !known
+        };
+        let mut keep = prefixes.len();
+        for (index, prefix) in prefixes.iter().enumerate() {
+            if !takes_room(prefix) {
+                continue;
+            }
+            if *room == 0 {
+                keep = index;
+                break;
+            }
+            *room -= 1;
+        }
+        let cut = keep < prefixes.len();
+        prefixes.truncate(keep);
+        cut
+    }
+
     /// Prefixes sent to `peer` and not withdrawn, over all families (FRR `pfxSnt`).
     pub fn pfx_sent(&self, peer: PeerId) -> usize {
         self.peers
@@ -1022,6 +1072,14 @@ impl Rib {
         };
         out.sort_unstable_by_key(|(p, _)| *p);
         out
+    }
+
+    /// The prefixes of a family, unsorted (cheap: `show` sorts them outside the RIB task).
+    pub fn prefixes(&self, family: Family) -> Vec<IpNet> {
+        match family.afi {
+            Afi::Ipv4 => self.v4.map.keys().map(|p| IpNet::V4(*p)).collect(),
+            Afi::Ipv6 => self.v6.map.keys().map(|p| IpNet::V6(*p)).collect(),
+        }
     }
 
     /// Number of destinations (prefixes) in a family.

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-/// Error codes (RFC 4271 §4.5, RFC 6608 §3 for FSM Error, RFC 7313 §5 for ROUTE-REFRESH).
+/// Error codes (RFC 4271 §4.5, RFC 6608 §3 for FSM Error, RFC 7313 §5 for ROUTE-REFRESH,
+/// RFC 9687 §4 for Send Hold Timer Expired).
 pub mod code {
     pub const MESSAGE_HEADER_ERROR: u8 = 1;
     pub const OPEN_MESSAGE_ERROR: u8 = 2;
@@ -13,6 +14,7 @@ pub mod code {
     pub const FSM_ERROR: u8 = 5;
     pub const CEASE: u8 = 6;
     pub const ROUTE_REFRESH_MESSAGE_ERROR: u8 = 7;
+    pub const SEND_HOLD_TIMER_EXPIRED: u8 = 8;
 }
 
 /// Subcode 0 of every code: "Unspecific" (RFC 4271 §4.5 leaves it unassigned; IANA names it).
@@ -182,6 +184,7 @@ pub fn code_name(code: u8) -> &'static str {
         code::FSM_ERROR => "Neighbor Events Error",
         code::CEASE => "Cease",
         code::ROUTE_REFRESH_MESSAGE_ERROR => "ROUTE-REFRESH Message Error",
+        code::SEND_HOLD_TIMER_EXPIRED => "Send Hold Timer Expired",
         _ => "Unknown Error",
     }
 }
@@ -189,7 +192,10 @@ pub fn code_name(code: u8) -> &'static str {
 /// FRR's text for a subcode; `None` when the code has no subcodes (Hold Timer Expired and
 /// unknown codes).
 pub fn subcode_name(code: u8, subcode: u8) -> Option<&'static str> {
-    if code == code::HOLD_TIMER_EXPIRED || code_name(code) == "Unknown Error" {
+    if code == code::HOLD_TIMER_EXPIRED
+        || code == code::SEND_HOLD_TIMER_EXPIRED
+        || code_name(code) == "Unknown Error"
+    {
         return None;
     }
     if subcode == UNSPECIFIC {

@@ -25,8 +25,8 @@ use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, Neighbor, Password,
-    PrefixMatch, ReceivePolicy, RemoteAsn,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, MaxPrefixes,
+    Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn,
 };
 use super::raw::{
     BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
@@ -35,6 +35,12 @@ use super::raw::{
 use super::source::SourceText;
 
 pub(crate) const DEFAULT_PORT: u16 = 179;
+/// The smallest hold time a peer may propose. FRR has no minimum by default; three seconds
+/// adds only one refusal to RFC 4271's (which already refuses 1 and 2): a peer proposing no
+/// hold time at all, which would turn off both our HoldTimer and our SendHoldTimer.
+pub(crate) const DEFAULT_MINIMUM_HOLD_TIME: Duration = Duration::from_secs(3);
+/// FRR's default warning threshold of `maximum-prefix`, in percent.
+pub(crate) const DEFAULT_MAX_PREFIXES_THRESHOLD: u8 = 75;
 pub(crate) const DEFAULT_MAXIMUM_PATHS: u16 = 64;
 pub(crate) const DEFAULT_MULTIPATH_RELAX: bool = true;
 pub(crate) const DEFAULT_INSTALL: bool = true;

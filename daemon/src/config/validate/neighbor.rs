@@ -17,6 +17,8 @@ impl Written {
 struct Timers {
     hold_time: Duration,
     keepalive_time: Duration,
+    send_hold_time: Option<Duration>,
+    minimum_hold_time: Duration,
     connect_time: Duration,
 }
 
@@ -99,15 +101,7 @@ impl Checker<'_, '_> {
             written.push("bfd_profile", self.loc(name));
             name.get_ref().clone()
         });
-        let max_prefixes = raw.max_prefixes.as_ref().and_then(|value| {
-            written.push("max_prefixes", self.loc(value));
-            self.int_in::<u32>(
-                value,
-                &format!("{field}.max_prefixes"),
-                1..=i64::from(u32::MAX),
-                "prefixes",
-            )
-        });
+        let max_prefixes = self.max_prefixes(raw, field, &mut written);
         let families = match &raw.families {
             Some(list) => {
                 written.push("families", self.loc(list));
@@ -137,6 +131,8 @@ impl Checker<'_, '_> {
             password,
             hold_time: timers.hold_time,
             keepalive_time: timers.keepalive_time,
+            send_hold_time: timers.send_hold_time,
+            minimum_hold_time: timers.minimum_hold_time,
             connect_time: timers.connect_time,
             ebgp_multihop: hops.ebgp_multihop,
             ttl_security: hops.ttl_security,
@@ -328,7 +324,97 @@ impl Checker<'_, '_> {
                 }
             })
             .unwrap_or(defaults.connect_time());
-        Timers { hold_time, keepalive_time, connect_time }
+        // RFC 9687: any whole number of seconds; "0s" turns the SendHoldTimer off.
+        let send_hold_time = raw.send_hold_time.as_ref().and_then(|value| {
+            written.push("send_hold_time", self.loc(value));
+            self.whole_seconds_in(
+                value,
+                &format!("{field}.send_hold_time"),
+                0..=u64::from(u32::MAX),
+            )
+        });
+        let minimum_hold_time = raw
+            .minimum_hold_time
+            .as_ref()
+            .and_then(|value| {
+                written.push("minimum_hold_time", self.loc(value));
+                self.whole_seconds_in(value, &format!("{field}.minimum_hold_time"), 0..=65535)
+            })
+            .unwrap_or(DEFAULT_MINIMUM_HOLD_TIME);
+        Timers { hold_time, keepalive_time, send_hold_time, minimum_hold_time, connect_time }
+    }
+
+    /// `max_prefixes` and the settings that refine it (FRR `maximum-prefix N [threshold]
+    /// [warning-only|restart M]`); those need `max_prefixes`.
+    fn max_prefixes(
+        &mut self,
+        raw: &RawNeighbor,
+        field: &str,
+        written: &mut Written,
+    ) -> Option<MaxPrefixes> {
+        let threshold = raw.max_prefixes_threshold.as_ref().and_then(|value| {
+            written.push("max_prefixes_threshold", self.loc(value));
+            self.int_in::<u8>(value, &format!("{field}.max_prefixes_threshold"), 1..=100, "percent")
+        });
+        let warning_only = raw.max_prefixes_warning_only.as_ref().map(|value| {
+            written.push("max_prefixes_warning_only", self.loc(value));
+            *value.get_ref()
+        });
+        let restart_time = raw.max_prefixes_restart_time.as_ref().and_then(|value| {
+            written.push("max_prefixes_restart_time", self.loc(value));
+            self.whole_seconds_in(
+                value,
+                &format!("{field}.max_prefixes_restart_time"),
+                1..=u64::from(u32::MAX),
+            )
+        });
+        if let (Some(true), Some(value)) = (warning_only, &raw.max_prefixes_restart_time) {
+            self.fail(
+                value,
+                &format!("{field}.max_prefixes_restart_time"),
+                "cannot go with max_prefixes_warning_only = true, which never ends the session; remove one of them",
+            );
+        }
+        let Some(value) = &raw.max_prefixes else {
+            let needs = |name: &str| {
+                format!("{name} needs max_prefixes; add max_prefixes = N to this neighbor")
+            };
+            if let Some(v) = &raw.max_prefixes_threshold {
+                self.fail(
+                    v,
+                    &format!("{field}.max_prefixes_threshold"),
+                    needs("max_prefixes_threshold"),
+                );
+            }
+            if let Some(v) = &raw.max_prefixes_warning_only {
+                self.fail(
+                    v,
+                    &format!("{field}.max_prefixes_warning_only"),
+                    needs("max_prefixes_warning_only"),
+                );
+            }
+            if let Some(v) = &raw.max_prefixes_restart_time {
+                self.fail(
+                    v,
+                    &format!("{field}.max_prefixes_restart_time"),
+                    needs("max_prefixes_restart_time"),
+                );
+            }
+            return None;
+        };
+        written.push("max_prefixes", self.loc(value));
+        let limit = self.int_in::<u32>(
+            value,
+            &format!("{field}.max_prefixes"),
+            1..=i64::from(u32::MAX),
+            "prefixes",
+        )?;
+        Some(MaxPrefixes {
+            limit,
+            threshold: threshold.unwrap_or(DEFAULT_MAX_PREFIXES_THRESHOLD),
+            warning_only: warning_only.unwrap_or(false),
+            restart_time,
+        })
     }
 
     // ---- the transport ----

@@ -484,7 +484,8 @@ fn other_neighbor_settings() {
     let n = neighbor(&neighbor_with(
         "max_prefixes = 1000\npassive = true\nfamilies = [\"ipv6-unicast\", \"ipv4-unicast\"]",
     ));
-    assert_eq!((n.max_prefixes, n.passive), (Some(1000), true));
+    let limit = n.max_prefixes.map(|m| (m.limit, m.threshold, m.warning_only, m.restart_time));
+    assert_eq!((limit, n.passive), (Some((1000, 75, false, None)), true));
     assert_eq!(n.families, vec![AddressFamily::Ipv4Unicast, AddressFamily::Ipv6Unicast]);
     assert_error(
         &neighbor_with("families = []"),
@@ -735,4 +736,49 @@ fn syntax_errors_point_at_the_problem() {
     assert!(message.contains("invalid basic string, expected `\"`"), "{message}");
     let (line, column, field, message) = only_error("[[bgp.routers]]\nasn = 65801\nvrf \"red\"\n");
     assert_eq!((line, column, field.as_str()), (3, 5, "bgp.routers[0]"), "{message}");
+}
+
+#[test]
+fn max_prefixes_options() {
+    let n = neighbor(&neighbor_with(
+        "max_prefixes = 1000\nmax_prefixes_threshold = 90\nmax_prefixes_restart_time = \"30s\"",
+    ));
+    let m = n.max_prefixes.unwrap();
+    assert_eq!((m.limit, m.threshold, m.warning_only), (1000, 90, false));
+    assert_eq!(m.restart_time, Some(Duration::from_secs(30)));
+    let n = neighbor(&neighbor_with("max_prefixes = 10\nmax_prefixes_warning_only = true"));
+    assert!(n.max_prefixes.unwrap().warning_only);
+    assert_error(
+        &neighbor_with("max_prefixes_threshold = 80"),
+        7,
+        26,
+        &format!("{N0}.max_prefixes_threshold"),
+        "needs max_prefixes",
+    );
+    assert_error(
+        &neighbor_with(
+            "max_prefixes = 10\nmax_prefixes_warning_only = true\nmax_prefixes_restart_time = \"1m\"",
+        ),
+        9,
+        29,
+        &format!("{N0}.max_prefixes_restart_time"),
+        "cannot go with max_prefixes_warning_only",
+    );
+    assert_error(
+        &neighbor_with("max_prefixes = 10\nmax_prefixes_threshold = 0"),
+        8,
+        26,
+        &format!("{N0}.max_prefixes_threshold"),
+        "1..=100",
+    );
+}
+
+#[test]
+fn send_hold_and_minimum_hold_time() {
+    let n = neighbor(&neighbor_with(""));
+    assert_eq!((n.send_hold_time, n.minimum_hold_time), (None, Duration::from_secs(3)));
+    let n = neighbor(&neighbor_with("send_hold_time = \"0s\"\nminimum_hold_time = \"0s\""));
+    assert_eq!((n.send_hold_time, n.minimum_hold_time), (Some(Duration::ZERO), Duration::ZERO));
+    let n = neighbor(&neighbor_with("send_hold_time = \"45s\""));
+    assert_eq!(n.send_hold_time, Some(Duration::from_secs(45)));
 }

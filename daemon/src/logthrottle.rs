@@ -1,5 +1,7 @@
 //! Log lines that a peer or a stranger can trigger, one per packet, are summarised instead:
 //! the first goes out, the rest within a period are counted and reported with the next line.
+//! Pure (time passed in) and std-only, so every layer can use it: BFD's receive path, BGP's
+//! sessions and listener, the control socket.
 
 use std::time::{Duration, Instant};
 
