@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use uplink::bgp::fsm::{Action, ConnId, Event, Fsm, FsmConfig, RemoteAsn, State};
+use uplink::bgp::fsm::{Action, ConnId, Event, Fsm, FsmConfig, RemoteAsn, SendHoldTime, State};
 use uplink::bgp::wire::attributes::Family;
 use uplink::bgp::wire::message::{decode_message, frame_len, Message, RouteRefresh};
 use uplink::bgp::wire::notification::Notification;
@@ -88,6 +88,12 @@ fn config(b: &mut Bytes<'_>) -> FsmConfig {
         families,
         graceful_restart,
         jitter_seed: u64::from(b.byte()),
+        minimum_hold_time: Duration::from_secs(b.pick(&[0, 3, 10])),
+        send_hold_time: match b.byte() % 3 {
+            0 => SendHoldTime::TwiceHoldTime,
+            1 => SendHoldTime::Off,
+            _ => SendHoldTime::Fixed(Duration::from_secs(b.pick(&[1, 8, 360]))),
+        },
     }
 }
 
