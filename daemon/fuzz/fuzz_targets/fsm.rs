@@ -94,12 +94,6 @@ fn config(b: &mut Bytes<'_>) -> FsmConfig {
         families,
         graceful_restart,
         jitter_seed: u64::from(b.byte()),
-        minimum_hold_time: Duration::from_secs(b.pick(&[0, 3, 10])),
-        send_hold_time: match b.byte() % 3 {
-            0 => SendHoldTime::TwiceHoldTime,
-            1 => SendHoldTime::Off,
-            _ => SendHoldTime::Fixed(Duration::from_secs(b.pick(&[1, 8, 360]))),
-        },
     }
 }
 
