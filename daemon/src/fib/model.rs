@@ -838,6 +838,21 @@ fn a_failed_route_that_is_withdrawn_is_no_longer_tried() {
 }
 
 #[test]
+fn other_daemons_nexthop_ids_are_never_taken_and_zebra_is_noticed() {
+    let mut h = Harness::new(true);
+    let first = super::groups::FIRST_ID;
+    h.planner.kernel_event(Event::ForeignNexthop(first, 12));
+    assert!(!h.planner.take_zebra_seen(), "BIRD's is not zebra's");
+    h.planner.kernel_event(Event::ForeignNexthop(first + 1, super::msg::RTPROT_ZEBRA));
+    assert!(h.planner.take_zebra_seen());
+    assert!(!h.planner.take_zebra_seen(), "said once");
+    h.announce((0..3).map(prefix), &[0, 1]);
+    h.check_exact();
+    let ours: Vec<u32> = h.kernel.groups.keys().chain(h.kernel.nexthops.keys()).copied().collect();
+    assert!(!ours.contains(&first) && !ours.contains(&(first + 1)), "{ours:?}");
+}
+
+#[test]
 fn a_lost_answer_neither_fails_a_route_nor_ends_its_failure() {
     let mut h = Harness::new(true);
     h.kernel.refuse.insert(prefix(1));

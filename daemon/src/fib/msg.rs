@@ -60,6 +60,8 @@ pub const AF_INET6: u8 = 10;
 /// (openr) and 186-192 (`linux/rtnetlink.h`); FRR's zebra uses 186-198 (196 is its static
 /// routes), BIRD 12, Calico 80. (Earlier versions wrote 186, zebra's BGP number.)
 pub const RTPROT_UPLINK: u8 = 117;
+/// zebra's own nexthop objects (FRR): see `Planner::zebra_seen`.
+pub const RTPROT_ZEBRA: u8 = 11;
 /// zebra's number for BGP routes (FRR, and the number earlier uplinks wrote): another
 /// daemon's BGP routes, which never resolve BGP next hops.
 pub const RTPROT_BGP: u8 = 186;

@@ -53,8 +53,8 @@ pub enum Event {
     DelLink(u32),
     Address,
     DelNexthop(u32),
-    /// Another daemon's nexthop object (not ours): its id is not ours to use.
-    ForeignNexthop(u32),
+    /// Another daemon's nexthop object (id, protocol): its id is not ours to use.
+    ForeignNexthop(u32, u8),
 }
 
 pub(super) struct Instance {
@@ -165,6 +165,8 @@ pub struct Planner {
     now: Instant,
     /// Writes tried again after a refusal (the metrics' `uplink_fib_retries_total`).
     retries: u64,
+    /// zebra (FRR) has nexthop objects in the kernel (`Planner::take_zebra_seen`).
+    zebra_seen: bool,
     replays: HashMap<u64, Replay>,
     next_token: u64,
     /// Groups whose routes a replay in flight writes again, with the number of such replays.
@@ -205,6 +207,7 @@ impl Planner {
             foreign: HashMap::new(),
             now,
             retries: 0,
+            zebra_seen: false,
             instances: configs.into_iter().map(Instance::new).collect(),
             registry: Registry::new(),
             resolver: Resolver::default(),
@@ -1019,6 +1022,16 @@ impl Planner {
         self.retries
     }
 
+    /// Whether zebra's nexthop objects were seen since the last call. zebra (FRR) takes every
+    /// nexthop object in the kernel for its own when a route it knows of uses it — uplink's
+    /// routes are such routes to it — and puts back its copy when another program replaces
+    /// or deletes it ("Kernel updated a nexthop group … sending it back down",
+    /// `zebra/zebra_nhg.c`): a group uplink shrinks for a lost peer would grow back. Beside
+    /// zebra, uplink's routes carry their next hops inline instead.
+    pub fn take_zebra_seen(&mut self) -> bool {
+        std::mem::take(&mut self.zebra_seen)
+    }
+
     // ---- reloads -----------------------------------------------------------------------
 
     /// A reload's instances, index for index: retires those that left (their groups, and the
@@ -1157,7 +1170,8 @@ impl Planner {
                 self.resolution_dirty = true;
             }
             Event::Address => self.resolution_dirty = true,
-            Event::ForeignNexthop(id) => {
+            Event::ForeignNexthop(id, protocol) => {
+                self.zebra_seen |= protocol == msg::RTPROT_ZEBRA;
                 if self.registry.owns(id) {
                     warn!(
                         id,
@@ -1238,6 +1252,7 @@ impl Planner {
     pub fn resync_nexthops(&mut self, present: &[KernelNexthop], plan: &mut Plan) {
         self.registry
             .reserve_foreign(present.iter().filter(|n| n.protocol != RTPROT_UPLINK).map(|n| n.id));
+        self.zebra_seen |= present.iter().any(|n| n.protocol == msg::RTPROT_ZEBRA);
         let ids: HashSet<u32> = present.iter().map(|n| n.id).collect();
         let stale: Vec<u32> = present
             .iter()
@@ -1257,6 +1272,21 @@ impl Planner {
         // Ours that the kernel lost: nexthops first, then the groups using them (whose
         // routes went with them: replayed).
         self.restore_objects(&ids, plan);
+    }
+
+    /// Without nexthop objects: every object of ours in the kernel is stale (unless a graceful
+    /// restart keeps the previous run's for now).
+    pub fn drop_stale_objects(&mut self, present: &[KernelNexthop], plan: &mut Plan) {
+        self.zebra_seen |= present.iter().any(|n| n.protocol == msg::RTPROT_ZEBRA);
+        if self.keep_previous {
+            return;
+        }
+        let stale: Vec<u32> = present
+            .iter()
+            .filter(|n| n.protocol == RTPROT_UPLINK && !self.registry.owns(n.id))
+            .map(|n| n.id)
+            .collect();
+        self.delete_stale_objects(present, stale, plan);
     }
 
     fn delete_stale_objects(&self, present: &[KernelNexthop], stale: Vec<u32>, plan: &mut Plan) {

@@ -255,6 +255,9 @@ impl Writer {
             }
             self.retry(now, &mut plan);
             self.finish_round(plan, replies, purges);
+            if self.planner.take_zebra_seen() {
+                self.leave_objects_to_zebra();
+            }
             if end_restart && self.planner.keeps_previous() {
                 self.planner.set_keep_previous(false);
                 info!(
@@ -275,6 +278,24 @@ impl Writer {
             FibStats::count(&self.stats.resyncs, 1);
             self.reconcile(false);
         }
+    }
+
+    /// zebra runs on the node (`Planner::take_zebra_seen`): routes carry their hops inline
+    /// from now on, switched in place like a reload's `nexthop_objects = false`.
+    fn leave_objects_to_zebra(&mut self) {
+        if !self.planner.objects() {
+            return;
+        }
+        warn!(
+            "zebra (FRR) runs on this node: it takes other programs' nexthop objects for its own \
+             and puts back any change to them, so uplink installs its routes with their next \
+             hops inline (as with nexthop_objects = false)"
+        );
+        let mut plan = Plan::default();
+        if let Err(e) = self.planner.set_objects(false, &mut plan) {
+            warn!("cannot switch nexthop objects off: {e}");
+        }
+        self.finish_round(plan, Vec::new(), Vec::new());
     }
 
     /// Plans the writes whose retry is due (`Planner::retry_due`) and counts them.
@@ -391,6 +412,10 @@ impl Writer {
             }
             Err(e) => warn!("cannot read the nexthops: {e}"),
         }
+        if nexthops.iter().any(|n| n.protocol == msg::RTPROT_ZEBRA) {
+            // Before nexthop compatibility mode is turned off: zebra relies on it.
+            self.leave_objects_to_zebra();
+        }
         if startup && self.planner.objects() && !self.keep_compat_mode {
             match super::kernel::disable_nexthop_compat_mode() {
                 Ok(true) => info!("net.ipv4.nexthop_compat_mode set to 0: replacing a nexthop group no longer notifies every route using it"),
@@ -398,12 +423,16 @@ impl Writer {
                 Err(e) => warn!("cannot turn net.ipv4.nexthop_compat_mode off ({e}): every group change will notify each of its routes"),
             }
         }
+        let mut plan = Plan::default();
         if self.planner.objects() {
             // Stale objects go first: their routes leave with them.
-            let mut plan = Plan::default();
             self.planner.resync_nexthops(&nexthops, &mut plan);
-            self.execute(&mut plan);
+        } else {
+            // Routes carry their hops inline; objects of ours left by an earlier run (or by
+            // this one before it switched) go.
+            self.planner.drop_stale_objects(&nexthops, &mut plan);
         }
+        self.execute(&mut plan);
         let mut counts = ResyncCounts::default();
         let mut plan = Plan::default();
         for family in [msg::AF_INET, msg::AF_INET6] {
@@ -514,7 +543,7 @@ pub(super) fn events(datagram: &[u8], own_pid: u32) -> Vec<Event> {
             msg::RTM_NEWNEXTHOP => {
                 if let Some(nh) = msg::parse_nexthop(m.payload) {
                     if nh.protocol != RTPROT_UPLINK {
-                        out.push(Event::ForeignNexthop(nh.id));
+                        out.push(Event::ForeignNexthop(nh.id, nh.protocol));
                     }
                 }
             }
@@ -580,7 +609,7 @@ mod tests {
         both.extend_from_slice(&buf);
         let events = events(&both, 4242);
         assert_eq!(events.len(), 1, "{events:?}");
-        assert!(matches!(&events[0], Event::ForeignNexthop(7)));
+        assert!(matches!(&events[0], Event::ForeignNexthop(7, 11)));
     }
 
     #[test]
