@@ -119,9 +119,17 @@ fn mixed(base: &PathAttributes, asn: u32, index: u32) -> PathAttributes {
     let len = mix.range(1, 10);
     // Public ASNs below the private range, so no path loops through the daemon's AS.
     let mut path = vec![asn];
-    path.extend((1..len).map(|_| mix.range(1, 64_000)));
+    path.extend((2..len).map(|_| mix.range(1, 64_000)));
     let mut communities: Vec<u32> =
         (0..mix.range(0, 6)).map(|_| (mix.range(1, 64_000) << 16) | mix.range(0, 65_535)).collect();
+    // Every index gives a set of its own: a longer path ends in an origin AS of its own (a
+    // 4-octet public one), a path of the neighbour alone carries a community of its own.
+    if len > 1 {
+        path.push(131_072u32.saturating_add(index));
+    } else {
+        communities.truncate(5);
+        communities.push(((1 + (index >> 16)) << 16) | (index & 0xffff));
+    }
     communities.sort_unstable();
     communities.dedup();
     let med = (mix.range(0, 2) == 0).then(|| mix.range(0, 1000));
