@@ -56,7 +56,11 @@ let
     lib.optionalAttrs hasMain { "uplink/uplink.toml".source = "${configTree}/uplink.toml"; }
     // lib.mapAttrs' (
       name: _: lib.nameValuePair "uplink/conf.d/${name}" { source = "${configTree}/conf.d/${name}"; }
-    ) confD;
+    ) confD
+    # `ip route show proto uplink`: names uplink's route protocol number for iproute2.
+    // {
+      "iproute2/rt_protos.d/uplink.conf".source = ../image/overlay/node/etc/iproute2/rt_protos.d/uplink.conf;
+    };
 
   configHook = pkgs.writeShellApplication {
     name = "uplink-config";

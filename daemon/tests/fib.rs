@@ -33,10 +33,11 @@ fn spec(asn: u32, id: &str, node: &str, announce: &[&str]) -> SpeakerSpec {
     }
 }
 
-/// `ip -j route show proto bgp` in `table`, keyed by destination.
+/// `ip -j route show proto uplink` in `table`, keyed by destination.
 fn bgp_routes(ns: &Ns, table: &str) -> Vec<Value> {
     // A table that does not exist yet has no routes.
-    let (ok, out) = ns.try_run(&["ip", "-j", "route", "show", "table", table, "proto", "bgp"]);
+    let (ok, out) =
+        ns.try_run(&["ip", "-j", "route", "show", "table", table, "proto", UPLINK_PROTO]);
     if !ok {
         return vec![];
     }
@@ -96,7 +97,7 @@ fn wait_group(lab: &Lab, ns: &Ns, gateways: &[&str]) -> u64 {
 }
 
 fn wait_no_bgp_routes(ns: &Ns, table: &str) {
-    wait_for("no proto bgp routes", UP, || {
+    wait_for("no proto uplink routes", UP, || {
         let routes = bgp_routes(ns, table);
         if routes.is_empty() {
             Ok(())
@@ -152,7 +153,7 @@ fn ecmp_group_follows_the_peers() {
     assert_eq!(shrunk, group, "the group is replaced in place, routes untouched");
 
     // Deleting a route by hand: uplink puts it back.
-    node.run(&["ip", "route", "del", PREFIX, "proto", "bgp", "metric", "20"]);
+    node.run(&["ip", "route", "del", PREFIX, "proto", UPLINK_PROTO, "metric", "20"]);
     wait_group(&lab, &node, &["10.0.2.1"]);
 
     // BIRD goes too: nothing left to install.
@@ -271,7 +272,7 @@ fn table_override_installs_into_that_table() {
 }
 
 fn bgp_route_count(ns: &Ns) -> usize {
-    let out = ns.run(&["ip", "route", "show", "proto", "bgp"]);
+    let out = ns.run(&["ip", "route", "show", "proto", UPLINK_PROTO]);
     out.lines().count()
 }
 
@@ -391,8 +392,16 @@ fn link_local_only_next_hop_goes_out_the_session_interface() {
     assert!(!added.contains("rror"), "gobgp refused the route: {added}");
 
     wait_for("the route via the peer's link-local address on the session's link", UP, || {
-        let out =
-            node.run(&["ip", "-j", "-6", "route", "show", "2001:db8:99::/48", "proto", "bgp"]);
+        let out = node.run(&[
+            "ip",
+            "-j",
+            "-6",
+            "route",
+            "show",
+            "2001:db8:99::/48",
+            "proto",
+            UPLINK_PROTO,
+        ]);
         let routes: Vec<Value> =
             serde_json::from_str(if out.trim().is_empty() { "[]" } else { &out })
                 .map_err(|e| format!("{e}: {out}"))?;

@@ -42,7 +42,7 @@ fn upstream_conf(id: &str, node: &str) -> String {
 /// Every route of ours in the main table and the gateways it forwards over, as (route count,
 /// the distinct gateway sets).
 fn forwarding(ns: &Ns) -> Result<(usize, BTreeSet<Vec<String>>), String> {
-    let out = ns.run(&["ip", "-j", "route", "show", "proto", "bgp"]);
+    let out = ns.run(&["ip", "-j", "route", "show", "proto", UPLINK_PROTO]);
     let routes: Vec<Value> = serde_json::from_str(if out.trim().is_empty() { "[]" } else { &out })
         .map_err(|e| format!("{e}"))?;
     let out = ns.run(&["ip", "-j", "nexthop", "show"]);

@@ -28,7 +28,7 @@ fn speaker(ns: &Ns, args: &[&str]) -> std::thread::JoinHandle<Vec<serde_json::Va
 }
 
 fn kernel_routes(ns: &Ns, starting: &str) -> usize {
-    let (_, out) = ns.try_run(&["ip", "-4", "route", "show", "proto", "bgp"]);
+    let (_, out) = ns.try_run(&["ip", "-4", "route", "show", "proto", UPLINK_PROTO]);
     out.lines().filter(|l| l.starts_with(starting)).count()
 }
 

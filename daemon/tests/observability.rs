@@ -311,7 +311,7 @@ fn journal_entries_carry_peer_vrf_and_prefix() {
         }
     });
     wait_for("198.51.100.0/24 in the kernel", Duration::from_secs(20), || {
-        let routes = node.run(&["ip", "route", "show", "198.51.100.0/24", "proto", "bgp"]);
+        let routes = node.run(&["ip", "route", "show", "198.51.100.0/24", "proto", UPLINK_PROTO]);
         (!routes.is_empty()).then_some(()).ok_or("not yet".to_string())
     });
     // Someone deletes the route: uplink puts it back and says so, naming the prefix.

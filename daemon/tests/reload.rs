@@ -210,7 +210,7 @@ fn sighup_restarts_removes_and_adds_routers() {
             }
         })
     };
-    let kernel_route = || route_with_nexthops(&node, "10.88.0.0/24 proto bgp");
+    let kernel_route = || route_with_nexthops(&node, &format!("10.88.0.0/24 proto {UPLINK_PROTO}"));
     frr_sees("10.0.0.9");
     wait_for("10.88.0.0/24 in the node's kernel", UP, || {
         let r = kernel_route();
@@ -636,7 +636,7 @@ fn fib_settings_change_on_reload_without_withdrawing_routes() {
     let uplink = Uplink::start(&mut lab, &node, "uplink", &config(false));
     // (nexthop id, gateways) of PREFIX in the kernel.
     let kernel = || -> Result<(Option<u64>, Vec<String>), String> {
-        let out = node.run(&["ip", "-j", "route", "show", PREFIX, "proto", "bgp"]);
+        let out = node.run(&["ip", "-j", "route", "show", PREFIX, "proto", UPLINK_PROTO]);
         let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
         let r = v.get(0).ok_or(format!("no route: {out}"))?;
         let mut gateways: Vec<String> = match (r["nhid"].as_u64(), r["nexthops"].as_array()) {

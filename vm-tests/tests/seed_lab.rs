@@ -167,16 +167,17 @@ fn http_both_workers(topo: &Topology) -> Outcome {
 fn worker_fib(topo: &Topology) -> Outcome {
     topo.wait(Duration::from_secs(60), || {
         for w in &topo.workers {
-            // uplink installs with `proto bgp`; the static default route is not that.
-            let r = uplink_route(&w.vm, "172.18.10.0/24 proto bgp")?;
+            // uplink installs with `proto uplink` (the image ships its name in
+            // /etc/iproute2/rt_protos.d); the static default route is not that.
+            let r = uplink_route(&w.vm, "172.18.10.0/24 proto uplink")?;
             if gateways(&r) != vec![TOR_ADDR.to_string()] {
                 return Err(format!(
-                    "{}: 172.18.10.0/24 proto bgp is {r:?}, want via {TOR_ADDR}",
+                    "{}: 172.18.10.0/24 proto uplink is {r:?}, want via {TOR_ADDR}",
                     w.name
                 ));
             }
         }
-        Ok(format!("172.18.10.0/24 via {TOR_ADDR} proto bgp on every worker"))
+        Ok(format!("172.18.10.0/24 via {TOR_ADDR} proto uplink on every worker"))
     })
 }
 
@@ -220,7 +221,7 @@ fn vrf_lite(topo: &Topology) -> Outcome {
         // The other way: what r3's cudn3 router announces is in each worker's cudn3 table
         // (the VRF device's table, uplink's stable id), installed by uplink, not in main.
         for w in &topo.workers {
-            let r = uplink_route(&w.vm, &format!("vrf cudn3 {VRF_LEARNED} proto bgp"))?;
+            let r = uplink_route(&w.vm, &format!("vrf cudn3 {VRF_LEARNED} proto uplink"))?;
             if gateways(&r) != vec!["172.19.23.1".to_string()] || !r.contains("vlan2001") {
                 return Err(format!(
                     "{}: {VRF_LEARNED} in VRF cudn3 is {r:?}, want via 172.19.23.1 dev vlan2001",
@@ -242,7 +243,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
         for w in &topo.workers {
             // Learned in the default VRF from r2, installed in cudn4's table through
             // the default VRF's interface, at the cudn4 router's metric + 1.
-            let r = uplink_route(&w.vm, "vrf cudn4 172.18.10.0/24 proto bgp")?;
+            let r = uplink_route(&w.vm, "vrf cudn4 172.18.10.0/24 proto uplink")?;
             if gateways(&r) != vec![TOR_ADDR.to_string()] || r.contains("vlan") {
                 return Err(format!(
                     "{}: 172.18.10.0/24 in VRF cudn4 is {r:?}, want via {TOR_ADDR} on the default VRF's NIC",
@@ -250,7 +251,7 @@ fn vrf_leaking(topo: &Topology) -> Outcome {
                 ));
             }
             // Learned in cudn3 from r3, installed in main through vlan2001 (VRF cudn3).
-            let r = uplink_route(&w.vm, &format!("{VRF_LEARNED} proto bgp"))?;
+            let r = uplink_route(&w.vm, &format!("{VRF_LEARNED} proto uplink"))?;
             if gateways(&r) != vec!["172.19.23.1".to_string()] || !r.contains("vlan2001") {
                 return Err(format!(
                     "{}: {VRF_LEARNED} in main is {r:?}, want via 172.19.23.1 dev vlan2001",
@@ -307,7 +308,7 @@ fn leak_reload(topo: &Topology) -> Outcome {
          && ! cmp -s {fragment} /root/vrf-lite.toml && systemctl reload uplink"
     ))?;
     topo.wait(Duration::from_secs(60), || {
-        let leaked = uplink_route(&wk1.vm, "vrf cudn4 172.18.10.0/24 proto bgp")?;
+        let leaked = uplink_route(&wk1.vm, "vrf cudn4 172.18.10.0/24 proto uplink")?;
         let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {pods}"))?);
         if leaked.trim().is_empty() && gw.is_empty() {
             Ok(())
@@ -317,7 +318,7 @@ fn leak_reload(topo: &Topology) -> Outcome {
     })?;
     wk1.vm.sh(&format!("cp /root/vrf-lite.toml {fragment} && systemctl reload uplink"))?;
     topo.wait(Duration::from_secs(60), || {
-        let leaked = uplink_route(&wk1.vm, "vrf cudn4 172.18.10.0/24 proto bgp")?;
+        let leaked = uplink_route(&wk1.vm, "vrf cudn4 172.18.10.0/24 proto uplink")?;
         let gw = gateways(&topo.tor.sh(&format!("ip route show vrf cudn4 {pods}"))?);
         if gateways(&leaked) == vec![TOR_ADDR.to_string()] && gw == vec!["172.19.24.2".to_string()]
         {
@@ -947,7 +948,7 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
     // Traffic flows again: the route r3 announces in cudn3 is back in wk1's cudn3 table (the
     // kernel dropped it with the old VLAN device; uplink's FIB writer puts it back).
     topo.wait(Duration::from_secs(30), || {
-        let r = wk1.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto bgp"))?;
+        let r = wk1.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto uplink"))?;
         if gateways(&r) == vec!["172.19.23.1".to_string()] && r.contains("vlan2001") {
             Ok(())
         } else {

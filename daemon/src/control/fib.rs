@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 
 /// `show fib`: per prefix, FRR's `show ip route json` keys (`prefix`, `protocol`, `installed`,
 /// `table`, `metric`, `nexthopGroupId`, `nexthops[].ip/interfaceName/active`) plus `state`
-/// (installed, pending, failed), `error` (the kernel's) and the BGP next hops.
+/// (installed, pending, failed), `error` (the kernel's, or the other daemon's route that
+/// keeps it out), `attempts` and `retryInSeconds` (until the next try) of a failed route, and
+/// the BGP next hops.
 pub async fn show(
     fib: &crate::fib::Fib,
     instances: &InstanceList,
@@ -49,11 +51,16 @@ pub async fn show(
             let entry = json!({
                 "prefix": r.prefix.to_string(),
                 "protocol": "bgp",
+                // What `ip route show proto …` matches (rt_protos.d/uplink.conf names it).
+                "kernelProtocol": "uplink",
+                "kernelProtocolNumber": crate::fib::msg::RTPROT_UPLINK,
                 "vrfName": vrf_display_name(&v.vrf),
                 "leakedFrom": v.leaked_from.as_deref().map(vrf_display_name),
                 "installed": r.state == "installed",
                 "state": r.state,
                 "error": r.error,
+                "attempts": r.attempts,
+                "retryInSeconds": r.retry_in.map(|d| d.as_secs_f64()),
                 "table": v.table,
                 "metric": v.metric,
                 "nexthopGroupId": r.nexthop_group,

@@ -330,7 +330,12 @@ fn table(v: &Value, _vrf: &str) -> String {
 /// Like `show ip route bgp`: one line per prefix, its next hops below, the group and state.
 fn fib(v: &Value, _vrf: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "Codes: * installed, p pending, f failed (kernel error follows)\n");
+    let _ = writeln!(out, "Codes: * installed, p pending, f failed (kernel error follows)");
+    let _ = writeln!(
+        out,
+        "In the kernel: ip route show proto uplink; ip nexthop show protocol uplink (number {})\n",
+        crate::fib::msg::RTPROT_UPLINK
+    );
     for (prefix, list) in v.as_object().into_iter().flatten() {
         for r in list.as_array().into_iter().flatten() {
             fib_entry(&mut out, prefix, r);
@@ -371,6 +376,9 @@ fn fib_entry(out: &mut String, prefix: &str, r: &Value) {
     }
     if let Some(e) = r["error"].as_str() {
         let _ = writeln!(out, "    error: {e}");
+        if let (Some(n), Some(next)) = (r["attempts"].as_u64(), r["retryInSeconds"].as_f64()) {
+            let _ = writeln!(out, "    tried {n} time(s), next try in {next:.1} s");
+        }
     }
 }
 

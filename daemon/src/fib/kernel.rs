@@ -40,6 +40,15 @@ pub const ESRCH: i32 = 3;
 const EIO: i32 = 5;
 pub const ENOBUFS: i32 = 105;
 
+/// What became of a batch of requests.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Refused requests (index, error).
+    pub failures: Vec<(usize, KernelError)>,
+    /// Requests whose answer the kernel dropped (ENOBUFS on our socket): maybe applied.
+    pub unanswered: Vec<usize>,
+}
+
 pub struct Kernel {
     socket: Socket,
     pid: u32,
@@ -82,13 +91,15 @@ impl Kernel {
 
     /// Sends `count` requests, `encode(index, seq, buffer)` appending request `index`, as few
     /// `sendmsg` calls as fit, and returns the requests that failed (index and error), matched
-    /// by sequence number. Only the last request of each `sendmsg` asks for an ACK.
+    /// by sequence number, and those whose answer was lost. Only the last request of each
+    /// `sendmsg` asks for an ACK.
     pub fn execute(
         &mut self,
         count: usize,
         mut encode: impl FnMut(usize, u32, &mut Vec<u8>),
-    ) -> Vec<(usize, KernelError)> {
+    ) -> Outcome {
         let mut failures = Vec::new();
+        let mut unanswered = Vec::new();
         let mut next = 0;
         while next < count {
             self.tx.clear();
@@ -136,18 +147,14 @@ impl Kernel {
                 }
             }
             if !answered {
-                // What the unanswered requests did is unknown: report them, and let the
-                // writer resynchronise.
+                // What the unanswered requests did is unknown (the kernel processed them; only
+                // its answers were dropped): the writer reads the kernel back.
                 let reported: std::collections::HashSet<usize> =
                     failures.iter().map(|(i, _)| *i).collect();
-                failures.extend(
-                    (start..next)
-                        .filter(|i| !reported.contains(i))
-                        .map(|i| (i, KernelError { errno: ENOBUFS, message: None })),
-                );
+                unanswered.extend((start..next).filter(|i| !reported.contains(i)));
             }
         }
-        failures
+        Outcome { failures, unanswered }
     }
 
     /// Dumps `kind` (RTM_GETLINK, RTM_GETROUTE, RTM_GETNEXTHOP) of `family`, calling `each`

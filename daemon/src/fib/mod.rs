@@ -7,9 +7,11 @@
 //! objects and groups, one per next-hop set and replaced in place; a next hop the RIB loses is
 //! taken out of every group first, one message per group whatever the number of routes. Next
 //! hops are resolved against the kernel's own routes (`resolve`), and the writer reconciles
-//! with the kernel: at startup it removes `proto bgp` routes and nexthops uplink does not
-//! want, and it restores routes deleted behind its back. A monitor thread feeds it link,
-//! address, route and nexthop notifications, minus our echoes.
+//! with the kernel: at startup it removes `proto uplink` routes and nexthops uplink does not
+//! want (its own protocol, `msg::RTPROT_UPLINK`: another daemon's are never touched), and it
+//! restores routes deleted behind its back. A monitor thread feeds it link, address, route and
+//! nexthop notifications, minus our echoes. Refused writes are tried again with a backoff
+//! (`Planner::retry_due`).
 //!
 //! The writer holds no copy of the routes: the RIB is the desired state. It counts routes per
 //! next-hop set, and asks a RIB to replay routes when it must write some it was not just told
@@ -188,7 +190,7 @@ impl FibSender {
 
 /// Starts the writer and monitor threads. The writer first reconciles with the kernel, then
 /// applies changes as they come. Without `keep_previous` the startup reconcile removes every
-/// stale `proto bgp` route in uplink's tables; with it (graceful restart, RFC 4724 §4.1) the
+/// stale `proto uplink` route in uplink's tables; with it (graceful restart, RFC 4724 §4.1) the
 /// previous run's routes and nexthops stay and keep forwarding until [`Fib::end_restart`].
 /// `nexthop_objects = false` installs ECMP routes with RTA_MULTIPATH (the writer also falls
 /// back to that by itself when the kernel has no nexthop objects); with objects, the kernel's
@@ -386,8 +388,30 @@ pub struct FibInstanceState {
     pub groups: Vec<FibGroupView>,
     /// Next-hop set -> index into `groups`.
     by_set: HashMap<Box<[NextHop]>, usize>,
-    /// Routes the kernel refused, with its error.
-    failures: HashMap<IpNet, String>,
+    /// Routes the kernel refused (or another daemon's route keeps out), with the error and
+    /// the retry.
+    failures: HashMap<IpNet, FibFailure>,
+    /// Deletions the kernel refused, tried again.
+    pub failed_deletes: Vec<FibFailedDelete>,
+}
+
+/// A failed write of a route, and when it is tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibFailure {
+    pub error: String,
+    /// Writes tried so far.
+    pub attempts: u32,
+    /// Until the next try (as of the writer's last round).
+    pub retry_in: std::time::Duration,
+}
+
+/// A route of ours the kernel would not delete; the deletion is tried again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibFailedDelete {
+    pub prefix: IpNet,
+    pub error: String,
+    pub attempts: u32,
+    pub retry_in: std::time::Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -409,8 +433,11 @@ pub struct FibRouteView {
     pub nexthop_group: Option<u32>,
     /// "installed", "pending" or "failed".
     pub state: &'static str,
-    /// The kernel's error when failed.
+    /// The kernel's error when failed (or the other daemon's route that keeps it out).
     pub error: Option<String>,
+    /// When failed: the writes tried so far, and the time until the next.
+    pub attempts: Option<u32>,
+    pub retry_in: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -9,7 +9,9 @@
 
 use super::batch::{RouteBatch, RouteBatchBuilder};
 use super::kernel::{KernelError, ENOENT, ESRCH};
-use super::msg::{Hop, KernelLink, KernelNexthop, KernelRoute, RouteKey, RTN_UNICAST, RTPROT_BGP};
+use super::msg::{
+    Hop, KernelLink, KernelNexthop, KernelRoute, RouteKey, RTN_UNICAST, RTPROT_UPLINK,
+};
 use super::plan::{ObjectOp, Plan, Request, RouteAction};
 use super::planner::{Event, Planner, ResyncCounts};
 use super::route::NextHop;
@@ -17,6 +19,7 @@ use super::FibInstanceConfig;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
@@ -33,6 +36,12 @@ struct MemKernel {
     route_events: usize,
     /// Nexthop and group changes.
     object_events: usize,
+    /// Other daemons' routes, with their protocol. A route of ours at the same key replaces
+    /// one (as NLM_F_REPLACE does in the kernel); a deletion of ours never matches one.
+    foreign: HashMap<RouteKey, u8>,
+    /// Prefixes whose routes the kernel refuses (a fault), and whose deletion it refuses.
+    refuse: BTreeSet<IpNet>,
+    refuse_delete: BTreeSet<IpNet>,
 }
 
 const EINVAL: i32 = 22;
@@ -76,13 +85,18 @@ impl MemKernel {
                             plan.inline.get(&group).cloned().map(Target::Inline)
                         };
                         match target {
+                            _ if self.refuse.contains(&op.key.prefix) => Err(error(EINVAL)),
                             Some(t) => {
+                                self.foreign.remove(&op.key);
                                 self.routes.insert(op.key, t);
                                 self.route_events += 1;
                                 Ok(())
                             }
                             None => Err(error(EINVAL)),
                         }
+                    }
+                    RouteAction::Delete if self.refuse_delete.contains(&op.key.prefix) => {
+                        Err(error(EINVAL))
                     }
                     RouteAction::Delete => match self.routes.remove(&op.key) {
                         Some(_) => {
@@ -149,7 +163,7 @@ impl MemKernel {
     fn dump_nexthops(&self) -> Vec<KernelNexthop> {
         let nh = |id: u32, group: bool| KernelNexthop {
             id,
-            protocol: RTPROT_BGP,
+            protocol: RTPROT_UPLINK,
             group,
             gateway: None,
             ifindex: None,
@@ -161,12 +175,13 @@ impl MemKernel {
     }
 
     fn dump_routes(&self) -> Vec<KernelRoute> {
+        let foreign = self.foreign.iter().map(|(key, protocol)| foreign_route(*key, *protocol));
         self.routes
             .iter()
             .map(|(key, target)| KernelRoute {
                 table: key.table,
                 prefix: key.prefix,
-                protocol: RTPROT_BGP,
+                protocol: RTPROT_UPLINK,
                 route_type: RTN_UNICAST,
                 metric: key.metric,
                 nh_id: match target {
@@ -178,7 +193,21 @@ impl MemKernel {
                     Target::Inline(h) => h.iter().map(|h| (Some(h.gateway), h.ifindex)).collect(),
                 },
             })
+            .chain(foreign)
             .collect()
+    }
+}
+
+/// Another daemon's route (a static one through a gateway).
+fn foreign_route(key: RouteKey, protocol: u8) -> KernelRoute {
+    KernelRoute {
+        table: key.table,
+        prefix: key.prefix,
+        protocol,
+        route_type: RTN_UNICAST,
+        metric: key.metric,
+        nh_id: None,
+        hops: vec![(Some(IpAddr::V4(Ipv4Addr::new(10, 0, 3, 9))), 5)],
     }
 }
 
@@ -247,7 +276,7 @@ impl Harness {
             leaked_from: None,
         };
         let mut h = Harness {
-            planner: Planner::new(vec![config], objects),
+            planner: Planner::new(vec![config], objects, Instant::now()),
             kernel: MemKernel::default(),
             desired: BTreeMap::new(),
             down: BTreeSet::new(),
@@ -267,7 +296,7 @@ impl Harness {
         for _ in 0..20 {
             self.planner.finish(&mut plan);
             let failures = self.kernel.execute(&plan);
-            self.planner.record(&plan, &failures);
+            self.planner.record(&plan, &failures, &[]);
             let requests = self.planner.take_requests();
             if requests.is_empty() {
                 return;
@@ -396,7 +425,7 @@ impl Harness {
         let mut plan = Plan::default();
         self.planner.resync_nexthops(&self.kernel.dump_nexthops(), &mut plan);
         let failures = self.kernel.execute(&plan);
-        self.planner.record(&plan, &failures);
+        self.planner.record(&plan, &failures, &[]);
         let mut plan = Plan::default();
         let mut counts = ResyncCounts::default();
         for n in 0..PEERS {
@@ -408,6 +437,32 @@ impl Harness {
         let kept = self.planner.resync_finish(counts);
         self.round(plan);
         kept
+    }
+
+    /// Another daemon adds a route (the monitor tells the planner).
+    fn add_foreign(&mut self, key: RouteKey, protocol: u8) {
+        self.kernel.foreign.insert(key, protocol);
+        self.planner.kernel_event(Event::NewRoute(foreign_route(key, protocol)));
+        self.round(Plan::default());
+    }
+
+    fn remove_foreign(&mut self, key: RouteKey) {
+        let protocol = self.kernel.foreign.remove(&key).unwrap();
+        self.planner.kernel_event(Event::DelRoute(foreign_route(key, protocol)));
+        self.round(Plan::default());
+    }
+
+    /// The writer's retry timer fires at `at`.
+    fn retry_at(&mut self, at: Instant) -> usize {
+        let mut plan = Plan::default();
+        let tried = self.planner.retry_due(at, &mut plan);
+        self.round(plan);
+        tried
+    }
+
+    fn state_of(&self, p: IpNet) -> &'static str {
+        let hops = self.desired.get(&p).cloned().unwrap_or_default();
+        self.planner.state()[0].route(p, &hops).state
     }
 
     /// The kernel hops a desired set should forward over.
@@ -561,7 +616,7 @@ fn a_route_deleted_behind_our_back_is_replayed() {
     let route = KernelRoute {
         table: TABLE,
         prefix: prefix(3),
-        protocol: RTPROT_BGP,
+        protocol: RTPROT_UPLINK,
         route_type: RTN_UNICAST,
         metric: METRIC,
         nh_id: Some(id),
@@ -612,7 +667,7 @@ fn refused_routes_are_failures_until_a_request_for_them_succeeds() {
     }
     h.planner.finish(&mut plan);
     let index = plan.objects.len();
-    h.planner.record(&plan, &[(index, error(EINVAL))]);
+    h.planner.record(&plan, &[(index, error(EINVAL))], &[]);
     let state = h.planner.state();
     assert_eq!(state[0].route(prefix(2), &set(&[0])).state, "failed");
     assert_eq!(state[0].route(prefix(1), &set(&[0])).state, "installed");
@@ -688,6 +743,137 @@ fn a_graceful_restart_keeps_the_previous_runs_routes_until_it_is_over() {
     let (h, kept) = h.restart(false);
     assert_eq!(kept, 0);
     assert!(h.kernel.routes.is_empty() && h.kernel.groups.is_empty());
+}
+
+#[test]
+fn another_daemons_route_is_never_replaced_and_ours_lands_when_it_leaves() {
+    let mut h = Harness::new(true);
+    h.announce((0..3).map(prefix), &[0]);
+    // A static route at our table, prefix and metric; another at the same prefix but another
+    // metric does not stand in the way.
+    let held = Harness::key(prefix(5));
+    h.add_foreign(held, 4);
+    h.add_foreign(RouteKey { metric: METRIC + 1, ..Harness::key(prefix(6)) }, 4);
+    h.announce([prefix(5), prefix(6)], &[0]);
+    assert_eq!(h.kernel.foreign.len(), 2, "the other daemon's routes are untouched");
+    assert!(!h.kernel.routes.contains_key(&held));
+    assert!(h.kernel.routes.contains_key(&Harness::key(prefix(6))));
+    assert_eq!(h.state_of(prefix(5)), "failed");
+    let view = h.planner.state()[0].route(prefix(5), &set(&[0]));
+    assert!(view.error.as_deref().is_some_and(|e| e.contains("proto static")), "{view:?}");
+    assert_eq!(h.planner.route_counts(), vec![[4, 0, 1]]);
+    // A resync (or a restart) leaves it alone too, and does not write over it.
+    h.resync();
+    assert_eq!(h.kernel.foreign.get(&held), Some(&4));
+    let retries = h.planner.retries();
+    h.retry_at(Instant::now() + Duration::from_secs(2));
+    assert!(h.planner.retries() > retries);
+    assert_eq!(h.kernel.foreign.get(&held), Some(&4), "a retry does not replace it either");
+    // It leaves: ours is written at once, without a new BGP message.
+    h.remove_foreign(held);
+    assert!(h.kernel.routes.contains_key(&held));
+    assert_eq!(h.state_of(prefix(5)), "installed");
+    h.check_exact();
+    assert_eq!(h.planner.next_retry(), None);
+}
+
+#[test]
+fn a_refused_route_is_tried_again_with_backoff_until_it_lands() {
+    let mut h = Harness::new(true);
+    let start = Instant::now();
+    h.planner.set_now(start);
+    h.kernel.refuse.insert(prefix(2));
+    h.announce((0..4).map(prefix), &[0, 1]);
+    assert_eq!(h.state_of(prefix(2)), "failed");
+    assert_eq!(h.planner.next_retry(), Some(start + Duration::from_secs(1)));
+    // Not yet due.
+    assert_eq!(h.retry_at(start + Duration::from_millis(500)), 0);
+    // Due: refused again, the wait doubles (2 s, 4 s, …) up to 30 s.
+    let mut at = start + Duration::from_secs(1);
+    for wait in [2, 4, 8, 16, 30, 30] {
+        assert_eq!(h.retry_at(at), 1);
+        assert_eq!(h.state_of(prefix(2)), "failed");
+        let next = h.planner.next_retry().unwrap();
+        assert_eq!(next - at, Duration::from_secs(wait));
+        at = next;
+    }
+    let view = h.planner.state()[0].route(prefix(2), &set(&[0, 1]));
+    assert_eq!(view.attempts, Some(7));
+    // The fault is gone: the next retry lands, with no change from the RIB.
+    h.kernel.refuse.clear();
+    assert_eq!(h.retry_at(at), 1);
+    assert_eq!(h.state_of(prefix(2)), "installed");
+    assert_eq!(h.planner.next_retry(), None);
+    h.check_exact();
+    assert_eq!(h.planner.route_counts(), vec![[4, 0, 0]]);
+}
+
+#[test]
+fn a_refused_deletion_is_tried_again() {
+    let mut h = Harness::new(false);
+    let start = Instant::now();
+    h.planner.set_now(start);
+    h.announce((0..3).map(prefix), &[0]);
+    h.kernel.refuse_delete.insert(prefix(1));
+    h.announce([prefix(1)], &[]);
+    assert!(h.kernel.routes.contains_key(&Harness::key(prefix(1))), "the kernel kept it");
+    let failed = &h.planner.state()[0].failed_deletes;
+    assert_eq!(failed.iter().map(|f| f.prefix).collect::<Vec<_>>(), vec![prefix(1)]);
+    h.kernel.refuse_delete.clear();
+    assert_eq!(h.retry_at(start + Duration::from_secs(1)), 1);
+    h.check_exact();
+    assert!(h.planner.state()[0].failed_deletes.is_empty());
+    assert_eq!(h.planner.next_retry(), None);
+}
+
+#[test]
+fn a_failed_route_that_is_withdrawn_is_no_longer_tried() {
+    let mut h = Harness::new(true);
+    h.kernel.refuse.insert(prefix(1));
+    h.announce([prefix(1)], &[0]);
+    assert!(h.planner.next_retry().is_some());
+    h.announce([prefix(1)], &[]);
+    assert_eq!(h.planner.next_retry(), None);
+    h.check_exact();
+}
+
+#[test]
+fn other_daemons_nexthop_ids_are_never_taken_and_zebra_is_noticed() {
+    let mut h = Harness::new(true);
+    let first = super::groups::FIRST_ID;
+    h.planner.kernel_event(Event::ForeignNexthop(first, 12));
+    assert!(!h.planner.take_zebra_seen(), "BIRD's is not zebra's");
+    h.planner.kernel_event(Event::ForeignNexthop(first + 1, super::msg::RTPROT_ZEBRA));
+    assert!(h.planner.take_zebra_seen());
+    assert!(!h.planner.take_zebra_seen(), "said once");
+    h.announce((0..3).map(prefix), &[0, 1]);
+    h.check_exact();
+    let ours: Vec<u32> = h.kernel.groups.keys().chain(h.kernel.nexthops.keys()).copied().collect();
+    assert!(!ours.contains(&first) && !ours.contains(&(first + 1)), "{ours:?}");
+}
+
+#[test]
+fn a_lost_answer_neither_fails_a_route_nor_ends_its_failure() {
+    let mut h = Harness::new(true);
+    h.kernel.refuse.insert(prefix(1));
+    h.announce([prefix(1)], &[0]);
+    assert_eq!(h.state_of(prefix(1)), "failed");
+    // The next writes of it and of another route: their answers are lost (ENOBUFS on the
+    // request socket). Neither is taken as refused nor as done: the writer reads back.
+    let mut plan = Plan::default();
+    let mut b = RouteBatchBuilder::new();
+    b.change(prefix(1), &set(&[0]), &set(&[0, 1]));
+    b.change(prefix(2), &[], &set(&[0, 1]));
+    h.desired.insert(prefix(1), set(&[0, 1]));
+    h.desired.insert(prefix(2), set(&[0, 1]));
+    for batch in b.take() {
+        h.planner.apply(0, &batch, &mut plan);
+    }
+    h.planner.finish(&mut plan);
+    let unanswered: Vec<usize> = (0..plan.len()).collect();
+    h.planner.record(&plan, &[], &unanswered);
+    assert_eq!(h.state_of(prefix(1)), "failed");
+    assert_ne!(h.state_of(prefix(2)), "failed");
 }
 
 mod properties {

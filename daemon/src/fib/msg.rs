@@ -52,7 +52,18 @@ pub const AF_UNSPEC: u8 = 0;
 pub const AF_INET: u8 = 2;
 pub const AF_INET6: u8 = 10;
 
-/// `rtm_protocol` / `nh_protocol` of the routes and nexthops uplink owns (`proto bgp`).
+/// `rtm_protocol` / `nh_protocol` of the routes and nexthops uplink owns: `proto uplink` once
+/// `rt_protos.d/uplink.conf` is installed in `/etc/iproute2/rt_protos.d/` (`proto 117`
+/// without it). uplink's own number, so that its routes are never taken for another
+/// daemon's nor theirs for its own: a start, a resync or a shutdown touches only routes and
+/// nexthops with it. 117 is free: the kernel reserves 0-4 and names 8-18, 42 (babel), 99
+/// (openr) and 186-192 (`linux/rtnetlink.h`); FRR's zebra uses 186-198 (196 is its static
+/// routes), BIRD 12, Calico 80. (Earlier versions wrote 186, zebra's BGP number.)
+pub const RTPROT_UPLINK: u8 = 117;
+/// zebra's own nexthop objects (FRR): see `Planner::zebra_seen`.
+pub const RTPROT_ZEBRA: u8 = 11;
+/// zebra's number for BGP routes (FRR, and the number earlier uplinks wrote): another
+/// daemon's BGP routes, which never resolve BGP next hops.
 pub const RTPROT_BGP: u8 = 186;
 pub const RT_TABLE_MAIN: u32 = 254;
 const RT_TABLE_COMPAT: u8 = 252;
@@ -206,7 +217,7 @@ fn rtmsg(m: &mut MsgBuilder<'_>, key: &RouteKey, rtype: u8) {
         0,
         0,
         table,
-        RTPROT_BGP,
+        RTPROT_UPLINK,
         RT_SCOPE_UNIVERSE,
         rtype,
     ]);
@@ -269,7 +280,7 @@ pub fn new_nexthop(out: &mut Vec<u8>, seq: u32, id: u32, hop: &Hop) {
     let flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWNEXTHOP, flags, seq);
     let family = if hop.gateway.is_ipv4() { AF_INET } else { AF_INET6 };
-    nhmsg(&mut m, family, RTPROT_BGP);
+    nhmsg(&mut m, family, RTPROT_UPLINK);
     m.attr_u32(NHA_ID, id);
     m.attr_u32(NHA_OIF, hop.ifindex);
     m.attr(NHA_GATEWAY, &ip_bytes(&hop.gateway));
@@ -281,7 +292,7 @@ pub fn new_nexthop(out: &mut Vec<u8>, seq: u32, id: u32, hop: &Hop) {
 pub fn new_group(out: &mut Vec<u8>, seq: u32, id: u32, members: &[u32]) {
     let flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
     let mut m = MsgBuilder::begin(out, RTM_NEWNEXTHOP, flags, seq);
-    nhmsg(&mut m, AF_UNSPEC, RTPROT_BGP);
+    nhmsg(&mut m, AF_UNSPEC, RTPROT_UPLINK);
     m.attr_u32(NHA_ID, id);
     let mut group = Vec::with_capacity(members.len() * 8);
     for member in members {
@@ -599,7 +610,7 @@ mod tests {
         let route = parse_route(msgs[0].payload).unwrap();
         assert_eq!(route.table, 100);
         assert_eq!(route.prefix, key.prefix);
-        assert_eq!(route.protocol, RTPROT_BGP);
+        assert_eq!(route.protocol, RTPROT_UPLINK);
         assert_eq!(route.metric, 20);
         assert_eq!(route.nh_id, Some(42));
     }
@@ -634,7 +645,7 @@ mod tests {
         assert_eq!((deleted.id, deleted.protocol, deleted.group), (501, 0, false));
         assert_eq!(msgs.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
         let single = parse_nexthop(msgs[0].payload).unwrap();
-        assert_eq!((single.id, single.protocol, single.group), (500, 186, false));
+        assert_eq!((single.id, single.protocol, single.group), (500, RTPROT_UPLINK, false));
         assert_eq!((single.gateway, single.ifindex), (Some(hop.gateway), Some(2)));
         let group = parse_nexthop(msgs[1].payload).unwrap();
         assert_eq!((group.id, group.group, group.members), (501, true, vec![500, 502]));

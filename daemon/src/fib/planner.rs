@@ -16,7 +16,7 @@
 
 use super::batch::RouteBatch;
 use super::groups::{basis, Registry};
-use super::msg::{self, Hop, KernelLink, KernelNexthop, KernelRoute, RouteKey, RTPROT_BGP};
+use super::msg::{self, Hop, KernelLink, KernelNexthop, KernelRoute, RouteKey, RTPROT_UPLINK};
 use super::plan::{ObjectOp, Plan, Request, RouteAction, RouteOp};
 use super::replay::{ReplayRequest, ReplayScope};
 use super::resolve::Resolver;
@@ -24,7 +24,25 @@ use super::route::NextHop;
 use super::{FibHopView, FibInstanceConfig, FibRouteView, FibSlot};
 use ipnet::IpNet;
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
+
+/// A refused kernel write is tried again after 1 s, then 2, 4, … up to 30 s (FRR's zebra
+/// gives up on a refused route; a next-hop device coming up, a full table freeing room or
+/// another daemon's route leaving make the same write succeed later).
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The wait after `attempts` failed attempts.
+pub fn backoff(attempts: u32) -> Duration {
+    let doublings = attempts.saturating_sub(1).min(5);
+    RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX)
+}
+
+/// When the next attempt is due, `attempts` failed attempts after `now`.
+fn retry_time(now: Instant, attempts: u32) -> Instant {
+    now.checked_add(backoff(attempts)).unwrap_or(now)
+}
 
 /// A kernel notification that is not the echo of one of our requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +53,8 @@ pub enum Event {
     DelLink(u32),
     Address,
     DelNexthop(u32),
+    /// Another daemon's nexthop object (id, protocol): its id is not ours to use.
+    ForeignNexthop(u32, u8),
 }
 
 pub(super) struct Instance {
@@ -82,11 +102,23 @@ struct Replay {
     refreshes: Vec<u32>,
 }
 
-/// A route the kernel refused.
+/// A route the kernel refused, or that another daemon's route keeps out; tried again at
+/// `retry_at` until a write lands (`Planner::record`) or the route goes.
 #[derive(Debug, Clone)]
 struct Failure {
     group: u32,
     error: String,
+    attempts: u32,
+    retry_at: Instant,
+}
+
+/// A deletion the kernel refused (other than "already gone"), tried again the same way.
+#[derive(Debug, Clone)]
+struct FailedDelete {
+    instance: usize,
+    error: String,
+    attempts: u32,
+    retry_at: Instant,
 }
 
 /// What a resync counted while streaming the kernel's routes.
@@ -118,6 +150,23 @@ pub struct Planner {
     /// Whether the kernel takes nexthop objects; else routes carry their hops (RTA_MULTIPATH).
     objects: bool,
     failures: HashMap<(usize, IpNet), Failure>,
+    failed_deletes: HashMap<RouteKey, FailedDelete>,
+    /// Refused nexthop objects or groups: a resync (which restores what the kernel lacks) is
+    /// due at the instant, after that many attempts.
+    object_retry: Option<(u32, Instant)>,
+    /// Rounds in a row whose objects the kernel refused (the backoff of `object_retry`).
+    object_attempts: u32,
+    /// Routes of other daemons (another protocol) at the table and metric of one of our
+    /// instances, with their protocol, from the kernel's dumps and notifications. uplink never
+    /// writes over them (`Planner::set_route`).
+    foreign: HashMap<RouteKey, u8>,
+    /// The time of the round being planned (the writer passes it in; the planner has no
+    /// clock).
+    now: Instant,
+    /// Writes tried again after a refusal (the metrics' `uplink_fib_retries_total`).
+    retries: u64,
+    /// zebra (FRR) has nexthop objects in the kernel (`Planner::take_zebra_seen`).
+    zebra_seen: bool,
     replays: HashMap<u64, Replay>,
     next_token: u64,
     /// Groups whose routes a replay in flight writes again, with the number of such replays.
@@ -150,8 +199,15 @@ pub struct Planner {
 }
 
 impl Planner {
-    pub fn new(configs: Vec<FibInstanceConfig>, objects: bool) -> Self {
+    pub fn new(configs: Vec<FibInstanceConfig>, objects: bool, now: Instant) -> Self {
         Planner {
+            failed_deletes: HashMap::new(),
+            object_retry: None,
+            object_attempts: 0,
+            foreign: HashMap::new(),
+            now,
+            retries: 0,
+            zebra_seen: false,
             instances: configs.into_iter().map(Instance::new).collect(),
             registry: Registry::new(),
             resolver: Resolver::default(),
@@ -361,12 +417,18 @@ impl Planner {
             && (!self.objects || self.refreshing.contains_key(&new_group));
         if Some(new_group) != old_group || refused || rewrite {
             // The route moves to another group (or is tried again after a refusal).
-            self.clear_failure(target, prefix);
-            if let Some(key) = key {
-                if self.in_kernel(new_group) {
-                    plan.routes.push(route_op(key, target, RouteAction::Set(new_group)));
-                } else if old_group.is_some_and(|g| self.route_may_be_in_kernel(g)) {
-                    plan.routes.push(route_op(key, target, RouteAction::Delete));
+            match key {
+                Some(key) if self.in_kernel(new_group) => {
+                    self.set_route(key, target, new_group, plan)
+                }
+                _ => {
+                    // Pending (its group is out of the kernel, or its table unknown).
+                    self.clear_failure(target, prefix);
+                    if let Some(key) =
+                        key.filter(|_| old_group.is_some_and(|g| self.route_may_be_in_kernel(g)))
+                    {
+                        plan.routes.push(route_op(key, target, RouteAction::Delete));
+                    }
                 }
             }
         }
@@ -385,16 +447,50 @@ impl Planner {
             return;
         };
         if self.in_kernel(group) {
+            self.set_route(key, target, group, plan);
+        } else {
+            // Waiting for its group (it comes back with a replay): pending, not failed.
             self.clear_failure(target, prefix);
-            plan.routes.push(route_op(key, target, RouteAction::Set(group)));
-        } else if !self.objects {
-            // An inline route does not leave with its group: take it out.
-            plan.routes.push(route_op(key, target, RouteAction::Delete));
+            if !self.objects {
+                // An inline route does not leave with its group: take it out.
+                plan.routes.push(route_op(key, target, RouteAction::Delete));
+            }
         }
     }
 
-    /// A new request for the route is planned: an earlier refusal no longer stands (a new one
-    /// is recorded if the kernel refuses again).
+    /// Points the route at `group` — unless another daemon's route holds its table, prefix
+    /// and metric. Adds replace (NLM_F_REPLACE, so moving one of our routes to another group
+    /// or taking over the previous run's after a graceful restart is one message), and the
+    /// kernel replaces whatever route sits at that key, whoever wrote it; so the planner
+    /// checks its view of the kernel instead, which the monitor keeps current with every
+    /// other daemon's routes at our tables and metrics. A route kept out that way is failed,
+    /// and tried again when the other route leaves (or on the retry schedule). What remains is
+    /// a route another daemon adds at the same instant, before its notification is read.
+    fn set_route(&mut self, key: RouteKey, target: usize, group: u32, plan: &mut Plan) {
+        if !self.failed_deletes.is_empty() {
+            self.failed_deletes.remove(&key);
+        }
+        if let Some(protocol) = self.foreign.get(&key).copied() {
+            let error = format!(
+                "another daemon's route (proto {}) holds table {} metric {}: not replaced",
+                protocol_name(protocol),
+                key.table,
+                key.metric
+            );
+            self.fail(target, key.prefix, group, error);
+            return;
+        }
+        plan.routes.push(route_op(key, target, RouteAction::Set(group)));
+    }
+
+    /// Records a failed write of the route (one more attempt), due again after the backoff.
+    fn fail(&mut self, target: usize, prefix: IpNet, group: u32, error: String) {
+        let attempts = self.failures.get(&(target, prefix)).map_or(0, |f| f.attempts) + 1;
+        let retry_at = retry_time(self.now, attempts);
+        self.failures.insert((target, prefix), Failure { group, error, attempts, retry_at });
+    }
+
+    /// The route is gone or waits for its group: no refusal stands for it any more.
     fn clear_failure(&mut self, target: usize, prefix: IpNet) {
         if !self.failures.is_empty() {
             self.failures.remove(&(target, prefix));
@@ -778,9 +874,19 @@ impl Planner {
     }
 
     /// What the kernel said to each request of `plan` that failed (index into
-    /// [`Plan::requests`]), so refused routes show as failed.
-    pub fn record(&mut self, plan: &Plan, failures: &[(usize, super::kernel::KernelError)]) {
+    /// [`Plan::requests`]): refused routes and deletions are failed and tried again after a
+    /// backoff; routes and deletions that went through clear their earlier failure.
+    /// Requests in `unanswered` had their answer lost: neither failed nor known to be done
+    /// (the writer resynchronises).
+    pub fn record(
+        &mut self,
+        plan: &Plan,
+        failures: &[(usize, super::kernel::KernelError)],
+        unanswered: &[usize],
+    ) {
         let mut refused = 0usize;
+        let mut failed_routes: HashSet<usize> = unanswered.iter().copied().collect();
+        let mut objects_refused = false;
         for (index, error) in failures {
             let Some(request) = plan.request(*index) else { continue };
             let gone = error.errno == super::kernel::ENOENT || error.errno == super::kernel::ESRCH;
@@ -788,38 +894,142 @@ impl Planner {
                 Request::Route(op) => match op.action {
                     RouteAction::Set(group) => {
                         refused += 1;
+                        failed_routes.insert(*index);
+                        let instance = op.instance as usize;
                         if refused <= 3 {
-                            let vrf = self
-                                .instances
-                                .get(op.instance as usize)
-                                .map_or("", |i| i.config.vrf.as_str());
+                            let vrf =
+                                self.instances.get(instance).map_or("", |i| i.config.vrf.as_str());
                             let vrf = crate::config::vrf_display_name(vrf);
-                            warn!(vrf, prefix = %op.key.prefix, "kernel refused the route: {error}");
+                            warn!(vrf, prefix = %op.key.prefix, "kernel refused the route: {error} (tried again later)");
                         }
-                        let key = (op.instance as usize, op.key.prefix);
-                        self.failures.insert(key, Failure { group, error: error.to_string() });
+                        self.fail(instance, op.key.prefix, group, error.to_string());
                     }
                     // Already gone: the goal is reached.
                     RouteAction::Delete if gone => {}
                     RouteAction::Delete => {
-                        warn!(prefix = %op.key.prefix, "cannot delete route: {error}")
+                        failed_routes.insert(*index);
+                        warn!(prefix = %op.key.prefix, "cannot delete route: {error} (tried again later)");
+                        let attempts =
+                            self.failed_deletes.get(&op.key).map_or(0, |f| f.attempts) + 1;
+                        let retry_at = retry_time(self.now, attempts);
+                        let instance = op.instance as usize;
+                        let error = error.to_string();
+                        let failed = FailedDelete { instance, error, attempts, retry_at };
+                        self.failed_deletes.insert(op.key, failed);
                     }
                 },
                 Request::Object(ObjectOp::Delete(_)) if gone => {}
-                Request::Object(ObjectOp::Delete(id)) => {
-                    warn!(id, "cannot delete nexthop: {error}")
-                }
-                Request::Object(ObjectOp::Nexthop { id, hop }) => {
-                    warn!(id, gateway = %hop.gateway, ifindex = hop.ifindex, "kernel refused the nexthop: {error}")
-                }
-                Request::Object(ObjectOp::Group { id, .. }) => {
-                    warn!(id, "kernel refused the nexthop group: {error}")
+                Request::Object(op) => {
+                    match op {
+                        ObjectOp::Delete(id) => warn!(id, "cannot delete nexthop: {error}"),
+                        ObjectOp::Nexthop { id, hop } => {
+                            warn!(id, gateway = %hop.gateway, ifindex = hop.ifindex, "kernel refused the nexthop: {error}")
+                        }
+                        ObjectOp::Group { id, .. } => {
+                            warn!(id, "kernel refused the nexthop group: {error}")
+                        }
+                    }
+                    objects_refused = true;
                 }
             }
         }
         if refused > 3 {
             warn!("kernel refused {refused} routes in one batch (first three logged)");
         }
+        if objects_refused {
+            // A resync later reads what the kernel holds and writes what it lacks.
+            self.object_attempts = self.object_attempts.saturating_add(1);
+            let at = retry_time(self.now, self.object_attempts);
+            self.object_retry = Some((self.object_attempts, at));
+        } else if plan
+            .objects
+            .iter()
+            .chain(&plan.cleanup)
+            .any(|op| !matches!(op, ObjectOp::Delete(_)))
+        {
+            self.object_attempts = 0;
+        }
+        if self.failures.is_empty() && self.failed_deletes.is_empty() {
+            return;
+        }
+        // Writes that went through end their failure.
+        let base = plan.objects.len();
+        for (offset, op) in plan.routes.iter().enumerate() {
+            if failed_routes.contains(&(base + offset)) {
+                continue;
+            }
+            match op.action {
+                RouteAction::Set(_) => {
+                    self.failures.remove(&(op.instance as usize, op.key.prefix));
+                }
+                RouteAction::Delete => {
+                    self.failed_deletes.remove(&op.key);
+                }
+            }
+        }
+    }
+
+    /// Tries again the writes whose backoff has run out at `now`: a failed route is asked of
+    /// its RIB again (a replay of its prefix, so it is written as the RIB has it now), a
+    /// failed deletion is sent again, refused objects are restored by a resync
+    /// ([`Planner::take_resync_wanted`]). Returns how many were tried.
+    pub fn retry_due(&mut self, now: Instant, plan: &mut Plan) -> usize {
+        self.now = now;
+        let mut tried = 0usize;
+        for ((instance, prefix), failure) in self.failures.iter_mut() {
+            if failure.retry_at > now {
+                continue;
+            }
+            // Due again after the next backoff if this try does not land either.
+            failure.retry_at = retry_time(now, failure.attempts.saturating_add(1));
+            self.ensure_prefixes.entry(*instance).or_default().push(*prefix);
+            tried += 1;
+        }
+        for (key, failed) in self.failed_deletes.iter_mut() {
+            if failed.retry_at > now {
+                continue;
+            }
+            failed.retry_at = retry_time(now, failed.attempts.saturating_add(1));
+            plan.routes.push(route_op(*key, failed.instance, RouteAction::Delete));
+            tried += 1;
+        }
+        if let Some((attempts, at)) = self.object_retry {
+            if at <= now {
+                self.object_retry = None;
+                self.resync_wanted = true;
+                tried += 1;
+                debug!(attempts, "nexthop objects were refused: resynchronising to restore them");
+            }
+        }
+        self.retries = self.retries.saturating_add(u64::try_from(tried).unwrap_or(u64::MAX));
+        tried
+    }
+
+    /// When the next retry is due, if any write is failed.
+    pub fn next_retry(&self) -> Option<Instant> {
+        let routes = self.failures.values().map(|f| f.retry_at);
+        let deletes = self.failed_deletes.values().map(|f| f.retry_at);
+        routes.chain(deletes).chain(self.object_retry.map(|(_, at)| at)).min()
+    }
+
+    /// The time of the round about to be planned.
+    pub fn set_now(&mut self, now: Instant) {
+        self.now = now;
+    }
+
+    /// Writes tried again so far.
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// Whether zebra's nexthop objects were seen since the last call. zebra (FRR) takes every
+    /// nexthop object in the kernel for its own when a route it knows of uses it — uplink's
+    /// routes are such routes to it — and puts back its copy when another program replaces
+    /// or deletes it ("Kernel updated a nexthop group … sending it back down",
+    /// `zebra/zebra_nhg.c`): a group uplink shrinks for a lost peer would grow back. Beside
+    /// zebra, uplink's routes carry their next hops inline instead.
+    pub fn take_zebra_seen(&mut self) -> bool {
+        std::mem::take(&mut self.zebra_seen)
     }
 
     // ---- reloads -----------------------------------------------------------------------
@@ -873,6 +1083,7 @@ impl Planner {
             plan.cleanup.extend(unused.into_iter().map(ObjectOp::Delete));
         }
         self.failures.retain(|(i, _), _| *i != index);
+        self.failed_deletes.retain(|_, f| f.instance != index);
         let tokens: Vec<u64> =
             self.replays.iter().filter(|(_, r)| r.target == index).map(|(t, _)| *t).collect();
         for token in tokens {
@@ -916,8 +1127,9 @@ impl Planner {
                 if self.resolver.add_route(&route) {
                     self.resolution_dirty = true;
                 }
+                self.note_foreign(&route);
             }
-            Event::DelRoute(route) if route.protocol == RTPROT_BGP => {
+            Event::DelRoute(route) if route.protocol == RTPROT_UPLINK => {
                 // Someone deleted one of our routes: ask its RIB for it and put it back. A
                 // route that left with a group we deleted names a group not in the kernel.
                 let Some(instance) = self.instance_of_table(route.table, route.metric) else {
@@ -941,6 +1153,15 @@ impl Planner {
                 if self.resolver.remove_route(&route) {
                     self.resolution_dirty = true;
                 }
+                // Another daemon's route left a place of ours: a route of ours kept out of it
+                // (or replaced by it) is written now, if its RIB has it.
+                let key =
+                    RouteKey { table: route.table, prefix: route.prefix, metric: route.metric };
+                if self.foreign.remove(&key).is_some() {
+                    if let Some(instance) = self.instance_of_table(route.table, route.metric) {
+                        self.ensure_prefixes.entry(instance).or_default().push(route.prefix);
+                    }
+                }
             }
             Event::Link(link) => self.link(link),
             Event::DelLink(index) => {
@@ -949,6 +1170,17 @@ impl Planner {
                 self.resolution_dirty = true;
             }
             Event::Address => self.resolution_dirty = true,
+            Event::ForeignNexthop(id, protocol) => {
+                self.zebra_seen |= protocol == msg::RTPROT_ZEBRA;
+                if self.registry.owns(id) {
+                    warn!(
+                        id,
+                        "another daemon wrote over a nexthop object of uplink's: resynchronising"
+                    );
+                    self.resync_wanted = true;
+                }
+                self.registry.reserve_foreign([id]);
+            }
             Event::DelNexthop(id) => {
                 if self.registry.owns(id) {
                     warn!(
@@ -992,10 +1224,26 @@ impl Planner {
         self.links.insert(link.index, link);
     }
 
-    /// Starts a resync: the kernel view (links, resolution) is read again from scratch.
+    /// Starts a resync: the kernel view (links, resolution, other daemons' routes) is read
+    /// again from scratch.
     pub fn forget_kernel_view(&mut self) {
         self.resolver.clear();
         self.links.clear();
+        self.foreign.clear();
+    }
+
+    /// Remembers another daemon's route that sits at the table and metric of one of our
+    /// instances (see [`Planner::set_route`]).
+    fn note_foreign(&mut self, route: &KernelRoute) {
+        if route.protocol == RTPROT_UPLINK
+            || self.instance_of_table(route.table, route.metric).is_none()
+        {
+            return;
+        }
+        let key = RouteKey { table: route.table, prefix: route.prefix, metric: route.metric };
+        if self.foreign.insert(key, route.protocol).is_none() {
+            debug!(prefix = %route.prefix, table = route.table, protocol = route.protocol, "another daemon's route at uplink's table and metric: uplink will not replace it");
+        }
     }
 
     /// The kernel's nexthop objects (id, protocol): stale ones of ours go, ones we lost come
@@ -1003,11 +1251,12 @@ impl Planner {
     /// them (one message instead of one per route).
     pub fn resync_nexthops(&mut self, present: &[KernelNexthop], plan: &mut Plan) {
         self.registry
-            .reserve_foreign(present.iter().filter(|n| n.protocol != RTPROT_BGP).map(|n| n.id));
+            .reserve_foreign(present.iter().filter(|n| n.protocol != RTPROT_UPLINK).map(|n| n.id));
+        self.zebra_seen |= present.iter().any(|n| n.protocol == msg::RTPROT_ZEBRA);
         let ids: HashSet<u32> = present.iter().map(|n| n.id).collect();
         let stale: Vec<u32> = present
             .iter()
-            .filter(|n| n.protocol == RTPROT_BGP && !self.registry.owns(n.id))
+            .filter(|n| n.protocol == RTPROT_UPLINK && !self.registry.owns(n.id))
             .map(|n| n.id)
             .collect();
         if self.keep_previous {
@@ -1016,13 +1265,28 @@ impl Planner {
             self.registry.reserve_foreign(stale);
         } else {
             if !stale.is_empty() {
-                info!("removing {} stale proto bgp nexthop(s)", stale.len());
+                info!("removing {} stale proto uplink nexthop(s)", stale.len());
             }
             self.delete_stale_objects(present, stale, plan);
         }
         // Ours that the kernel lost: nexthops first, then the groups using them (whose
         // routes went with them: replayed).
         self.restore_objects(&ids, plan);
+    }
+
+    /// Without nexthop objects: every object of ours in the kernel is stale (unless a graceful
+    /// restart keeps the previous run's for now).
+    pub fn drop_stale_objects(&mut self, present: &[KernelNexthop], plan: &mut Plan) {
+        self.zebra_seen |= present.iter().any(|n| n.protocol == msg::RTPROT_ZEBRA);
+        if self.keep_previous {
+            return;
+        }
+        let stale: Vec<u32> = present
+            .iter()
+            .filter(|n| n.protocol == RTPROT_UPLINK && !self.registry.owns(n.id))
+            .map(|n| n.id)
+            .collect();
+        self.delete_stale_objects(present, stale, plan);
     }
 
     fn delete_stale_objects(&self, present: &[KernelNexthop], stale: Vec<u32>, plan: &mut Plan) {
@@ -1065,8 +1329,9 @@ impl Planner {
         route: &KernelRoute,
         plan: &mut Plan,
     ) {
-        if route.protocol != RTPROT_BGP {
+        if route.protocol != RTPROT_UPLINK {
             self.resolver.add_route(route);
+            self.note_foreign(route);
             return;
         }
         let ours = self.instances.iter().any(|i| i.active() && i.table == Some(route.table));
@@ -1100,7 +1365,7 @@ impl Planner {
     /// Returns how many stale routes were kept for a graceful restart.
     pub fn resync_finish(&mut self, counts: ResyncCounts) -> usize {
         if counts.stale > 0 {
-            info!("removing {} stale proto bgp route(s) uplink does not want", counts.stale);
+            info!("removing {} stale proto uplink route(s) uplink does not want", counts.stale);
         }
         let mut failed: HashMap<u32, u32> = HashMap::new();
         for f in self.failures.values() {
@@ -1141,7 +1406,7 @@ impl Planner {
         counts.kept
     }
 
-    /// A `proto bgp` route in our tables that uplink does not want: deleted, or kept while a
+    /// A `proto uplink` route in our tables that uplink does not want: deleted, or kept while a
     /// graceful restart lasts (RFC 4724 §4.1: the previous run's forwarding state stays until
     /// the peers have sent their routes again).
     fn stale_route(
@@ -1203,7 +1468,28 @@ impl Planner {
                     .failures
                     .iter()
                     .filter(|((i, _), _)| *i == index)
-                    .map(|((_, p), f)| (*p, f.error.clone()))
+                    .map(|((_, p), f)| {
+                        let retry_in = f.retry_at.saturating_duration_since(self.now);
+                        (
+                            *p,
+                            super::FibFailure {
+                                error: f.error.clone(),
+                                attempts: f.attempts,
+                                retry_in,
+                            },
+                        )
+                    })
+                    .collect();
+                let failed_deletes = self
+                    .failed_deletes
+                    .iter()
+                    .filter(|(_, f)| f.instance == index)
+                    .map(|(key, f)| super::FibFailedDelete {
+                        prefix: key.prefix,
+                        error: f.error.clone(),
+                        attempts: f.attempts,
+                        retry_in: f.retry_at.saturating_duration_since(self.now),
+                    })
                     .collect();
                 super::FibInstanceState {
                     vrf: i.config.vrf.clone(),
@@ -1217,9 +1503,25 @@ impl Planner {
                     groups,
                     by_set,
                     failures,
+                    failed_deletes,
                 }
             })
             .collect()
+    }
+}
+
+/// A route protocol as `ip route` names it (`/etc/iproute2/rt_protos`), or its number.
+fn protocol_name(protocol: u8) -> String {
+    match protocol {
+        2 => "kernel".into(),
+        3 => "boot".into(),
+        4 => "static".into(),
+        12 => "bird".into(),
+        16 => "dhcp".into(),
+        msg::RTPROT_BGP => "bgp".into(),
+        188 => "ospf".into(),
+        196 => "static (FRR)".into(),
+        other => other.to_string(),
     }
 }
 
@@ -1231,7 +1533,8 @@ impl super::FibInstanceState {
     /// How a route of the RIB with `hops` stands in the kernel.
     pub fn route(&self, prefix: IpNet, hops: &[NextHop]) -> FibRouteView {
         let group = self.by_set.get(hops).and_then(|i| self.groups.get(*i));
-        let error = self.failures.get(&prefix).cloned();
+        let failure = self.failures.get(&prefix);
+        let error = failure.map(|f| f.error.clone());
         let installed =
             self.table.is_some() && !self.filling && group.is_some_and(|g| !g.via.is_empty());
         let state = match (&error, installed) {
@@ -1246,6 +1549,8 @@ impl super::FibInstanceState {
             nexthop_group: group.filter(|_| self.nexthop_objects).map(|g| g.id),
             state,
             error,
+            attempts: failure.map(|f| f.attempts),
+            retry_in: failure.map(|f| f.retry_in),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! (multihop peers), on an interface that is up. BGP routes never resolve BGP next hops, and, as
 //! in FRR (`ip nht resolve-via-default` off), neither does the default route.
 
-use super::msg::{Hop, KernelRoute, RTN_UNICAST, RTPROT_BGP};
+use super::msg::{Hop, KernelRoute, RTN_UNICAST, RTPROT_BGP, RTPROT_UPLINK};
 use super::route::NextHop;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, HashMap};
@@ -22,7 +22,9 @@ pub struct Resolver {
 impl Resolver {
     /// Whether a kernel route is one resolution looks at.
     pub fn relevant(route: &KernelRoute) -> bool {
-        route.protocol != RTPROT_BGP && route.route_type == RTN_UNICAST && !route.hops.is_empty()
+        !matches!(route.protocol, RTPROT_UPLINK | RTPROT_BGP)
+            && route.route_type == RTN_UNICAST
+            && !route.hops.is_empty()
     }
 
     /// Records a route; returns whether anything changed.

@@ -68,8 +68,11 @@ pub struct FibStats {
     pub kernel_requests: AtomicU64,
     /// Requests the kernel refused (a deletion of something already gone is no refusal).
     pub kernel_errors: AtomicU64,
-    /// Full dumps after lost kernel notifications (the startup reconciliation not counted).
+    /// Full dumps after lost kernel notifications or answers (the startup reconciliation not
+    /// counted).
     pub resyncs: AtomicU64,
+    /// Failed writes (routes, deletions, objects) tried again after their backoff.
+    pub retries: AtomicU64,
 }
 
 impl FibStats {

@@ -5,7 +5,7 @@
 
 use super::batch::RouteBatch;
 use super::kernel::Kernel;
-use super::msg::{self, RouteKey, RouteTarget, RTPROT_BGP};
+use super::msg::{self, RouteKey, RouteTarget, RTPROT_UPLINK};
 use super::plan::{ObjectOp, Plan, Request, RouteAction};
 use super::planner::{Event, Planner, ResyncCounts};
 use super::stats::{FibStats, RouteCounts};
@@ -13,7 +13,7 @@ use super::{FibInstanceState, FibSlot};
 use crate::config::FibConfig;
 use ipnet::IpNet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
@@ -107,7 +107,7 @@ impl Writer {
         stats: Arc<FibStats>,
     ) -> Self {
         let configs = slots.iter().map(|s| s.config.clone()).collect();
-        let mut planner = Planner::new(configs, settings.nexthop_objects);
+        let mut planner = Planner::new(configs, settings.nexthop_objects, Instant::now());
         planner.set_keep_previous(keep_previous);
         let keep_compat_mode = settings.nexthop_compat_mode;
         let counts = slots.iter().map(|_| stats.add_instance()).collect();
@@ -138,7 +138,7 @@ impl Writer {
                 return;
             }
         };
-        // Startup: remove every `proto bgp` route and nexthop uplink does not want — which,
+        // Startup: remove every `proto uplink` route and nexthop uplink does not want — which,
         // before any session is up, is all of them — unless graceful restart keeps them.
         let kept = self.reconcile(true);
         if kept > 0 {
@@ -148,26 +148,42 @@ impl Writer {
             );
         }
         let _ = started.send(kept > 0);
+        // When the last command came: groups are settled once changes have been quiet.
+        let mut last_command = Instant::now();
         loop {
-            let first = if self.planner.unsettled() {
-                match runtime
-                    .block_on(async { tokio::time::timeout(SETTLE_AFTER, rx.recv()).await })
-                {
-                    Ok(Some(command)) => command,
-                    Ok(None) => return,
-                    Err(_) => {
-                        let mut plan = Plan::default();
-                        self.planner.settle(&mut plan);
-                        self.finish_round(plan, Vec::new(), Vec::new());
-                        continue;
+            let settle_at = self
+                .planner
+                .unsettled()
+                .then(|| last_command.checked_add(SETTLE_AFTER).unwrap_or(last_command));
+            // Failed writes are tried again when their backoff runs out, commands or not.
+            let wake_at = settle_at.into_iter().chain(self.planner.next_retry()).min();
+            let first = match wake_at {
+                Some(at) => {
+                    let at = tokio::time::Instant::from_std(at);
+                    match runtime.block_on(async { tokio::time::timeout_at(at, rx.recv()).await }) {
+                        Ok(Some(command)) => Some(command),
+                        Ok(None) => return,
+                        Err(_) => None,
                     }
                 }
-            } else {
-                match runtime.block_on(rx.recv()) {
-                    Some(command) => command,
+                None => match runtime.block_on(rx.recv()) {
+                    Some(command) => Some(command),
                     None => return,
-                }
+                },
             };
+            let now = Instant::now();
+            self.planner.set_now(now);
+            let Some(first) = first else {
+                let mut plan = Plan::default();
+                if settle_at.is_some_and(|at| at <= now) {
+                    self.planner.settle(&mut plan);
+                }
+                self.retry(now, &mut plan);
+                self.finish_round(plan, Vec::new(), Vec::new());
+                self.resync_if_wanted(&rx);
+                continue;
+            };
+            last_command = now;
             let mut plan = Plan::default();
             let mut replies = Vec::new();
             let mut purges = Vec::new();
@@ -237,7 +253,11 @@ impl Writer {
                     next = rx.try_recv().ok();
                 }
             }
+            self.retry(now, &mut plan);
             self.finish_round(plan, replies, purges);
+            if self.planner.take_zebra_seen() {
+                self.leave_objects_to_zebra();
+            }
             if end_restart && self.planner.keeps_previous() {
                 self.planner.set_keep_previous(false);
                 info!(
@@ -245,14 +265,45 @@ impl Writer {
                 );
                 self.reconcile(false);
             }
-            // Notifications lost in a burst are made up for with one dump once the burst is
-            // over, not one per overflow.
-            if self.resync && rx.is_empty() {
-                self.resync = false;
-                info!("kernel notifications were lost: resynchronising with a dump");
-                FibStats::count(&self.stats.resyncs, 1);
-                self.reconcile(false);
-            }
+            self.resync_if_wanted(&rx);
+        }
+    }
+
+    /// Lost notifications, unanswered requests and refused objects are made up for with one
+    /// dump once a burst is over, not one per event.
+    fn resync_if_wanted(&mut self, rx: &mpsc::Receiver<Command>) {
+        if self.resync && rx.is_empty() {
+            self.resync = false;
+            info!("resynchronising with the kernel (lost notifications or answers, or refused objects)");
+            FibStats::count(&self.stats.resyncs, 1);
+            self.reconcile(false);
+        }
+    }
+
+    /// zebra runs on the node (`Planner::take_zebra_seen`): routes carry their hops inline
+    /// from now on, switched in place like a reload's `nexthop_objects = false`.
+    fn leave_objects_to_zebra(&mut self) {
+        if !self.planner.objects() {
+            return;
+        }
+        warn!(
+            "zebra (FRR) runs on this node: it takes other programs' nexthop objects for its own \
+             and puts back any change to them, so uplink installs its routes with their next \
+             hops inline (as with nexthop_objects = false)"
+        );
+        let mut plan = Plan::default();
+        if let Err(e) = self.planner.set_objects(false, &mut plan) {
+            warn!("cannot switch nexthop objects off: {e}");
+        }
+        self.finish_round(plan, Vec::new(), Vec::new());
+    }
+
+    /// Plans the writes whose retry is due (`Planner::retry_due`) and counts them.
+    fn retry(&mut self, now: Instant, plan: &mut Plan) {
+        let tried = self.planner.retry_due(now, plan);
+        if tried > 0 {
+            FibStats::count(&self.stats.retries, tried);
+            info!("trying {tried} failed kernel write(s) again");
         }
     }
 
@@ -309,20 +360,28 @@ impl Writer {
             plan.routes.sort_by_cached_key(|op| scatter(&op.key.prefix));
         }
         let plan_ref: &Plan = plan;
-        let failures = self.kernel.execute(plan_ref.len(), |index, seq, buf| {
+        let outcome = self.kernel.execute(plan_ref.len(), |index, seq, buf| {
             encode(plan_ref, index, seq, buf);
         });
         FibStats::count(&self.stats.kernel_requests, plan.len());
+        let failures = &outcome.failures;
         let refusals = failures.iter().filter(|(index, e)| refused(plan, *index, e)).count();
         FibStats::count(&self.stats.kernel_errors, refusals);
-        if failures.iter().any(|(_, e)| e.errno == super::kernel::ENOBUFS) {
+        if !outcome.unanswered.is_empty() {
+            // The answers were lost (ENOBUFS on our socket), not the requests: the kernel may
+            // well have applied them. What it holds is read back with a resync, which deletes
+            // what uplink does not want and writes what is missing.
+            warn!(
+                "{} kernel answers were lost: reading back what the kernel holds",
+                outcome.unanswered.len()
+            );
             self.resync = true;
         }
-        self.planner.record(plan, &failures);
+        self.planner.record(plan, failures, &outcome.unanswered);
     }
 
     /// Reads links, nexthops and routes from the kernel and makes it hold exactly what uplink
-    /// wants: stale `proto bgp` routes and nexthops in its tables go, missing ones come back.
+    /// wants: stale `proto uplink` routes and nexthops in its tables go, missing ones come back.
     /// The routes are streamed against the planner's counts, never held. Returns how many
     /// stale routes a graceful restart kept.
     fn reconcile(&mut self, startup: bool) -> usize {
@@ -353,6 +412,10 @@ impl Writer {
             }
             Err(e) => warn!("cannot read the nexthops: {e}"),
         }
+        if nexthops.iter().any(|n| n.protocol == msg::RTPROT_ZEBRA) {
+            // Before nexthop compatibility mode is turned off: zebra relies on it.
+            self.leave_objects_to_zebra();
+        }
         if startup && self.planner.objects() && !self.keep_compat_mode {
             match super::kernel::disable_nexthop_compat_mode() {
                 Ok(true) => info!("net.ipv4.nexthop_compat_mode set to 0: replacing a nexthop group no longer notifies every route using it"),
@@ -360,12 +423,16 @@ impl Writer {
                 Err(e) => warn!("cannot turn net.ipv4.nexthop_compat_mode off ({e}): every group change will notify each of its routes"),
             }
         }
+        let mut plan = Plan::default();
         if self.planner.objects() {
             // Stale objects go first: their routes leave with them.
-            let mut plan = Plan::default();
             self.planner.resync_nexthops(&nexthops, &mut plan);
-            self.execute(&mut plan);
+        } else {
+            // Routes carry their hops inline; objects of ours left by an earlier run (or by
+            // this one before it switched) go.
+            self.planner.drop_stale_objects(&nexthops, &mut plan);
         }
+        self.execute(&mut plan);
         let mut counts = ResyncCounts::default();
         let mut plan = Plan::default();
         for family in [msg::AF_INET, msg::AF_INET6] {
@@ -383,7 +450,7 @@ impl Writer {
         kept
     }
 
-    /// Deletes every `proto bgp` route of `table` at `metric` (a retired instance whose
+    /// Deletes every `proto uplink` route of `table` at `metric` (a retired instance whose
     /// routes carry their hops inline, so they did not leave with a group).
     fn purge(&mut self, table: u32, metric: u32) {
         let mut plan = Plan::default();
@@ -391,7 +458,7 @@ impl Writer {
             let routes = &mut plan.routes;
             let _ = self.kernel.dump(msg::RTM_GETROUTE, family, |m| {
                 let Some(r) = msg::parse_route(m.payload) else { return };
-                if r.protocol == RTPROT_BGP && r.table == table && r.metric == metric {
+                if r.protocol == RTPROT_UPLINK && r.table == table && r.metric == metric {
                     let key = RouteKey { table, prefix: r.prefix, metric };
                     routes.push(super::plan::RouteOp {
                         key,
@@ -452,7 +519,7 @@ pub(super) fn events(datagram: &[u8], own_pid: u32) -> Vec<Event> {
             msg::RTM_NEWROUTE => {
                 if let Some(route) = msg::parse_route(m.payload) {
                     // Someone else's BGP route does not change resolution.
-                    if route.protocol != RTPROT_BGP {
+                    if route.protocol != RTPROT_UPLINK {
                         out.push(Event::NewRoute(route));
                     }
                 }
@@ -473,6 +540,13 @@ pub(super) fn events(datagram: &[u8], own_pid: u32) -> Vec<Event> {
                 }
             }
             msg::RTM_NEWADDR | msg::RTM_DELADDR => out.push(Event::Address),
+            msg::RTM_NEWNEXTHOP => {
+                if let Some(nh) = msg::parse_nexthop(m.payload) {
+                    if nh.protocol != RTPROT_UPLINK {
+                        out.push(Event::ForeignNexthop(nh.id, nh.protocol));
+                    }
+                }
+            }
             msg::RTM_DELNEXTHOP => {
                 if let Some(nh) = msg::parse_nexthop(m.payload) {
                     out.push(Event::DelNexthop(nh.id));
@@ -507,17 +581,35 @@ mod tests {
     #[test]
     fn own_echoes_are_dropped_and_others_kept() {
         let mut buf = Vec::new();
-        route_notification(&mut buf, msg::RTM_NEWROUTE, 4242, RTPROT_BGP);
-        route_notification(&mut buf, msg::RTM_DELROUTE, 4242, RTPROT_BGP);
-        route_notification(&mut buf, msg::RTM_DELROUTE, 77, RTPROT_BGP);
-        route_notification(&mut buf, msg::RTM_NEWROUTE, 77, RTPROT_BGP);
+        route_notification(&mut buf, msg::RTM_NEWROUTE, 4242, RTPROT_UPLINK);
+        route_notification(&mut buf, msg::RTM_DELROUTE, 4242, RTPROT_UPLINK);
+        route_notification(&mut buf, msg::RTM_DELROUTE, 77, RTPROT_UPLINK);
+        route_notification(&mut buf, msg::RTM_NEWROUTE, 77, RTPROT_UPLINK);
         route_notification(&mut buf, msg::RTM_NEWROUTE, 77, 4);
+        route_notification(&mut buf, msg::RTM_NEWROUTE, 77, msg::RTPROT_BGP);
         let events = events(&buf, 4242);
-        assert_eq!(events.len(), 2, "{events:?}");
-        // Someone else deleted a BGP route: reported, so it can be restored.
-        assert!(matches!(&events[0], Event::DelRoute(r) if r.protocol == RTPROT_BGP));
-        // Someone else's BGP route does not matter; a static one feeds resolution.
+        assert_eq!(events.len(), 3, "{events:?}");
+        // Someone else deleted one of our routes: reported, so it can be restored.
+        assert!(matches!(&events[0], Event::DelRoute(r) if r.protocol == RTPROT_UPLINK));
+        // A route with our protocol from another process does not matter; a static one feeds
+        // resolution, and another daemon's (zebra's BGP) is one uplink must not write over.
         assert!(matches!(&events[1], Event::NewRoute(r) if r.protocol == 4));
+        assert!(matches!(&events[2], Event::NewRoute(r) if r.protocol == msg::RTPROT_BGP));
+    }
+
+    #[test]
+    fn other_daemons_nexthop_objects_are_reported() {
+        let hop = Hop { gateway: "10.0.0.1".parse().unwrap(), ifindex: 2 };
+        let mut buf = Vec::new();
+        msg::new_nexthop(&mut buf, 1, 7, &hop);
+        buf[12..16].copy_from_slice(&77u32.to_ne_bytes());
+        let ours = buf.clone();
+        buf[16 + 2] = 11; // zebra's
+        let mut both = ours;
+        both.extend_from_slice(&buf);
+        let events = events(&both, 4242);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(matches!(&events[0], Event::ForeignNexthop(7, 11)));
     }
 
     #[test]

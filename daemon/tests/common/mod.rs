@@ -20,6 +20,10 @@ pub use speakers::*;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
+/// uplink's route protocol (`proto uplink` where `/etc/iproute2/rt_protos.d/uplink.conf` is
+/// installed; the number works everywhere): `ip route show proto 117`.
+pub const UPLINK_PROTO: &str = "117";
+
 /// Fails the test with a clear message when a tool the test needs is not installed.
 pub fn require_tool(path: &str) {
     assert!(

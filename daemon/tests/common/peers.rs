@@ -33,8 +33,20 @@ impl Frr {
         Frr::start_daemons(lab, ns, conf, &["zebra", "bfdd", "bgpd"])
     }
 
+    /// Starts zebra, staticd and bgpd beside another BGP speaker on one node (uplink owns
+    /// port 179 there): bgpd listens on no port (`-p 0`), its sessions connect out.
+    pub fn start_beside(lab: &mut Lab, ns: &Ns, conf: &str) -> Frr {
+        require_tool("/usr/lib/frr/staticd");
+        Frr::start_with(lab, ns, conf, &["zebra", "staticd", "bgpd"], &["-p", "0"])
+    }
+
     /// Starts the named FRR daemons, in order, in one `-N` pathspace.
     pub fn start_daemons(lab: &mut Lab, ns: &Ns, conf: &str, daemons: &[&str]) -> Frr {
+        Frr::start_with(lab, ns, conf, daemons, &[])
+    }
+
+    /// Like [`Frr::start_daemons`], with `bgpd_args` added to bgpd's command line.
+    fn start_with(lab: &mut Lab, ns: &Ns, conf: &str, daemons: &[&str], bgpd_args: &[&str]) -> Frr {
         require_tool("/usr/lib/frr/bgpd");
         require_tool("vtysh");
         open_lab_dir(lab);
@@ -49,8 +61,9 @@ impl Frr {
         write_world_readable(&conf_path, &format!("log file {}\n{conf}", log.display()));
         for daemon in daemons {
             let pid = lab.path(&format!("{label}-{daemon}.pid"));
-            ns.run(&[
-                &format!("/usr/lib/frr/{daemon}"),
+            let program = format!("/usr/lib/frr/{daemon}");
+            let mut args = vec![
+                program.as_str(),
                 "-d",
                 "-N",
                 &ns.name,
@@ -58,7 +71,11 @@ impl Frr {
                 conf_path.to_str().unwrap(),
                 "-i",
                 pid.to_str().unwrap(),
-            ]);
+            ];
+            if *daemon == "bgpd" {
+                args.extend_from_slice(bgpd_args);
+            }
+            ns.run(&args);
             lab.adopt_pidfile(&label, pid);
         }
         lab.add_log(&label, log);

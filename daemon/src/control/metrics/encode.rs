@@ -167,6 +167,7 @@ fn families(snapshot: &Snapshot) -> Families {
     out.add(families::FIB_KERNEL_REQUESTS, vec![], snapshot.fib.kernel_requests);
     out.add(families::FIB_KERNEL_ERRORS, vec![], snapshot.fib.kernel_errors);
     out.add(families::FIB_RESYNCS, vec![], snapshot.fib.resyncs);
+    out.add(families::FIB_RETRIES, vec![], snapshot.fib.retries);
     for a in &snapshot.announcements {
         let labels = vec![
             ("vrf", a.vrf.clone()),
@@ -298,6 +299,7 @@ mod tests {
                 kernel_requests: 51,
                 kernel_errors: 1,
                 resyncs: 2,
+                retries: 3,
             },
             announcements: vec![AnnouncementCount {
                 vrf: "default".into(),
@@ -418,6 +420,7 @@ mod tests {
             ("uplink_fib_kernel_requests_total", "counter"),
             ("uplink_fib_kernel_errors_total", "counter"),
             ("uplink_fib_resyncs_total", "counter"),
+            ("uplink_fib_retries_total", "counter"),
             ("uplink_announcements", "gauge"),
             ("uplink_config_reloads_total", "counter"),
             ("uplink_config_last_reload_successful", "gauge"),

@@ -356,7 +356,16 @@ pub const FIB_KERNEL_ERRORS: Family = Family {
 
 pub const FIB_RESYNCS: Family = Family {
     name: "uplink_fib_resyncs_total",
-    help: "Number of times kernel notifications were lost and the FIB was read back in full",
+    help: "Number of times kernel notifications or answers were lost (or objects refused) and \
+           the FIB was read back in full",
+    kind: Kind::Counter,
+    labels: &[],
+};
+
+pub const FIB_RETRIES: Family = Family {
+    name: "uplink_fib_retries_total",
+    help: "Number of failed kernel writes (routes, deletions, nexthop objects) tried again \
+           after their backoff",
     kind: Kind::Counter,
     labels: &[],
 };

@@ -93,6 +93,7 @@ pub struct FibNumbers {
     pub kernel_requests: u64,
     pub kernel_errors: u64,
     pub resyncs: u64,
+    pub retries: u64,
 }
 
 /// How many candidate prefixes share one (vrf, origin, state, reason).
@@ -219,6 +220,7 @@ fn fib_numbers(fib: &Fib) -> FibNumbers {
         kernel_requests: FibStats::load(&stats.kernel_requests),
         kernel_errors: FibStats::load(&stats.kernel_errors),
         resyncs: FibStats::load(&stats.resyncs),
+        retries: FibStats::load(&stats.retries),
     }
 }
 
