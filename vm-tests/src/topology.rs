@@ -260,8 +260,9 @@ pub fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|e| format!("{what}: not JSON ({e}):\n{text}"))
 }
 
-/// The gateways of a route in `ip route show` text (single path or `nexthop via` lines),
-/// sorted.
+/// The distinct gateways of a route in `ip route show` text (single path or `nexthop via`
+/// lines, and the nexthop objects a node's `nhid` names, which newer iproute2 also prints on
+/// the route line), sorted.
 pub fn gateways(route_text: &str) -> Vec<String> {
     let words: Vec<&str> = route_text.split_whitespace().collect();
     let mut out: Vec<String> = words
@@ -270,6 +271,7 @@ pub fn gateways(route_text: &str) -> Vec<String> {
         .filter_map(|w| w.get(1).map(|s| s.to_string()))
         .collect();
     out.sort();
+    out.dedup();
     out
 }
 

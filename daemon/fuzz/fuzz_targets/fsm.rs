@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use uplink::bgp::fsm::{Action, ConnId, Event, Fsm, FsmConfig, RemoteAsn, State};
+use uplink::bgp::fsm::{Action, ConnId, Event, Fsm, FsmConfig, RemoteAsn, SendHoldTime, State};
 use uplink::bgp::wire::attributes::Family;
 use uplink::bgp::wire::message::{decode_message, frame_len, Message, RouteRefresh};
 use uplink::bgp::wire::notification::Notification;
@@ -82,6 +82,12 @@ fn config(b: &mut Bytes<'_>) -> FsmConfig {
         remote_asn,
         hold_time: Duration::from_secs(b.pick(&[0, 3, 9, 90, 65535])),
         keepalive_time: Duration::from_secs(b.pick(&[0, 1, 30])),
+        minimum_hold_time: Duration::from_secs(b.pick(&[0, 3, 10])),
+        send_hold_time: b.pick(&[
+            SendHoldTime::TwiceHoldTime,
+            SendHoldTime::Fixed(Duration::from_secs(1)),
+            SendHoldTime::Off,
+        ]),
         connect_retry: Duration::from_secs(b.pick(&[1, 5, 120])),
         connect_retry_max: Duration::from_secs(b.pick(&[1, 60, 3600])),
         passive: flags & 4 != 0,
@@ -229,7 +235,7 @@ fuzz_target!(|data: &[u8]| {
         if b.is_empty() {
             break;
         }
-        let event = match b.byte() % 12 {
+        let event = match b.byte() % 13 {
             0 => Event::ManualStart,
             1 => Event::ManualStop {
                 subcode: b.pick(&[2, 4, 6, 9]),
@@ -279,6 +285,10 @@ fuzz_target!(|data: &[u8]| {
             10 => {
                 let Some(id) = drv.existing(&mut b) else { continue };
                 Event::UpdateSent(id)
+            }
+            11 => {
+                let Some(id) = drv.existing(&mut b) else { continue };
+                Event::SendProgress(id)
             }
             _ => {
                 let Some(id) = drv.existing(&mut b) else { continue };
