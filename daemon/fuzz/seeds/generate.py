@@ -2,6 +2,8 @@
 """Writes the seed corpus of each fuzz target (daemon/fuzz/seeds/<target>/) from the byte
 vectors below, so the seeds can be reviewed here and regenerated. The fuzz script copies them
 into the working corpus daemon/fuzz/corpus/<target>/ (gitignored) before each run.
+The seeds of the manifests, control and health_http targets are text, hand-written in their
+directories, and not generated here.
 
 The message and update targets take a first "selector" byte that picks the UPDATE context:
 bit 0 = 4-octet AS, bit 1 = eBGP, bit 2 = IPv4 unicast only (else IPv4 + IPv6).

@@ -201,31 +201,64 @@ async fn get_status(
     let request =
         format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: uplink-health\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;
-    let mut buffer = vec![0u8; 256];
-    let mut filled = 0usize;
-    while filled < buffer.len() {
-        let rest = buffer.get_mut(filled..)?;
-        let n = stream.read(rest).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        filled = filled.saturating_add(n);
-        if buffer.get(..filled)?.contains(&b'\n') {
+    let mut reader = StatusLineReader::default();
+    let mut chunk = [0u8; StatusLineReader::LIMIT];
+    loop {
+        let room = chunk.get_mut(..reader.room())?;
+        let n = stream.read(room).await.ok()?;
+        if n == 0 || reader.push(chunk.get(..n)?) {
             break;
         }
     }
-    parse_status_line(buffer.get(..filled)?)
+    reader.status()
 }
 
-/// `HTTP/1.1 200 OK` → 200.
+/// The start of an HTTP response, read until its status line is complete. Sans-IO, so the
+/// fuzz target feeds it the bytes a server sends in any chunking.
+#[derive(Debug, Default)]
+pub struct StatusLineReader {
+    buffer: Vec<u8>,
+}
+
+impl StatusLineReader {
+    /// The most bytes read: a status line is short, and a server that sends more without a
+    /// newline is not answering HTTP.
+    pub const LIMIT: usize = 256;
+
+    /// How many more bytes to read at most.
+    pub fn room(&self) -> usize {
+        Self::LIMIT.saturating_sub(self.buffer.len())
+    }
+
+    /// Adds bytes that arrived (beyond [`Self::room`] they are ignored); true when no more are
+    /// needed: the line is complete or the limit reached.
+    pub fn push(&mut self, bytes: &[u8]) -> bool {
+        let take = bytes.len().min(self.room());
+        self.buffer.extend_from_slice(bytes.get(..take).unwrap_or_default());
+        self.buffer.contains(&b'\n') || self.room() == 0
+    }
+
+    /// The status code, if what was read starts with a well-formed status line.
+    pub fn status(&self) -> Option<u16> {
+        parse_status_line(&self.buffer)
+    }
+}
+
+/// `HTTP/1.1 200 OK` → 200: the status-code of a status line (RFC 9112 §4, `HTTP-version SP
+/// status-code SP [reason-phrase]`), three digits. Only the first line counts, as bytes: what
+/// follows it (headers, a body cut at [`StatusLineReader::LIMIT`]) and the reason phrase
+/// (which may be obs-text) need not be UTF-8.
 pub fn parse_status_line(bytes: &[u8]) -> Option<u16> {
-    let line = std::str::from_utf8(bytes).ok()?.lines().next()?;
-    let mut parts = line.split_whitespace();
-    let version = parts.next()?;
-    if !version.starts_with("HTTP/") {
+    let line = bytes.split(|&b| b == b'\n').next()?;
+    let mut words = line.split(u8::is_ascii_whitespace).filter(|word| !word.is_empty());
+    if !words.next()?.starts_with(b"HTTP/") {
         return None;
     }
-    parts.next()?.parse().ok()
+    let code = words.next()?;
+    if code.len() != 3 || !code.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(code).ok()?.parse().ok()
 }
 
 fn exec(command: &[String], timeout: Duration) -> bool {
@@ -310,6 +343,42 @@ mod tests {
         assert_eq!(parse_status_line(b"HTTP/1.0 200\r\n"), Some(200));
         assert_eq!(parse_status_line(b"SSH-2.0-OpenSSH\r\n"), None);
         assert_eq!(parse_status_line(b""), None);
+    }
+
+    /// Found by the health_http fuzz target: the status depended on how the answer arrived.
+    /// Read in one piece, bytes after the status line that are not UTF-8 (here the start of a
+    /// character cut at the read limit) failed the check; read up to the newline, it passed.
+    #[test]
+    fn the_status_line_alone_decides_however_the_answer_arrives() {
+        let answer = b"HTTP/1.0 204 No Content\r\nServer: t\xc3\xa9st\r\n\r\n\xe5";
+        let mut whole = StatusLineReader::default();
+        assert!(whole.push(answer));
+        assert_eq!(whole.status(), Some(204));
+        let mut bytewise = StatusLineReader::default();
+        let done = answer.iter().position(|b| bytewise.push(std::slice::from_ref(b)));
+        assert_eq!(done, Some(24), "reading stops at the end of the status line");
+        assert_eq!(bytewise.status(), Some(204));
+        // A reason phrase in Latin-1 (obs-text, RFC 9110 §5.5) is fine too.
+        assert_eq!(parse_status_line(b"HTTP/1.1 200 Gr\xfc\xdfe\r\n"), Some(200));
+    }
+
+    /// The status-code is three digits (RFC 9112 §4); `u16::from_str` alone took more.
+    #[test]
+    fn status_codes_are_three_digits() {
+        for line in ["HTTP/1.1 +200 OK", "HTTP/1.1 0200 OK", "HTTP/1.1 20 OK", "HTTP/1.1 65535"] {
+            assert_eq!(parse_status_line(line.as_bytes()), None, "{line}");
+        }
+        assert_eq!(parse_status_line(b"HTTP/1.1 503\r\n"), Some(503));
+        assert_eq!(parse_status_line(b"HTTP/1.1  200  OK"), Some(200), "extra spaces are fine");
+    }
+
+    #[test]
+    fn an_answer_without_a_newline_is_read_up_to_the_limit() {
+        let mut reader = StatusLineReader::default();
+        assert!(!reader.push(b"HTTP/1.1 200 "));
+        assert!(reader.push(&[b'x'; 300]));
+        assert_eq!(reader.room(), 0);
+        assert_eq!(reader.status(), Some(200));
     }
 
     fn check(probe: ProbeKind) -> HealthCheck {

@@ -55,7 +55,7 @@ pub fn config_files(main_path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
         })?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with('.') || !(name.ends_with(".toml") || is_manifest(Path::new(name))) {
+        if !is_fragment_name(name) {
             continue;
         }
         // Follows symlinks, so a fragment may link to a file managed elsewhere.
@@ -66,6 +66,12 @@ pub fn config_files(main_path: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
     fragments.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
     files.extend(fragments);
     Ok(files)
+}
+
+/// Whether a file named `name` in `conf.d/` is part of the config: `*.toml`, `*.yaml`, `*.yml`,
+/// not hidden.
+pub fn is_fragment_name(name: &str) -> bool {
+    !name.starts_with('.') && (name.ends_with(".toml") || is_manifest(Path::new(name)))
 }
 
 /// Loads `main_path` and its `conf.d/` fragments into one validated config.
@@ -106,7 +112,9 @@ fn is_manifest(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
-/// Loads several files' texts, merged in the given order.
+/// Loads several files' texts, merged in the given order: what [`load`] does with the files it
+/// read, so callers that hold the texts (the fuzz target of the multi-file merge) take the same
+/// path. `*.yaml`/`*.yml` paths are manifests, everything else TOML.
 ///
 /// TOML files are read first, because a manifest's `nodeSelector` is matched against the node
 /// labels that TOML `[node]` sections give; the fragments still merge in file order.

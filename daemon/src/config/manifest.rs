@@ -77,6 +77,20 @@ pub(crate) fn fragments(
     node_labels: &Labels,
     errors: &mut Vec<ConfigError>,
 ) -> Vec<Fragment> {
+    if let Some((line, column, what)) = foreign_line_break(text) {
+        errors.push(ConfigError {
+            file: path.to_path_buf(),
+            line,
+            column,
+            field: String::new(),
+            message: format!(
+                "{what}: YAML takes it for a line break, so it would count lines differently \
+                 from your editor and from these messages; save the file with LF or CRLF line \
+                 endings"
+            ),
+        });
+        return Vec::new();
+    }
     let starts = document_start_lines(text);
     let mut out = Vec::new();
     for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
@@ -113,6 +127,34 @@ pub(crate) fn fragments(
         errors.append(&mut doc.errors);
     }
     out
+}
+
+/// The first line break YAML knows that is not `\n` or `\r\n` (a lone `\r`, and libyaml's
+/// NEL, LS and PS), as (line, column, what) counting lines at `\n` only. Found by the
+/// manifests fuzz target: with one of these, the YAML parser's error lines pointed past the end
+/// of the file as an editor shows it.
+fn foreign_line_break(text: &str) -> Option<(usize, usize, &'static str)> {
+    let mut chars = text.chars().peekable();
+    let (mut line, mut column) = (1usize, 1usize);
+    while let Some(c) = chars.next() {
+        let what = match c {
+            '\n' => {
+                (line, column) = (line.saturating_add(1), 1);
+                continue;
+            }
+            '\r' if chars.peek() == Some(&'\n') => None,
+            '\r' => Some("a carriage return without a newline"),
+            '\u{85}' => Some("a NEL character (U+0085)"),
+            '\u{2028}' => Some("a line separator (U+2028)"),
+            '\u{2029}' => Some("a paragraph separator (U+2029)"),
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Some((line, column, what));
+        }
+        column = column.saturating_add(1);
+    }
+    None
 }
 
 /// The 1-based line each document starts on (its first content line), in the order the YAML
@@ -1212,5 +1254,28 @@ spec:
         let yaml = yaml
             .replace("disableMP: true\n", "disableMP: true\n  holdTime: 90s\n  connectTime: 5s\n");
         load(toml, &[(PathBuf::from("conf.d/peer.yaml"), yaml)]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Found by the manifests fuzz target: YAML takes a lone `\r` for a line break, so its
+    /// error pointed at line 70 of a 46-line file. Such files are refused where the first one
+    /// is, in the lines an editor shows; CRLF files load.
+    #[test]
+    fn line_breaks_that_yaml_and_editors_count_differently_are_refused() {
+        let peer = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: p}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  holdTime: 90s\n";
+        let crlf = peer.replace('\n', "\r\n");
+        load("", &[(PathBuf::from("crlf.yaml"), crlf)]).unwrap_or_else(|e| panic!("{e}"));
+        let old_mac = peer.replacen("kind: BGPPeer\n", "kind: BGPPeer\r", 1);
+        let errors = load("", &[(PathBuf::from("cr.yaml"), old_mac)]).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let error = &errors[0];
+        assert_eq!((error.file.as_path(), error.line, error.column), (Path::new("cr.yaml"), 2, 14));
+        assert!(
+            error.message.starts_with("a carriage return without a newline"),
+            "{}",
+            error.message
+        );
+        let separator = peer.replace("name: p}", "name: p}\u{2028}");
+        let errors = load("", &[(PathBuf::from("ls.yaml"), separator)]).unwrap_err().0;
+        assert_eq!((errors[0].line, errors[0].column), (3, 20), "{errors:?}");
     }
 }

@@ -72,7 +72,9 @@ mod validate;
 pub(crate) use validate::DEFAULT_METRIC;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use load::{config_files, load, load_sources, load_str, DEFAULT_CONFIG_PATH, FRAGMENT_DIR};
+pub use load::{
+    config_files, is_fragment_name, load, load_sources, load_str, DEFAULT_CONFIG_PATH, FRAGMENT_DIR,
+};
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,

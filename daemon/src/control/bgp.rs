@@ -25,7 +25,7 @@ pub async fn neighbors_json(
     address: Option<&str>,
 ) -> Result<Value, String> {
     let address = match address {
-        Some(a) => Some(a.parse::<IpAddr>().map_err(|e| format!("{a}: {e}"))?),
+        Some(a) => Some(parse_neighbor_address(a)?),
         None => None,
     };
     per_vrf(instances, vrf, move |i| Box::pin(neighbors(i, address))).await
@@ -355,7 +355,14 @@ fn graceful_restart_json(
     })
 }
 
-fn parse_lookup(text: &str) -> Result<Lookup, String> {
+/// The `ADDR` of `show bgp neighbors ADDR`.
+pub fn parse_neighbor_address(text: &str) -> Result<IpAddr, String> {
+    text.parse::<IpAddr>().map_err(|e| format!("{text}: {e}"))
+}
+
+/// The `PREFIX|ADDRESS` of `show bgp routes`: a prefix (host bits cleared, as FRR does) or an
+/// address for a longest match.
+pub fn parse_lookup(text: &str) -> Result<Lookup, String> {
     if let Ok(net) = text.parse::<IpNet>() {
         return Ok(Lookup::Prefix(net.trunc()));
     }

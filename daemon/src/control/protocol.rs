@@ -85,6 +85,12 @@ pub enum Request {
     Reload,
 }
 
+/// One request line as a client sent it (JSON, the newline optional) → the request, or the
+/// error the client is answered with.
+pub fn parse_request(line: &[u8]) -> Result<Request, String> {
+    serde_json::from_slice::<Request>(line).map_err(|e| format!("bad request: {e}"))
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Response {

@@ -1,7 +1,7 @@
 //! The daemon side of the control socket. The socket is created mode 0600 (root-only): it
 //! exposes the whole routing state.
 
-use super::protocol::{Request, Response};
+use super::protocol::{parse_request, Request, Response};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 /// The largest request line: a request is a command and a few arguments.
-const MAX_REQUEST: u64 = 64 * 1024;
+pub const MAX_REQUEST: u64 = 64 * 1024;
 /// How long a client may take to send its request line.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to read the answer (a large `show` is a few MiB).
@@ -99,12 +99,12 @@ where
             Incoming::TooLarge => {
                 (Response::Error(format!("request larger than {} KiB", MAX_REQUEST / 1024)), true)
             }
-            Incoming::Line(line) => match serde_json::from_slice::<Request>(&line) {
+            Incoming::Line(line) => match parse_request(&line) {
                 Ok(request) => match handler(request).await {
                     Ok(v) => (Response::Ok(v), false),
                     Err(e) => (Response::Error(e), false),
                 },
-                Err(e) => (Response::Error(format!("bad request: {e}")), false),
+                Err(e) => (Response::Error(e), false),
             },
         };
         let mut text = serde_json::to_string(&response).unwrap_or_default();
