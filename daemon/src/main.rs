@@ -9,11 +9,6 @@ use std::time::Duration;
 use uplink::control::protocol::{FamilyArg, Request, VrfSelector};
 use uplink::control::{client, render, DEFAULT_SOCKET};
 
-/// Measured against glibc's malloc with a full-table-like mix (docs/BENCHMARKS.md, issue 15).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 const DEFAULT_CONFIG: &str = "/etc/uplink/uplink.toml";
 const DEFAULT_STATE_DIR: &str = "/var/lib/uplink";
 
