@@ -131,13 +131,13 @@ pub(crate) fn validate(
         (None, Some(file)) => {
             let dir = source.path.parent().unwrap_or(Path::new("."));
             let path = dir.join(file.get_ref());
-            match std::fs::read_to_string(&path) {
+            match super::check::read_secret_file(&path) {
                 Ok(text) => Some((one_line(&text).to_string(), file.span(), "password_file")),
                 Err(error) => {
                     fail(
                         &file.span(),
                         "password_file",
-                        format!("cannot read {}: {error}; point it at a readable file holding the BFD key", path.display()),
+                        format!("{error}; point it at a readable file holding the BFD key"),
                     );
                     None
                 }

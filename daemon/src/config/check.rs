@@ -295,3 +295,49 @@ pub(crate) fn is_device_name(name: &str) -> bool {
         && name != ".."
         && !name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
 }
+
+/// The most a key file may hold: TCP-MD5 keys are at most 80 octets (RFC 2385 via Linux's
+/// TCP_MD5SIG_MAXKEYLEN), BFD keys at most 20; a few KiB leaves room for comments-free files
+/// with a trailing newline and refuses `/dev/zero` or a log file named by mistake.
+pub const MAX_SECRET_FILE_BYTES: u64 = 4096;
+
+/// Reads a `password_file`: a regular file (a FIFO would block the load, a device could be
+/// endless) of at most [`MAX_SECRET_FILE_BYTES`]. The error says what is wrong with `path`.
+pub fn read_secret_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    let mut text = String::new();
+    file.take(MAX_SECRET_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_SECRET_FILE_BYTES {
+        return Err(format!(
+            "{} is larger than {MAX_SECRET_FILE_BYTES} bytes; a key file holds the key alone",
+            path.display()
+        ));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod secret_file_tests {
+    use super::*;
+
+    #[test]
+    fn secret_files_are_small_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "s3cret\n").unwrap();
+        assert_eq!(read_secret_file(&key).unwrap(), "s3cret\n");
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'a'; 5000]).unwrap();
+        assert!(read_secret_file(&big).unwrap_err().contains("larger than 4096 bytes"));
+        assert!(read_secret_file(dir.path()).unwrap_err().contains("not a regular file"));
+        assert!(read_secret_file(Path::new("/dev/zero")).unwrap_err().contains("not a regular file"));
+        assert!(read_secret_file(&dir.path().join("absent")).unwrap_err().contains("cannot read"));
+    }
+}

@@ -239,6 +239,15 @@ fn decode_value(
                     );
                     return Ok(false);
                 }
+                Ok(path) if path.contains(0) => {
+                    // RFC 7607 §2: AS 0 in AS_PATH makes the UPDATE malformed (RFC 7606 §7.2).
+                    out.problems.withdraw(
+                        code,
+                        "RFC 7607 §2: AS_PATH contains AS 0",
+                        path.to_string(),
+                    );
+                    return Ok(false);
+                }
                 Ok(path) => out.attrs.as_path = path,
                 Err(AsPathError::TooLong) => {
                     out.problems.withdraw(
@@ -316,6 +325,15 @@ fn decode_value(
         type_code::AGGREGATOR => {
             let asn_len = if ctx.four_octet_as { 4 } else { 2 };
             match decode_aggregator(value, asn_len) {
+                Some(agg) if agg.asn == 0 => {
+                    // RFC 7607 §2 with RFC 7606 §7.7: a malformed AGGREGATOR is discarded.
+                    out.problems.discard(
+                        code,
+                        "RFC 7607 §2: AGGREGATOR carries AS 0",
+                        agg.address.to_string(),
+                    );
+                    return Ok(false);
+                }
                 Some(agg) => out.attrs.aggregator = Some(agg),
                 None => {
                     out.problems.discard(
@@ -399,6 +417,11 @@ fn decode_value(
                     );
                     return Ok(false);
                 }
+                Ok(path) if path.contains(0) => {
+                    // RFC 7607 §2 with RFC 6793 §6: a malformed AS4_PATH is discarded.
+                    out.problems.discard(code, "RFC 7607 §2: AS4_PATH contains AS 0", path.to_string());
+                    return Ok(false);
+                }
                 Ok(path) => out.as4_path = Some(path),
                 Err(e) => {
                     out.problems.discard(code, "RFC 6793 §6: AS4_PATH is malformed", e.to_string());
@@ -416,6 +439,14 @@ fn decode_value(
                 return Ok(false);
             }
             match decode_aggregator(value, 4) {
+                Some(agg) if agg.asn == 0 => {
+                    out.problems.discard(
+                        code,
+                        "RFC 7607 §2: AS4_AGGREGATOR carries AS 0",
+                        agg.address.to_string(),
+                    );
+                    return Ok(false);
+                }
                 Some(agg) => out.as4_aggregator = Some(agg),
                 None => {
                     out.problems.discard(
@@ -1074,6 +1105,21 @@ mod tests {
             assert_eq!(p.type_code, type_code::AS_PATH, "{what}");
             assert!(!d.present.contains(type_code::AS_PATH), "{what}");
         }
+    }
+
+    #[test]
+    fn as_zero_in_as_path_is_withdrawn_and_in_aggregator_discarded() {
+        // RFC 7607 §2. AS_PATH: SEQUENCE of 65001, 0.
+        let block = [0x40, 2, 10, 2, 2, 0, 0, 0xfd, 0xe9, 0, 0, 0, 0];
+        let d = decode(&block, &ctx(true));
+        let p = d.problems.treat_as_withdraw.unwrap_or_else(|| panic!("AS 0 accepted"));
+        assert!(p.rule.contains("RFC 7607"), "{}", p.rule);
+        // AGGREGATOR: AS 0, 192.0.2.1.
+        let block = [0xc0, 7, 8, 0, 0, 0, 0, 192, 0, 2, 1];
+        let d = decode(&block, &ctx(true));
+        assert!(d.problems.treat_as_withdraw.is_none());
+        assert_eq!(d.attrs.aggregator, None);
+        assert!(d.problems.discarded.iter().any(|p| p.rule.contains("RFC 7607")));
     }
 
     #[test]

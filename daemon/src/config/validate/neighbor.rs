@@ -475,10 +475,10 @@ impl Checker<'_, '_> {
             (None, Some(file)) => {
                 let name = format!("{field}.password_file");
                 let path = self.file_dir().join(file.get_ref());
-                let text = match std::fs::read_to_string(&path) {
+                let text = match crate::config::check::read_secret_file(&path) {
                     Ok(text) => text,
                     Err(error) => {
-                        self.fail(file, &name, format!("cannot read {}: {error}; point it at a readable file holding the TCP-MD5 key", path.display()));
+                        self.fail(file, &name, format!("{error}; point it at a readable file holding the TCP-MD5 key"));
                         return None;
                     }
                 };
