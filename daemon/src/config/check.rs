@@ -305,7 +305,8 @@ pub const MAX_SECRET_FILE_BYTES: u64 = 4096;
 /// endless) of at most [`MAX_SECRET_FILE_BYTES`]. The error says what is wrong with `path`.
 pub fn read_secret_file(path: &Path) -> Result<String, String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let meta = file.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if !meta.is_file() {
         return Err(format!("{} is not a regular file", path.display()));
@@ -337,7 +338,9 @@ mod secret_file_tests {
         std::fs::write(&big, vec![b'a'; 5000]).unwrap();
         assert!(read_secret_file(&big).unwrap_err().contains("larger than 4096 bytes"));
         assert!(read_secret_file(dir.path()).unwrap_err().contains("not a regular file"));
-        assert!(read_secret_file(Path::new("/dev/zero")).unwrap_err().contains("not a regular file"));
+        assert!(read_secret_file(Path::new("/dev/zero"))
+            .unwrap_err()
+            .contains("not a regular file"));
         assert!(read_secret_file(&dir.path().join("absent")).unwrap_err().contains("cannot read"));
     }
 }

@@ -419,7 +419,11 @@ fn decode_value(
                 }
                 Ok(path) if path.contains(0) => {
                     // RFC 7607 §2 with RFC 6793 §6: a malformed AS4_PATH is discarded.
-                    out.problems.discard(code, "RFC 7607 §2: AS4_PATH contains AS 0", path.to_string());
+                    out.problems.discard(
+                        code,
+                        "RFC 7607 §2: AS4_PATH contains AS 0",
+                        path.to_string(),
+                    );
                     return Ok(false);
                 }
                 Ok(path) => out.as4_path = Some(path),

@@ -478,7 +478,11 @@ impl Checker<'_, '_> {
                 let text = match crate::config::check::read_secret_file(&path) {
                     Ok(text) => text,
                     Err(error) => {
-                        self.fail(file, &name, format!("{error}; point it at a readable file holding the TCP-MD5 key"));
+                        self.fail(
+                            file,
+                            &name,
+                            format!("{error}; point it at a readable file holding the TCP-MD5 key"),
+                        );
                         return None;
                     }
                 };
