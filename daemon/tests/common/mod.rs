@@ -89,13 +89,14 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<
 /// `ip route show ARGS` in `ns`, each `nhid N` followed by the nexthop lines of the group and
 /// its members (`via GATEWAY dev IF`): uplink turns the kernel's nexthop compatibility mode
 /// off, so its routes name only their group.
+/// A group replaced between the two reads (a reload) is left out: callers poll.
 pub fn route_with_nexthops(ns: &Ns, args: &str) -> String {
     let script = format!(
         "r=$(ip route show {args}); echo \"$r\"; \
          for id in $(echo \"$r\" | grep -o 'nhid [0-9]*' | cut -d' ' -f2); do \
-           for m in $(ip nexthop show id $id | grep -o 'group [0-9/,]*' | cut -d' ' -f2 \
-                      | tr '/' ' ' | sed 's/,[0-9]*//g') $id; do ip nexthop show id $m; done; \
-         done"
+           for m in $(ip nexthop show id $id 2>/dev/null | grep -o 'group [0-9/,]*' | cut -d' ' -f2 \
+                      | tr '/' ' ' | sed 's/,[0-9]*//g') $id; do ip nexthop show id $m 2>/dev/null; done; \
+         done; true"
     );
     ns.run(&["sh", "-c", &script])
 }
