@@ -23,6 +23,9 @@ import struct
 import sys
 import time
 
+# The framing is raw_bgp.py's (the script's own directory is on the import path).
+from raw_bgp import message, read_message
+
 START = time.time()
 
 
@@ -32,10 +35,6 @@ def out(**line):
 
 def now():
     return round(time.time() - START, 3)
-
-
-def message(kind, body=b""):
-    return b"\xff" * 16 + struct.pack("!HB", 19 + len(body), kind) + body
 
 
 def open_message(asn, router_id, hold):
@@ -64,23 +63,6 @@ def prefix_nlri(text):
     addr, length = text.split("/")
     length = int(length)
     return bytes([length]) + socket.inet_aton(addr)[: (length + 7) // 8]
-
-
-def read_message(sock):
-    data = b""
-    while len(data) < 19:
-        chunk = sock.recv(19 - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    length, kind = struct.unpack("!HB", data[16:19])
-    body = b""
-    while len(body) < length - 19:
-        chunk = sock.recv(length - 19 - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return kind, body
 
 
 def connect(host, rcvbuf=None, until=None):
