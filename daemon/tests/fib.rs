@@ -284,18 +284,7 @@ fn hundred_thousand_routes_in_and_out() {
     let node = lab.ns("node");
     let bird_ns = lab.ns("bird");
     lab.link(&node, &["10.0.2.2/24"], &bird_ns, &["10.0.2.1/24"]);
-    let mut conf = bird_conf(&spec(65102, "10.0.2.1", "10.0.2.2", &[]));
-    conf.push_str("protocol static bulk { ipv4;\n");
-    for i in 0..COUNT {
-        conf.push_str(&format!(
-            "  route {}.{}.{}.0/24 blackhole;\n",
-            16 + i / 65536,
-            (i / 256) % 256,
-            i % 256
-        ));
-    }
-    conf.push_str("}\n");
-    let conf = conf.replace("export where source = RTS_STATIC", "export all");
+    let conf = bird_bulk_conf(&spec(65102, "10.0.2.1", "10.0.2.2", &[]), COUNT);
     let bird = Bird::start(&mut lab, &bird_ns, &conf);
     let _uplink = Uplink::start(
         &mut lab,

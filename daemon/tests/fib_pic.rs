@@ -25,18 +25,7 @@ fn upstream_conf(id: &str, node: &str) -> String {
         neighbors: vec![NeighborSpec { address: node.into(), asn: 65001, ..Default::default() }],
         announce: vec![],
     };
-    let mut conf = bird_conf(&spec).replace("export where source = RTS_STATIC", "export all");
-    conf.push_str("protocol static bulk { ipv4;\n");
-    for i in 0..COUNT {
-        conf.push_str(&format!(
-            "  route {}.{}.{}.0/24 blackhole;\n",
-            16 + i / 65536,
-            (i / 256) % 256,
-            i % 256
-        ));
-    }
-    conf.push_str("}\n");
-    conf
+    bird_bulk_conf(&spec, COUNT)
 }
 
 /// Every route of ours in the main table and the gateways it forwards over, as (route count,

@@ -178,6 +178,24 @@ pub fn frr_conf(spec: &SpeakerSpec) -> String {
     c
 }
 
+/// `bird_conf(spec)` exporting everything, plus `count` blackhole /24s from 16.0.0.0/24 on
+/// (static protocol `bulk`): a large table from one BIRD.
+pub fn bird_bulk_conf(spec: &SpeakerSpec, count: usize) -> String {
+    let mut c = bird_conf(spec).replace("export where source = RTS_STATIC", "export all");
+    c.push_str("protocol static bulk { ipv4;\n");
+    for i in 0..count {
+        let _ = writeln!(
+            c,
+            "  route {}.{}.{}.0/24 blackhole;",
+            16 + i / 65536,
+            (i / 256) % 256,
+            i % 256
+        );
+    }
+    c.push_str("}\n");
+    c
+}
+
 pub fn bird_conf(spec: &SpeakerSpec) -> String {
     let mut c = String::new();
     let _ = writeln!(c, "router id {};\nprotocol device {{}}", spec.router_id);
