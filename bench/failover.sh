@@ -17,8 +17,12 @@ cd "$(dirname "$0")/.."
 read -r -a COUNTS <<<"${*:-100000 500000 1000000}"
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 UPLINK=$(realpath "${UPLINK:-$TARGET_DIR/release/uplink}")
-# uplink runs as its systemd unit runs it: one malloc arena (UPLINK_ARENAS, default 1).
+# uplink runs as its systemd unit runs it: one malloc arena (UPLINK_ARENAS, default 1) and a
+# fixed mmap threshold (UPLINK_MMAP_THRESHOLD, default 131072; empty for glibc's dynamic one).
 UPLINK_ARENAS=${UPLINK_ARENAS:-1}
+UPLINK_MMAP_THRESHOLD=${UPLINK_MMAP_THRESHOLD-131072}
+UPLINK_MALLOC_ENV=(MALLOC_ARENA_MAX="$UPLINK_ARENAS")
+[ -n "$UPLINK_MMAP_THRESHOLD" ] && UPLINK_MALLOC_ENV+=(MALLOC_MMAP_THRESHOLD_="$UPLINK_MMAP_THRESHOLD")
 INJECT=$(realpath "${INJECT:-$TARGET_DIR/release/uplink-inject}")
 FIBWATCH=$(realpath "${FIBWATCH:-$TARGET_DIR/release/uplink-fibwatch}")
 DAEMONS=${DAEMONS:-"uplink bird frr"}
@@ -78,7 +82,7 @@ start_uplink() {
       printf 'hold_time = "180s"\nto_receive = { allowed = { mode = "all" } }\n'
     done
   } >"$dir/uplink.toml"
-  ip netns exec "$NS_D" env MALLOC_ARENA_MAX="$UPLINK_ARENAS" "$UPLINK" run --config "$dir/uplink.toml" --socket "$dir/uplink.sock" \
+  ip netns exec "$NS_D" env "${UPLINK_MALLOC_ENV[@]}" "$UPLINK" run --config "$dir/uplink.toml" --socket "$dir/uplink.sock" \
     >"$dir/uplink.log" 2>&1 &
   PIDS="$PIDS $!"
 }

@@ -11,6 +11,8 @@
 # Environment knobs:
 #   UPLINK, INJECT      binaries (default: $CARGO_TARGET_DIR or target, /release/)
 #   UPLINK_ARENAS       uplink's MALLOC_ARENA_MAX (default 1, as its systemd unit sets)
+#   UPLINK_MMAP_THRESHOLD  uplink's MALLOC_MMAP_THRESHOLD_ (default 131072, as its unit sets;
+#                       empty: glibc's dynamic threshold)
 #   DAEMONS             subset of "uplink bird frr" (default all three)
 #   CASES               subset of "v4 v6 v4mix" (default all three; v4mix is the v4 case with
 #                       ATTR_SETS distinct attribute sets, spread like a full table's)
@@ -24,8 +26,12 @@ set -euo pipefail
 
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 UPLINK=$(realpath "${UPLINK:-$TARGET_DIR/release/uplink}")
-# uplink runs as its systemd unit runs it: one malloc arena (UPLINK_ARENAS, default 1).
+# uplink runs as its systemd unit runs it: one malloc arena (UPLINK_ARENAS, default 1) and a
+# fixed mmap threshold (UPLINK_MMAP_THRESHOLD, default 131072; empty for glibc's dynamic one).
 UPLINK_ARENAS=${UPLINK_ARENAS:-1}
+UPLINK_MMAP_THRESHOLD=${UPLINK_MMAP_THRESHOLD-131072}
+UPLINK_MALLOC_ENV=(MALLOC_ARENA_MAX="$UPLINK_ARENAS")
+[ -n "$UPLINK_MMAP_THRESHOLD" ] && UPLINK_MALLOC_ENV+=(MALLOC_MMAP_THRESHOLD_="$UPLINK_MMAP_THRESHOLD")
 INJECT=$(realpath "${INJECT:-$TARGET_DIR/release/uplink-inject}")
 DAEMONS=${DAEMONS:-"uplink bird frr"}
 CASES=${CASES:-"v4 v6 v4mix"}
@@ -142,7 +148,7 @@ passive = true
 hold_time = "180s"
 to_receive = { allowed = { mode = "all" } }
 TOML
-  (cd "$dir" && exec ip netns exec "$NS_D" env MALLOC_ARENA_MAX="$UPLINK_ARENAS" "$UPLINK" run --config "$dir/uplink.toml" \
+  (cd "$dir" && exec ip netns exec "$NS_D" env "${UPLINK_MALLOC_ENV[@]}" "$UPLINK" run --config "$dir/uplink.toml" \
     --socket "$dir/uplink.sock" >"$dir/uplink.log" 2>&1) &
   DPID=$!
   disown "$DPID"
