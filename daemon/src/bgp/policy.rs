@@ -160,7 +160,7 @@ pub fn check_import_attributes(
         return Err(ImportReject::FirstAsMismatch);
     }
     // RFC 4456 §8: a route carrying our router id as ORIGINATOR_ID came back to us.
-    if !peer.ebgp && attrs.originator_id == Some(router_id) {
+    if !peer.ebgp && attrs.originator_id() == Some(router_id) {
         return Err(ImportReject::OriginatorIsUs);
     }
     Ok(())
@@ -302,12 +302,16 @@ pub fn export_route(
     }
     // RFC 4456 §8: ORIGINATOR_ID and CLUSTER_LIST belong to reflection inside one AS; we do not
     // reflect, and they never leave the AS.
-    out.originator_id = None;
-    out.cluster_list = Box::default();
-    if learned_from_ebgp.is_some() && !out.unknown.is_empty() {
+    if out.originator_id().is_some() || !out.cluster_list().is_empty() {
+        let rare = out.rare_mut();
+        rare.originator_id = None;
+        rare.cluster_list = Box::default();
+    }
+    if learned_from_ebgp.is_some() && !out.unknown().is_empty() {
         // RFC 4271 §5: unrecognised optional transitive attributes are passed on with the
         // Partial bit set; non-transitive ones are not passed on.
-        out.unknown = out
+        let rare = out.rare_mut();
+        rare.unknown = rare
             .unknown
             .iter()
             .filter(|a| a.flags & flags::TRANSITIVE != 0)
@@ -320,8 +324,10 @@ pub fn export_route(
             Community::Standard(c) if !out.communities.contains(&c) => {
                 out.communities = out.communities.iter().copied().chain([c]).collect();
             }
-            Community::Large(c) if !out.large_communities.contains(&c) => {
-                out.large_communities = out.large_communities.iter().copied().chain([c]).collect();
+            Community::Large(c) if !out.large_communities().contains(&c) => {
+                let rare = out.rare_mut();
+                rare.large_communities =
+                    rare.large_communities.iter().copied().chain([c]).collect();
             }
             _ => {}
         }

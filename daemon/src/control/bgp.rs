@@ -454,9 +454,9 @@ fn community_strings(p: &PathView) -> (Option<String>, Option<String>) {
             .collect::<Vec<_>>()
             .join(" ")
     });
-    let l = (!p.attrs.large_communities.is_empty()).then(|| {
+    let l = (!p.attrs.large_communities().is_empty()).then(|| {
         p.attrs
-            .large_communities
+            .large_communities()
             .iter()
             .map(|c| format!("{}:{}:{}", c.global_admin, c.local_data1, c.local_data2))
             .collect::<Vec<_>>()
@@ -539,7 +539,7 @@ fn single_route_json(r: &RouteView) -> Value {
                 "bestpath": { "overall": p.best, "selectionReason": p.reason },
                 "community": community.map(|s| json!({ "string": s })),
                 "largeCommunity": large.map(|s| json!({ "string": s })),
-                "atomicAggregate": p.attrs.atomic_aggregate,
+                "atomicAggregate": p.attrs.atomic_aggregate(),
                 "nexthops": nexthops_json(p),
                 "peer": { "peerId": peer, "routerId": router_id, "type": kind },
             })

@@ -22,16 +22,19 @@ impl AttrInterner {
         if let Some(existing) = self.sets.get(attrs) {
             return Arc::clone(existing);
         }
-        let fresh = Arc::new(attrs.clone());
+        let mut owned = attrs.clone();
+        owned.rare.shrink();
+        let fresh = Arc::new(owned);
         self.sets.insert(Arc::clone(&fresh));
         fresh
     }
 
     /// Like [`intern`](Self::intern) but takes ownership, saving a clone for a new set.
-    pub fn intern_owned(&mut self, attrs: PathAttributes) -> Arc<PathAttributes> {
+    pub fn intern_owned(&mut self, mut attrs: PathAttributes) -> Arc<PathAttributes> {
         if let Some(existing) = self.sets.get(&attrs) {
             return Arc::clone(existing);
         }
+        attrs.rare.shrink();
         let fresh = Arc::new(attrs);
         self.sets.insert(Arc::clone(&fresh));
         fresh

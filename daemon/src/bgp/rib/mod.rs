@@ -271,7 +271,7 @@ fn decide(dest: &mut Destination, peers: &BTreeMap<PeerId, Peer>, config: &RibCo
                 local,
                 ebgp: info.is_some_and(|i| i.ebgp),
                 // RFC 4456 §9: ORIGINATOR_ID stands in for the BGP identifier when present.
-                router_id: p.attrs.originator_id.unwrap_or(match info {
+                router_id: p.attrs.originator_id().unwrap_or(match info {
                     Some(i) => i.remote_id,
                     None if local => config.router_id,
                     None => Ipv4Addr::BROADCAST,

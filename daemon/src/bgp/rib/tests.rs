@@ -10,7 +10,9 @@ use crate::bgp::policy::{
     AdvertiseFilter, Community, CommunityRule, ExportPolicy, ImportPolicy, ImportReject,
     LocalPrefRule, PrefixListEntry, ReceiveFilter,
 };
-use crate::bgp::wire::attributes::{well_known, AsPath, LargeCommunity, NextHop, PathAttributes};
+use crate::bgp::wire::attributes::{
+    well_known, AsPath, LargeCommunity, NextHop, PathAttributes, RareAttributes,
+};
 
 const LOCAL_ASN: u32 = 64512;
 const ROUTER_ID: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 1);
@@ -190,7 +192,8 @@ fn loop_first_as_and_originator_checks_reject() {
     assert_eq!(out.rejected, vec![(net("10.1.0.0/24"), ImportReject::FirstAsMismatch)]);
 
     let i = rib.peer_up(peer(2, LOCAL_ASN));
-    let looped = PathAttributes { originator_id: Some(ROUTER_ID), ..learned(&[65100], 2) };
+    let mut looped = learned(&[65100], 2);
+    looped.rare_mut().originator_id = Some(ROUTER_ID);
     let out = announce(&mut rib, i, &["10.2.0.0/24"], &looped);
     assert_eq!(out.rejected, vec![(net("10.2.0.0/24"), ImportReject::OriginatorIsUs)]);
     // iBGP paths need not start with the peer's AS.
@@ -429,8 +432,12 @@ fn ebgp_export_of_learned_route_strips_med_local_pref_and_originator() {
     let attrs = PathAttributes {
         med: Some(5),
         local_pref: Some(200),
-        originator_id: Some(Ipv4Addr::new(10, 9, 9, 9)),
-        cluster_list: vec![Ipv4Addr::new(10, 8, 8, 8)].into(),
+        rare: RareAttributes {
+            originator_id: Some(Ipv4Addr::new(10, 9, 9, 9)),
+            cluster_list: vec![Ipv4Addr::new(10, 8, 8, 8)].into(),
+            ..Default::default()
+        }
+        .into(),
         ..learned(&[65100], 1)
     };
     let out = announce(&mut rib, i, &["10.1.0.0/24"], &attrs);
@@ -441,8 +448,8 @@ fn ebgp_export_of_learned_route_strips_med_local_pref_and_originator() {
     assert_eq!(sent.next_hop, nh(100));
     assert_eq!(sent.med, None);
     assert_eq!(sent.local_pref, None);
-    assert_eq!(sent.originator_id, None);
-    assert!(sent.cluster_list.is_empty());
+    assert_eq!(sent.originator_id(), None);
+    assert!(sent.cluster_list().is_empty());
 }
 
 #[test]
@@ -563,10 +570,10 @@ fn with_community_adds_standard_and_large() {
     };
     let nine = by_prefix("10.9.0.0/24");
     assert_eq!(*nine.communities, [0xFDE8_0001]);
-    assert_eq!(*nine.large_communities, [large]);
+    assert_eq!(*nine.large_communities(), [large]);
     let eight = by_prefix("10.8.0.0/24");
     assert_eq!(*eight.communities, [0xFDE8_0002]);
-    assert!(eight.large_communities.is_empty());
+    assert!(eight.large_communities().is_empty());
 }
 
 #[test]

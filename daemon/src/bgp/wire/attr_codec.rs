@@ -320,7 +320,7 @@ fn decode_value(
                 );
                 return Ok(false);
             }
-            out.attrs.atomic_aggregate = true;
+            out.attrs.rare_mut().atomic_aggregate = true;
         }
         type_code::AGGREGATOR => {
             let asn_len = if ctx.four_octet_as { 4 } else { 2 };
@@ -334,7 +334,7 @@ fn decode_value(
                     );
                     return Ok(false);
                 }
-                Some(agg) => out.attrs.aggregator = Some(agg),
+                Some(agg) => out.attrs.rare_mut().aggregator = Some(agg),
                 None => {
                     out.problems.discard(
                         code,
@@ -357,7 +357,7 @@ fn decode_value(
             out.attrs.communities = value.chunks_exact(4).filter_map(read_u32).collect();
         }
         type_code::ORIGINATOR_ID => match value {
-            &[a, b, c, d] => out.attrs.originator_id = Some(Ipv4Addr::new(a, b, c, d)),
+            &[a, b, c, d] => out.attrs.rare_mut().originator_id = Some(Ipv4Addr::new(a, b, c, d)),
             _ => {
                 out.problems.withdraw(
                     code,
@@ -376,7 +376,7 @@ fn decode_value(
                 );
                 return Ok(false);
             }
-            out.attrs.cluster_list =
+            out.attrs.rare_mut().cluster_list =
                 value.chunks_exact(4).filter_map(read_u32).map(Ipv4Addr::from).collect();
         }
         type_code::LARGE_COMMUNITIES => {
@@ -388,7 +388,7 @@ fn decode_value(
                 );
                 return Ok(false);
             }
-            out.attrs.large_communities = value
+            out.attrs.rare_mut().large_communities = value
                 .chunks_exact(12)
                 .filter_map(|c| {
                     Some(super::attributes::LargeCommunity {
@@ -494,7 +494,8 @@ fn decode_value(
                 type_code: code,
                 value: value.to_vec(),
             };
-            out.attrs.unknown = out.attrs.unknown.iter().cloned().chain([raw]).collect();
+            let rare = out.attrs.rare_mut();
+            rare.unknown = rare.unknown.iter().cloned().chain([raw]).collect();
         }
         // RFC 4271 §5: unrecognized optional non-transitive attributes are quietly ignored.
         _ => return Ok(false),
@@ -518,14 +519,14 @@ fn merge_as4(
     as4_path: Option<AsPath>,
     as4_aggregator: Option<Aggregator>,
 ) {
-    if let Some(agg) = out.attrs.aggregator {
+    if let Some(agg) = out.attrs.aggregator() {
         if agg.asn != AS_TRANS {
             // RFC 6793 §4.2.3: an AGGREGATOR with a real 2-octet ASN means a 2-octet speaker
             // aggregated after the AS4 attributes were attached: both are ignored.
             return;
         }
         if let Some(agg4) = as4_aggregator {
-            out.attrs.aggregator = Some(agg4);
+            out.attrs.rare_mut().aggregator = Some(agg4);
         }
     }
     let Some(as4) = as4_path else { return };
@@ -881,11 +882,11 @@ pub fn encode_attributes(
             o.extend_from_slice(&pref.to_be_bytes())
         });
     }
-    if attrs.atomic_aggregate {
+    if attrs.atomic_aggregate() {
         put_attr(out, WELL_KNOWN, type_code::ATOMIC_AGGREGATE, |_| {});
     }
-    let wide_aggregator = attrs.aggregator.filter(|a| two_octet && a.asn > u32::from(u16::MAX));
-    if let Some(agg) = attrs.aggregator {
+    let wide_aggregator = attrs.aggregator().filter(|a| two_octet && a.asn > u32::from(u16::MAX));
+    if let Some(agg) = attrs.aggregator() {
         put_attr(out, OPT_TRANS, type_code::AGGREGATOR, |o| {
             if two_octet {
                 let asn = u16::try_from(agg.asn).unwrap_or(AS_TRANS as u16);
@@ -901,14 +902,14 @@ pub fn encode_attributes(
             attrs.communities.iter().for_each(|c| o.extend_from_slice(&c.to_be_bytes()))
         });
     }
-    if let Some(id) = attrs.originator_id {
+    if let Some(id) = attrs.originator_id() {
         put_attr(out, OPT_NON_TRANS, type_code::ORIGINATOR_ID, |o| {
             o.extend_from_slice(&id.octets())
         });
     }
-    if !attrs.cluster_list.is_empty() {
+    if !attrs.cluster_list().is_empty() {
         put_attr(out, OPT_NON_TRANS, type_code::CLUSTER_LIST, |o| {
-            attrs.cluster_list.iter().for_each(|c| o.extend_from_slice(&c.octets()))
+            attrs.cluster_list().iter().for_each(|c| o.extend_from_slice(&c.octets()))
         });
     }
     // RFC 6793 §4.2.2: a 2-octet peer gets AS4_PATH when the path holds ASNs that do not fit
@@ -929,16 +930,16 @@ pub fn encode_attributes(
             o.extend_from_slice(&agg.address.octets());
         });
     }
-    if !attrs.large_communities.is_empty() {
+    if !attrs.large_communities().is_empty() {
         put_attr(out, OPT_TRANS, type_code::LARGE_COMMUNITIES, |o| {
-            for c in &attrs.large_communities {
+            for c in attrs.large_communities() {
                 o.extend_from_slice(&c.global_admin.to_be_bytes());
                 o.extend_from_slice(&c.local_data1.to_be_bytes());
                 o.extend_from_slice(&c.local_data2.to_be_bytes());
             }
         });
     }
-    for raw in &attrs.unknown {
+    for raw in attrs.unknown() {
         // Only unrecognized optional transitive attributes travel on (RFC 4271 §5), and a raw
         // copy of a type this encoder writes itself would be a duplicate.
         let transitive_optional = raw.flags & (flags::OPTIONAL | flags::TRANSITIVE) == OPT_TRANS;
@@ -998,6 +999,7 @@ pub fn encode_mp_unreach(family: Family, withdrawn: &[IpNet], out: &mut Vec<u8>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bgp::wire::attributes::RareAttributes;
 
     fn ctx(four: bool) -> UpdateContext {
         UpdateContext {
@@ -1027,10 +1029,14 @@ mod tests {
     fn two_octet_encoding_uses_as_trans_and_as4_path() {
         let attrs = PathAttributes {
             as_path: AsPath::sequence(vec![65001, 4_200_000_000]),
-            aggregator: Some(Aggregator {
-                asn: 4_200_000_001,
-                address: Ipv4Addr::new(10, 0, 0, 1),
-            }),
+            rare: RareAttributes {
+                aggregator: Some(Aggregator {
+                    asn: 4_200_000_001,
+                    address: Ipv4Addr::new(10, 0, 0, 1),
+                }),
+                ..Default::default()
+            }
+            .into(),
             ..Default::default()
         };
         let mut out = Vec::new();
@@ -1042,7 +1048,7 @@ mod tests {
         assert!(decoded.present.contains(type_code::AS4_PATH));
         assert!(decoded.present.contains(type_code::AS4_AGGREGATOR));
         assert_eq!(decoded.attrs.as_path, attrs.as_path);
-        assert_eq!(decoded.attrs.aggregator, attrs.aggregator);
+        assert_eq!(decoded.attrs.aggregator(), attrs.aggregator());
     }
 
     #[test]
@@ -1080,7 +1086,7 @@ mod tests {
         let d = decode(&block, &ctx(false));
         assert_eq!(d.attrs.as_path, AsPath::sequence(vec![AS_TRANS]));
         assert_eq!(
-            d.attrs.aggregator,
+            d.attrs.aggregator(),
             Some(Aggregator { asn: 65001, address: Ipv4Addr::new(10, 0, 0, 1) })
         );
     }
@@ -1122,7 +1128,7 @@ mod tests {
         let block = [0xc0, 7, 8, 0, 0, 0, 0, 192, 0, 2, 1];
         let d = decode(&block, &ctx(true));
         assert!(d.problems.treat_as_withdraw.is_none());
-        assert_eq!(d.attrs.aggregator, None);
+        assert_eq!(d.attrs.aggregator(), None);
         assert!(d.problems.discarded.iter().any(|p| p.rule.contains("RFC 7607")));
     }
 
@@ -1145,7 +1151,7 @@ mod tests {
         let block = [0xc0, 99, 2, 1, 2, 0x80, 98, 1, 7];
         let d = decode(&block, &ctx(true));
         assert_eq!(
-            *d.attrs.unknown,
+            *d.attrs.unknown(),
             [RawAttribute { flags: 0xc0, type_code: 99, value: vec![1, 2] }]
         );
         assert!(d.problems.discarded.is_empty() && d.problems.treat_as_withdraw.is_none());

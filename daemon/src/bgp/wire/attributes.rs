@@ -203,6 +203,12 @@ pub mod type_code {
 
 /// The attributes of one path, without the NLRI. The next hop is part of the set because
 /// every route from one peer usually shares it, so interning stays effective.
+///
+/// A full table has a few hundred thousand distinct sets, so the size of one counts: the
+/// attributes nearly every route carries are fields here, the ones few routes carry live out of
+/// line in [`RareAttributes`] (one pointer while absent). With its `Arc` counts a set is one
+/// 112-octet allocation (a 128-octet glibc chunk) plus its AS_PATH and community lists
+/// (docs/BENCHMARKS.md).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct PathAttributes {
     pub origin: Origin,
@@ -210,17 +216,105 @@ pub struct PathAttributes {
     pub next_hop: NextHop,
     pub med: Option<u32>,
     pub local_pref: Option<u32>,
+    /// A boxed slice, not a `Vec`: a set is built once and interned, and a slice is 8 octets
+    /// smaller and never has spare capacity.
+    pub communities: Box<[u32]>,
+    /// ATOMIC_AGGREGATE, AGGREGATOR, large communities, the route reflection attributes and
+    /// unrecognised ones: read them through the accessors below, change them with
+    /// [`rare_mut`](Self::rare_mut).
+    pub rare: RareBox,
+}
+
+/// The attributes that few routes carry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct RareAttributes {
     pub atomic_aggregate: bool,
     pub aggregator: Option<Aggregator>,
-    /// The lists are boxed slices, not `Vec`s: a set is built once and interned, and a slice
-    /// is 8 octets smaller and never has spare capacity.
-    pub communities: Box<[u32]>,
     pub large_communities: Box<[LargeCommunity]>,
     /// RFC 4456 §8, kept for loop detection and display; never sent to eBGP peers.
     pub originator_id: Option<Ipv4Addr>,
     pub cluster_list: Box<[Ipv4Addr]>,
     /// Unrecognised optional transitive attributes, in the order received.
     pub unknown: Box<[RawAttribute]>,
+}
+
+impl RareAttributes {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// [`RareAttributes`] out of line: nothing while all of them are absent. Absent and present
+/// but empty compare and hash the same, so a set that had one of them removed interns with
+/// the sets that never had it.
+#[derive(Debug, Clone, Default)]
+pub struct RareBox(Option<Box<RareAttributes>>);
+
+impl RareBox {
+    pub fn get(&self) -> Option<&RareAttributes> {
+        self.0.as_deref().filter(|rare| !rare.is_empty())
+    }
+
+    /// Frees the box if nothing is left in it (before a set is interned).
+    pub fn shrink(&mut self) {
+        if self.0.as_deref().is_some_and(RareAttributes::is_empty) {
+            self.0 = None;
+        }
+    }
+}
+
+impl From<RareAttributes> for RareBox {
+    fn from(rare: RareAttributes) -> Self {
+        let mut boxed = Self(Some(Box::new(rare)));
+        boxed.shrink();
+        boxed
+    }
+}
+
+impl PartialEq for RareBox {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for RareBox {}
+
+impl std::hash::Hash for RareBox {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.get().hash(state)
+    }
+}
+
+impl PathAttributes {
+    pub fn atomic_aggregate(&self) -> bool {
+        self.rare.get().is_some_and(|r| r.atomic_aggregate)
+    }
+
+    pub fn aggregator(&self) -> Option<Aggregator> {
+        self.rare.get().and_then(|r| r.aggregator)
+    }
+
+    pub fn large_communities(&self) -> &[LargeCommunity] {
+        self.rare.get().map_or(&[], |r| &r.large_communities)
+    }
+
+    pub fn originator_id(&self) -> Option<Ipv4Addr> {
+        self.rare.get().and_then(|r| r.originator_id)
+    }
+
+    pub fn cluster_list(&self) -> &[Ipv4Addr] {
+        self.rare.get().map_or(&[], |r| &r.cluster_list)
+    }
+
+    pub fn unknown(&self) -> &[RawAttribute] {
+        self.rare.get().map_or(&[], |r| &r.unknown)
+    }
+
+    /// The rare attributes, to change; allocates them if absent ([`RareBox::shrink`] undoes
+    /// that when nothing was set).
+    pub fn rare_mut(&mut self) -> &mut RareAttributes {
+        self.rare.0.get_or_insert_with(Box::default)
+    }
 }
 
 impl AsPath {
@@ -372,13 +466,30 @@ mod tests {
         );
     }
 
-    /// What an interned attribute set costs before its lists (docs/BENCHMARKS.md).
+    /// What an interned attribute set costs before its lists (docs/BENCHMARKS.md): with the
+    /// two `Arc` counts at most 112 octets, one 128-octet glibc chunk.
     #[test]
     fn an_attribute_set_stays_small() {
-        assert!(
-            std::mem::size_of::<PathAttributes>() <= 152,
-            "{}",
-            std::mem::size_of::<PathAttributes>()
-        );
+        let size = std::mem::size_of::<PathAttributes>();
+        assert!(size + 16 <= 112, "{size}");
+    }
+
+    #[test]
+    fn rare_attributes_absent_or_emptied_are_the_same_set() {
+        use std::hash::BuildHasher;
+        let plain = PathAttributes { med: Some(5), ..Default::default() };
+        let mut emptied = plain.clone();
+        emptied.rare_mut().aggregator =
+            Some(Aggregator { asn: 1, address: Ipv4Addr::new(192, 0, 2, 1) });
+        assert_ne!(plain, emptied);
+        assert_eq!(emptied.aggregator().map(|a| a.asn), Some(1));
+        emptied.rare_mut().aggregator = None;
+        assert_eq!(plain, emptied);
+        let hasher = std::hash::RandomState::new();
+        assert_eq!(hasher.hash_one(&plain), hasher.hash_one(&emptied));
+        emptied.rare.shrink();
+        assert!(emptied.rare.0.is_none());
+        let from_empty: RareBox = RareAttributes::default().into();
+        assert!(from_empty.0.is_none());
     }
 }

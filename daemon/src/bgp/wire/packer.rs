@@ -205,7 +205,7 @@ mod tests {
     use ipnet::{Ipv4Net, Ipv6Net};
 
     use super::*;
-    use crate::bgp::wire::attributes::{AsPath, LargeCommunity, Origin};
+    use crate::bgp::wire::attributes::{AsPath, LargeCommunity, Origin, RareAttributes};
     use crate::bgp::wire::update::{decode_update, DecodedUpdate, UpdateContext};
 
     pub(crate) fn v4_slash24s(n: usize) -> Vec<IpNet> {
@@ -235,11 +235,15 @@ mod tests {
             next_hop,
             med: Some(10),
             communities: vec![0xfde9_0001, 0xfde9_0002].into(),
-            large_communities: vec![LargeCommunity {
-                global_admin: 65001,
-                local_data1: 7,
-                local_data2: 8,
-            }]
+            rare: RareAttributes {
+                large_communities: vec![LargeCommunity {
+                    global_admin: 65001,
+                    local_data1: 7,
+                    local_data2: 8,
+                }]
+                .into(),
+                ..Default::default()
+            }
             .into(),
             ..Default::default()
         }
@@ -471,8 +475,8 @@ mod netgauze_oracle {
     use super::*;
     use crate::bgp::wire::attr_codec::AS_TRANS;
     use crate::bgp::wire::attributes::{
-        flags, type_code, Aggregator, AsPath, AsSegment, LargeCommunity, Origin, RawAttribute,
-        SegmentKind,
+        flags, type_code, Aggregator, AsPath, AsSegment, LargeCommunity, Origin, RareAttributes,
+        RawAttribute, SegmentKind,
     };
     use crate::bgp::wire::update::tests::{hex, IPV4_VECTOR, IPV6_VECTOR, MP_UNREACH_VECTOR};
     use crate::bgp::wire::update::{decode_update, UpdateContext};
@@ -543,19 +547,20 @@ mod netgauze_oracle {
                 V::NextHop(n) => a.next_hop = NextHop::V4(n.next_hop()),
                 V::MultiExitDiscriminator(m) => a.med = Some(m.metric()),
                 V::LocalPreference(l) => a.local_pref = Some(l.metric()),
-                V::AtomicAggregate(_) => a.atomic_aggregate = true,
+                V::AtomicAggregate(_) => a.rare_mut().atomic_aggregate = true,
                 V::Aggregator(ng::Aggregator::As2Aggregator(g)) => {
-                    a.aggregator =
+                    a.rare_mut().aggregator =
                         Some(Aggregator { asn: u32::from(*g.asn()), address: g.origin() })
                 }
                 V::Aggregator(ng::Aggregator::As4Aggregator(g)) => {
-                    a.aggregator = Some(Aggregator { asn: *g.asn(), address: g.origin() })
+                    a.rare_mut().aggregator =
+                        Some(Aggregator { asn: *g.asn(), address: g.origin() })
                 }
                 V::Communities(c) => {
                     a.communities = c.communities().iter().map(|c| c.value()).collect()
                 }
                 V::LargeCommunities(c) => {
-                    a.large_communities = c
+                    a.rare_mut().large_communities = c
                         .communities()
                         .iter()
                         .map(|c| LargeCommunity {
@@ -565,9 +570,9 @@ mod netgauze_oracle {
                         })
                         .collect()
                 }
-                V::Originator(o) => a.originator_id = Some(o.id()),
+                V::Originator(o) => a.rare_mut().originator_id = Some(o.id()),
                 V::ClusterList(c) => {
-                    a.cluster_list = c.cluster_list().iter().map(|c| c.id()).collect()
+                    a.rare_mut().cluster_list = c.cluster_list().iter().map(|c| c.id()).collect()
                 }
                 V::MpReach(MpReach::Ipv6Unicast { next_hop_global, next_hop_local, nlri }) => {
                     seen.mp_next_hop =
@@ -600,7 +605,8 @@ mod netgauze_oracle {
                         type_code: raw.code(),
                         value: raw.value().to_vec(),
                     };
-                    a.unknown = a.unknown.iter().cloned().chain([raw]).collect();
+                    let rare = a.rare_mut();
+                    rare.unknown = rare.unknown.iter().cloned().chain([raw]).collect();
                 }
                 other => panic!("unexpected attribute {other:?}"),
             }
@@ -627,12 +633,23 @@ mod netgauze_oracle {
                     AsSegment { kind: SegmentKind::Set, asns: vec![big + 1, 64512] },
                 ]),
                 local_pref: Some(150),
-                atomic_aggregate: true,
-                aggregator: Some(Aggregator { asn: big + 9, address: Ipv4Addr::new(10, 1, 1, 1) }),
-                originator_id: Some(Ipv4Addr::new(10, 255, 0, 1)),
-                cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2)].into(),
-                unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![1, 2, 3] }]
+                rare: RareAttributes {
+                    atomic_aggregate: true,
+                    aggregator: Some(Aggregator {
+                        asn: big + 9,
+                        address: Ipv4Addr::new(10, 1, 1, 1),
+                    }),
+                    originator_id: Some(Ipv4Addr::new(10, 255, 0, 1)),
+                    cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2)].into(),
+                    unknown: vec![RawAttribute {
+                        flags: 0xe0,
+                        type_code: 99,
+                        value: vec![1, 2, 3],
+                    }]
                     .into(),
+                    large_communities: base.large_communities().into(),
+                }
+                .into(),
                 communities: (0..200).collect(),
                 ..base.clone()
             },
@@ -640,8 +657,14 @@ mod netgauze_oracle {
                 as_path: AsPath::default(),
                 med: None,
                 communities: vec![].into(),
-                large_communities: vec![].into(),
-                aggregator: Some(Aggregator { asn: 64999, address: Ipv4Addr::new(10, 1, 1, 2) }),
+                rare: RareAttributes {
+                    aggregator: Some(Aggregator {
+                        asn: 64999,
+                        address: Ipv4Addr::new(10, 1, 1, 2),
+                    }),
+                    ..Default::default()
+                }
+                .into(),
                 ..base
             },
         ]
@@ -660,8 +683,9 @@ mod netgauze_oracle {
         }
         a.as_path = AsPath::from_segments(segments);
         let as4_path = (a.as_path != attrs.as_path).then(|| attrs.as_path.clone());
-        let as4_agg = attrs.aggregator.filter(|g| g.asn > 0xffff);
-        a.aggregator = attrs.aggregator.map(|g| Aggregator { asn: narrow(g.asn), ..g });
+        let as4_agg = attrs.aggregator().filter(|g| g.asn > 0xffff);
+        a.rare_mut().aggregator =
+            attrs.aggregator().map(|g| Aggregator { asn: narrow(g.asn), ..g });
         (a, as4_path, as4_agg)
     }
 

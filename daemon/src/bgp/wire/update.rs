@@ -145,7 +145,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::bgp::wire::attr_codec::MAX_AS_PATH_ASNS;
     use crate::bgp::wire::attributes::{
-        well_known, Aggregator, AsPath, LargeCommunity, Origin, RawAttribute,
+        well_known, Aggregator, AsPath, LargeCommunity, Origin, RareAttributes, RawAttribute,
     };
     use crate::bgp::wire::header::HEADER_LEN;
     use crate::bgp::wire::packer::end_of_rib;
@@ -234,7 +234,7 @@ pub(crate) mod tests {
         assert_eq!(a.med, Some(100));
         assert_eq!(*a.communities, [0xfde9_0064, well_known::NO_EXPORT]);
         assert_eq!(
-            *a.large_communities,
+            *a.large_communities(),
             [LargeCommunity { global_admin: 65001, local_data1: 1, local_data2: 2 }]
         );
     }
@@ -694,14 +694,18 @@ pub(crate) mod tests {
             as_path: AsPath::sequence(vec![65001, big, 65002, big + 1]),
             med: Some(7),
             local_pref: Some(300),
-            atomic_aggregate: true,
-            aggregator: Some(Aggregator { asn: big + 2, address: Ipv4Addr::new(192, 0, 2, 9) }),
             communities: vec![well_known::NO_EXPORT, 0xfde9_0001].into(),
-            large_communities: vec![LargeCommunity {
-                global_admin: big,
-                local_data1: 1,
-                local_data2: 2,
-            }]
+            rare: RareAttributes {
+                atomic_aggregate: true,
+                aggregator: Some(Aggregator { asn: big + 2, address: Ipv4Addr::new(192, 0, 2, 9) }),
+                large_communities: vec![LargeCommunity {
+                    global_admin: big,
+                    local_data1: 1,
+                    local_data2: 2,
+                }]
+                .into(),
+                ..Default::default()
+            }
             .into(),
             ..sets[0].clone()
         });
@@ -717,16 +721,26 @@ pub(crate) mod tests {
                     asns: vec![big + 5, 64512],
                 },
             ]),
-            originator_id: Some(Ipv4Addr::new(10, 255, 0, 1)),
-            cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2), Ipv4Addr::new(10, 255, 0, 3)].into(),
-            unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![9; 300] }].into(),
+            rare: RareAttributes {
+                originator_id: Some(Ipv4Addr::new(10, 255, 0, 1)),
+                cluster_list: vec![Ipv4Addr::new(10, 255, 0, 2), Ipv4Addr::new(10, 255, 0, 3)]
+                    .into(),
+                unknown: vec![RawAttribute { flags: 0xe0, type_code: 99, value: vec![9; 300] }]
+                    .into(),
+                ..Default::default()
+            }
+            .into(),
             communities: (0..100).collect(),
             ..sets[0].clone()
         });
         sets.push(PathAttributes {
             as_path: AsPath::default(),
             local_pref: Some(100),
-            aggregator: Some(Aggregator { asn: 64513, address: Ipv4Addr::new(10, 9, 9, 9) }),
+            rare: RareAttributes {
+                aggregator: Some(Aggregator { asn: 64513, address: Ipv4Addr::new(10, 9, 9, 9) }),
+                ..Default::default()
+            }
+            .into(),
             ..sets[0].clone()
         });
         let v4 = [net("192.0.2.0/24"), net("10.0.0.0/8"), net("0.0.0.0/0")];
