@@ -11,18 +11,16 @@
 #
 #   bench/failover.sh [COUNTS...]     default: 100000 500000 1000000 (needs root)
 # Environment: DAEMONS (default "uplink bird frr"), UPLINK, INJECT, FIBWATCH (binaries, default
-# $CARGO_TARGET_DIR or target, /release/), TIMEOUT (seconds for the table to load, 600).
+# $CARGO_TARGET_DIR or target, /release/), TIMEOUT (seconds for the table to load, 600),
+# UPLINK_ARENAS and UPLINK_MMAP_THRESHOLD (uplink's malloc settings, bench/uplink-malloc.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 read -r -a COUNTS <<<"${*:-100000 500000 1000000}"
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 UPLINK=$(realpath "${UPLINK:-$TARGET_DIR/release/uplink}")
-# uplink runs as its systemd unit runs it: one malloc arena (UPLINK_ARENAS, default 1) and a
-# fixed mmap threshold (UPLINK_MMAP_THRESHOLD, default 131072; empty for glibc's dynamic one).
-UPLINK_ARENAS=${UPLINK_ARENAS:-1}
-UPLINK_MMAP_THRESHOLD=${UPLINK_MMAP_THRESHOLD-131072}
-UPLINK_MALLOC_ENV=(MALLOC_ARENA_MAX="$UPLINK_ARENAS")
-[ -n "$UPLINK_MMAP_THRESHOLD" ] && UPLINK_MALLOC_ENV+=(MALLOC_MMAP_THRESHOLD_="$UPLINK_MMAP_THRESHOLD")
+# uplink runs with its systemd unit's malloc settings (UPLINK_MALLOC_ENV).
+# shellcheck source=bench/uplink-malloc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/uplink-malloc.sh"
 INJECT=$(realpath "${INJECT:-$TARGET_DIR/release/uplink-inject}")
 FIBWATCH=$(realpath "${FIBWATCH:-$TARGET_DIR/release/uplink-fibwatch}")
 DAEMONS=${DAEMONS:-"uplink bird frr"}

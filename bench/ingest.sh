@@ -10,8 +10,8 @@
 #   bench/ingest.sh                  run everything (needs root; `make bench` builds first)
 # Environment knobs:
 #   UPLINK, INJECT      binaries (default: $CARGO_TARGET_DIR or target, /release/)
-#   UPLINK_ARENAS       uplink's MALLOC_ARENA_MAX (default 1, as its systemd unit sets)
-#   UPLINK_MMAP_THRESHOLD  uplink's MALLOC_MMAP_THRESHOLD_ (default 131072, as its unit sets;
+#   UPLINK_ARENAS       uplink's MALLOC_ARENA_MAX (default: its systemd unit's, 1)
+#   UPLINK_MMAP_THRESHOLD  uplink's MALLOC_MMAP_THRESHOLD_ (default: its unit's, 131072;
 #                       empty: glibc's dynamic threshold)
 #   DAEMONS             subset of "uplink bird frr" (default all three)
 #   CASES               subset of "v4 v6 v4mix" (default all three; v4mix is the v4 case with
@@ -26,12 +26,9 @@ set -euo pipefail
 
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 UPLINK=$(realpath "${UPLINK:-$TARGET_DIR/release/uplink}")
-# uplink runs as its systemd unit runs it: one malloc arena (UPLINK_ARENAS, default 1) and a
-# fixed mmap threshold (UPLINK_MMAP_THRESHOLD, default 131072; empty for glibc's dynamic one).
-UPLINK_ARENAS=${UPLINK_ARENAS:-1}
-UPLINK_MMAP_THRESHOLD=${UPLINK_MMAP_THRESHOLD-131072}
-UPLINK_MALLOC_ENV=(MALLOC_ARENA_MAX="$UPLINK_ARENAS")
-[ -n "$UPLINK_MMAP_THRESHOLD" ] && UPLINK_MALLOC_ENV+=(MALLOC_MMAP_THRESHOLD_="$UPLINK_MMAP_THRESHOLD")
+# uplink runs with its systemd unit's malloc settings (UPLINK_MALLOC_ENV).
+# shellcheck source=bench/uplink-malloc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/uplink-malloc.sh"
 INJECT=$(realpath "${INJECT:-$TARGET_DIR/release/uplink-inject}")
 DAEMONS=${DAEMONS:-"uplink bird frr"}
 CASES=${CASES:-"v4 v6 v4mix"}
