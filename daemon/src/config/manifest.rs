@@ -624,10 +624,11 @@ impl Document<'_> {
                 return None;
             }
         };
-        // One line, preceded by as many newlines as the document's start line needs, so every
-        // position validation records points at the document in the YAML file.
-        let text = format!("{}{key} = {table}\n", "\n".repeat(self.line.saturating_sub(1)));
-        let source = SourceText::new(self.path, &text);
+        // Every position validation records (in errors, and in the fragment for the merge's
+        // messages) is the document's start in the YAML file: offsets into this text would
+        // point elsewhere, and past the file's end where a string holds a line break.
+        let text = format!("{key} = {table}\n");
+        let source = SourceText::made_from(self.path, self.line, &text);
         let mut errors = Vec::new();
         let fragment = match toml::from_str::<RawFile>(&text) {
             Ok(raw) => Some(validate_file(&source, raw, TimerDefaults::Upstream, &mut errors)),
@@ -1277,5 +1278,42 @@ spec:
         let separator = peer.replace("name: p}", "name: p}\u{2028}");
         let errors = load("", &[(PathBuf::from("ls.yaml"), separator)]).unwrap_err().0;
         assert_eq!((errors[0].line, errors[0].column), (3, 20), "{errors:?}");
+    }
+
+    /// Found by the manifests fuzz target: the positions a translated document left in its
+    /// fragment were offsets into the TOML made from it, so the merge named columns the YAML
+    /// does not have and, with a line break in a string, a line past the end of the file.
+    /// Every position is now the document's start.
+    #[test]
+    fn merge_errors_point_at_the_documents_they_are_about() {
+        let pool = |addresses: &str| {
+            format!(
+                "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata:\n  name: vips\n  \
+                 namespace: metallb-system\nspec:\n  addresses: {addresses}\n"
+            )
+        };
+        let first = pool(r#"["192.0.2.0/28"]"#);
+        let second = format!(
+            "# the same pool, other addresses\n{}",
+            pool(r#"["192.0.2.16/28", "a\nb\nc"]"#)
+        );
+        let errors = load(
+            "",
+            &[(PathBuf::from("conf.d/a.yaml"), first), (PathBuf::from("conf.d/b.yaml"), second)],
+        )
+        .unwrap_err()
+        .0;
+        let merge = errors
+            .iter()
+            .find(|e| e.message.contains("also defined at"))
+            .unwrap_or_else(|| panic!("no merge error: {errors:?}"));
+        assert_eq!(
+            (merge.file.as_path(), merge.line, merge.column),
+            (Path::new("conf.d/b.yaml"), 2, 1)
+        );
+        assert!(merge.message.contains("also defined at conf.d/a.yaml:1:1 "), "{}", merge.message);
+        for error in &errors {
+            assert_eq!((error.line, error.column), (2, 1), "{error}");
+        }
     }
 }

@@ -15,6 +15,10 @@ pub(crate) struct SourceText<'a> {
     pub text: &'a str,
     /// Byte offset where each line starts; the first entry is 0.
     line_starts: Vec<usize>,
+    /// Set for a text uplink made from a line of `path` (a manifest document translated into
+    /// TOML): its offsets mean nothing in the file the operator reads, so every position in it
+    /// is that line, column 1.
+    made_from_line: Option<usize>,
 }
 
 impl<'a> SourceText<'a> {
@@ -24,11 +28,20 @@ impl<'a> SourceText<'a> {
                 text.char_indices().filter(|(_, c)| *c == '\n').map(|(i, _)| i.saturating_add(1)),
             )
             .collect();
-        Self { path: path.to_path_buf(), text, line_starts }
+        Self { path: path.to_path_buf(), text, line_starts, made_from_line: None }
+    }
+
+    /// `text` made from what starts at `line` of `path`: every position in it is reported as
+    /// `line`, column 1.
+    pub fn made_from(path: &Path, line: usize, text: &'a str) -> Self {
+        Self { made_from_line: Some(line), ..Self::new(path, text) }
     }
 
     /// The 1-based line and column (in characters) of a byte offset.
     pub fn loc(&self, offset: usize) -> Loc {
+        if let Some(line) = self.made_from_line {
+            return Loc { file: self.path.clone(), line, column: 1 };
+        }
         let offset = offset.min(self.text.len());
         // partition_point counts line starts at or before `offset`: that count is the line number.
         let line = self.line_starts.partition_point(|start| *start <= offset).max(1);
@@ -53,7 +66,7 @@ impl<'a> SourceText<'a> {
     /// document whose span contains the error's span.
     pub fn toml_error(&self, error: &toml::de::Error) -> ConfigError {
         let Some(span) = error.span() else {
-            return Loc { file: self.path.clone(), line: 1, column: 1 }.error("", error.message());
+            return self.loc(0).error("", error.message());
         };
         // Recoverable parsing still yields the keys around a syntax error (e.g. a duplicate key).
         let (root, _) = DeTable::parse_recoverable(self.text);
