@@ -619,6 +619,9 @@ fn spoofed_down_and_flood_from_a_stranger_leave_the_session_up() {
         .filter(|l| l.contains("10.0.1.1") || l.contains("10.0.1.66"))
         .collect();
     assert!(noisy.len() <= 6, "{} lines about the flood:\n{}", noisy.len(), noisy.join("\n"));
+    // Forged packets never took the peer's own packets' place in the receive queue.
+    let crowded = log_lines(&lab, "receive queue full");
+    assert!(crowded.is_empty(), "the flood filled the queue:\n{}", crowded.join("\n"));
     eprintln!("{}", noisy.join("\n"));
     // The forged flood did reach the session (a third of it says Down with discriminator 0),
     // which discarded it.

@@ -12,18 +12,20 @@
 //! What a stranger can make this thread do is bounded: the kernel drops packets whose TTL is
 //! too low or whose source is not a configured peer before they wake a receive thread (a
 //! socket filter, [`admission_filter`]); the receive thread checks the source again and drops a
-//! packet naming a discriminator that is not the peer's session before it is queued; the queue
-//! has a fixed size; and every log line a packet can trigger is summarised ([`LogThrottle`]).
+//! packet naming a discriminator that is not the peer's session before it is queued, and one
+//! naming none while the session would discard it anyway (Up, unauthenticated), so forged
+//! packets cannot crowd the peer's own out of the queue; the queue has a fixed size; and every
+//! log line a packet can trigger is summarised ([`LogThrottle`]).
 
 use super::auth::Authentication;
 use super::packet::{ControlPacket, Diagnostic, State};
-use super::session::{Action, Counters, Event, Session, SessionConfig};
+use super::session::{Action, Counters, Discard, Event, Session, SessionConfig};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use socket2::{Domain, Protocol, SockAddr, SockFilter, Socket, Type};
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::thread;
@@ -122,9 +124,21 @@ enum Inbound {
     Wake,
 }
 
-/// The peers packets are accepted from, by address and hop, with the discriminator of their
-/// session. Written by the session thread, read by the receive threads for every packet.
-type Admitted = Arc<RwLock<HashMap<(IpAddr, Hop), u32>>>;
+/// The peers packets are accepted from, by address and hop, with what the receive threads need
+/// to know of their sessions. Written by the session thread, read by the receive threads for
+/// every packet.
+type Admitted = Arc<RwLock<HashMap<(IpAddr, Hop), Admission>>>;
+
+/// What a receive thread knows of one admitted peer's session.
+#[derive(Debug, Clone)]
+struct Admission {
+    /// The session's discriminator: a packet naming another is for no session of this peer.
+    discriminator: u32,
+    /// [`Session::takes_zero_discriminator`], kept current by the session thread.
+    takes_zero_discriminator: bool,
+    /// Packets for the session that the receive thread discarded in its stead.
+    discarded: Arc<AtomicU64>,
+}
 
 /// The way in for commands: a channel of their own, plus a wake-up on the packet queue.
 #[derive(Clone)]
@@ -234,6 +248,27 @@ struct Peer {
     link: watch::Sender<BfdLink>,
     /// Summarises the lines about this peer's discarded packets (a wrong key, a spoof).
     discards: LogThrottle,
+    /// Packets the receive thread discarded for this session ([`Admission::discarded`]).
+    discarded_unqueued: Arc<AtomicU64>,
+}
+
+impl Peer {
+    fn admission(&self) -> Admission {
+        Admission {
+            discriminator: self.session.local_discriminator(),
+            takes_zero_discriminator: self.session.takes_zero_discriminator(),
+            discarded: self.discarded_unqueued.clone(),
+        }
+    }
+
+    /// The session's counters with the packets the receive thread discarded for it.
+    fn counters(&self) -> Counters {
+        let mut counters = self.session.counters();
+        let unqueued = self.discarded_unqueued.load(Ordering::Relaxed);
+        counters.control_input = counters.control_input.saturating_add(unqueued);
+        counters.control_discarded = counters.control_discarded.saturating_add(unqueued);
+        counters
+    }
 }
 
 /// A receive socket and the TTL its filter requires.
@@ -387,6 +422,7 @@ impl Worker {
             socket,
             link,
             discards: LogThrottle::new(LOG_PERIOD),
+            discarded_unqueued: Arc::default(),
         });
         self.admit_peers(ipv4, hop);
         Ok(())
@@ -395,16 +431,16 @@ impl Worker {
     /// Tells the receive threads and the kernel which peers of a family and hop to accept
     /// packets from, after a session was added or removed.
     fn admit_peers(&mut self, ipv4: bool, hop: Hop) {
-        let peers: Vec<(IpAddr, u32)> = self
+        let peers: Vec<(IpAddr, Admission)> = self
             .peers
             .iter()
             .filter(|p| p.spec.peer.is_ipv4() == ipv4 && p.spec.hop == hop)
-            .map(|p| (p.spec.peer, p.session.local_discriminator()))
+            .map(|p| (p.spec.peer, p.admission()))
             .collect();
         {
             let mut admitted = self.admitted.write().unwrap_or_else(PoisonError::into_inner);
             admitted.retain(|(address, h), _| !(address.is_ipv4() == ipv4 && *h == hop));
-            admitted.extend(peers.iter().map(|(address, discr)| ((*address, hop), *discr)));
+            admitted.extend(peers.iter().map(|(address, a)| ((*address, hop), a.clone())));
         }
         let Some(listener) = self.listening.get(&(ipv4, hop)) else { return };
         let addresses: Vec<IpAddr> = peers.iter().map(|(address, _)| *address).collect();
@@ -418,6 +454,14 @@ impl Worker {
     fn feed(&mut self, index: usize, event: Event, now: Instant) {
         let Some(peer) = self.peers.get_mut(index) else { return };
         let actions = peer.session.handle(event, now);
+        if actions.iter().any(|a| matches!(a, Action::StateChanged { .. })) {
+            // What the receive thread drops for this session depends on its state.
+            let admission = peer.admission();
+            let mut admitted = self.admitted.write().unwrap_or_else(PoisonError::into_inner);
+            if let Some(entry) = admitted.get_mut(&(peer.spec.peer, peer.spec.hop)) {
+                *entry = admission;
+            }
+        }
         for action in actions {
             match action {
                 Action::Send(packet) => {
@@ -573,7 +617,7 @@ impl Worker {
                         .then(|| s.transmit_interval())
                         .flatten(),
                     detection_time: (s.state() == State::Up).then(|| s.detection_time()).flatten(),
-                    counters: s.counters(),
+                    counters: p.counters(),
                 }
             })
             .collect()
@@ -674,6 +718,7 @@ struct Drops {
     strangers: Option<LogThrottle>,
     malformed: Option<LogThrottle>,
     foreign_discriminator: Option<LogThrottle>,
+    zero_discriminator: Option<LogThrottle>,
     queue_full: Option<LogThrottle>,
 }
 
@@ -722,13 +767,13 @@ impl Receiver {
             };
             let from = from.ip().to_canonical();
             let now = Instant::now();
-            let discriminator = self
+            let admission = self
                 .admitted
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .get(&(from, self.hop))
-                .copied();
-            let Some(discriminator) = discriminator else {
+                .cloned();
+            let Some(admission) = admission else {
                 if due(&mut drops.strangers, now, &mut held_back) {
                     warn!(
                         %from,
@@ -753,11 +798,27 @@ impl Receiver {
             };
             // RFC 5880 §6.8.6: a nonzero Your Discriminator selects the session; one that is not
             // this peer's session selects none, and need not wait in the queue to be told so.
-            if packet.your_discriminator != 0 && packet.your_discriminator != discriminator {
+            if packet.your_discriminator != 0
+                && packet.your_discriminator != admission.discriminator
+            {
                 if due(&mut drops.foreign_discriminator, now, &mut held_back) {
                     warn!(
                         peer = %from, your = packet.your_discriminator,
                         "BFD packet for no session of this peer: dropped (RFC 5880 §6.8.6){}",
+                        held_back_note(held_back)
+                    );
+                }
+                continue;
+            }
+            // One naming no session that the session would discard (Up, unauthenticated) is
+            // discarded here, in its name: a flood of forged ones then never fills the queue.
+            if packet.your_discriminator == 0 && !admission.takes_zero_discriminator {
+                admission.discarded.fetch_add(1, Ordering::Relaxed);
+                if due(&mut drops.zero_discriminator, now, &mut held_back) {
+                    warn!(
+                        peer = %from,
+                        "BFD packet discarded: {}{}",
+                        Discard::ZeroDiscriminatorWhileUp(packet.state),
                         held_back_note(held_back)
                     );
                 }
@@ -865,6 +926,14 @@ mod tests {
         peer.send_to(&packet(State::Up, 77, ours).encode(), to).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert!(link.borrow_and_update().up);
+        // While Up, a Down naming no session may be forged: it is discarded (by the receive
+        // thread, once it knows the session is Up) and counted as the session's.
+        peer.send_to(&packet(State::Down, 78, 0).encode(), to).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        let view = rt.block_on(runtime.peers()).unwrap();
+        assert_eq!(view[0].counters.control_discarded, 1);
+        assert_eq!(view[0].counters.control_input, 3);
+        assert_ne!(view[0].local_diagnostic, Diagnostic::NeighborSignaledSessionDown);
         // Silence: 3 × 20 ms detection.
         std::thread::sleep(Duration::from_millis(120));
         let now = *link.borrow_and_update();

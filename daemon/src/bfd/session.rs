@@ -366,15 +366,24 @@ impl Session {
                 return Ok(());
             }
         }
-        // Demultiplexing by address alone (Your Discriminator zero) lets anyone on the path who
-        // can forge the peer's source address speak for it. A peer that has our discriminator
-        // sends it; one that lost it (its Detection Time passed) stops sending it, and our own
-        // Detection Time then takes the session down. So an Up session takes no unauthenticated
-        // Down or AdminDown without its discriminator: a stranger cannot tear it down.
-        if self.state == State::Up && p.your_discriminator == 0 {
+        if p.your_discriminator == 0 && !self.takes_zero_discriminator() {
             return Err(Discard::ZeroDiscriminatorWhileUp(p.state));
         }
         Ok(())
+    }
+
+    /// Whether a packet with Your Discriminator 0 can mean anything to this session; the
+    /// receive thread drops the others before they are queued (a flood of them must not crowd
+    /// out the peer's own packets).
+    ///
+    /// Demultiplexing by address alone (Your Discriminator zero) lets anyone on the path who
+    /// can forge the peer's source address speak for it. A peer that has our discriminator
+    /// sends it; one that lost it (its Detection Time passed) stops sending it, and our own
+    /// Detection Time then takes the session down. So an Up session takes no unauthenticated
+    /// Down or AdminDown without its discriminator: a stranger cannot tear it down. An
+    /// authenticated packet is the peer's own word, whatever discriminator it carries.
+    pub fn takes_zero_discriminator(&self) -> bool {
+        self.state != State::Up || self.auth.is_some()
     }
 
     fn tick(&mut self, now: Instant, actions: &mut Vec<Action>) {

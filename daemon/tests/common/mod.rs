@@ -345,6 +345,9 @@ impl Drop for Lab {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("===== lab {} logs =====\n{}", self.id, self.dump_logs());
+            // The dump shows only each log's end: keep the whole of them for a closer look.
+            self.dir.disable_cleanup(true);
+            eprintln!("===== lab {} kept in {} =====", self.id, self.dir.path().display());
         }
         // Every process gets its SIGTERM at once, then has until one deadline to exit: FRR's
         // daemons take about two seconds each, which one after the other made up half of
