@@ -60,8 +60,9 @@ test-netconf:
 FUZZ_TARGETS := $(notdir $(basename $(wildcard daemon/fuzz/fuzz_targets/*.rs)))
 FUZZ_SECONDS ?= 20
 
+# One target per core at a time.
 fuzz-smoke:
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/fuzz $(FUZZ_TARGETS)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$$(nproc) ./scripts/fuzz $(FUZZ_TARGETS)
 
 fuzz:
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} ./scripts/fuzz $(FUZZ_TARGETS)
@@ -115,8 +116,8 @@ ansible-check:
 	./ansible/tests/run.sh $(TARGET_DIR)/debug/uplink
 
 # VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
-# running uplink) under QEMU TCG, in a network namespace of their own (root; ~12 min on two
-# cores once the image exists). `make image` builds this tree's static uplink (reproducibly)
+# running uplink) under QEMU TCG, in a network namespace of their own (root; ~27 min on two
+# cores once the image exists, 16 of them the Ansible rollout). `make image` builds this tree's static uplink (reproducibly)
 # and rebuilds the image only when it or the image inputs changed.
 VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2 ansible-core binutils
 .PHONY: vm-test

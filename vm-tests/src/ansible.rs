@@ -600,7 +600,8 @@ fn second_run(topo: &Topology, runner: &Runner, binary: &Path) -> Result<String,
 /// Step 3: the community reaches r2 through `uplink reload`; no session on r2 resets.
 fn config_reload(topo: &Topology, runner: &Runner, binary: &Path) -> Result<String, String> {
     let before = all_established(topo)?;
-    let vars = with(json!({ "uplink_binary_src": binary }), community_vars());
+    // Both workers at once: a reload is what is under test; steps 4 to 6 test the batches.
+    let vars = with(json!({ "uplink_binary_src": binary, "uplink_serial": 2 }), community_vars());
     let play = runner.play("site.yml (community added)", "site.yml", &vars, &[])?;
     if !play.succeeded() {
         return Err(play.report());
