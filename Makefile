@@ -116,8 +116,8 @@ ansible-check:
 	./ansible/tests/run.sh $(TARGET_DIR)/debug/uplink
 
 # VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
-# running uplink) under QEMU TCG, in a network namespace of their own (root; ~27 min on two
-# cores once the image exists, 15 of them the Ansible rollout). `make image` builds this
+# running uplink) under QEMU TCG, in a network namespace of their own (root; 22-27 min on two
+# cores once the image exists, 11-16 of them the Ansible rollout). `make image` builds this
 # tree's static uplink (reproducibly) and rebuilds the image only when it or the image inputs
 # changed.
 VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2 ansible-core binutils
