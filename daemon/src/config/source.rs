@@ -13,12 +13,17 @@ use super::error::{ConfigError, Loc};
 pub(crate) struct SourceText<'a> {
     pub path: PathBuf,
     pub text: &'a str,
-    /// Byte offset where each line starts; the first entry is 0.
-    line_starts: Vec<usize>,
-    /// Set for a text uplink made from a line of `path` (a manifest document translated into
-    /// TOML): its offsets mean nothing in the file the operator reads, so every position in it
-    /// is that line, column 1.
-    made_from_line: Option<usize>,
+    positions: Positions,
+}
+
+/// How a byte offset of the text becomes a position in the file the operator reads.
+enum Positions {
+    /// The text is the file: byte offset where each line starts; the first entry is 0.
+    Lines(Vec<usize>),
+    /// The text was made by uplink from this line of the file (a manifest document translated
+    /// into TOML): its offsets mean nothing in the file, so every position is that line,
+    /// column 1.
+    MadeFrom(usize),
 }
 
 impl<'a> SourceText<'a> {
@@ -28,25 +33,27 @@ impl<'a> SourceText<'a> {
                 text.char_indices().filter(|(_, c)| *c == '\n').map(|(i, _)| i.saturating_add(1)),
             )
             .collect();
-        Self { path: path.to_path_buf(), text, line_starts, made_from_line: None }
+        Self { path: path.to_path_buf(), text, positions: Positions::Lines(line_starts) }
     }
 
     /// `text` made from what starts at `line` of `path`: every position in it is reported as
     /// `line`, column 1.
     pub fn made_from(path: &Path, line: usize, text: &'a str) -> Self {
-        Self { made_from_line: Some(line), ..Self::new(path, text) }
+        Self { path: path.to_path_buf(), text, positions: Positions::MadeFrom(line) }
     }
 
     /// The 1-based line and column (in characters) of a byte offset.
     pub fn loc(&self, offset: usize) -> Loc {
-        if let Some(line) = self.made_from_line {
-            return Loc { file: self.path.clone(), line, column: 1 };
-        }
+        let line_starts = match &self.positions {
+            Positions::Lines(line_starts) => line_starts,
+            Positions::MadeFrom(line) => {
+                return Loc { file: self.path.clone(), line: *line, column: 1 }
+            }
+        };
         let offset = offset.min(self.text.len());
         // partition_point counts line starts at or before `offset`: that count is the line number.
-        let line = self.line_starts.partition_point(|start| *start <= offset).max(1);
-        let line_start =
-            line.checked_sub(1).and_then(|i| self.line_starts.get(i)).copied().unwrap_or(0);
+        let line = line_starts.partition_point(|start| *start <= offset).max(1);
+        let line_start = line.checked_sub(1).and_then(|i| line_starts.get(i)).copied().unwrap_or(0);
         let column =
             self.text.get(line_start..offset).map_or(0, |s| s.chars().count()).saturating_add(1);
         Loc { file: self.path.clone(), line, column }
