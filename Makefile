@@ -119,14 +119,15 @@ ansible-check:
 # running uplink) under QEMU TCG, in a network namespace of their own (root; 22-27 min on two
 # cores once the image exists, 11-16 of them the Ansible rollout). `make image` builds this
 # tree's static uplink (reproducibly) and rebuilds the image only when it or the image inputs
-# changed.
+# changed. No backtrace: the harness's assert says which scenarios failed and why, and a
+# backtrace would push that out of the last lines a CI log keeps.
 VM_TEST_PKGS := qemu-system-x86 openssh-client dosfstools mtools iproute2 ansible-core binutils
 .PHONY: vm-test
 vm-test:
 	@./scripts/apt-install $(VM_TEST_PKGS)
 	$(MAKE) image
 	UPLINK_IMAGE_OUT=$${IMAGE_OUT:-$(CURDIR)/image/out} \
-	  cargo test -p uplink-vm-tests -- --nocapture --test-threads=1
+	  RUST_BACKTRACE=0 cargo test -p uplink-vm-tests -- --nocapture --test-threads=1
 
 # Node OS image (image/README.md): kernel + initramfs root, iPXE script, qcow2, SHA256SUMS in
 # image/out. image-verify builds twice and compares; image-test PXE-boots it under QEMU (TCG).

@@ -1083,6 +1083,7 @@ fn seed_lab() {
         ("power-off: BFD failover", bfd_failover),
     ];
     let mut failed = Vec::new();
+    let mut reasons = Vec::new();
     let mut summary = Vec::new();
     for (name, f) in scenarios {
         let t0 = Instant::now();
@@ -1098,6 +1099,7 @@ fn seed_lab() {
             Err(e) => {
                 println!("FAIL {name} ({secs:.1} s):\n{e}");
                 failed.push(name);
+                reasons.push(format!("{name}: {}", first_lines(e, 12)));
             }
         }
         summary.push(format!(
@@ -1107,5 +1109,32 @@ fn seed_lab() {
         ));
     }
     println!("boot {:.1} s; scenarios:\n{}", topo.boot_time.as_secs_f64(), summary.join("\n"));
-    assert!(failed.is_empty(), "failed scenarios: {failed:?} (consoles in {})", log_dir.display());
+    // The reasons again at the end: a CI log often keeps only its last lines.
+    assert!(
+        failed.is_empty(),
+        "failed scenarios: {failed:?} (consoles in {})\n{}",
+        log_dir.display(),
+        reasons.join("\n")
+    );
+}
+
+/// The first `n` lines of a failure's text (each cut at 300 characters), saying how much of
+/// it is only in the scenario's FAIL report above.
+fn first_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = lines
+        .iter()
+        .take(n)
+        .map(|l| {
+            if l.chars().count() > 300 {
+                format!("{}...", l.chars().take(300).collect::<String>())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    if lines.len() > n {
+        out.push(format!("  [{} more lines in the FAIL report above]", lines.len() - n));
+    }
+    out.join("\n")
 }
