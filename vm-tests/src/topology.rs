@@ -260,6 +260,20 @@ pub fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|e| format!("{what}: not JSON ({e}):\n{text}"))
 }
 
+/// How many of a client's requests to the VIP may end in a connection reset. A request in
+/// flight when r2's ECMP set for the VIP changes (a worker drained, gone, or back) is hashed
+/// to the other worker, which answers with a reset: that is r2's FIB rehashing (FRR has no
+/// resilient hashing), not a lost route. A reset is rare (a request is in flight a few
+/// percent of the time), so more than this means something else.
+pub const CLIENT_RESETS_ALLOWED: usize = 2;
+
+/// Whether curl's error text says the connection was reset in mid-request (curl 55, a send
+/// error, or 56, a receive error): a timeout or a refusal is not one.
+pub fn is_client_reset(curl_error: &str) -> bool {
+    (curl_error.contains("curl: (56)") || curl_error.contains("curl: (55)"))
+        && curl_error.contains("reset by peer")
+}
+
 /// The distinct gateways of a route in `ip route show` text (single path or `nexthop via`
 /// lines, and the nexthop objects a node's `nhid` names, which newer iproute2 also prints on
 /// the route line), sorted.
@@ -769,6 +783,21 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_reset_in_mid_connection_is_a_reset() {
+        let route = "| route: 192.168.100.10 nhid 30 proto bgp metric 20 nexthop via 172.18.20.2";
+        let reset =
+            format!("1.5 FAIL rc=56 curl: (56) Recv failure: Connection reset by peer {route}");
+        let timeout =
+            format!("1.5 FAIL rc=28 curl: (28) Connection timed out after 2001 ms {route}");
+        let refused =
+            format!("1.5 FAIL rc=7 curl: (7) Failed to connect: Connection refused {route}");
+        assert!(is_client_reset(&reset));
+        assert!(!is_client_reset(&timeout));
+        assert!(!is_client_reset(&refused));
+        assert!(!is_client_reset("1.5 wk1"));
+    }
 
     /// What the workers get on their config drives is a valid uplink config (main file plus the
     /// conf.d fragment), so a schema change fails here in seconds, not in a VM boot.
