@@ -18,13 +18,10 @@
 //!    restart, wait-ready, undrain), one worker at a time.
 //!
 //! A client on r2 requests the VIP in a loop through steps 5 and 6 and sees no failure (but
-//! for a reset or two when r2's ECMP set changes, [`CLIENT_RESETS_ALLOWED`]).
+//! for a reset or two when r2's ECMP set changes, [`tolerated_resets`]).
 
 use crate::cmd::{describe, run_timeout};
-use crate::topology::{
-    gateways, is_client_reset, parse_json, Topology, CLIENT_NS, CLIENT_RESETS_ALLOWED, TOR_ADDR,
-    VIP,
-};
+use crate::topology::{gateways, parse_json, tolerated_resets, Topology, CLIENT_NS, TOR_ADDR, VIP};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -770,26 +767,25 @@ fn start_client(topo: &Topology) -> Result<(), String> {
 }
 
 /// Lets the client run on for a moment, stops it and checks that no request failed (but for
-/// [`CLIENT_RESETS_ALLOWED`] resets); returns the answers per worker.
+/// the resets [`tolerated_resets`] allows); returns the answers per worker.
 fn stop_client(topo: &Topology) -> Result<String, String> {
     std::thread::sleep(Duration::from_secs(3));
     let answers = topo.tor.sh("touch /tmp/vip-loop.stop; sleep 3; cat /tmp/vip-loop.out")?;
     let lines: Vec<&str> = answers.lines().filter(|l| !l.trim().is_empty()).collect();
     let failures: Vec<&&str> = lines.iter().filter(|l| l.contains("FAIL")).collect();
-    let resets = failures.iter().filter(|l| is_client_reset(l)).count();
     let mut tally: BTreeMap<String, usize> = BTreeMap::new();
     for l in &lines {
         *tally.entry(l.split_whitespace().nth(1).unwrap_or("").to_string()).or_insert(0) += 1;
     }
-    let tolerated = failures.len() == resets && resets <= CLIENT_RESETS_ALLOWED;
-    if !tolerated || lines.len() < 20 {
+    let tolerated = tolerated_resets(failures.iter().map(|l| **l)).filter(|_| lines.len() >= 20);
+    let Some(resets) = tolerated else {
         return Err(format!(
             "the client saw {} failed requests of {} (r2's time, curl's exit code and error, \
              r2's route to {VIP} just after): {failures:#?}\ntally {tally:?}",
             failures.len(),
             lines.len()
         ));
-    }
+    };
     let outcome = if resets > 0 {
         format!("none lost, {resets} reset by an ECMP change {failures:?}")
     } else {

@@ -274,6 +274,19 @@ pub fn is_client_reset(curl_error: &str) -> bool {
         && curl_error.contains("reset by peer")
 }
 
+/// How many of a client's failed requests (each given by curl's error text) were resets, when
+/// every one was and there were no more than [`CLIENT_RESETS_ALLOWED`]; None otherwise.
+pub fn tolerated_resets<'a>(failures: impl IntoIterator<Item = &'a str>) -> Option<usize> {
+    let mut resets = 0;
+    for error in failures {
+        if !is_client_reset(error) {
+            return None;
+        }
+        resets += 1;
+    }
+    (resets <= CLIENT_RESETS_ALLOWED).then_some(resets)
+}
+
 /// The distinct gateways of a route in `ip route show` text (single path or `nexthop via`
 /// lines, and the nexthop objects a node's `nhid` names, which newer iproute2 also prints on
 /// the route line), sorted.
@@ -797,6 +810,10 @@ mod tests {
         assert!(!is_client_reset(&timeout));
         assert!(!is_client_reset(&refused));
         assert!(!is_client_reset("1.5 wk1"));
+        assert_eq!(tolerated_resets([]), Some(0));
+        assert_eq!(tolerated_resets([reset.as_str(), reset.as_str()]), Some(2));
+        assert_eq!(tolerated_resets([reset.as_str(), reset.as_str(), reset.as_str()]), None);
+        assert_eq!(tolerated_resets([reset.as_str(), timeout.as_str()]), None);
     }
 
     /// What the workers get on their config drives is a valid uplink config (main file plus the

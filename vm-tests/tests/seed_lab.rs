@@ -5,9 +5,9 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
-    gateways, is_client_reset, parse_json, worker_setup_script, Image, Topology, Worker,
-    BFD_INTERVAL_MS, BFD_MULTIPLIER, BOOT_TIMEOUT, CLIENT_NS, CLIENT_RESETS_ALLOWED,
-    DECK_NNCP_FILE, GR_WORKER, TOR_ADDR, TRUNK_NIC, VIP, VRF_LEARNED,
+    gateways, parse_json, tolerated_resets, worker_setup_script, Image, Topology, Worker,
+    BFD_INTERVAL_MS, BFD_MULTIPLIER, BOOT_TIMEOUT, CLIENT_NS, DECK_NNCP_FILE, GR_WORKER, TOR_ADDR,
+    TRUNK_NIC, VIP, VRF_LEARNED,
 };
 
 type Outcome = Result<String, String>;
@@ -725,14 +725,13 @@ fn reboot_moves_the_vip_first(topo: &mut Topology) -> Outcome {
     }
     // The VIP leaving the ECMP set may reset a request in flight (CLIENT_RESETS_ALLOWED).
     let failures = seen["failures"].as_array().cloned().unwrap_or_default();
-    let resets =
-        failures.iter().filter(|f| is_client_reset(f["error"].as_str().unwrap_or(""))).count();
-    if failures.len() > resets || resets > CLIENT_RESETS_ALLOWED {
+    let errors = failures.iter().map(|f| f["error"].as_str().unwrap_or(""));
+    let Some(resets) = tolerated_resets(errors) else {
         return Err(format!(
             "the client saw {} failed requests through the reboot: {seen}",
             failures.len()
         ));
-    }
+    };
     let outcome = match resets {
         0 => "no failure".to_string(),
         n => format!("none lost, {n} reset by the ECMP change"),
@@ -1090,13 +1089,13 @@ fn seed_lab() {
         ("Ansible rollout (ansible/ playbooks over SSH)", |t| uplink_vm_tests::ansible::rollout(t)),
         ("power-off: BFD failover", bfd_failover),
     ];
-    let mut failed = Vec::new();
-    let mut reasons = Vec::new();
+    // Each failed scenario with the first lines of its reason.
+    let mut failed: Vec<(&str, String)> = Vec::new();
     let mut summary = Vec::new();
     for (name, f) in scenarios {
         let t0 = Instant::now();
         // Everything after the sessions needs them: do not spend minutes of timeouts on it.
-        let r = if failed.contains(&SESSIONS) {
+        let r = if failed.iter().any(|(n, _)| *n == SESSIONS) {
             Err(format!("not run: \"{SESSIONS}\" failed"))
         } else {
             f(&mut topo)
@@ -1106,8 +1105,7 @@ fn seed_lab() {
             Ok(note) => println!("PASS {name} ({secs:.1} s): {note}"),
             Err(e) => {
                 println!("FAIL {name} ({secs:.1} s):\n{e}");
-                failed.push(name);
-                reasons.push(format!("{name}: {}", first_lines(e, 12)));
+                failed.push((name, first_lines(e, 12)));
             }
         }
         summary.push(format!(
@@ -1118,9 +1116,11 @@ fn seed_lab() {
     }
     println!("boot {:.1} s; scenarios:\n{}", topo.boot_time.as_secs_f64(), summary.join("\n"));
     // The reasons again at the end: a CI log often keeps only its last lines.
+    let names: Vec<&str> = failed.iter().map(|(n, _)| *n).collect();
+    let reasons: Vec<String> = failed.iter().map(|(n, r)| format!("{n}: {r}")).collect();
     assert!(
         failed.is_empty(),
-        "failed scenarios: {failed:?} (consoles in {})\n{}",
+        "failed scenarios: {names:?} (consoles in {})\n{}",
         log_dir.display(),
         reasons.join("\n")
     );
