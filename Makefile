@@ -105,9 +105,10 @@ nix-check:
 	@./scripts/apt-install nix-bin shellcheck python3
 	./scripts/nix-check
 
-# Ansible content (ansible/): the role's TOML filter tests, ansible-lint (production profile),
-# --syntax-check of the playbooks, and the seed-lab inventory's configs rendered by the role and
-# checked by this tree's uplink (ansible/tests/run.sh). The VM tier runs the playbooks for real.
+# Ansible content (ansible/): the role's filter tests, ansible-lint (production profile),
+# --syntax-check of the playbooks, the seed-lab inventory's configs rendered by the role and
+# checked by this tree's uplink, and the whole role on a stand-in node (a scratch directory, a
+# stand-in systemctl and uplink: ansible/tests/run.sh). The VM tier runs the playbooks for real.
 ANSIBLE_PKGS := ansible-core ansible-lint python3
 .PHONY: ansible-check
 ansible-check:

@@ -239,7 +239,10 @@ in
       };
 
       # uplink drains the node before a shutdown or reboot under a logind delay inhibitor.
-      services.logind.extraConfig = "InhibitDelayMaxSec=${toString cfg.inhibitDelayMaxSec}";
+      # logind.conf keys go in settings.Login: nixpkgs nixos-25.11 has no
+      # services.logind.extraConfig (nixos/modules/system/boot/systemd/logind.nix removes it in
+      # favour of settings.Login, as its release notes rl-2511.section.md say).
+      services.logind.settings.Login.InhibitDelayMaxSec = cfg.inhibitDelayMaxSec;
 
       systemd.services.uplink = {
         description = "uplink: BGP, BFD and announcements towards the fabric";
@@ -273,7 +276,8 @@ in
           TimeoutStartSec = "120s";
           WatchdogSec = mkIf (cfg.watchdogSec != null) cfg.watchdogSec;
 
-          # The control socket /run/uplink/uplink.sock is root-only.
+          # The control socket /run/uplink/uplink.sock and the single-instance lock, root-only
+          # (uplink refuses a lock directory that others can write to).
           RuntimeDirectory = "uplink";
           RuntimeDirectoryMode = "0700";
           # /var/lib/uplink: what outlives a restart: an operator's drain, what each network
@@ -290,6 +294,9 @@ in
           PrivateTmp = true;
           PrivateDevices = true;
           ProtectKernelTunables = true;
+          # ...but for the one tunable uplink sets (nexthop groups replaced without a
+          # notification per route; `fib.nexthop_compat_mode = true` leaves it alone).
+          ReadWritePaths = [ "-/proc/sys/net/ipv4/nexthop_compat_mode" ];
           ProtectKernelModules = true;
           ProtectKernelLogs = true;
           ProtectControlGroups = true;

@@ -57,7 +57,10 @@
   ];
 
   # uplink's READY (systemd's "Started uplink.service") and the hook's line on the serial
-  # console, as the Debian image does.
+  # console, as the Debian image does. nixpkgs nixos-25.11 still has services.journald.extraConfig
+  # (nixos/modules/system/boot/systemd/journald.nix declares it; journald.conf has no structured
+  # `settings` there). Its replacement, services.journald.settings.Journal, comes in 26.11
+  # (rl-2611.section.md): move these keys there when the flake's pin moves.
   services.journald.extraConfig = ''
     ForwardToConsole=yes
     TTYPath=/dev/ttyS0

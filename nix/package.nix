@@ -13,22 +13,24 @@
 let
   fs = lib.fileset;
   root = ../.;
+  # The file list lives in pure Nix so that scripts/nix-check can build exactly these files
+  # with cargo where nixpkgs (and so lib.fileset) is not available.
+  sourceRoots = import ./source-roots.nix;
+  under = map (path: root + "/${path}");
   muslStatic = stdenv.hostPlatform.isMusl && stdenv.hostPlatform.isStatic;
 in
 rustPlatform.buildRustPackage {
   pname = "uplink";
   version = (lib.importTOML ../daemon/Cargo.toml).package.version;
 
-  # Only what cargo reads: the workspace manifest and lock, and its two member crates
-  # (injector/ is a member, so cargo needs its manifest even though we do not build it).
+  # Only what cargo reads: the workspace manifest and lock and every workspace member (cargo
+  # needs each member's manifest and sources even for `-p uplink`), and the docs the unit
+  # tests read; nix/source-roots.nix lists them.
   src = fs.toSource {
     inherit root;
-    fileset = fs.difference (fs.unions [
-      ../Cargo.toml
-      ../Cargo.lock
-      ../daemon
-      ../injector
-    ]) (fs.maybeMissing ../daemon/fuzz/target);
+    fileset = fs.difference (fs.unions (under sourceRoots.roots)) (
+      fs.unions (map fs.maybeMissing (under sourceRoots.exclude))
+    );
   };
 
   cargoLock.lockFile = ../Cargo.lock;

@@ -29,13 +29,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
-        // The node's network first: the policies, then the routers whose VRF exists
-        // (docs/network.md). The others wait and start when their VRF appears.
         let network = crate::netconf::gate::NetworkGate::start()?;
-        if !config.network.policies.is_empty() {
-            systemd::status("applying network policies");
-        }
-        let waiting = network.prepare(&config, &Default::default()).await;
         // The drain state and the announcements are known before any session starts, so a
         // peer's first UPDATEs already carry the node's prefixes. An operator's drain outlives
         // a daemon restart (an upgrade in a maintenance window must not bring the VIPs back).
@@ -61,25 +55,17 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             &config.fib,
             graceful,
         )?;
-        let mut instances = Vec::new();
-        for router in config.bgp.routers.iter().filter(|r| !waiting.contains(&r.vrf)) {
-            let announced = announcer.subscribe(&router.vrf);
-            let instance = Instance::start(router, &config, Some(&fib), announced)
-                .await
-                .map_err(|e| format!("router {} (vrf {:?}): {e}", router.asn, router.vrf))?;
-            instances.push(Arc::new(instance));
-        }
-        let count = instances.len();
-        tokio::spawn(finish_restart(
-            instances.clone(),
-            fib.clone(),
-            config.graceful_restart.select_defer_time,
-        ));
-        let (running_tx, running) = watch::channel(Arc::new(config));
-        let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(instances));
+        // The start is a reload from a config with no routers and no policies: the same
+        // prepare (the policies first, then the routers whose VRF exists; docs/network.md)
+        // and apply as every reload. Routers whose VRF is missing wait and start when it
+        // appears.
+        let empty = crate::reload::plan::empty_like(&config);
+        let select_defer_time = config.graceful_restart.select_defer_time;
+        let (running_tx, running) = watch::channel(Arc::new(empty));
+        let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(Vec::new()));
         let network_view = network.show();
         let reloads = Arc::new(ReloadStats::started());
-        let reload = Reloader {
+        let reloader = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
             announcer: announcer.clone(),
@@ -87,8 +73,17 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             running: running_tx,
             stats: reloads.clone(),
             network,
+        };
+        if !config.network.policies.is_empty() {
+            systemd::status("applying network policies");
         }
-        .spawn();
+        let count = reloader.start(config).await.map_err(|e| format!("not starting: {e}"))?;
+        tokio::spawn(finish_restart(
+            instances.borrow().as_ref().clone(),
+            fib.clone(),
+            select_defer_time,
+        ));
+        let reload = reloader.spawn();
         crate::control::metrics::spawn(
             crate::control::metrics::Sources {
                 instances: instances.clone(),
@@ -122,10 +117,11 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
 
         wait_for_shutdown().await;
         systemd::stopping();
-        // With graceful restart (and not drained: a drained node is going away) the peers
-        // keep our routes and the kernel keeps theirs until we are back; otherwise every
-        // session ends with a Cease and our routes leave the kernel.
-        let graceful = graceful && drain.phase() == DrainPhase::Serving;
+        // With graceful restart the peers keep our routes and the kernel keeps theirs until
+        // we are back, also after an operator's drain (an upgrade is drain, restart; the
+        // prefixes the drain kept must stay). After a drain for a shutdown the node is going
+        // away: every session ends with a Cease and our routes leave the kernel.
+        let graceful = graceful && !drain.for_shutdown();
         if graceful {
             info!("shutting down for a graceful restart: routes stay in the kernel and at the peers");
         } else {

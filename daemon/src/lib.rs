@@ -14,3 +14,4 @@ pub mod logthrottle;
 pub mod netconf;
 pub mod ops;
 pub mod reload;
+pub mod state_file;

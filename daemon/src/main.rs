@@ -44,11 +44,18 @@ enum Command {
     },
     /// Move traffic away before maintenance: announce everything this node originates with
     /// GRACEFUL_SHUTDOWN and LOCAL_PREF 0 (RFC 8326), wait `drain_time`, then withdraw the
-    /// service addresses (LoadBalancer VIPs). Sessions stay up. Survives a daemon restart.
+    /// service addresses (LoadBalancer VIPs). Sessions stay up. Survives a daemon restart, and
+    /// a restart of a drained daemon is still graceful (RFC 4724): the peers keep the prefixes
+    /// the drain kept.
     Drain {
         /// Return once GRACEFUL_SHUTDOWN is announced, not after the withdrawal.
         #[arg(long)]
         no_wait: bool,
+        /// The node is about to shut down or power off (what logind's shutdown does by
+        /// itself): not recorded, so the node serves again after its reboot, and the daemon's
+        /// stop ends every session with a Cease instead of a graceful restart.
+        #[arg(long)]
+        shutdown: bool,
     },
     /// Announce everything again after `drain`.
     Undrain,
@@ -308,8 +315,8 @@ fn main() -> ExitCode {
             };
             show(&cli.socket, &request, json)
         }
-        Command::Drain { no_wait } => {
-            let request = Request::Drain { wait: !no_wait };
+        Command::Drain { no_wait, shutdown } => {
+            let request = Request::Drain { wait: !no_wait, shutdown };
             // drain_time is at most an hour (config::validate).
             match client::call_waiting(&cli.socket, &request, Duration::from_secs(3700)) {
                 Ok(value) => {

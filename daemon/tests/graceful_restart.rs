@@ -332,3 +332,149 @@ fn hung_uplink_with_bfd_keeps_its_routes_at_frr() {
     assert!(lost.is_empty(), "{lost:?}\n{}", lab.dump_logs());
     assert!(!frr_path_is_stale(&frr, "192.0.2.10/32"), "refreshed after uplink's End-of-RIB");
 }
+
+/// A node with a VIP and a pod subnet, for the drain tests: `uplink_conf`'s session with the
+/// tor, a LoadBalancer VIP (withdrawn by a drain) and the node's pod subnet (kept by it).
+fn drain_conf() -> String {
+    let session = uplink_conf(&[]).replace("prefixes = []\n", "");
+    format!(
+        r#"drain_time = "1s"
+
+[node]
+name = "node1"
+
+[[pools]]
+name = "vips"
+addresses = ["192.0.2.0/28"]
+
+[[services]]
+name = "web"
+namespace = "demo"
+load_balancer_ip = "192.0.2.5"
+
+[[advertisements]]
+name = "vips"
+ip_address_pools = ["vips"]
+
+[[networks]]
+name = "default"
+topology = "layer3"
+subnet = "10.244.0.0/16"
+host_subnet = "10.244.1.0/24"
+
+[[route_advertisements]]
+name = "default"
+advertisements = ["PodNetwork"]
+network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
+node_selector = {{}}
+target_vrf = "default"
+
+{session}"#
+    )
+}
+
+const VIP: &str = "192.0.2.5/32";
+const POD_SUBNET: &str = "10.244.1.0/24";
+const LEARNED: &str = "203.0.113.0/24";
+
+/// Why FRR last lost its session with the node ("BGP Notification received" after a Cease).
+fn frr_last_reset(frr: &Frr) -> String {
+    let v = frr.json("show bgp neighbors 10.0.1.2 json");
+    v["10.0.1.2"]["lastResetDueTo"].as_str().unwrap_or("").to_string()
+}
+
+/// The drained node with its VIP withdrawn and its pod subnet and learned route in place.
+fn drained_node(name: &str) -> (Topology, Frr, Uplink) {
+    let Topology { mut lab, node, tor } = topology(name);
+    let frr = Frr::start_daemons(&mut lab, &tor, &frr_conf(&[LEARNED]), &["bgpd"]);
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &drain_conf());
+    wait_uplink_ready(&uplink, &lab);
+    for prefix in [VIP, POD_SUBNET] {
+        wait_for(&format!("FRR learns {prefix}"), UP, || {
+            frr_has(&frr, prefix).then_some(()).ok_or_else(|| lab.dump_logs())
+        });
+    }
+    wait_for("the learned route in the node's kernel", UP, || {
+        kernel_route(&node, LEARNED).ok_or("absent".to_string())
+    });
+    let out = uplink.cli(&["drain"]).unwrap();
+    assert!(out.contains("drained"), "{out}");
+    wait_for("FRR loses the VIP after the drain", UP, || {
+        (!frr_has(&frr, VIP)).then_some(()).ok_or("still there".to_string())
+    });
+    assert!(frr_has(&frr, POD_SUBNET), "a drain keeps the pod subnet");
+    (Topology { lab, node, tor }, frr, uplink)
+}
+
+/// The documented upgrade is drain, then restart: the restart of a drained daemon is still a
+/// graceful restart (RFC 4724). The tor never loses the node's pod subnet, the node's kernel
+/// never loses the learned route (both sampled every 100 ms), the VIP stays withdrawn, and no
+/// Cease is sent.
+#[test]
+fn a_drained_node_restarts_gracefully() {
+    let (Topology { mut lab, node, .. }, frr, uplink) = drained_node("grdrain");
+    let watch_node = node.clone();
+    let node_kernel = Watch::start(move || {
+        kernel_route(&watch_node, LEARNED)
+            .is_none()
+            .then(|| format!("{LEARNED} left the node's kernel"))
+    });
+    let watch_tor = Frr { ns: frr.ns.clone(), label: frr.label.clone() };
+    let tor_table = Watch::start(move || {
+        if !frr_has(&watch_tor, POD_SUBNET) {
+            Some(format!("the tor lost {POD_SUBNET}"))
+        } else if frr_has(&watch_tor, VIP) {
+            Some(format!("the tor has the drained node's VIP {VIP}"))
+        } else {
+            None
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    lab.stop("uplink");
+    let log = std::fs::read_to_string(lab.path("uplink.log")).unwrap();
+    assert!(
+        log.contains("shutting down for a graceful restart") && !log.contains("sending Cease"),
+        "a drained daemon stopped without graceful restart:\n{log}"
+    );
+    wait_for("FRR keeps the node's pod subnet as stale", UP, || {
+        frr_path_is_stale(&frr, POD_SUBNET).then_some(()).ok_or("not stale".to_string())
+    });
+    uplink.launch(&mut lab);
+    wait_uplink_ready(&uplink, &lab);
+    wait_for("the pod subnet refreshed at the tor", UP, || {
+        (!frr_path_is_stale(&frr, POD_SUBNET)).then_some(()).ok_or("still stale".to_string())
+    });
+    // Several seconds: the VIP would be back by now if the restart forgot the drain.
+    std::thread::sleep(Duration::from_secs(3));
+    let lost = node_kernel.finish();
+    assert!(lost.is_empty(), "{lost:?}\n{}", lab.dump_logs());
+    let lost = tor_table.finish();
+    assert!(lost.is_empty(), "{lost:?}\n{}", lab.dump_logs());
+    let reset = frr_last_reset(&frr);
+    assert!(!reset.contains("Notification received"), "uplink sent a NOTIFICATION: {reset}");
+    let text = uplink.cli(&["show", "announcements"]).unwrap();
+    assert!(text.contains("drained"), "the drain did not outlive the restart: {text}");
+}
+
+/// A drain for a shutdown (what logind's PrepareForShutdown does; `uplink drain --shutdown`)
+/// is the node going away: the stop that follows ends the session with a Cease and takes the
+/// node's routes out of the kernel.
+#[test]
+fn a_drain_for_a_shutdown_ends_the_sessions() {
+    let (Topology { mut lab, node, .. }, frr, uplink) = drained_node("grshut");
+    let out = uplink.cli(&["drain", "--shutdown"]).unwrap();
+    assert!(out.contains("drained"), "{out}");
+    lab.stop("uplink");
+    let log = std::fs::read_to_string(lab.path("uplink.log")).unwrap();
+    assert!(log.contains("sending Cease"), "no Cease after a drain for a shutdown:\n{log}");
+    wait_for("FRR ends the session on the Cease", UP, || {
+        let reset = frr_last_reset(&frr);
+        reset.contains("Notification received").then_some(()).ok_or(reset)
+    });
+    wait_for(
+        "FRR drops the node's pod subnet at once (no stale path)",
+        Duration::from_secs(5),
+        || (!frr_has(&frr, POD_SUBNET)).then_some(()).ok_or("still there".to_string()),
+    );
+    assert!(kernel_route(&node, LEARNED).is_none(), "the learned route stayed in the kernel");
+}

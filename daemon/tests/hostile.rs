@@ -254,14 +254,41 @@ fn max_prefixes_stops_a_full_table_before_the_kernel_and_restarts() {
     assert!(log.contains("keeping the session (max_prefixes_warning_only)"), "{}", lab.dump_logs());
 }
 
+/// One uplink per network namespace, and only root decides which: an unprivileged process
+/// (nobody) that binds the abstract socket `@uplink.lock` — the lock of earlier versions,
+/// which anyone in the namespace could take — does not keep uplink from starting; a second
+/// uplink in the namespace is still refused and told who holds the lock; one in another
+/// namespace starts; and the lock goes with a `kill -9`.
 #[test]
-fn a_second_daemon_in_the_same_network_namespace_refuses_to_start() {
+fn a_squatter_on_the_old_lock_name_does_not_stop_uplink_and_a_second_daemon_is_refused() {
+    require_tool("setpriv");
+    require_tool("ss");
+    // By path: nobody cannot read root's PATH entries (a pyenv shim under /root, say).
+    require_tool("/usr/bin/python3");
     let mut lab = Lab::new("lock");
     let node = lab.ns("node");
     let other = lab.ns("other");
+    let squat = "import os, socket, time\n\
+                 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n\
+                 s.bind('\\0uplink.lock')\n\
+                 s.listen(1)\n\
+                 print('bound @uplink.lock as uid', os.getuid(), flush=True)\n\
+                 time.sleep(3600)\n";
+    let mut squatter = node.command("setpriv");
+    squatter.args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"]);
+    squatter.args(["-c", squat]);
+    lab.spawn("squatter", squatter);
+    wait_for("nobody to bind @uplink.lock", Duration::from_secs(10), || {
+        let log = std::fs::read_to_string(lab.path("squatter.log")).unwrap_or_default();
+        log.contains("bound @uplink.lock as uid 65534").then_some(()).ok_or(log)
+    });
     let config = "[[bgp.routers]]\nasn = 65801\nid = \"10.0.1.2\"\n";
     let first = Uplink::start(&mut lab, &node, "first", config);
-    wait_for("the first daemon up", UP, || first.json(&["show", "bgp", "summary"]).map(|_| ()));
+    wait_for("the first daemon up beside the squatter", UP, || {
+        first.json(&["show", "bgp", "summary"]).map(|_| ())
+    });
+    let squatting = node.run(&["ss", "-xlp"]);
+    assert!(squatting.contains("@uplink.lock"), "the squatter left: {squatting}");
     // Another namespace is another FIB: a daemon there starts.
     let elsewhere = Uplink::start(&mut lab, &other, "elsewhere", config);
     wait_for("the daemon in another namespace up", UP, || {
@@ -286,6 +313,10 @@ fn a_second_daemon_in_the_same_network_namespace_refuses_to_start() {
     ]);
     assert!(!ok, "a second daemon started: {out}");
     assert!(out.contains("another uplink is running in this network namespace"), "{out}");
+    // It names the holder and where to look.
+    let pid = lab.pid_of(&first.label).unwrap();
+    assert!(out.contains(&format!("uplink pid {pid} holds the lock /run/uplink/netns-")), "{out}");
+    assert!(out.contains("`lslocks` or `fuser -v /run/uplink/netns-"), "{out}");
     // The first one is untouched, and its lock goes with it: a restart after kill -9 works.
     first.json(&["show", "bgp", "summary"]).unwrap();
     lab.kill9(&first.label);

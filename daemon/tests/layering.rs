@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u8)] = &[
     ("config", 0),
     ("logthrottle", 0),
+    ("state_file", 0),
     ("fib", 1),
     ("announce", 1),
     ("netconf", 1),

@@ -365,6 +365,35 @@ fn policies_apply_through_networkmanager_and_a_failed_probe_rolls_back() {
     let again = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
     assert_eq!(enactment(&again, "uplink0")["time"], cut["time"], "a failed policy was re-run");
     assert_eq!(nm.kernel_addresses("br-up"), back);
+
+    // 5. The enactments file is corrupt (a bad write, a downgrade): it is kept aside, not
+    //    replaced by an empty record, and no policy runs — least of all the one that cut the
+    //    gateway, which an empty record would have run again.
+    let file = state_dir.join("enactments.json");
+    std::fs::write(&file, "{ \"uplink0\": { \"status\": ").unwrap();
+    let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
+    assert!(!ok, "no policy is applied with an unreadable record: {out}");
+    assert!(out.contains("unreadable"), "the error is not said: {out}");
+    let aside: Vec<_> = std::fs::read_dir(&state_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("enactments.json.unreadable-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the corrupt file is not kept aside: {aside:?}");
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), "{ \"uplink0\": { \"status\": ");
+    let held = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
+    for policy in ["uplink0", "bridge"] {
+        let e = enactment(&held, policy);
+        assert_eq!(e["status"], "Aborted", "{e}");
+        assert!(e["message"].as_str().unwrap().contains("unreadable"), "{e}");
+    }
+    assert_eq!(nm.kernel_addresses("br-up"), back, "the policy that cut the gateway ran again");
+    // And not on the next run either: it waits for `--retry` or a change.
+    let (ok, _) = nm.uplink(&["apply", "network"], &cfg);
+    assert!(!ok);
+    let again = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
+    assert_eq!(enactment(&again, "uplink0")["time"], enactment(&held, "uplink0")["time"]);
+    assert_eq!(nm.kernel_addresses("br-up"), back);
 }
 
 /// Kernel mode (no NetworkManager): the same flow without a checkpoint. uplink keeps the state
@@ -608,4 +637,169 @@ probes = {{ timeout = "3s", pre_timeout = "2s", interval = "500ms" }}
 fn run_cmd(args: &[&str]) {
     let (ok, out) = try_run(args);
     assert!(ok, "{args:?}: {out}");
+}
+
+/// A reload that adds a policy and a router that cannot start (port 179 is taken) is refused
+/// whole: `applied: false`, the policy never ran (its bridge does not appear) and the
+/// enactments are the same bytes as before. Once the port is free, the same reload applies
+/// both, and its answer names the policy it applied.
+#[test]
+fn a_refused_reload_changes_nothing_network_included() {
+    let mut nm = NmNode::start();
+    let state_dir = nm.lab.path("state");
+    let cfg = nm.lab.path("uplink.toml");
+    let write_config = |policies: &str, router: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[node]\nname = \"wk1\"\n{router}\n[network]\nstate_dir = \"{}\"\n\
+                 rollback_timeout = \"30s\"\n\
+                 probes = {{ timeout = \"3s\", pre_timeout = \"2s\", interval = \"500ms\" }}\n\
+                 {policies}",
+                state_dir.display()
+            ),
+        )
+        .unwrap();
+    };
+    write_config(UPLINK_POLICY, "");
+    let socket = nm.lab.path("uplink.sock");
+    let mut run = nm.node.command(env!("CARGO_BIN_EXE_uplink"));
+    run.args(["run", "--config", cfg.to_str().unwrap(), "--socket", socket.to_str().unwrap()])
+        .args(["--state-dir", nm.lab.path("daemon-state").to_str().unwrap()])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &nm.bus)
+        .env("RUST_LOG", "uplink=info");
+    nm.lab.spawn("uplink", run);
+    let reload = || -> (bool, Value) {
+        let (ok, out) = try_run(&[
+            env!("CARGO_BIN_EXE_uplink"),
+            "reload",
+            "--json",
+            "--socket",
+            socket.to_str().unwrap(),
+        ]);
+        let value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        (ok, value)
+    };
+    let file = state_dir.join("enactments.json");
+    wait_for("uplink0 Available at start", Duration::from_secs(60), || {
+        let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+        text.contains("\"Available\"").then_some(()).ok_or(text)
+    });
+    nm.node.run(&["ip", "link", "set", &nm.veth, "master", "br-up"]);
+    let before = std::fs::read(&file).unwrap();
+
+    // Something else holds port 179 in the node's namespace.
+    let mut squatter = nm.node.command("python3");
+    squatter.args([
+        "-c",
+        "import socket, time\ns = socket.socket(socket.AF_INET6)\n\
+         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\ns.bind(('::', 179))\n\
+         s.listen()\ntime.sleep(600)",
+    ]);
+    nm.lab.spawn("squatter", squatter);
+    wait_for("the squatter on port 179", Duration::from_secs(10), || {
+        let out = nm.node.run(&["ss", "-ltnH", "sport = :179"]);
+        (!out.trim().is_empty()).then_some(()).ok_or(out)
+    });
+    let router = "[[bgp.routers]]\nasn = 65801\nid = \"10.77.0.2\"\n\
+                  [[bgp.routers.neighbors]]\naddress = \"10.77.0.1\"\nasn = 65102\n";
+    write_config(&format!("{UPLINK_POLICY}{BRIDGE_POLICY}"), router);
+    let (ok, refused) = reload();
+    assert!(!ok, "a reload whose router cannot start must fail: {refused:#}");
+    assert_eq!(refused["applied"], false, "{refused:#}");
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(error.contains("179"), "the error does not name the port: {refused:#}");
+    let (exists, _) = nm.node.try_run(&["ip", "link", "show", "br-test"]);
+    assert!(!exists, "the refused reload's policy made br-test:\n{}", nm.lab.dump_logs());
+    assert_eq!(std::fs::read(&file).unwrap(), before, "the enactments changed");
+
+    // The port is free: the same reload applies whole.
+    nm.lab.stop("squatter");
+    let (ok, applied) = reload();
+    assert!(ok, "{applied:#}\n{}", nm.lab.dump_logs());
+    let bridge = applied["network"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == "bridge")
+        .unwrap_or_else(|| panic!("the answer does not name the policy: {applied:#}"))
+        .clone();
+    assert_eq!(
+        (bridge["status"].as_str(), bridge["changed"].as_bool()),
+        (Some("Available"), Some(true))
+    );
+    assert_eq!(applied["routers"][0]["action"], "added", "{applied:#}");
+    assert!(nm.kernel_addresses("br-test").contains("192.0.2.1/24"));
+}
+
+/// A second bridge, applied after `uplink0` (policies go in name order).
+const LATER_POLICY: &str = r#"
+[[network_policies]]
+name = "zz-later"
+[[network_policies.desired_state.interfaces]]
+name = "br-later"
+type = "linux-bridge"
+state = "up"
+ipv4 = { enabled = true, dhcp = false, address = [{ ip = "192.0.2.77", prefix-length = 24 }] }
+ipv6 = { enabled = false }
+bridge = { options = { stp = { enabled = false } } }
+"#;
+
+/// `kill -9` in the middle of an apply (NetworkManager's checkpoint open, its probes running),
+/// then a restart at once: the interrupted policy is Aborted and its uncommitted change rolled
+/// back by its own checkpoint right away (not when the checkpoint times out), and the next
+/// policy applies (its checkpoint is not refused as overlapping the dead one's).
+#[test]
+fn a_restart_after_kill_9_mid_apply_rolls_back_and_goes_on() {
+    let mut nm = NmNode::start();
+    let state_dir = nm.lab.path("state");
+    let cfg = config(nm.lab.dir.path(), &state_dir, UPLINK_POLICY);
+    let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
+    assert!(ok, "uplink0 not applied: {out}\n{}", nm.lab.dump_logs());
+    nm.node.run(&["ip", "link", "set", &nm.veth, "master", "br-up"]);
+    let up: BTreeSet<String> = ["10.77.0.2/24".to_string()].into();
+    wait_for("the gateway reachable through br-up", Duration::from_secs(20), || {
+        let (ok, out) = nm.node.try_run(&["ping", "-c1", "-W1", "10.77.0.1"]);
+        ok.then_some(()).ok_or(out)
+    });
+
+    // The cut: its gateway probe fails after the change and takes `probes.timeout` (3 s)
+    // to say so. uplink is killed while it waits.
+    let cfg = config(nm.lab.dir.path(), &state_dir, &format!("{CUT_UPLINK_POLICY}{LATER_POLICY}"));
+    let mut apply = nm.node.command(env!("CARGO_BIN_EXE_uplink"));
+    apply
+        .args(["apply", "network", "--config", cfg.to_str().unwrap()])
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &nm.bus);
+    nm.lab.spawn("apply", apply);
+    let file = state_dir.join("enactments.json");
+    wait_for("uplink0 applied and probing", Duration::from_secs(30), || {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        let e = &v["uplink0"];
+        let probing = e["status"] == "Progressing" && e["in_flight"]["path"].is_string();
+        probing.then_some(()).ok_or(e.to_string())
+    });
+    assert_eq!(nm.kernel_addresses("br-up"), ["10.88.0.2/24".to_string()].into(), "not cut yet");
+    nm.lab.kill9("apply");
+
+    let t0 = std::time::Instant::now();
+    let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
+    let enactments = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
+    let cut = enactment(&enactments, "uplink0");
+    assert_eq!(cut["status"], "Aborted", "{cut}\n{out}");
+    let message = cut["message"].as_str().unwrap();
+    assert!(message.contains("interrupted") && message.contains("rolled back"), "{cut}");
+    assert!(!message.contains("FAILED"), "{cut}");
+    wait_for("br-up's address from before the dead apply", Duration::from_secs(10), || {
+        let now = nm.kernel_addresses("br-up");
+        (now == up).then_some(()).ok_or(format!("{now:?}"))
+    });
+    let took = t0.elapsed();
+    let later = enactment(&enactments, "zz-later");
+    assert_eq!(later["status"], "Available", "the next policy did not apply: {later}\n{out}");
+    assert!(nm.kernel_addresses("br-later").contains("192.0.2.77/24"));
+    // Aborted is not Available: the run says so.
+    assert!(!ok, "{out}");
+    // Well inside the 30 s rollback timeout: the checkpoint did not time out by itself.
+    assert!(took < Duration::from_secs(25), "took {took:?}: {out}");
 }

@@ -4,6 +4,8 @@
 //!   next to two FRR peers (BGP and BFD), and its query API answers frr-k8s's and MetalLB's
 //!   queries (`frrk8s_bgp_session_up == 1` for each peer, ...) and uplink's own (FIB routes,
 //!   reload results);
+//! - a hundred clients that hold connections to the endpoint without sending a request (or
+//!   only part of one) and renew them as they are closed do not keep a scraper out;
 //! - a real systemd-journald (in a private mount namespace, so the host's journal is not
 //!   touched) receives uplink's logs, and `journalctl PEER=... / PREFIX=... / VRF=...` selects a
 //!   neighbor's, a prefix's and a VRF's events.
@@ -200,6 +202,85 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     wait_query(&lab, &node, success, "result", &[("success", "1")]);
     wait_query(&lab, &node, "uplink_config_last_reload_successful", "job", &[("uplink", "1")]);
     wait_query(&lab, &node, "frrk8s_bgp_session_up == 1", "peer", &both);
+}
+
+/// `tools/idle_http.py`: idle HTTP clients and a one-shot scraper.
+fn idle_http() -> &'static str {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/idle_http.py")
+}
+
+/// One `GET /metrics` from `ns`, given `timeout` seconds: the status line, or why none.
+fn scrape(ns: &Ns, timeout: f64) -> Result<(String, f64), String> {
+    let (host, port) = METRICS.split_once(':').unwrap();
+    let (ok, out) =
+        ns.try_run(&["python3", idle_http(), "scrape", host, port, &timeout.to_string()]);
+    if !ok {
+        return Err(format!("idle_http.py scrape: {out}"));
+    }
+    let answer: Value = serde_json::from_str(out.trim()).map_err(|e| format!("{e}: {out}"))?;
+    let seconds = answer["seconds"].as_f64().unwrap_or(f64::NAN);
+    match answer["status"].as_str() {
+        Some(status) => Ok((status.to_string(), seconds)),
+        None => Err(format!("{} after {seconds} s (port {})", answer["error"], answer["port"])),
+    }
+}
+
+/// The last JSON line of the idle clients' log that has `key`.
+fn last_report(lab: &Lab, key: &str) -> Option<Value> {
+    let log = std::fs::read_to_string(lab.path("idle-clients.log")).ok()?;
+    log.lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|v| v.get(key).is_some())
+}
+
+#[test]
+fn idle_connections_do_not_keep_a_scraper_out() {
+    require_tool("python3");
+    let mut lab = Lab::new("idle");
+    let node = lab.ns("node");
+    let config = format!(
+        "[metrics]\nlisten = \"{METRICS}\"\n\n[[bgp.routers]]\nasn = 65001\nid = \"192.0.2.1\"\n"
+    );
+    let _uplink = Uplink::start(&mut lab, &node, "uplink", &config);
+    wait_for("the metrics endpoint", Duration::from_secs(30), || match scrape(&node, 2.0)? {
+        (status, _) if status.ends_with(" 200 OK") => Ok(()),
+        (status, _) => Err(status),
+    });
+
+    // 100 connections that send nothing and 20 that send a request head without its end,
+    // each opened again as soon as uplink closes it.
+    let (host, port) = METRICS.split_once(':').unwrap();
+    let mut holder = node.command("python3");
+    holder.args([idle_http(), "hold", host, port, "100", "20"]);
+    lab.spawn("idle-clients", holder);
+    wait_for("the idle clients' first round", Duration::from_secs(20), || {
+        last_report(&lab, "opened").map(|_| ()).ok_or_else(|| "not yet".to_string())
+    });
+
+    // A scraper gets its answer promptly, again and again, for longer than the idle
+    // connections are kept (so they are renewed meanwhile).
+    let start = std::time::Instant::now();
+    let (mut scrapes, mut slowest) = (0, 0.0f64);
+    while start.elapsed() < Duration::from_secs(12) {
+        match scrape(&node, 2.0) {
+            Ok((status, seconds)) => {
+                assert!(status.ends_with(" 200 OK"), "scrape {scrapes}: {status}");
+                assert!(seconds < 2.0, "scrape {scrapes} took {seconds} s");
+                slowest = slowest.max(seconds);
+            }
+            Err(e) => panic!(
+                "scrape {scrapes} with idle clients holding connections: {e}; idle clients: {:?}\n{}",
+                last_report(&lab, "open"),
+                lab.dump_logs()
+            ),
+        }
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let report = last_report(&lab, "renewed").expect("the idle clients report every second");
+    assert!(report["renewed"].as_u64().unwrap_or(0) > 0, "nothing was renewed: {report}");
+    eprintln!("{scrapes} scrapes, the slowest {slowest} s; idle clients: {report}");
 }
 
 /// Every `expr` of a Grafana dashboard.

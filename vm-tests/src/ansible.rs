@@ -12,8 +12,9 @@
 //! 4. a config `uplink check` rejects on wk1 stops the play at wk1: wk1 keeps its files and its
 //!    running config, wk2 (which would have got a valid change) is not touched;
 //! 5. `rolling-upgrade.yml` with a new binary while r2 refuses new BGP connections from wk1:
-//!    wk1 drains, restarts and is not ready again, so the rollout stops there (wk1 stays
-//!    drained, wk2 keeps its old binary and process);
+//!    wk1 drains, restarts and is not ready again, so the role puts the previous binary back
+//!    and starts it (not ready either while r2 refuses wk1), and the rollout stops there (wk1
+//!    stays drained on its old binary, wk2 keeps its old binary and process);
 //! 6. the same rollout once r2 lets wk1 in again: wk1 finishes its roll, then wk2 rolls (drain,
 //!    restart, wait-ready, undrain), one worker at a time.
 //!
@@ -811,9 +812,11 @@ fn block_wk1_bgp(topo: &Topology, addr: &str, on: bool) -> Result<(), String> {
     topo.tor.sh(&script).map(|_| ())
 }
 
-/// Step 5: the new binary, but r2 will not take wk1's sessions back once wk1 restarts: the
-/// rollout stops at wk1 (wait-ready names the session), wk1 stays drained, wk2 keeps its old
-/// binary and process; the client sees no failure (the VIP is served by wk2).
+/// Step 5: the new binary, but r2 will not take wk1's sessions back once wk1 restarts: wk1's
+/// wait-ready names the session, the role puts the previous binary back and starts it, which
+/// is not ready either (r2 still refuses wk1), and the rollout stops at wk1: wk1 stays drained
+/// on its old binary, wk2 keeps its old binary and process; the client sees no failure (the
+/// VIP is served by wk2).
 fn not_ready_stops(topo: &Topology, runner: &Runner, binary: &Path) -> Result<String, String> {
     let new = new_binary(runner, binary)?;
     let (wk1, wk2) = match topo.workers.as_slice() {
@@ -839,10 +842,27 @@ fn not_ready_stops(topo: &Topology, runner: &Runner, binary: &Path) -> Result<St
             play.report()
         ));
     }
+    // wk1's wait-ready on the new binary, then (the previous binary back, and not ready
+    // either) the task that stops the rollout.
     let failed: Vec<TaskResult> = play.results().into_iter().filter(|r| r.failed).collect();
-    let [f] = failed.as_slice() else {
-        return Err(format!("want one failed task, got {failed:?}\n{}", play.report()));
+    let [f, stop] = failed.as_slice() else {
+        return Err(format!(
+            "want two failed tasks (wait-ready, then the stop), got {failed:?}\n{}",
+            play.report()
+        ));
     };
+    if stop.host != wk1.name
+        || !stop.task.contains("Stop the rollout")
+        || !stop.msg.contains("previous binary is back")
+    {
+        return Err(format!(
+            "want wk1's rollout stopped with its previous binary back, got [{}] {}: {}\n{}",
+            stop.host,
+            stop.task,
+            stop.msg,
+            play.report()
+        ));
+    }
     let said = format!(
         "{} {}",
         f.result["stderr"].as_str().unwrap_or(""),
@@ -868,9 +888,20 @@ fn not_ready_stops(topo: &Topology, runner: &Runner, binary: &Path) -> Result<St
         return Err(format!("wk2's uplink changed: {wk2_before:?} -> {wk2_after:?}"));
     }
     wk1.vm.sh(&format!("test -e {STAGING}/drained-by-ansible"))?;
+    // wk1 runs the binary it ran before the rollout again.
+    let old_sum = sha256(binary)?;
+    let running = wk1.vm.sh(&format!(
+        "sha256sum {BINARY} /proc/$(systemctl show -p MainPID --value uplink.service)/exe | cut -d' ' -f1"
+    ))?;
+    if running.lines().count() != 2 || running.lines().any(|l| l.trim() != old_sum) {
+        return Err(format!(
+            "wk1: {BINARY} and the running uplink are {running:?}, want the old {old_sum}"
+        ));
+    }
     let client = client?;
     Ok(format!(
-        "stopped at wk1 ({}); wk2 kept its binary and process; client: {client}",
+        "stopped at wk1 ({}), back on its old binary, drained; wk2 kept its binary and process; \
+         client: {client}",
         said.trim()
     ))
 }

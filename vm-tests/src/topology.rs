@@ -99,6 +99,12 @@ impl Drop for RunDir {
     }
 }
 
+/// The topology's boot and setup time (QEMU start to every VM configured) on the machine the
+/// scenarios' bounds were measured on (vm-tests/README.md: boot ~115 s, config drive ~30 s).
+pub const REFERENCE_BOOT: Duration = Duration::from_secs(150);
+/// Past this, a machine is too slow for the VM tier to mean anything: bounds stop growing.
+pub const MAX_SLOWNESS: f64 = 4.0;
+
 /// The booted lab. Fields drop in order: VMs first, then the namespace, then the files.
 pub struct Topology {
     pub tor: Vm,
@@ -757,7 +763,22 @@ impl Topology {
         self.tor.sh(&format!("vtysh -c '{command}'"))
     }
 
-    /// Waits for `f` on the topology, and on timeout adds what a reader needs to see.
+    /// How much slower this machine is than the one the scenarios' bounds were measured on
+    /// (vm-tests/README.md): the topology's boot and setup time over [`REFERENCE_BOOT`], at
+    /// least 1 and at most [`MAX_SLOWNESS`]. A shared machine two or three times slower is
+    /// normal, and TCG makes everything in the VMs slower by the same factor.
+    pub fn slowness(&self) -> f64 {
+        (self.boot_time.as_secs_f64() / REFERENCE_BOOT.as_secs_f64()).clamp(1.0, MAX_SLOWNESS)
+    }
+
+    /// `bound` on this machine: a bound measured on the reference machine times
+    /// [`Topology::slowness`].
+    pub fn scaled(&self, bound: Duration) -> Duration {
+        bound.mul_f64(self.slowness())
+    }
+
+    /// Waits for `f` on the topology, at most `timeout` scaled to this machine
+    /// ([`Topology::scaled`]), and on timeout adds what a reader needs to see.
     pub fn wait<T>(
         &self,
         timeout: Duration,
@@ -773,8 +794,12 @@ impl Topology {
         every: Duration,
         f: impl FnMut() -> Result<T, String>,
     ) -> Result<T, String> {
-        wait_until(timeout, every, f).map_err(|e| {
-            let mut msg = e;
+        let bound = self.scaled(timeout);
+        wait_until(bound, every, f).map_err(|e| {
+            let mut msg = format!(
+                "{e}\n(waited {bound:?}: {timeout:?} scaled by this machine's slowness {:.2})",
+                self.slowness()
+            );
             for cmd in ["show bgp summary", "show bfd peers brief", "show ip route"] {
                 match self.vtysh(cmd) {
                     Ok(o) => msg.push_str(&format!("\n--- r2# {cmd} ---\n{o}")),

@@ -213,14 +213,25 @@ impl Vm {
 
     /// Runs a shell script on the VM as root.
     pub fn ssh(&self, script: &str) -> Output {
+        self.ssh_for(script, SSH_TIMEOUT)
+    }
+
+    /// Runs a shell script on the VM as root, for at most `timeout`: longer than the bounds of
+    /// the commands in it (`uplink wait-ready --timeout`, `uplink reload`).
+    pub fn ssh_for(&self, script: &str, timeout: Duration) -> Output {
         let mut c = self.ssh_command(false);
         c.args(["root@127.0.0.1", "sh", "-s"]);
-        run_timeout(&mut c, Some(script.as_bytes()), SSH_TIMEOUT)
+        run_timeout(&mut c, Some(script.as_bytes()), timeout)
     }
 
     /// Runs a script that must succeed; the error carries its output and the console tail.
     pub fn sh(&self, script: &str) -> Result<String, String> {
-        let o = self.ssh(script);
+        self.sh_for(script, SSH_TIMEOUT)
+    }
+
+    /// [`Vm::sh`] with a bound of its own (see [`Vm::ssh_for`]).
+    pub fn sh_for(&self, script: &str, timeout: Duration) -> Result<String, String> {
+        let o = self.ssh_for(script, timeout);
         if o.success() {
             Ok(o.stdout)
         } else {
@@ -229,7 +240,7 @@ impl Vm {
                 self.name,
                 script.trim(),
                 o.status,
-                if o.timed_out { ", timed out" } else { "" },
+                if o.timed_out { format!(", timed out after {timeout:?}") } else { String::new() },
                 o.stdout.trim(),
                 o.stderr.trim(),
                 self.console_tail(30)

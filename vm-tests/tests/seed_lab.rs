@@ -135,9 +135,16 @@ fn vip_ecmp(topo: &Topology) -> Outcome {
 
 /// `n` HTTP requests from the client namespace to the VIP; the answer of each (or FAIL).
 fn client_requests(topo: &Topology, n: u32) -> Result<Vec<String>, String> {
-    let out = topo.tor.sh(&format!(
-        "for i in $(seq 1 {n}); do ip netns exec {CLIENT_NS} curl -s --max-time 2 http://{VIP}/ || echo FAIL; done"
-    ))?;
+    // Each request's bound scales with the machine (2 s on the reference one); the loop's
+    // SSH command outlives all of them.
+    let max_time = topo.scaled(Duration::from_secs(2)).as_secs_f64().ceil();
+    let bound = Duration::from_secs_f64(f64::from(n) * max_time + 30.0);
+    let out = topo.tor.sh_for(
+        &format!(
+            "for i in $(seq 1 {n}); do ip netns exec {CLIENT_NS} curl -s --max-time {max_time} http://{VIP}/ || echo FAIL; done"
+        ),
+        bound,
+    )?;
     Ok(out.lines().map(|l| l.trim().to_string()).collect())
 }
 
@@ -166,6 +173,21 @@ fn http_both_workers(topo: &Topology) -> Outcome {
 }
 
 fn worker_fib(topo: &Topology) -> Outcome {
+    // The unit's sandbox (ProtectKernelTunables) leaves uplink's one tunable writable: without
+    // it every group change notifies each route, not the failover the benchmarks measure.
+    for w in &topo.workers {
+        let mode = w.vm.sh("sysctl -n net.ipv4.nexthop_compat_mode")?;
+        let refused = w.vm.sh(
+            "journalctl -b -u uplink -o cat | grep 'cannot turn net.ipv4.nexthop_compat_mode off' || true",
+        )?;
+        if mode.trim() != "0" || !refused.trim().is_empty() {
+            return Err(format!(
+                "{}: net.ipv4.nexthop_compat_mode is {:?}, want 0; uplink's log: {refused}",
+                w.name,
+                mode.trim()
+            ));
+        }
+    }
     topo.wait(Duration::from_secs(60), || {
         for w in &topo.workers {
             // uplink installs with `proto uplink` (the image ships its name in
@@ -178,7 +200,10 @@ fn worker_fib(topo: &Topology) -> Outcome {
                 ));
             }
         }
-        Ok(format!("172.18.10.0/24 via {TOR_ADDR} proto uplink on every worker"))
+        Ok(format!(
+            "172.18.10.0/24 via {TOR_ADDR} proto uplink on every worker; \
+             net.ipv4.nexthop_compat_mode 0 on each"
+        ))
     })
 }
 
@@ -615,11 +640,17 @@ fn graceful_restart_and_watchdog(topo: &Topology) -> Outcome {
     // killed before it expires (a hold timer expiry ends graceful restart without RFC 8538's
     // N bit). With the usual hold times (90-180 s) the unit's 30 s is short enough.
     let dropin = "/run/systemd/system/uplink.service.d/watchdog.conf";
-    wk.vm.sh(&format!(
-        "mkdir -p {d} && printf '[Service]\\nWatchdogSec=4s\\n' > {dropin} && systemctl daemon-reload \
-         && systemctl restart uplink && uplink wait-ready --timeout 120s",
-        d = dropin.trim_end_matches("/watchdog.conf")
-    ))?;
+    // wait-ready's own bound scales with the machine, and the SSH command outlives it.
+    let ready = topo.scaled(Duration::from_secs(120)).as_secs();
+    let ssh_bound = Duration::from_secs(2 * ready + 60);
+    wk.vm.sh_for(
+        &format!(
+            "mkdir -p {d} && printf '[Service]\\nWatchdogSec=4s\\n' > {dropin} && systemctl daemon-reload \
+             && systemctl restart uplink && uplink wait-ready --timeout {ready}s",
+            d = dropin.trim_end_matches("/watchdog.conf")
+        ),
+        ssh_bound,
+    )?;
     let restarts = || -> Result<u64, String> {
         let n = wk.vm.sh("systemctl show -p NRestarts --value uplink")?;
         n.trim().parse().map_err(|e| format!("NRestarts {n:?}: {e}"))
@@ -635,10 +666,13 @@ fn graceful_restart_and_watchdog(topo: &Topology) -> Outcome {
     let restarted_after = stopped.elapsed();
     let watchdog =
         wk.vm.sh("journalctl -u uplink --no-pager | grep -c 'Watchdog timeout' || true")?;
-    wk.vm.sh(&format!(
-        "uplink wait-ready --timeout 120s && rm -f {dropin} && systemctl daemon-reload \
-         && systemctl restart uplink && uplink wait-ready --timeout 120s"
-    ))?;
+    wk.vm.sh_for(
+        &format!(
+            "uplink wait-ready --timeout {ready}s && rm -f {dropin} && systemctl daemon-reload \
+             && systemctl restart uplink && uplink wait-ready --timeout {ready}s"
+        ),
+        ssh_bound,
+    )?;
     vip_ecmp(topo)?;
     let seen = observe_stop(topo)?;
     let failures = seen["failures"].as_array().map_or(0, Vec::len);
@@ -762,6 +796,28 @@ fn enactment(w: &Worker, policy: &str) -> Result<Value, String> {
 /// deck's NNCP on wk1 and of the fleet form on wk2 (addresses from each node's identity).
 /// The config drive carries no VLAN or VRF keyfile (topology.rs, unit-tested).
 fn node_network_from_policies(topo: &Topology) -> Outcome {
+    // The daemon starts its routers after at most 90 s of policies; NetworkManager under TCG
+    // may still be applying the last ones then. Wait for every enactment to settle.
+    for w in &topo.workers {
+        topo.wait(Duration::from_secs(240), || {
+            let v = parse_json(
+                &w.vm.sh("uplink show network enactments --json")?,
+                "show network enactments",
+            )?;
+            let busy: Vec<String> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["status"] == "Pending" || e["status"] == "Progressing")
+                .map(|e| format!("{} {} ({})", e["policy"], e["status"], e["message"]))
+                .collect();
+            if busy.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{}: policies not settled: {}", w.name, busy.join("; ")))
+            }
+        })?;
+    }
     let mut notes = Vec::new();
     for (i, w) in topo.workers.iter().enumerate() {
         let policies = parse_json(
@@ -836,12 +892,18 @@ fn node_network_from_policies(topo: &Topology) -> Outcome {
             }
             notes.push(format!("{}: fleet policy resolved to 172.19.23.3/172.19.24.3", w.name));
         }
-        // Applied before the routers started (the daemon's log, in order).
+        // Applied before the routers started (the daemon's log, in order) — or, on a machine
+        // where NetworkManager outlasts the daemon's 90 s wait, the routers started after that
+        // wait as documented, each once its VRF device was there.
         let log = w.vm.sh("journalctl -u uplink -b --no-pager -o cat")?;
         let applied = log.find("every selected policy is Available");
         let started = log.find("routing instance started");
-        match (applied, started) {
-            (Some(a), Some(s)) if a < s => {}
+        let outlasted = log.find("the policies take longer than");
+        match (applied, started, outlasted) {
+            (Some(a), Some(s), _) if a < s => {}
+            (_, Some(s), Some(o)) if o < s => {
+                notes.push(format!("{}: the policies outlasted the daemon's wait", w.name));
+            }
             _ => {
                 return Err(format!(
                     "{}: the policies were not applied before the routers started:\n{}",
@@ -915,9 +977,13 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
         return Err(format!("r2's sessions with wk1 are not all Established: {before:?}"));
     }
     let file = format!("/etc/uplink/conf.d/{DECK_NNCP_FILE}");
+    // The reload waits for the policy and then answers (refused: its policy failed), which
+    // takes longer than an SSH command may: it runs in the background and leaves its answer.
     wk1.vm.sh(&format!(
         "cp {file} /root/nncp.yaml && sed -i 's/id: 2001/id: 2011/' {file} && ! cmp -s {file} /root/nncp.yaml \
-         && systemctl reload uplink"
+         && rm -f /root/reload.json /root/reload.rc \
+         && (nohup sh -c 'uplink reload --timeout 600s --json > /root/reload.json 2>&1; echo $? > /root/reload.rc' \
+             > /dev/null 2>&1 &)"
     ))?;
     let t0 = Instant::now();
     let policy = format!("{TRUNK_NIC}-wk1");
@@ -934,12 +1000,33 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
         if e["status"] == "Failing" {
             break e;
         }
-        if t0.elapsed() > Duration::from_secs(90) {
-            return Err(format!("{policy} not Failing after 90 s: {e}"));
+        // NetworkManager under TCG: the apply, the probes and the rollback took 70-90 s.
+        let bound = topo.scaled(Duration::from_secs(180));
+        if t0.elapsed() > bound {
+            return Err(format!("{policy} not Failing after {bound:?}: {e}"));
         }
         std::thread::sleep(Duration::from_millis(250));
     };
     let rolled_back_s = t0.elapsed().as_secs_f64();
+    // The reload said so and failed (the Ansible batch stops on it); nothing else changed.
+    let answer = topo.wait(Duration::from_secs(60), || {
+        let rc = wk1.vm.sh("cat /root/reload.rc 2>/dev/null || true")?;
+        if rc.trim().is_empty() {
+            return Err("uplink reload has not answered yet".into());
+        }
+        Ok((rc.trim().to_string(), wk1.vm.sh("cat /root/reload.json")?))
+    })?;
+    let reload = parse_json(&answer.1, "uplink reload --json")?;
+    let said = reload["network"].as_array().into_iter().flatten().any(|p| {
+        p["policy"] == policy.as_str() && p["status"] == "Failing" && p["changed"] == true
+    });
+    if answer.0 != "1" || reload["applied"] != false || !said {
+        return Err(format!(
+            "uplink reload with a failing policy: exit {}, want 1 with applied false and the \
+             policy Failing: {reload}",
+            answer.0
+        ));
+    }
     let message = failing["message"].as_str().unwrap_or_default().to_string();
     if !message.contains("probe bgp-neighbor 172.19.23.1 (vrf cudn3) failed after the change")
         || !message.contains("rolled back")
@@ -956,7 +1043,8 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
     // Traffic flows again: the route r3 announces in cudn3 is back in wk1's cudn3 table (the
     // kernel dropped it with the old VLAN device; uplink's FIB writer puts it back).
     topo.wait(Duration::from_secs(30), || {
-        let r = wk1.vm.sh(&format!("ip route show vrf cudn3 {VRF_LEARNED} proto uplink"))?;
+        // With the nexthop compatibility mode off the route names only its group: expanded.
+        let r = uplink_route(&wk1.vm, &format!("vrf cudn3 {VRF_LEARNED} proto uplink"))?;
         if gateways(&r) == vec!["172.19.23.1".to_string()] && r.contains("vlan2001") {
             Ok(())
         } else {
@@ -975,9 +1063,11 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
     let journal = wk1
         .vm
         .sh("journalctl -u uplink -b --no-pager -o cat | grep -E 'network: (applying policy|policy failed)' | tail -n 4")?;
-    // The good manifest again.
-    wk1.vm.sh(&format!("cp /root/nncp.yaml {file} && systemctl reload uplink"))?;
-    topo.wait(Duration::from_secs(90), || {
+    // The good manifest again (the reload applies it, probes included: in the background).
+    wk1.vm.sh(&format!(
+        "cp /root/nncp.yaml {file} && (nohup uplink reload --timeout 600s > /root/restore.log 2>&1 &)"
+    ))?;
+    topo.wait(Duration::from_secs(180), || {
         let e = enactment(wk1, &policy)?;
         if e["status"] == "Available" {
             Ok(())
@@ -1066,7 +1156,12 @@ fn seed_lab() {
     let log_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("vm-logs");
     println!("booting r2 + wk1 + wk2 in parallel (consoles in {})", log_dir.display());
     let mut topo = Topology::boot(&image, &log_dir);
-    println!("topology booted and configured in {:.1} s", topo.boot_time.as_secs_f64());
+    println!(
+        "topology booted and configured in {:.1} s: bounds scaled by {:.2} (reference {:?})",
+        topo.boot_time.as_secs_f64(),
+        topo.slowness(),
+        uplink_vm_tests::topology::REFERENCE_BOOT
+    );
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";

@@ -13,9 +13,10 @@
 //! too low or whose source is not a configured peer before they wake a receive thread (a
 //! socket filter, [`admission_filter`]); the receive thread checks the source again and drops a
 //! packet naming a discriminator that is not the peer's session before it is queued, and one
-//! naming none while the session would discard it anyway (Up, unauthenticated), so forged
-//! packets cannot crowd the peer's own out of the queue; the queue has a fixed size; and every
-//! log line a packet can trigger is summarised ([`LogThrottle`]).
+//! naming none while the session would discard it anyway (Up, authenticated or not), so forged
+//! packets cannot crowd the peer's own out of the queue nor make the session thread hash them;
+//! the queue has a fixed size; and every log line a packet can trigger is summarised
+//! ([`LogThrottle`]).
 
 use super::auth::Authentication;
 use super::packet::{ControlPacket, Diagnostic, State};
@@ -810,8 +811,10 @@ impl Receiver {
                 }
                 continue;
             }
-            // One naming no session that the session would discard (Up, unauthenticated) is
-            // discarded here, in its name: a flood of forged ones then never fills the queue.
+            // One naming no session while the session would discard it (Up, with or without
+            // authentication) is discarded here, in its name: a flood of forged ones then never
+            // fills the queue, and no forged digest is checked (RFC 5880 §6.8.6: the session is
+            // selected before the packet is authenticated).
             if packet.your_discriminator == 0 && !admission.takes_zero_discriminator {
                 admission.discarded.fetch_add(1, Ordering::Relaxed);
                 if due(&mut drops.zero_discriminator, now, &mut held_back) {
@@ -940,6 +943,95 @@ mod tests {
         assert_eq!(now, BfdLink { up: false, downs: 1 });
         let view = rt.block_on(runtime.peers()).unwrap();
         assert_eq!(view[0].local_diagnostic, Diagnostic::ControlDetectionTimeExpired);
+    }
+
+    /// Polls the runtime's view of its only peer until `ok` holds (2 s at most).
+    fn wait_view(
+        rt: &tokio::runtime::Runtime,
+        runtime: &BfdRuntime,
+        what: &str,
+        ok: impl Fn(&PeerView) -> bool,
+    ) -> PeerView {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let view = rt.block_on(runtime.peers()).unwrap();
+            match view.first() {
+                Some(v) if ok(v) => return v.clone(),
+                last if Instant::now() > deadline => panic!("{what}: {last:?}"),
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    /// An authenticated single-hop session over loopback (port 3784; the test above has 4784):
+    /// once Up, packets without its discriminator are discarded in its name, a forged digest
+    /// and the peer's own signature alike (RFC 5880 §6.8.6), and only the peer's Down that
+    /// names the session takes it down.
+    #[test]
+    fn an_up_authenticated_session_drops_zero_discriminator_packets() {
+        use crate::bfd::auth::{AuthState, Key};
+        use crate::bfd::packet::{AuthSection, AuthType};
+        let kind = AuthType::MeticulousKeyedSha1;
+        let auth =
+            Authentication { auth_type: kind, key_id: 1, key: Key::new(kind, b"k").unwrap() };
+        let runtime = BfdRuntime::start("").unwrap();
+        let spec = PeerSpec {
+            peer: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)),
+            local: None,
+            hop: Hop::Single,
+            config: SessionConfig {
+                desired_min_tx: Duration::from_millis(20),
+                required_min_rx: Duration::from_millis(20),
+                detect_mult: 3,
+                passive: false,
+            },
+            minimum_ttl: 255,
+            profile: "test".into(),
+            auth: Some(auth.clone()),
+        };
+        let mut link = runtime.add_peer(spec).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let peer = UdpSocket::bind("127.0.0.3:0").unwrap();
+        peer.set_ttl(255).unwrap(); // RFC 5881 §5: anything lower is filtered
+        let to: SocketAddr = "127.0.0.1:3784".parse().unwrap();
+        let mut signer = AuthState::new(auth, 1000);
+        // The peer advertises 1 s × 3, so the session stays Up through the test without more
+        // packets from it.
+        let mut send = |state: State, your: u32| {
+            let mut p = packet(state, 77, your);
+            p.desired_min_tx_us = 1_000_000;
+            signer.sign(&mut p, Instant::now());
+            peer.send_to(&p.encode(), to).unwrap();
+        };
+        // Once the session is listed, its socket listens and admits the peer.
+        wait_view(&rt, &runtime, "the session", |v| v.state == State::Down);
+        send(State::Down, 0);
+        let view = wait_view(&rt, &runtime, "Init", |v| v.state == State::Init);
+        send(State::Up, view.local_discriminator);
+        let up = wait_view(&rt, &runtime, "Up", |v| v.state == State::Up);
+        assert!(link.borrow_and_update().up);
+        assert_eq!(up.counters.control_discarded, 0);
+        // A forger's packet (made-up digest) and the peer's own signed Down, neither naming
+        // the session.
+        let mut forged = packet(State::Down, 78, 0);
+        forged.auth = Some(AuthSection {
+            auth_type: kind,
+            key_id: 1,
+            reserved: 0,
+            sequence: 2000,
+            digest: [0x5a; 20],
+        });
+        peer.send_to(&forged.encode(), to).unwrap();
+        send(State::Down, 0);
+        let view = wait_view(&rt, &runtime, "two discards", |v| v.counters.control_discarded == 2);
+        assert_eq!(view.state, State::Up, "{view:?}");
+        assert_eq!(view.local_diagnostic, Diagnostic::None, "{view:?}");
+        assert_eq!(*link.borrow_and_update(), BfdLink { up: true, downs: 0 });
+        // The peer's signed Down with our discriminator is obeyed.
+        send(State::Down, view.local_discriminator);
+        let down = wait_view(&rt, &runtime, "Down", |v| v.state != State::Up);
+        assert_eq!(down.local_diagnostic, Diagnostic::NeighborSignaledSessionDown);
+        assert_eq!(down.counters.control_discarded, 2);
     }
 
     /// Sends one datagram from `from` with `ttl` to `to` and says whether it was delivered.

@@ -59,9 +59,9 @@ pub enum Discard {
     /// RFC 5880 §6.8.6: a nonzero Your Discriminator selects the session; this one is not ours.
     #[error("Your Discriminator {0} is not this session's (RFC 5880 §6.8.6)")]
     NotOurDiscriminator(u32),
-    /// An unauthenticated packet without our discriminator cannot be told from a spoofed one:
-    /// while Up it is ignored, and the peer's Down reaches us by the Detection Time instead.
-    #[error("{0} with Your Discriminator 0 while Up, unauthenticated: ignored as a possible spoof (RFC 5880 §6.8.6 demultiplexing)")]
+    /// While Up, only our discriminator selects the session: a packet without it is ignored
+    /// (authenticated or not), and a peer that lost it reaches us by the Detection Time.
+    #[error("{0} with Your Discriminator 0 while Up: ignored, an Up session is selected only by its discriminator (RFC 5880 §6.8.6 demultiplexing)")]
     ZeroDiscriminatorWhileUp(State),
 }
 
@@ -341,6 +341,11 @@ impl Session {
         if p.your_discriminator != 0 && p.your_discriminator != self.local_discr {
             return Err(Discard::NotOurDiscriminator(p.your_discriminator));
         }
+        // Demultiplexing comes before authentication (§6.8.6 orders it so): a packet that
+        // selects no session is not hashed.
+        if p.your_discriminator == 0 && !self.takes_zero_discriminator() {
+            return Err(Discard::ZeroDiscriminatorWhileUp(p.state));
+        }
         match (&mut self.auth, p.auth) {
             // "If the A bit is set and no authentication is in use (bfd.AuthType is zero), the
             // packet MUST be discarded."
@@ -362,12 +367,7 @@ impl Session {
                     .max(Duration::from_micros(u64::from(p.desired_min_tx_us)));
                 let forget_after = agreed.saturating_mul(2 * u32::from(p.detect_mult));
                 auth.check(p, mult, forget_after, now)?;
-                // An authenticated packet is the peer's own word, whatever it says.
-                return Ok(());
             }
-        }
-        if p.your_discriminator == 0 && !self.takes_zero_discriminator() {
-            return Err(Discard::ZeroDiscriminatorWhileUp(p.state));
         }
         Ok(())
     }
@@ -377,13 +377,15 @@ impl Session {
     /// out the peer's own packets).
     ///
     /// Demultiplexing by address alone (Your Discriminator zero) lets anyone on the path who
-    /// can forge the peer's source address speak for it. A peer that has our discriminator
-    /// sends it; one that lost it (its Detection Time passed) stops sending it, and our own
-    /// Detection Time then takes the session down. So an Up session takes no unauthenticated
-    /// Down or AdminDown without its discriminator: a stranger cannot tear it down. An
-    /// authenticated packet is the peer's own word, whatever discriminator it carries.
+    /// can forge the peer's source address speak for it (RFC 5880 §6.8.6). A peer that has our
+    /// discriminator sends it; one that lost it (its Detection Time passed) stops sending it,
+    /// and our own Detection Time then takes the session down. So an Up session takes no
+    /// packet without its discriminator: a stranger cannot tear it down. That holds with
+    /// authentication too: the peer's authenticated packets carry the discriminator as well,
+    /// and checking a forged digest first would let a flood of them into the queue and make
+    /// us hash every one.
     pub fn takes_zero_discriminator(&self) -> bool {
-        self.state != State::Up || self.auth.is_some()
+        self.state != State::Up
     }
 
     fn tick(&mut self, now: Instant, actions: &mut Vec<Action>) {

@@ -153,18 +153,6 @@ enum BfdStep {
 const RECONFIGURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Instance {
-    /// Starts the router: its RIB task (originating what `announced` holds, and following it),
-    /// its listener and one session per neighbor.
-    pub async fn start(
-        router: &Router,
-        config: &config::Config,
-        fib: Option<&crate::fib::Fib>,
-        announced: watch::Receiver<Arc<AnnouncedSet>>,
-    ) -> Result<Instance, String> {
-        let listener = Self::bind(&router.vrf)?;
-        Self::start_on(router, config, fib, announced, listener).await
-    }
-
     /// The VRF's BGP listening socket, for [`Instance::start_on`].
     pub fn bind(vrf: &str) -> Result<Arc<TcpListener>, String> {
         transport::listen(BGP_PORT, vrf)
@@ -193,8 +181,10 @@ impl Instance {
         Ok(())
     }
 
-    /// Starts the router on a listening socket already bound for its VRF (a reload hands a
-    /// restarted router its predecessor's socket, so port 179 is never given up).
+    /// Starts the router — its RIB task (originating what `announced` holds, and following
+    /// it), its listener task and one session per neighbor — on a listening socket already
+    /// bound for its VRF when the reload was prepared (a router started again gets its
+    /// predecessor's socket, so port 179 is never given up).
     pub async fn start_on(
         router: &Router,
         config: &config::Config,
@@ -404,12 +394,6 @@ impl Instance {
             .commands
             .send(SessionCommand::Remove { subcode, reason: reason.to_string() })
             .await;
-    }
-
-    /// Whether the running router can take `router` in place: the same AS and router id and
-    /// FIB instance (else it starts again, with the settings that require it).
-    pub fn restart_reasons(&self, router: &Router) -> Vec<String> {
-        router_change(&self.router(), router).restart
     }
 
     /// Plans a reload of this instance and does what can fail, changing nothing that runs:

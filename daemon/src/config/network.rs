@@ -45,8 +45,9 @@ pub struct NetworkConfig {
     #[serde(serialize_with = "duration::serialize")]
     pub rollback_timeout: Duration,
     pub probes: ProbeSettings,
-    /// This node's primary addresses for `${node.host(…)}`; empty: detected on the node (the
-    /// addresses on the interface of the main table's default route).
+    /// This node's primary addresses for `${node.host(…)}`; empty: detected on the node (its
+    /// address on the interface of the main table's default route from its network
+    /// configuration, `netconf::identity`).
     pub node_addresses: Vec<IpNet>,
     /// This node's row of `[network.node_values.<node name>]`, for `${values.KEY}`.
     pub node_values: BTreeMap<String, String>,

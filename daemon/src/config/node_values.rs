@@ -8,7 +8,10 @@
 //! - `${node.host(SUBNET)}` — the address in `SUBNET` with the host part of the node's primary
 //!   address of the same family: with 172.18.20.113/24, `${node.host(172.19.23.0/24)}` is
 //!   172.19.23.113 (the deck's numbering). The primary address is `[network] node_addresses`
-//!   or, when that is not set, the address on the interface of the main table's default route.
+//!   or, when that is not set, detected from the kernel (`netconf::identity`): the node's
+//!   address on the interface of the main table's default route that its network configuration
+//!   installed, never a routing daemon's. A result that is the subnet's network or broadcast
+//!   address is an error.
 //! - `${values.KEY}` — this node's entry in the per-node table `[network.node_values.<node>]`.
 //!
 //! `${` always starts a per-node value; nmstate's own `{{ capture.… }}` templates are rejected
@@ -171,28 +174,46 @@ fn resolve_at(
 }
 
 /// `subnet`'s network address plus the host part of the node's primary address of the same
-/// family (the bits below that address's own prefix length).
+/// family (the bits below that address's own prefix length). The result must be a host of
+/// `subnet`: not its network address (for IPv6, the Subnet-Router anycast address, RFC 4291
+/// §2.6.1) nor an IPv4 subnet's broadcast address, except in a /31 or /127 (RFC 3021, RFC 6164)
+/// and a /32 or /128, where every address is a host.
 pub fn host_in_subnet(subnet: IpNet, addresses: &[IpNet]) -> Result<IpAddr, String> {
     let family = if subnet.addr().is_ipv4() { "IPv4" } else { "IPv6" };
     let Some(primary) = addresses.iter().find(|a| a.addr().is_ipv4() == subnet.addr().is_ipv4())
     else {
         return Err(format!(
             "${{node.host({subnet})}}: the node has no primary {family} address (set [network] \
-             node_addresses, or give the node a default route)"
+             node_addresses, or give the node a default route from its network configuration)"
         ));
     };
     let host = to_bits(primary.addr()) & to_bits(primary.hostmask());
     let room = to_bits(subnet.hostmask());
-    if host == 0 || host > room {
+    if host > room {
         return Err(format!(
             "${{node.host({subnet})}}: the host part of {primary} does not fit in {subnet}"
         ));
     }
     let bits = to_bits(subnet.network()) | host;
-    Ok(match subnet {
+    let address = match subnet {
         IpNet::V4(_) => IpAddr::V4(Ipv4Addr::from(u32::try_from(bits).unwrap_or(0))),
         IpNet::V6(_) => IpAddr::V6(Ipv6Addr::from(bits)),
-    })
+    };
+    // In a /31 or /127 both addresses are hosts, in a /32 or /128 the only one.
+    let point_to_point = subnet.prefix_len() + 1 >= subnet.max_prefix_len();
+    if !point_to_point && host == 0 {
+        return Err(format!(
+            "${{node.host({subnet})}}: the host part of {primary} is 0, which gives {address}, \
+             the network address of {subnet}, not a host (set [network] node_addresses)"
+        ));
+    }
+    if !point_to_point && host == room && subnet.addr().is_ipv4() {
+        return Err(format!(
+            "${{node.host({subnet})}}: the host part of {primary} gives {address}, the broadcast \
+             address of {subnet}, not a host"
+        ));
+    }
+    Ok(address)
 }
 
 fn to_bits(address: IpAddr) -> u128 {
@@ -226,6 +247,61 @@ mod tests {
         assert_eq!(resolve_str("${node.host(10.9.0.0/16)}", &node()).unwrap(), "10.9.0.113");
         let error = resolve_str("${node.host(10.9.0.0/26)}", &node()).unwrap_err();
         assert!(error.contains("does not fit in 10.9.0.0/26"), "{error}");
+    }
+
+    #[test]
+    fn the_network_and_broadcast_addresses_are_refused() {
+        let with = |primary: &str| NodeIdentity {
+            addresses: vec![primary.parse().unwrap()],
+            ..NodeIdentity::default()
+        };
+        let error =
+            resolve_str("${node.host(172.19.23.0/24)}", &with("10.0.0.255/16")).unwrap_err();
+        assert_eq!(
+            error,
+            "${node.host(172.19.23.0/24)}: the host part of 10.0.0.255/16 gives 172.19.23.255, \
+             the broadcast address of 172.19.23.0/24, not a host"
+        );
+        // The lower address of a /31 link has host part 0.
+        let error = resolve_str("${node.host(172.19.23.0/24)}", &with("10.0.5.0/31")).unwrap_err();
+        assert_eq!(
+            error,
+            "${node.host(172.19.23.0/24)}: the host part of 10.0.5.0/31 is 0, which gives \
+             172.19.23.0, the network address of 172.19.23.0/24, not a host (set [network] \
+             node_addresses)"
+        );
+        // A /32 primary has no host part at all.
+        let error = resolve_str("${node.host(172.19.23.0/24)}", &with("10.0.0.9/32")).unwrap_err();
+        assert!(error.contains("host part of 10.0.0.9/32 is 0"), "{error}");
+        // The same host parts are hosts of a wider subnet.
+        assert_eq!(
+            resolve_str("${node.host(172.19.0.0/16)}", &with("10.0.0.255/16")).unwrap(),
+            "172.19.0.255"
+        );
+        assert_eq!(
+            resolve_str("${node.host(172.19.0.0/16)}", &with("10.0.1.0/16")).unwrap(),
+            "172.19.1.0"
+        );
+        // In a /31 (RFC 3021) both addresses are hosts.
+        assert_eq!(
+            resolve_str("${node.host(10.9.0.4/31)}", &with("10.0.0.0/31")).unwrap(),
+            "10.9.0.4"
+        );
+        assert_eq!(
+            resolve_str("${node.host(10.9.0.4/31)}", &with("10.0.0.1/31")).unwrap(),
+            "10.9.0.5"
+        );
+        // IPv6 has no broadcast; its all-zero host is the Subnet-Router anycast address.
+        assert_eq!(
+            resolve_str("${node.host(fd00:23::/120)}", &with("fd00:18::ff/120")).unwrap(),
+            "fd00:23::ff"
+        );
+        let error = resolve_str("${node.host(fd00:23::/64)}", &with("fd00:18::/64")).unwrap_err();
+        assert!(error.contains("the network address of fd00:23::/64"), "{error}");
+        assert_eq!(
+            resolve_str("${node.host(fd00:23::/127)}", &with("fd00:18::/127")).unwrap(),
+            "fd00:23::"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
 use crate::netconf::gate::GateView;
-use crate::ops::drain::DrainHandle;
+use crate::ops::drain::{DrainHandle, DrainReason};
 use crate::reload::{InstanceList, ReloadHandle};
 
 /// What a control request may read or act on. Cheap to clone: handles and `watch` receivers.
@@ -61,8 +61,9 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             let config = ctx.running.borrow().clone();
             super::announcements::running_config_json(&config, &ctx.announcer)
         }
-        Request::Drain { wait } => {
-            let outcome = ctx.drain.drain(true, wait).await?;
+        Request::Drain { wait, shutdown } => {
+            let reason = if shutdown { DrainReason::Shutdown } else { DrainReason::Operator };
+            let outcome = ctx.drain.drain(reason, wait).await?;
             Ok(serde_json::json!({ "drain": outcome }))
         }
         Request::Undrain => {

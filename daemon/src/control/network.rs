@@ -121,7 +121,7 @@ pub fn render_state(value: &Value) -> String {
 
 /// `uplink apply network`: applies now; the text report and whether every policy is Available.
 pub fn apply(config: &Config, retry: bool) -> Result<(String, bool), String> {
-    let enactments = block_on(apply_policies(config, ApplyOptions { retry }))?;
+    let enactments = block_on(apply_policies(config, ApplyOptions { retry }))?.enactments;
     let ok = enactments.iter().all(|e| e.status == EnactmentStatus::Available);
     let value = Value::Array(enactments.iter().map(enactment_json).collect());
     Ok((render_enactments(&value), ok))

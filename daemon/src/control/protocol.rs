@@ -70,10 +70,13 @@ pub enum Request {
     },
     /// `uplink drain`: GRACEFUL_SHUTDOWN on everything the node originates, then, after
     /// `drain_time`, the service addresses withdrawn (RFC 8326). With `wait`, answered after
-    /// the withdrawal. Sessions stay up.
+    /// the withdrawal. Sessions stay up. With `shutdown`, a drain before the node goes away:
+    /// not recorded, and the daemon's stop ends the sessions instead of a graceful restart.
     Drain {
         #[serde(default)]
         wait: bool,
+        #[serde(default)]
+        shutdown: bool,
     },
     /// `uplink undrain`: everything announced again, without GRACEFUL_SHUTDOWN.
     Undrain,

@@ -47,6 +47,23 @@ pub fn text(request: &Request, value: &Value) -> String {
 
 /// `uplink reload`: what was applied, router by router and neighbor by neighbor; or why the
 /// config was rejected (the same file:line:column lines as `uplink check`).
+/// The network policies a reload applied or tried, and those still not Available.
+fn reload_policies(v: &Value, out: &mut String) {
+    for p in v["network"].as_array().into_iter().flatten() {
+        let changed = p["changed"] == Value::Bool(true);
+        if changed || p["status"] != "Available" {
+            let how = if changed { "" } else { " (unchanged)" };
+            let _ = writeln!(
+                out,
+                "network policy {}: {}{how}: {}",
+                s(&p["policy"]),
+                s(&p["status"]),
+                s(&p["message"])
+            );
+        }
+    }
+}
+
 fn reload(v: &Value) -> String {
     let mut out = String::new();
     if v["applied"] != Value::Bool(true) {
@@ -64,12 +81,14 @@ fn reload(v: &Value) -> String {
         if !v["error"].is_null() {
             let _ = writeln!(out, "{}", s(&v["error"]));
         }
+        reload_policies(v, &mut out);
         return out;
     }
     let _ = writeln!(out, "reloaded {} in {} ms", s(&v["config"]), v["duration_ms"]);
     for note in v["node"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "node: {}", s(note));
     }
+    reload_policies(v, &mut out);
     for r in v["routers"].as_array().into_iter().flatten() {
         let _ = write!(out, "router {} (vrf {}): {}", r["asn"], s(&r["vrf"]), s(&r["action"]));
         match r["reason"].as_str() {

@@ -83,14 +83,37 @@ mod imp {
             state.apply_async().await.map_err(message)
         }
 
-        /// Makes the uncommitted change permanent (destroys the checkpoint).
-        pub async fn commit(&self) -> Result<(), String> {
-            NetworkState::checkpoint_commit_async("").await.map_err(message)
+        /// Makes the uncommitted change under `checkpoint` permanent (destroys it). The path
+        /// is always named: nmstate's "" picks NetworkManager's first checkpoint, which may be
+        /// another tool's.
+        pub async fn commit(&self, checkpoint: &str) -> Result<(), String> {
+            NetworkState::checkpoint_commit_async(checkpoint).await.map_err(message)
         }
 
-        /// Rolls NetworkManager back to the checkpoint.
-        pub async fn rollback(&self) -> Result<(), String> {
-            NetworkState::checkpoint_rollback_async("").await.map_err(message)
+        /// Rolls NetworkManager back to `checkpoint`.
+        pub async fn rollback(&self, checkpoint: &str) -> Result<(), String> {
+            NetworkState::checkpoint_rollback_async(checkpoint).await.map_err(message)
+        }
+
+        /// NetworkManager's open checkpoints (D-Bus object paths). nmstate creates one per
+        /// apply and does not say which: the one that appears across an apply is ours.
+        pub async fn checkpoints(&self) -> Result<Vec<String>, String> {
+            let failed = |e: zbus::Error| format!("NetworkManager's checkpoints: {e}");
+            let bus = zbus::Connection::system().await.map_err(failed)?;
+            let proxy: zbus::Proxy<'_> = zbus::proxy::Builder::new(&bus)
+                .destination("org.freedesktop.NetworkManager")
+                .map_err(failed)?
+                .path("/org/freedesktop/NetworkManager")
+                .map_err(failed)?
+                .interface("org.freedesktop.NetworkManager")
+                .map_err(failed)?
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await
+                .map_err(failed)?;
+            let paths: Vec<zbus::zvariant::OwnedObjectPath> =
+                proxy.get_property("Checkpoints").await.map_err(failed)?;
+            Ok(paths.into_iter().map(|p| p.as_str().to_string()).collect())
         }
 
         /// What `desired` would change in `current` (empty when nothing).
@@ -127,10 +150,13 @@ impl Backend {
     ) -> Result<(), String> {
         Err(NOT_BUILT.into())
     }
-    pub async fn commit(&self) -> Result<(), String> {
+    pub async fn commit(&self, _checkpoint: &str) -> Result<(), String> {
         Err(NOT_BUILT.into())
     }
-    pub async fn rollback(&self) -> Result<(), String> {
+    pub async fn rollback(&self, _checkpoint: &str) -> Result<(), String> {
+        Err(NOT_BUILT.into())
+    }
+    pub async fn checkpoints(&self) -> Result<Vec<String>, String> {
         Err(NOT_BUILT.into())
     }
     pub fn diff(_desired: &Value, _current: &Snapshot) -> Result<Value, String> {

@@ -61,6 +61,43 @@ pub struct Enactment {
     /// The probes required after the change (those that passed before it).
     #[serde(default)]
     pub probes: Vec<ProbeOutcome>,
+    /// While Progressing: what undoes the apply, so a daemon that dies before it commits can
+    /// undo exactly its own change at its next start (`netconf::apply`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<InFlight>,
+}
+
+/// What undoes an apply in progress.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct InFlight {
+    /// NetworkManager's checkpoints before the apply (others' or stale ones: never ours);
+    /// `None` when they could not be listed, and then no checkpoint is taken for ours.
+    #[serde(default)]
+    pub before: Option<Vec<String>>,
+    /// The apply's own checkpoint, when it is known.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The state from before the apply (nmstate's revert): kernel mode's only way back, and
+    /// NetworkManager's where its checkpoint falls short.
+    #[serde(default)]
+    pub revert: Option<serde_json::Value>,
+}
+
+impl InFlight {
+    /// Of the checkpoints open now, the one an interrupted apply left: its own if recorded and
+    /// still open; else the only one that appeared since the apply began (with several, none:
+    /// another tool's could be among them).
+    pub fn left_open(&self, open_now: &[String]) -> Option<String> {
+        if let Some(path) = &self.path {
+            return open_now.contains(path).then(|| path.clone());
+        }
+        let before = self.before.as_ref()?;
+        let mut new = open_now.iter().filter(|p| !before.contains(p));
+        match (new.next(), new.next()) {
+            (Some(only), None) => Some(only.clone()),
+            _ => None,
+        }
+    }
 }
 
 impl Enactment {
@@ -72,11 +109,15 @@ impl Enactment {
             desired_state,
             time: now,
             probes: Vec::new(),
+            in_flight: None,
         }
     }
 
-    /// Moves to `status` with `message` at `now`.
+    /// Moves to `status` with `message` at `now`. Only Progressing keeps a checkpoint.
     pub fn transition(&mut self, status: EnactmentStatus, message: impl Into<String>, now: u64) {
+        if status != EnactmentStatus::Progressing {
+            self.in_flight = None;
+        }
         self.status = status;
         self.message = message.into();
         self.time = now;
@@ -119,13 +160,13 @@ pub fn decide(previous: Option<&Enactment>, desired: &serde_json::Value, retry: 
     }
 }
 
-/// At start: an enactment left Progressing means uplink stopped between apply and commit.
-pub fn interrupted(enactment: &mut Enactment, now: u64) {
+/// At start: an enactment left Progressing means uplink stopped between apply and commit;
+/// `how` says what became of its change.
+pub fn interrupted(enactment: &mut Enactment, now: u64, how: &str) {
     if enactment.status == EnactmentStatus::Progressing {
         enactment.transition(
             EnactmentStatus::Aborted,
-            "interrupted: uplink stopped while applying it; NetworkManager's checkpoint rolls \
-             such a change back by itself",
+            format!("interrupted: uplink stopped while applying it; {how}"),
             now,
         );
     }
@@ -194,12 +235,33 @@ mod tests {
     fn progressing_at_start_becomes_aborted_and_is_not_rerun() {
         let a = json!({"interfaces": []});
         let mut e = enactment(EnactmentStatus::Progressing, a.clone());
-        interrupted(&mut e, 10);
+        e.in_flight = Some(InFlight { path: Some("/cp/2".into()), ..Default::default() });
+        interrupted(&mut e, 10, "rolled back now");
         assert_eq!((e.status, e.time), (EnactmentStatus::Aborted, 10));
+        assert!(e.message.ends_with("rolled back now"), "{}", e.message);
+        assert_eq!(e.in_flight, None);
         assert!(matches!(decide(Some(&e), &a, false), Decision::Skip(_)));
         let mut done = enactment(EnactmentStatus::Available, a);
-        interrupted(&mut done, 10);
+        interrupted(&mut done, 10, "");
         assert_eq!((done.status, done.time), (EnactmentStatus::Available, 2));
+    }
+
+    /// The checkpoint an interrupted apply left open is its own: recorded, or the one that
+    /// appeared since the apply began; never one of several new ones, nor one from before.
+    #[test]
+    fn only_our_own_checkpoint_is_rolled_back() {
+        let open = |list: &[&str]| list.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let before = open(&["/cp/1"]);
+        let known =
+            InFlight { before: Some(before.clone()), path: Some("/cp/2".into()), revert: None };
+        assert_eq!(known.left_open(&open(&["/cp/1", "/cp/2"])), Some("/cp/2".into()));
+        assert_eq!(known.left_open(&open(&["/cp/1", "/cp/3"])), None, "ours already gone");
+        let unlisted = InFlight { before: None, path: None, revert: None };
+        assert_eq!(unlisted.left_open(&open(&["/cp/4"])), None, "maybe another tool's");
+        let unknown = InFlight { before: Some(before), path: None, revert: None };
+        assert_eq!(unknown.left_open(&open(&["/cp/1", "/cp/4"])), Some("/cp/4".into()));
+        assert_eq!(unknown.left_open(&open(&["/cp/1"])), None);
+        assert_eq!(unknown.left_open(&open(&["/cp/1", "/cp/4", "/cp/5"])), None, "ambiguous");
     }
 
     #[test]

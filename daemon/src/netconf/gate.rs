@@ -3,13 +3,15 @@
 //! waits — `show bgp summary` and the log say so — and starts by itself when the kernel
 //! reports the VRF ([`links::watch_node`]).
 //!
-//! The gate decides and tells; it does not start routers. Whoever owns the running routers
-//! (the daemon at start, the reloader afterwards) asks [`NetworkGate::prepare`] which routers
-//! must wait, starts the others, and on [`NetworkGate::view`] changes asks again with
-//! [`NetworkGate::hold`] and starts the ones that may go now.
+//! The gate decides and tells; it does not start routers. The reloader, which owns the running
+//! routers at start and on every reload, asks [`NetworkGate::hold`] which routers must wait,
+//! applies the policies with [`NetworkGate::apply_policies`] (and undoes them with
+//! [`NetworkGate::undo`] when the reload is refused after all), starts the others, and on
+//! [`NetworkGate::view`] changes asks again and starts the ones that may go now.
 //!
-//! A policy that fails (or is rolled back, or takes longer than [`APPLY_WAIT`]) never keeps
-//! the routers from starting on whatever network exists.
+//! At start a policy that fails (or is rolled back, or takes longer than [`APPLY_WAIT`]) never
+//! keeps the routers from starting on whatever network exists; a reload whose policy fails is
+//! refused whole.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,13 +28,36 @@ use super::backend::BUILT;
 use super::enactment::EnactmentStatus;
 use super::links::{self, NodeView};
 use super::readiness::{router_waits_for, waiting_neighbors};
-use super::worker::NetconfWorker;
+use super::worker::{Applied, NetconfWorker};
 
 /// How long the daemon waits for the policies before it starts its routers anyway. Below
 /// uplink.service's `TimeoutStartSec` (120 s), above one failing policy with the default
 /// probe timeouts. The apply goes on in its thread; a router it was to make ready starts when
 /// its VRF appears.
 pub const APPLY_WAIT: Duration = Duration::from_secs(90);
+
+/// What a reload (or the start) did to one network policy: `uplink reload` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyOutcome {
+    pub policy: String,
+    /// The enactment's status (`Available`, `Failing`, ...).
+    pub status: &'static str,
+    pub message: String,
+    /// This run changed the node for it (applied, or tried and rolled back).
+    pub changed: bool,
+}
+
+/// What a run of the policies did, for the reload that ran it.
+#[derive(Debug, Default)]
+pub struct PolicyReport {
+    pub policies: Vec<PolicyOutcome>,
+    /// What to undo if the reload is refused after all.
+    pub applied: Applied,
+    /// The policies this run tried that did not end Available.
+    pub failed: Vec<String>,
+    /// The run did not finish (or could not start): why.
+    pub unfinished: Option<String>,
+}
 
 /// A router that has not started, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -70,19 +95,15 @@ impl NetworkGate {
         Ok(NetworkGate { worker, node, waiting })
     }
 
-    /// The network first: applies `config`'s selected policies (waiting at most
-    /// [`APPLY_WAIT`]), then says which of its routers that do not run yet (`running` are the
-    /// VRFs of those that do) must wait. Never fails: what went wrong is in the log and the
+    /// Applies `config`'s selected policies and says what happened to each. `wait` bounds how
+    /// long the caller waits (the start: [`APPLY_WAIT`], then the routers start on the network
+    /// as it is while the apply goes on); `None` waits for the end (a reload, whose answer
+    /// depends on it). Never fails: what went wrong is in the report, the log and the
     /// enactments.
-    pub async fn prepare(&self, config: &Config, running: &BTreeSet<String>) -> BTreeSet<String> {
-        self.apply_policies(config).await;
-        self.hold(&config.bgp.routers, running)
-    }
-
-    async fn apply_policies(&self, config: &Config) {
+    pub async fn apply_policies(&self, config: &Config, wait: Option<Duration>) -> PolicyReport {
         let policies = &config.network.policies;
         if policies.is_empty() {
-            return;
+            return PolicyReport::default();
         }
         if !BUILT {
             warn!(
@@ -90,7 +111,7 @@ impl NetworkGate {
                 "network: this uplink was built without the `netconf` feature; the network \
                  policies are not applied"
             );
-            return;
+            return PolicyReport::default();
         }
         info!(
             count = policies.len(),
@@ -101,32 +122,75 @@ impl NetworkGate {
             Ok(done) => done,
             Err(error) => {
                 warn!(%error, "network: policies not applied");
-                return;
+                return PolicyReport { unfinished: Some(error), ..Default::default() };
             }
         };
-        match tokio::time::timeout(APPLY_WAIT, done).await {
-            Ok(Ok(enactments)) => {
-                let failing: Vec<String> = enactments
-                    .iter()
-                    .filter(|e| e.status != EnactmentStatus::Available)
-                    .map(|e| format!("{} {:?}: {}", e.policy, e.status, e.message))
-                    .collect();
-                if failing.is_empty() {
-                    info!(count = enactments.len(), "network: every selected policy is Available");
-                } else {
-                    warn!(
-                        "network: {} of {} policies not Available; the routers start on the network as it is: {}",
-                        failing.len(),
-                        enactments.len(),
-                        failing.join("; ")
+        let run = match wait {
+            Some(limit) => match tokio::time::timeout(limit, done).await {
+                Ok(run) => run,
+                Err(_) => {
+                    let note = format!(
+                        "the policies take longer than {limit:?}; the routers start now, and \
+                         those waiting for a VRF start when it appears"
                     );
+                    warn!("network: {note}");
+                    return PolicyReport { unfinished: Some(note), ..Default::default() };
                 }
+            },
+            None => done.await,
+        };
+        let Ok(run) = run else {
+            let note = "the policy thread stopped during the apply".to_string();
+            warn!("network: {note}");
+            return PolicyReport { unfinished: Some(note), ..Default::default() };
+        };
+        let failing: Vec<String> = run
+            .enactments
+            .iter()
+            .filter(|e| e.status != EnactmentStatus::Available)
+            .map(|e| format!("{} {:?}: {}", e.policy, e.status, e.message))
+            .collect();
+        if failing.is_empty() {
+            info!(count = run.enactments.len(), "network: every selected policy is Available");
+        } else {
+            warn!(
+                "network: {} of {} policies not Available: {}",
+                failing.len(),
+                run.enactments.len(),
+                failing.join("; ")
+            );
+        }
+        PolicyReport {
+            policies: run
+                .enactments
+                .iter()
+                .map(|e| PolicyOutcome {
+                    policy: e.policy.clone(),
+                    status: e.status.name(),
+                    message: e.message.clone(),
+                    changed: run.applied.iter().any(|(name, _)| *name == e.policy)
+                        || run.failed.contains(&e.policy),
+                })
+                .collect(),
+            applied: run.applied,
+            failed: run.failed,
+            unfinished: None,
+        }
+    }
+
+    /// Undoes what [`Self::apply_policies`] applied (`report.applied`), for a reload refused
+    /// after it; returns the policies that could not be undone.
+    pub async fn undo(&self, config: &Config, applied: Applied, reason: &str) -> Vec<String> {
+        if applied.is_empty() {
+            return Vec::new();
+        }
+        let names: Vec<String> = applied.iter().map(|(name, _)| name.clone()).collect();
+        match self.worker.undo(Arc::new(config.clone()), applied, reason.to_string()).await {
+            Ok(failed) => failed,
+            Err(error) => {
+                warn!(%error, "network: the policies of the refused reload are not undone");
+                names
             }
-            Ok(Err(_)) => warn!("network: the policy thread stopped during the apply"),
-            Err(_) => warn!(
-                "network: the policies take longer than {APPLY_WAIT:?}; the routers start now, \
-                 and those waiting for a VRF start when it appears"
-            ),
         }
     }
 

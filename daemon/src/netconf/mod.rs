@@ -5,7 +5,8 @@
 //! - `backend`: nmstate (behind the `netconf` cargo feature).
 //! - `probe` (which probes, pure), `probe_run` (running them), `ping`, `dns`.
 //! - `enactment` (status and the restart rule, pure), `store` (kept on disk).
-//! - `state` (reading nmstate's JSON, pure), `identity` (the node's primary addresses).
+//! - `state` (reading nmstate's JSON, pure), `identity` (the node's primary addresses: a pure
+//!   choice among the kernel's default routes, which `links` reads).
 //! - `readiness` (which BGP routers can start: VRF device and source addresses present, pure)
 //!   on `links` (the kernel's VRF devices and addresses, kept current from its notifications).
 //! - `worker` (the thread that applies policies for the daemon) and `gate` (the order at start
@@ -28,6 +29,6 @@ pub mod state;
 pub mod store;
 pub mod worker;
 
-pub use apply::{apply_policies, plan, ApplyOptions};
+pub use apply::{apply_policies, plan, undo_policies, ApplyOptions, PolicyRun};
 pub use enactment::{Enactment, EnactmentStatus};
 pub use store::EnactmentStore;

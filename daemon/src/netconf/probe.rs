@@ -22,8 +22,12 @@ pub enum Probe {
     DefaultGateway(Family),
     /// A name resolves through one of the configured name servers.
     Dns,
-    /// ICMP echo to a BGP neighbor from its source address, bound to its VRF's device.
-    BgpNeighbor { vrf: String, address: IpAddr, source: Option<IpAddr> },
+    /// ICMP echo to a BGP neighbor from its source address, bound to its VRF's device; in the
+    /// default VRF a single-hop neighbor's echo is bound to the interface whose subnet holds
+    /// it (looked up each time), so it cannot pass through another link (the other ToR) while
+    /// the session's own is dead. A neighbor on no connected subnet is reached by the routing
+    /// table.
+    BgpNeighbor { vrf: String, address: IpAddr, source: Option<IpAddr>, single_hop: bool },
 }
 
 impl fmt::Display for Probe {
@@ -99,6 +103,8 @@ pub fn candidates(current: &Value, routers: &[Router], affected: &BTreeSet<Strin
                 vrf: router.vrf.clone(),
                 address: neighbor.address,
                 source: neighbor.source_address,
+                // RFC 4271 §5.1.3 / RFC 5082: without multihop the peer is on a connected link.
+                single_hop: neighbor.ebgp_multihop.is_none(),
             });
         }
     }

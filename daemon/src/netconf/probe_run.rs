@@ -11,7 +11,7 @@ use super::backend::Backend;
 use super::dns;
 use super::ping;
 use super::probe::Probe;
-use super::state::{default_gateway, name_servers};
+use super::state::{connected_interface, default_gateway, name_servers};
 
 /// One attempt.
 pub async fn attempt(
@@ -49,10 +49,22 @@ pub async fn attempt(
             }
             Err(format!("{} does not resolve: {}", settings.dns_name, errors.join("; ")))
         }
-        Probe::BgpNeighbor { vrf, address, source } => {
-            let device = (!vrf.is_empty()).then(|| vrf.clone());
+        Probe::BgpNeighbor { vrf, address, source, single_hop } => {
+            let device = if !vrf.is_empty() {
+                Some(vrf.clone())
+            } else if *single_hop {
+                // A neighbor on no connected subnet (an iBGP peer's loopback) is reached
+                // through the routing table, as before.
+                let current = backend.current().await?;
+                connected_interface(&current.json, *address)
+            } else {
+                None
+            };
             let (address, source): (IpAddr, Option<IpAddr>) = (*address, *source);
-            blocking(move || ping::echo(address, device.as_deref(), source, sequence, wait)).await
+            let via = device.clone().unwrap_or_default();
+            blocking(move || ping::echo(address, device.as_deref(), source, sequence, wait))
+                .await
+                .map_err(|e| if via.is_empty() { e } else { format!("{e} (via {via})") })
         }
     }
 }

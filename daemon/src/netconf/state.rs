@@ -1,6 +1,7 @@
 //! Reading nmstate's current state (its JSON, as `nmstatectl show` prints it): the default
 //! gateways, the name servers, which VRF an interface belongs to. Pure functions, so probe
-//! selection and identity detection are tested on JSON without a network.
+//! selection is tested on JSON without a network. (The node's primary addresses are chosen
+//! from the kernel's routes instead: `identity`.)
 
 use std::net::IpAddr;
 
@@ -54,6 +55,35 @@ pub fn default_gateway(current: &Value, family: Family) -> Option<Gateway> {
             interface: route.get("next-hop-interface")?.as_str()?.to_string(),
         })
     })
+}
+
+/// The interface of the default VRF (a port of no VRF) with an address whose subnet holds
+/// `address`: a single-hop BGP session's link. The longest prefix wins, as in the kernel's
+/// connected routes.
+pub fn connected_interface(current: &Value, address: IpAddr) -> Option<String> {
+    let mut best: Option<(u8, String)> = None;
+    for interface in interfaces(current) {
+        let Some(name) = interface.get("name").and_then(Value::as_str) else { continue };
+        if vrf_of(current, name).is_some() {
+            continue;
+        }
+        let key = if address.is_ipv4() { "ipv4" } else { "ipv6" };
+        let addresses = interface.pointer(&format!("/{key}/address")).and_then(Value::as_array);
+        for entry in addresses.into_iter().flatten() {
+            let (Some(ip), Some(length)) = (
+                entry.get("ip").and_then(Value::as_str),
+                entry.get("prefix-length").and_then(Value::as_u64),
+            ) else {
+                continue;
+            };
+            let Ok(net) = format!("{ip}/{length}").parse::<ipnet::IpNet>() else { continue };
+            let better = best.as_ref().is_none_or(|(len, _)| net.prefix_len() > *len);
+            if net.contains(&address) && better {
+                best = Some((net.prefix_len(), name.to_string()));
+            }
+        }
+    }
+    best.map(|(_, name)| name)
 }
 
 /// `dns-resolver.running.server`.
@@ -138,6 +168,25 @@ fn interfaces(state: &Value) -> impl Iterator<Item = &Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A single-hop neighbor's link: the default-VRF interface whose subnet holds it (the
+    /// longest prefix), never a VRF's port, none when no subnet holds it.
+    #[test]
+    fn a_neighbors_link_is_the_interface_with_its_subnet() {
+        let current = json!({"interfaces": [
+            {"name": "ens4", "ipv4": {"address": [{"ip": "172.18.20.2", "prefix-length": 24}]}},
+            {"name": "ens5", "ipv4": {"address": [{"ip": "172.18.0.2", "prefix-length": 16}]},
+             "ipv6": {"address": [{"ip": "fd00:20::2", "prefix-length": 64}]}},
+            {"name": "vlan2001", "ipv4": {"address": [{"ip": "172.19.23.2", "prefix-length": 24}]}},
+            {"name": "cudn3", "type": "vrf", "vrf": {"port": ["vlan2001"]}}
+        ]});
+        let at = |a: &str| connected_interface(&current, a.parse().unwrap());
+        assert_eq!(at("172.18.20.1").as_deref(), Some("ens4"));
+        assert_eq!(at("172.18.30.1").as_deref(), Some("ens5"));
+        assert_eq!(at("fd00:20::1").as_deref(), Some("ens5"));
+        assert_eq!(at("172.19.23.1"), None, "a VRF's port is not the default VRF's link");
+        assert_eq!(at("10.0.0.1"), None);
+    }
 
     #[test]
     fn the_default_gateway_comes_from_the_main_table_only() {

@@ -1,9 +1,14 @@
 //! Enactments on disk: `<state_dir>/enactments.json`, rewritten whole after every transition
-//! (written to a temporary file, then renamed over the old one, so a crash leaves either the
-//! old or the new file and never half of one).
+//! (`state_file::write`: a temporary file renamed over the old one, file and directory synced,
+//! so a crash leaves either the old or the new file and never half of one).
+//!
+//! The file is the node's memory of which policies failed: a policy that once cut the node off
+//! is Failing there and is not run again until it changes. So a file that cannot be read (a
+//! bad write, a downgrade to a release that does not know its format) is never silently
+//! replaced by an empty store: [`EnactmentStore::recover`] keeps it aside under a name of its
+//! own, and the apply runs no policy on that start (docs/network.md).
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::enactment::Enactment;
@@ -30,9 +35,26 @@ impl EnactmentStore {
         Ok(Self { path, enactments })
     }
 
-    /// An empty store that will write to `state_dir` (after a file that could not be read).
+    /// An empty store that will write to `state_dir` (for readers that only show it).
     pub fn empty(state_dir: &Path) -> Self {
         Self { path: state_dir.join(FILE_NAME), enactments: BTreeMap::new() }
+    }
+
+    /// After [`Self::open`] failed with `error`: moves the unreadable file aside to
+    /// `enactments.json.unreadable-<unix seconds>` (kept for the operator, never overwritten)
+    /// and starts an empty store. Returns the store and what to tell the operator.
+    pub fn recover(state_dir: &Path, error: &str, now: u64) -> (Self, String) {
+        let store = Self::empty(state_dir);
+        let mut aside = store.path.as_os_str().to_os_string();
+        aside.push(format!(".unreadable-{now}"));
+        let aside = PathBuf::from(aside);
+        let note = match std::fs::rename(&store.path, &aside)
+            .and_then(|()| crate::state_file::sync_dir(&aside))
+        {
+            Ok(()) => format!("{error}; kept as {}", aside.display()),
+            Err(e) => format!("{error}; could not keep it aside as {}: {e}", aside.display()),
+        };
+        (store, note)
     }
 
     pub fn path(&self) -> &Path {
@@ -49,17 +71,11 @@ impl EnactmentStore {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let text = serde_json::to_string_pretty(&self.enactments)
+        let mut text = serde_json::to_string_pretty(&self.enactments)
             .map_err(|e| format!("cannot encode enactments: {e}"))?;
-        let temporary = self.path.with_extension("json.new");
-        let write = || -> std::io::Result<()> {
-            let mut file = std::fs::File::create(&temporary)?;
-            file.write_all(text.as_bytes())?;
-            file.write_all(b"\n")?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, &self.path)
-        };
-        write().map_err(|e| format!("cannot write {}: {e}", self.path.display()))
+        text.push('\n');
+        crate::state_file::write(&self.path, text.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", self.path.display()))
     }
 }
 
@@ -84,5 +100,15 @@ mod tests {
         std::fs::write(state_dir.join("enactments.json"), "{ not json").unwrap();
         let error = EnactmentStore::open(&state_dir).unwrap_err();
         assert!(error.contains("not a valid enactments file"), "{error}");
+
+        // Kept aside, never overwritten by the next save.
+        let (mut store, note) = EnactmentStore::recover(&state_dir, &error, 42);
+        let aside = state_dir.join("enactments.json.unreadable-42");
+        assert!(note.contains("kept as") && note.contains("unreadable-42"), "{note}");
+        assert_eq!(std::fs::read_to_string(&aside).unwrap(), "{ not json");
+        assert!(store.enactments.is_empty());
+        store.put(e).unwrap();
+        assert_eq!(std::fs::read_to_string(&aside).unwrap(), "{ not json");
+        assert_eq!(EnactmentStore::open(&state_dir).unwrap().enactments.len(), 1);
     }
 }

@@ -14,17 +14,26 @@ use tracing::error;
 
 use crate::config::Config;
 
-use super::apply::{apply_policies, ApplyOptions};
-use super::enactment::Enactment;
+use super::apply::{apply_policies, undo_policies, ApplyOptions, PolicyRun};
 
-/// Jobs queued at most: the start and one reload; a further reload waits for room (reloads
-/// are serialized by the reloader anyway).
+/// Jobs queued at most: an apply and its undo; a further reload waits for room (reloads are
+/// serialized by the reloader anyway).
 pub const QUEUE: usize = 2;
+
+/// The policies a run applied, with the states that undo them (`PolicyRun::applied`).
+pub type Applied = Vec<(String, Option<serde_json::Value>)>;
 
 /// One request to the thread.
 enum Job {
-    /// Apply the config's selected policies; the reply carries their enactments.
-    Apply { config: Arc<Config>, options: ApplyOptions, reply: oneshot::Sender<Vec<Enactment>> },
+    /// Apply the config's selected policies; the reply says what the run did.
+    Apply { config: Arc<Config>, options: ApplyOptions, reply: oneshot::Sender<PolicyRun> },
+    /// Undo what a run applied (its reload was refused); the reply lists what could not be.
+    Undo {
+        config: Arc<Config>,
+        applied: Applied,
+        reason: String,
+        reply: oneshot::Sender<Vec<String>>,
+    },
 }
 
 /// The sending side; cheap to clone.
@@ -48,10 +57,13 @@ impl NetconfWorker {
                     while let Some(job) = inbox.recv().await {
                         match job {
                             Job::Apply { config, options, reply } => {
-                                let enactments = apply_policies(&config, options).await;
+                                let run = apply_policies(&config, options).await;
                                 // The daemon may have stopped waiting (its bound passed):
                                 // the enactments are on disk either way.
-                                let _ = reply.send(enactments);
+                                let _ = reply.send(run);
+                            }
+                            Job::Undo { config, applied, reason, reply } => {
+                                let _ = reply.send(undo_policies(&config, &applied, &reason).await);
                             }
                         }
                     }
@@ -62,17 +74,30 @@ impl NetconfWorker {
         Ok(NetconfWorker { jobs })
     }
 
-    /// Queues an apply; the receiver yields the enactments when it is done.
+    /// Queues an apply; the receiver yields what the run did when it is done.
     pub async fn apply(
         &self,
         config: Arc<Config>,
         options: ApplyOptions,
-    ) -> Result<oneshot::Receiver<Vec<Enactment>>, String> {
+    ) -> Result<oneshot::Receiver<PolicyRun>, String> {
         let (reply, done) = oneshot::channel();
         self.jobs
             .send(Job::Apply { config, options, reply })
             .await
             .map_err(|_| "the network policy thread has stopped".to_string())?;
         Ok(done)
+    }
+
+    /// Undoes what a run applied; returns the policies that could not be undone.
+    pub async fn undo(
+        &self,
+        config: Arc<Config>,
+        applied: Applied,
+        reason: String,
+    ) -> Result<Vec<String>, String> {
+        let (reply, done) = oneshot::channel();
+        let gone = || "the network policy thread has stopped".to_string();
+        self.jobs.send(Job::Undo { config, applied, reason, reply }).await.map_err(|_| gone())?;
+        done.await.map_err(|_| gone())
     }
 }

@@ -6,8 +6,16 @@
 //! operator's drain is recorded in the state directory, so a daemon restart (an upgrade in a
 //! maintenance window) comes back drained; a drain for a shutdown is not recorded, so the node
 //! serves again after its reboot.
+//!
+//! What the daemon's stop does next depends on which drain it was: after an operator's drain
+//! (an upgrade, a restart in a maintenance window) it stops for a graceful restart like any
+//! other stop, so the peers keep the prefixes the drain kept (pod subnets, EgressIPs) and the
+//! kernel keeps the learned routes; after a drain for a shutdown the node is going away, and
+//! every session ends with a Cease.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -42,21 +50,29 @@ enum Request {
 pub struct DrainHandle {
     tx: mpsc::Sender<Request>,
     phase: watch::Receiver<DrainPhase>,
+    /// A drain for a shutdown was asked for (and not undone by `undrain`).
+    for_shutdown: Arc<AtomicBool>,
 }
 
 const GONE: &str = "the drain task has stopped";
 
 impl DrainHandle {
-    /// Starts draining. `record`: an operator's drain, kept across a daemon restart. `wait`:
-    /// answer once the service addresses are withdrawn, else once GRACEFUL_SHUTDOWN is out.
-    pub async fn drain(&self, record: bool, wait: bool) -> Result<Outcome, String> {
+    /// Starts draining. `reason`: an operator's drain is kept across a daemon restart, a drain
+    /// for a shutdown is not (and ends the sessions when the daemon stops). `wait`: answer once
+    /// the service addresses are withdrawn, else once GRACEFUL_SHUTDOWN is out.
+    pub async fn drain(&self, reason: DrainReason, wait: bool) -> Result<Outcome, String> {
         let (reply, rx) = oneshot::channel();
+        let record = reason == DrainReason::Operator;
+        if reason == DrainReason::Shutdown {
+            self.for_shutdown.store(true, Ordering::Relaxed);
+        }
         self.tx.send(Request::Drain { record, wait, reply }).await.map_err(|_| GONE)?;
         rx.await.map_err(|_| GONE.to_string())?
     }
 
     /// Announces everything again, without GRACEFUL_SHUTDOWN; forgets a recorded drain.
     pub async fn undrain(&self) -> Result<Outcome, String> {
+        self.for_shutdown.store(false, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
         self.tx.send(Request::Undrain { reply }).await.map_err(|_| GONE)?;
         rx.await.map_err(|_| GONE.to_string())?
@@ -67,10 +83,27 @@ impl DrainHandle {
         *self.phase.borrow()
     }
 
+    /// Whether the node drains because it is going away (a shutdown or reboot): its stop then
+    /// gives up graceful restart. An operator's drain does not.
+    pub fn for_shutdown(&self) -> bool {
+        self.for_shutdown.load(Ordering::Relaxed)
+    }
+
     /// A reloaded `drain_time`, for the next drain.
     pub async fn set_drain_time(&self, drain_time: Duration) {
         let _ = self.tx.send(Request::DrainTime(drain_time)).await;
     }
+}
+
+/// Why the node drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainReason {
+    /// `uplink drain`: maintenance, an upgrade. Recorded, so a daemon restart comes back
+    /// drained; the restart itself is graceful (RFC 4724).
+    Operator,
+    /// A shutdown or reboot (logind's PrepareForShutdown, `uplink drain --shutdown`): not
+    /// recorded; the daemon's stop ends every session with a Cease.
+    Shutdown,
 }
 
 /// Where an operator's drain is recorded.
@@ -106,7 +139,7 @@ pub fn spawn(
         waiting: Vec::new(),
     };
     tokio::spawn(task.run(rx));
-    DrainHandle { tx, phase: phase_rx }
+    DrainHandle { tx, phase: phase_rx, for_shutdown: Arc::new(AtomicBool::new(false)) }
 }
 
 struct Drainer {
@@ -140,7 +173,9 @@ impl Drainer {
             Request::DrainTime(drain_time) => self.drain_time = drain_time,
             Request::Drain { record, wait, reply } => {
                 if record {
-                    if let Err(e) = std::fs::write(&self.marker, b"drained by `uplink drain`\n") {
+                    if let Err(e) =
+                        crate::state_file::write(&self.marker, b"drained by `uplink drain`\n")
+                    {
                         let _ = reply.send(Err(format!(
                             "cannot record the drain in {}: {e}",
                             self.marker.display()
@@ -168,10 +203,7 @@ impl Drainer {
                 }
             }
             Request::Undrain { reply } => {
-                let recorded = match std::fs::remove_file(&self.marker) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                    _ => Ok(()),
-                };
+                let recorded = crate::state_file::remove(&self.marker);
                 if let Err(e) = recorded {
                     let _ = reply.send(Err(format!(
                         "cannot remove the drain record {}: {e}",

@@ -13,7 +13,7 @@ use futures_lite::StreamExt;
 use tracing::{info, warn};
 use zbus::zvariant::OwnedFd;
 
-use super::drain::{DrainHandle, Outcome};
+use super::drain::{DrainHandle, DrainReason, Outcome};
 
 #[zbus::proxy(
     interface = "org.freedesktop.login1.Manager",
@@ -50,8 +50,9 @@ async fn run(drain: DrainHandle, drain_time: Duration) -> zbus::Result<()> {
         if args.start {
             info!(?drain_time, "shutdown or reboot: draining before letting it proceed");
             drained_for_shutdown = drain.phase() == crate::announce::runtime::DrainPhase::Serving;
-            // Not recorded: after the reboot the node serves again.
-            match drain.drain(false, true).await {
+            // Not recorded: after the reboot the node serves again. The daemon's stop that
+            // follows ends the sessions (no graceful restart: the node is going away).
+            match drain.drain(DrainReason::Shutdown, true).await {
                 Ok(Outcome::Drained) => info!("drained: letting the shutdown proceed"),
                 Ok(other) => info!(?other, "drain ended early: letting the shutdown proceed"),
                 Err(e) => warn!("drain before shutdown failed: {e}"),

@@ -1,4 +1,6 @@
-"""The `uplink_toml` filter: inventory data (dicts and lists) to the TOML that uplink reads.
+"""The role's filters. `uplink_toml`: inventory data (dicts and lists) to the TOML that uplink
+reads; `uplink_has_secrets`: whether such data (or a manifest's YAML text) holds a key, so the
+tasks that write it show no diff; `uplink_seconds`: one of uplink's durations in seconds.
 
 Ansible has no TOML writer and the controller's Python has only a reader (tomllib), so this is
 a small emitter for the subset uplink's config uses: tables, arrays of tables, strings,
@@ -13,6 +15,7 @@ integers, floats, booleans, arrays and inline tables.
   value is an integer (non-native Jinja); uplink wants an integer there. So a string of digits
   under one of uplink's integer keys (`INTEGER_KEYS`) is written as an integer, except inside
   label maps, whose values are always strings.
+- An ansible-vault value is written as the string it decrypts to.
 - Strings are TOML basic strings. JSON's escapes are TOML's (\\", \\\\, \\n, \\uXXXX), except
   that JSON may write a surrogate pair, which TOML forbids; `ensure_ascii=False` keeps
   non-ASCII text as it is, so none is ever written.
@@ -50,6 +53,10 @@ def _is_omitted(value):
 
 def _clean(value, drop_empty, key=None, in_labels=False):
     """Drops omitted (and, with drop_empty, empty) values, depth first; integers back."""
+    # An ansible-vault value (`password: !vault |`) is a Sequence of characters until it is
+    # made a string, which decrypts it.
+    if getattr(value, "__ENCRYPTED__", False):
+        value = str(value)
     if isinstance(value, Mapping):
         labels = in_labels or (isinstance(key, str) and key.endswith("labels"))
         out = {}
@@ -134,8 +141,61 @@ def uplink_toml(data, drop_empty=True):
     return "\n".join(lines).strip("\n") + "\n"
 
 
+# Keys whose value is a secret: a neighbor's TCP-MD5 `password`, a BFD profile's
+# `authentication.password`, a manifest's `password` (BGPPeer, FRRConfiguration neighbors).
+# Compared without case, `_` and `-`; `password_file` (a path) is not one.
+SECRET_KEYS = frozenset({"password"})
+
+
+def _secret_key(key):
+    return isinstance(key, str) and key.lower().replace("_", "").replace("-", "") in SECRET_KEYS
+
+
+def _holds_secret(value):
+    if isinstance(value, Mapping):
+        return any(
+            (_secret_key(k) and not _is_omitted(v) and v != "") or _holds_secret(v)
+            for k, v in value.items()
+        )
+    if _is_list(value):
+        return any(_holds_secret(v) for v in value)
+    return False
+
+
+def uplink_has_secrets(value):
+    """True when `value` (a config mapping, a list of manifest documents, or a manifest's YAML
+    text) holds a non-empty value under a secret key. Text that is not YAML counts as secret:
+    the answer decides whether a diff may be printed, so doubt hides it."""
+    if isinstance(value, str):
+        import yaml  # ansible-core's own dependency, on the controller
+
+        try:
+            return any(_holds_secret(d) for d in yaml.safe_load_all(value))
+        except yaml.YAMLError:
+            return True
+    return _holds_secret(value)
+
+
+DURATION = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m(?!s))?(?:([0-9]+)s)?(?:([0-9]+)ms)?$")
+
+
+def uplink_seconds(text):
+    """One of uplink's durations ("15s", "1m30s", "500ms": daemon/src/config/duration.rs) in
+    whole seconds, rounded up."""
+    match = DURATION.match(text.strip()) if isinstance(text, str) else None
+    if not match or not text.strip():
+        raise TomlError(f'{text!r} is not a duration uplink reads, e.g. "15s", "1m30s", "500ms"')
+    hours, minutes, seconds, millis = (int(g or 0) for g in match.groups())
+    total = ((hours * 60 + minutes) * 60 + seconds) * 1000 + millis
+    return -(-total // 1000)
+
+
 class FilterModule:
     """Ansible's entry point for the filters of this role."""
 
     def filters(self):
-        return {"uplink_toml": uplink_toml}
+        return {
+            "uplink_toml": uplink_toml,
+            "uplink_has_secrets": uplink_has_secrets,
+            "uplink_seconds": uplink_seconds,
+        }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::bfd::auth::Key;
-use crate::bfd::packet::AuthType;
+use crate::bfd::packet::{AuthSection, AuthType};
 
 const MS: Duration = Duration::from_millis(1);
 const LOCAL: u32 = 0x1111;
@@ -546,8 +546,8 @@ fn an_authenticated_session_takes_only_authenticated_packets() {
         matches!(discards(&r)[..], [Discard::Authentication(AuthFailure::Sequence { .. })]),
         "{r:?}"
     );
-    // The peer's own authenticated Down is believed even without our discriminator.
-    let mut down = peer(State::Down, 0, 1000, 50, 3);
+    // The peer's authenticated Down is believed when it names the session.
+    let mut down = peer(State::Down, LOCAL, 1000, 50, 3);
     let mut peer_auth = AuthState::new(shared, last[0].auth.unwrap().sequence.wrapping_add(1));
     peer_auth.sign(&mut down, now);
     let r = a.handle(Event::Received(down), now);
@@ -556,6 +556,8 @@ fn an_authenticated_session_takes_only_authenticated_packets() {
         vec![(State::Up, State::Down, Diagnostic::NeighborSignaledSessionDown, false)]
     );
     // And a session without authentication refuses authenticated packets.
+    let mut down = peer(State::Down, 0, 1000, 50, 3);
+    peer_auth.sign(&mut down, now);
     let mut plain_session = Session::new(config(50, 50, 3), LOCAL, 1, t0);
     let r = plain_session.handle(Event::Received(down), now);
     assert_eq!(
@@ -574,4 +576,56 @@ fn every_packet_of_an_authenticated_session_is_signed() {
     let seqs: Vec<u32> = first.iter().chain(&second).map(|p| p.auth.unwrap().sequence).collect();
     assert_eq!(seqs, vec![41, 42]);
     assert!(first.iter().chain(&second).all(|p| p.auth.unwrap().key_id == 1));
+}
+
+/// RFC 5880 §6.8.6: while Up, only the session's discriminator selects it, authenticated or
+/// not. A packet without it is discarded before its digest is checked: a forged flood costs
+/// no hashing and moves no sequence number, and even the peer's own signed Down without our
+/// discriminator waits for our Detection Time, as for an unauthenticated session.
+#[test]
+fn an_up_authenticated_session_ignores_packets_without_its_discriminator() {
+    let t0 = Instant::now();
+    let shared = key(AuthType::MeticulousKeyedSha1, "k");
+    let mut a = Session::new(config(50, 50, 3), LOCAL, 1, t0).authenticated(shared.clone(), 1);
+    let mut b = Session::new(config(50, 50, 3), REMOTE, 2, t0).authenticated(shared.clone(), 1);
+    assert!(a.takes_zero_discriminator(), "Down: a peer's first packets carry zero");
+    run_pair(&mut a, &mut b, t0, 2000);
+    assert_eq!(a.state(), State::Up);
+    assert!(!a.takes_zero_discriminator(), "the receive thread drops them before the queue");
+    let now = t0 + 2001 * MS;
+    let (deadline, detection) = (a.next_deadline(), a.detection_time());
+    let next_seq = sent(&b.handle(Event::Tick, b.next_deadline().unwrap()))[0]
+        .auth
+        .unwrap()
+        .sequence
+        .wrapping_add(1);
+    // A forger's packet: the A bit, the right type and key ID, a made-up digest.
+    let mut forged = peer(State::Down, 0, 1000, 50, 3);
+    forged.auth = Some(AuthSection {
+        auth_type: AuthType::MeticulousKeyedSha1,
+        key_id: 1,
+        reserved: 0,
+        sequence: next_seq,
+        digest: [0x5a; 20],
+    });
+    // The peer's own, correctly signed, without our discriminator.
+    let mut signed_zero = peer(State::Down, 0, 1000, 50, 3);
+    AuthState::new(shared.clone(), next_seq).sign(&mut signed_zero, now);
+    for (packet, state) in [(forged, State::Down), (signed_zero, State::Down)] {
+        let r = a.handle(Event::Received(packet), now);
+        assert_eq!(discards(&r), vec![Discard::ZeroDiscriminatorWhileUp(state)]);
+        assert!(changes(&r).is_empty() && sent(&r).is_empty(), "{r:?}");
+    }
+    assert_eq!(
+        (a.state(), a.next_deadline(), a.detection_time()),
+        (State::Up, deadline, detection)
+    );
+    assert_eq!(a.counters().control_discarded, 2);
+    // Neither was checked, so neither used up its sequence number: the peer's next packet
+    // with it (a meticulous type refuses any number seen before) is taken.
+    let mut next = peer(State::Up, LOCAL, 50, 50, 3);
+    AuthState::new(shared, next_seq).sign(&mut next, now);
+    let r = a.handle(Event::Received(next), now);
+    assert!(discards(&r).is_empty(), "{r:?}");
+    assert_eq!(a.state(), State::Up);
 }

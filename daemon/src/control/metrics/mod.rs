@@ -6,7 +6,8 @@
 //! - [`gather`]: one scrape's numbers, read through the daemon's handles without holding up
 //!   routing;
 //! - [`encode`]: the numbers in the text format, through `prometheus-client`;
-//! - [`http`]: the listener.
+//! - [`http`]: the listener; reading request heads and gathering are bounded apart, so that
+//!   clients which connect and send nothing cannot keep a scraper out.
 //!
 //! The endpoint follows the running config: a reload that changes or removes `listen` moves
 //! or stops it. A port that cannot be bound is logged and leaves the daemon running (routing

@@ -2,13 +2,22 @@
 //! SIGHUP and on `uplink reload` (a control request that waits for the [`ReloadOutcome`]),
 //! one reload at a time.
 //!
-//! A config with an error changes nothing. Otherwise the node's network policies are applied
-//! first (`netconf::gate`, docs/network.md), and a new router whose VRF device is still
-//! missing waits for it (it starts when the device appears). Then the reload is prepared — everything
-//! that can fail happens before anything running changes: each new or reset neighbor's OPEN
-//! and BFD profile are checked, new routers' listening sockets are bound, new TCP-MD5 keys are
-//! installed (and removed again if a later step fails). A failure there rejects the reload
-//! whole and the running state stays. Then, router by router (one per VRF):
+//! The start is a reload too, from a config with no routers and no policies
+//! ([`Reloader::start`]): one path starts every router, at start, on a reload and when a VRF
+//! device appears.
+//!
+//! A config with an error changes nothing. Otherwise the reload is prepared — everything that
+//! can fail happens before anything running changes, in this order:
+//! 1. each new or reset neighbor's OPEN and BFD profile are checked, the listening sockets of
+//!    new routers whose VRF device exists are bound, new TCP-MD5 keys are installed;
+//! 2. the node's network policies are applied (`netconf::gate`, docs/network.md); a policy
+//!    that fails (and is rolled back by its checkpoint) refuses the reload;
+//! 3. the new routers whose VRF device the policies just made are checked and bound; a new
+//!    router whose VRF device is still missing waits for it (it starts when it appears).
+//!
+//! A failure in any step undoes the steps before it — the keys are removed, the sockets closed,
+//! the policies this reload applied are undone — and the running state stays, network
+//! included. Then, router by router (one per VRF):
 //! - a router kept: neighbors are added, removed, reset or updated live one by one
 //!   ([`Instance::apply`]): a neighbor is reset only for a setting its session cannot change
 //!   while up (`bgp::reconfigure`), filters, communities, LOCAL_PREF and prefix limits change
@@ -25,12 +34,15 @@
 //! (no session reset); the FIB writer's VRF leaks follow the new `imports`, and `[fib]`
 //! settings apply to the routes in the kernel. Then `show running-config` shows the new config.
 
+pub mod plan;
+
 use crate::announce::runtime::AnnouncerHandle;
 use crate::announce::{compute_config, router_inputs, Announcements, RuntimeState};
 use crate::bgp::instance::{Instance, Prepared, ReloadReport};
 use crate::config::{self, vrf_display_name, ConfigError, Router};
 use crate::fib::{Fib, FibInstanceConfig};
-use crate::netconf::gate::NetworkGate;
+use crate::netconf::gate::{NetworkGate, PolicyOutcome, APPLY_WAIT};
+use plan::{NodeView, RouterStep};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -122,8 +134,10 @@ pub struct ReloadOutcome {
     pub applied: bool,
     /// Why the config was rejected, each with file, line, column and field.
     pub config_errors: Vec<ConfigError>,
-    /// Why a valid config could not be applied (a VRF without its device, say).
+    /// Why a valid config could not be applied (a port taken, a policy that failed).
     pub error: Option<String>,
+    /// The node's network policies: what this reload did to each.
+    pub network: Vec<PolicyOutcome>,
     /// One entry per router before or after the reload.
     pub routers: Vec<RouterOutcome>,
     /// Node-wide settings applied (`always_block`, `[fib]`).
@@ -174,6 +188,7 @@ impl ReloadOutcome {
             applied: false,
             config_errors: Vec::new(),
             error: None,
+            network: Vec::new(),
             routers: Vec::new(),
             node: Vec::new(),
             duration_ms: 0,
@@ -196,6 +211,9 @@ impl ReloadOutcome {
         }
         for note in &self.node {
             info!("reload: {note}");
+        }
+        for policy in self.network.iter().filter(|p| p.changed) {
+            info!(policy = %policy.policy, "reload: network policy {}: {}", policy.status, policy.message);
         }
         for r in &self.routers {
             let vrf = &r.vrf;
@@ -295,27 +313,104 @@ impl Reloader {
     }
 
     async fn reload(&self) -> ReloadOutcome {
+        match config::load(&self.config_path) {
+            Ok(config) => self.change_to(config, Occasion::Reload).await,
+            Err(errors) => {
+                let mut outcome = ReloadOutcome::new(self.config_path.clone());
+                outcome.config_errors = errors.0;
+                outcome
+            }
+        }
+    }
+
+    /// The start: a reload from the running config (which has no routers and no policies yet)
+    /// to `config`. Fails when a router cannot start (its port taken, its key refused); a
+    /// network policy that fails does not stop the start (the log and the enactments say so).
+    pub async fn start(&self, config: config::Config) -> Result<usize, String> {
+        let outcome = self.change_to(config, Occasion::Start).await;
+        outcome.log();
+        if let Some(error) = outcome.error.filter(|_| !outcome.applied) {
+            return Err(error);
+        }
+        let failed: Vec<String> = outcome
+            .routers
+            .iter()
+            .filter(|r| r.action == RouterAction::Removed)
+            .map(|r| {
+                format!(
+                    "router {} (vrf {}): {}",
+                    r.asn,
+                    r.vrf,
+                    r.reason.clone().unwrap_or_default()
+                )
+            })
+            .collect();
+        if !failed.is_empty() {
+            return Err(failed.join("; "));
+        }
+        Ok(self.instances.borrow().len())
+    }
+
+    /// Prepares the change from the running config to `config` (everything that can fail, the
+    /// network policies included) and applies it, or changes nothing.
+    async fn change_to(&self, config: config::Config, occasion: Occasion) -> ReloadOutcome {
         let started = Instant::now();
         let mut outcome = ReloadOutcome::new(self.config_path.clone());
-        let config = match config::load(&self.config_path) {
-            Ok(config) => config,
-            Err(errors) => {
-                outcome.config_errors = errors.0;
-                return outcome;
-            }
-        };
         let old = self.running.borrow().clone();
-        // The node's network first (docs/network.md): the policies, then the routers whose
-        // VRF exists; `held` wait for theirs and start when it appears.
-        let running_vrfs = self.instances.borrow().iter().map(|i| i.vrf.clone()).collect();
-        let held = self.network.prepare(&config, &running_vrfs).await;
-        let plans = match self.prepare(&config, &old, &held) {
+        let running_vrfs: BTreeSet<String> =
+            self.instances.borrow().iter().map(|i| i.vrf.clone()).collect();
+        // 1. What needs no change to the node's network. New routers whose VRF device is
+        //    missing wait for step 3.
+        let missing = self.network.hold(&config.bgp.routers, &running_vrfs);
+        let mut plans = match self.prepare(&config, &old, &missing) {
             Ok(plans) => plans,
             Err(e) => {
+                // The waiting list is the running config's again.
+                self.network.hold(&old.bgp.routers, &running_vrfs);
                 outcome.error = Some(e);
                 return outcome;
             }
         };
+        // 2. The node's network (docs/network.md).
+        let wait = match occasion {
+            Occasion::Start => Some(APPLY_WAIT),
+            Occasion::Reload => None,
+        };
+        let policies = self.network.apply_policies(&config, wait).await;
+        outcome.network = policies.policies.clone();
+        let refused = match (&occasion, policies.failed.as_slice()) {
+            (Occasion::Reload, [_, ..]) => Some(format!(
+                "network policy {} failed and was rolled back ({})",
+                policies.failed.join(", "),
+                failure_messages(&outcome.network, &policies.failed)
+            )),
+            _ => None,
+        };
+        // 3. The new routers whose VRF device the policies made; the others wait.
+        let step3 = match refused {
+            Some(reason) => Err(reason),
+            None => self.prepare_late(&config, &missing, &running_vrfs, &mut plans),
+        };
+        if let Err(reason) = step3 {
+            self.abandon(plans);
+            // A refused reload leaves the network as it was. A start that fails stops the
+            // daemon: what the policies made stays for the next start.
+            let applied = match occasion {
+                Occasion::Reload => policies.applied,
+                Occasion::Start => Vec::new(),
+            };
+            let not_undone = self.network.undo(&config, applied, &reason).await;
+            self.network.hold(&old.bgp.routers, &running_vrfs);
+            let mut error = reason;
+            if !not_undone.is_empty() {
+                error.push_str(&format!(
+                    "; network policy {} could NOT be undone (see its enactment)",
+                    not_undone.join(", ")
+                ));
+            }
+            outcome.error = Some(error);
+            return outcome;
+        }
         self.apply(plans, &config, &old, &mut outcome).await;
         outcome.applied = true;
         outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -323,24 +418,52 @@ impl Reloader {
         outcome
     }
 
-    /// Plans every router's part and does what can fail; on an error undoes it and changes
-    /// nothing.
+    /// Step 3 of a reload: of the new routers that waited for their VRF device (`missing`),
+    /// checks and binds those whose device is there now; the others wait.
+    fn prepare_late(
+        &self,
+        config: &config::Config,
+        missing: &BTreeSet<String>,
+        running: &BTreeSet<String>,
+        plans: &mut Vec<Plan>,
+    ) -> Result<(), String> {
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let still_missing = self.network.hold(&config.bgp.routers, running);
+        for router in config.bgp.routers.iter().filter(|r| missing.contains(&r.vrf)) {
+            if still_missing.contains(&router.vrf) {
+                plans.push(Plan::Wait(router.clone()));
+            } else {
+                plans.push(prepare_start(router, config)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Undoes what preparing `plans` did.
+    fn abandon(&self, plans: Vec<Plan>) {
+        for plan in plans {
+            if let Plan::Keep(instance, prepared) = plan {
+                instance.abandon(prepared);
+            }
+        }
+    }
+
+    /// Plans every running and new router's part and does what can fail; on an error undoes
+    /// it and changes nothing. New routers in `missing` (no VRF device yet) are left out.
     fn prepare(
         &self,
         config: &config::Config,
         old: &config::Config,
-        held: &BTreeSet<String>,
+        missing: &BTreeSet<String>,
     ) -> Result<Vec<Plan>, String> {
         let current = self.instances.borrow().clone();
         let mut plans = Vec::new();
-        match self.prepare_into(config, old, &current, held, &mut plans) {
+        match self.prepare_into(config, old, &current, missing, &mut plans) {
             Ok(()) => Ok(plans),
             Err(e) => {
-                for plan in plans {
-                    if let Plan::Keep(instance, prepared) = plan {
-                        instance.abandon(prepared);
-                    }
-                }
+                self.abandon(plans);
                 Err(e)
             }
         }
@@ -351,45 +474,48 @@ impl Reloader {
         config: &config::Config,
         old: &config::Config,
         current: &[Arc<Instance>],
-        held: &BTreeSet<String>,
+        missing: &BTreeSet<String>,
         plans: &mut Vec<Plan>,
     ) -> Result<(), String> {
         let always_block = (&old.always_block[..], &config.always_block[..]);
         let named = |router: &Router| {
             format!("router {} (vrf {})", router.asn, vrf_display_name(&router.vrf))
         };
-        for instance in current {
-            let Some(router) = config.bgp.routers.iter().find(|r| r.vrf == instance.vrf) else {
-                plans.push(Plan::Remove(instance.clone()));
-                continue;
-            };
-            let reasons = instance.restart_reasons(router);
-            if reasons.is_empty() {
-                let prepared = instance
-                    .prepare(router, config, always_block)
-                    .map_err(|e| format!("{}: {e}", named(router)))?;
-                plans.push(Plan::Keep(instance.clone(), prepared));
-            } else {
-                Instance::check(router, config).map_err(|e| format!("{}: {e}", named(router)))?;
-                plans.push(Plan::Restart {
-                    instance: instance.clone(),
-                    router: router.clone(),
-                    reason: reasons.join(", "),
-                });
+        let node = NodeView {
+            running: current.iter().map(|i| i.vrf.clone()).collect(),
+            missing_devices: missing.clone(),
+        };
+        for step in plan::routers(old, config, &node) {
+            let instance = current.iter().find(|i| i.vrf == step.vrf());
+            let router = config.bgp.routers.iter().find(|r| r.vrf == step.vrf());
+            match (step, instance, router) {
+                (RouterStep::Remove { .. }, Some(instance), _) => {
+                    plans.push(Plan::Remove(instance.clone()));
+                }
+                (RouterStep::Restart { reasons, .. }, Some(instance), Some(router)) => {
+                    Instance::check(router, config)
+                        .map_err(|e| format!("{}: {e}", named(router)))?;
+                    plans.push(Plan::Restart {
+                        instance: instance.clone(),
+                        router: router.clone(),
+                        reason: reasons.join(", "),
+                    });
+                }
+                (RouterStep::Keep { .. }, Some(instance), Some(router)) => {
+                    let prepared = instance
+                        .prepare(router, config, always_block)
+                        .map_err(|e| format!("{}: {e}", named(router)))?;
+                    plans.push(Plan::Keep(instance.clone(), prepared));
+                }
+                (RouterStep::Start { .. }, _, Some(router)) => {
+                    plans.push(prepare_start(router, config)?);
+                }
+                // Decided again once the policies ran (step 3).
+                (RouterStep::Wait { .. }, _, _) => {}
+                (step, _, _) => {
+                    return Err(format!("internal: no running router or config for {step:?}"));
+                }
             }
-        }
-        for router in &config.bgp.routers {
-            if current.iter().any(|i| i.vrf == router.vrf) {
-                continue;
-            }
-            if held.contains(&router.vrf) {
-                plans.push(Plan::Wait(router.clone()));
-                continue;
-            }
-            Instance::check(router, config).map_err(|e| format!("{}: {e}", named(router)))?;
-            let listener =
-                Instance::bind(&router.vrf).map_err(|e| format!("{}: {e}", named(router)))?;
-            plans.push(Plan::Start(router.clone(), listener));
         }
         Ok(())
     }
@@ -498,14 +624,15 @@ impl Reloader {
                 Plan::Restart { instance: previous, router, reason } => {
                     let listener = previous.listener();
                     let (action, reason, instance) = match self
-                        .start(&router, config, listener.clone())
+                        .start_router(&router, config, listener.clone())
                         .await
                     {
                         Ok(instance) => (RouterAction::Restarted, reason, Some(instance)),
                         Err(e) => {
                             // Back to the router as it ran, on the same socket.
                             error!(vrf = %router.vrf, "reload: router not started again: {e}");
-                            let back = self.start(&previous.router_config(), old, listener).await;
+                            let back =
+                                self.start_router(&previous.router_config(), old, listener).await;
                             (
                                     RouterAction::Kept,
                                     format!("could not start with the new settings ({e}); the old ones run again"),
@@ -545,7 +672,7 @@ impl Reloader {
                 }),
                 Plan::Start(router, listener) => {
                     let (action, reason, instance) = match self
-                        .start(&router, config, listener)
+                        .start_router(&router, config, listener)
                         .await
                     {
                         Ok(instance) => (RouterAction::Added, None, Some(instance)),
@@ -587,7 +714,14 @@ impl Reloader {
         for router in
             config.bgp.routers.iter().filter(|r| waited.contains(&r.vrf) && !held.contains(&r.vrf))
         {
-            match self.bind_and_start(router, &config).await {
+            let started = match prepare_start(router, &config) {
+                Ok(Plan::Start(router, listener)) => {
+                    self.start_router(&router, &config, listener).await
+                }
+                Ok(_) => continue,
+                Err(e) => Err(e),
+            };
+            match started {
                 Ok(instance) => next.push(Arc::new(instance)),
                 Err(e) => error!(vrf = %router.vrf, "router {} not started: {e}", router.asn),
             }
@@ -596,8 +730,8 @@ impl Reloader {
     }
 
     /// Starts a router on `listener`, from the announcer's current set for its VRF (health
-    /// verdicts and the drain state included), following it.
-    async fn start(
+    /// verdicts and the drain state included), following it: the one way a router starts.
+    async fn start_router(
         &self,
         router: &Router,
         config: &config::Config,
@@ -609,16 +743,35 @@ impl Reloader {
         info!(vrf = %router.vrf, asn = router.asn, "reload: router started");
         Ok(instance)
     }
+}
 
-    /// Starts a router that waited for its VRF device, on a socket of its own.
-    async fn bind_and_start(
-        &self,
-        router: &Router,
-        config: &config::Config,
-    ) -> Result<Instance, String> {
-        let listener = Instance::bind(&router.vrf)?;
-        self.start(router, config, listener).await
-    }
+/// When a change of config is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Occasion {
+    /// The daemon's start: policies that fail do not keep the routers from starting.
+    Start,
+    /// `uplink reload`, SIGHUP: applied whole or not at all.
+    Reload,
+}
+
+/// A new router's preparation: what it relies on checked (router id, OPENs, BFD profiles),
+/// its VRF's listening socket bound. The one way a router is prepared to start, at start, on
+/// a reload and when its VRF device appears.
+fn prepare_start(router: &Router, config: &config::Config) -> Result<Plan, String> {
+    let named = format!("router {} (vrf {})", router.asn, vrf_display_name(&router.vrf));
+    Instance::check(router, config).map_err(|e| format!("{named}: {e}"))?;
+    let listener = Instance::bind(&router.vrf).map_err(|e| format!("{named}: {e}"))?;
+    Ok(Plan::Start(router.clone(), listener))
+}
+
+/// The messages of the `failed` policies among `outcomes`.
+fn failure_messages(outcomes: &[PolicyOutcome], failed: &[String]) -> String {
+    outcomes
+        .iter()
+        .filter(|p| failed.contains(&p.policy))
+        .map(|p| format!("{}: {}", p.policy, p.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Waits until nobody (a control request in flight) holds a stopped instance any more, and
