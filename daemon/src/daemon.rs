@@ -65,6 +65,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         let (instances_tx, instances) = watch::channel::<InstanceList>(Arc::new(Vec::new()));
         let network_view = network.show();
         let reloads = Arc::new(ReloadStats::started());
+        let (metrics_tx, metrics_sockets) = watch::channel(None);
         let reloader = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
@@ -73,6 +74,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             running: running_tx,
             stats: reloads.clone(),
             network,
+            metrics: metrics_tx,
         };
         if !config.network.policies.is_empty() {
             systemd::status("applying network policies");
@@ -92,6 +94,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
                 reloads,
                 running: running.clone(),
             },
+            metrics_sockets,
         );
         let fib_for_shutdown = fib.clone();
         let context = dispatch::Context {

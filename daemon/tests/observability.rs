@@ -211,7 +211,12 @@ fn idle_http() -> &'static str {
 
 /// One `GET /metrics` from `ns`, given `timeout` seconds: the status line, or why none.
 fn scrape(ns: &Ns, timeout: f64) -> Result<(String, f64), String> {
-    let (host, port) = METRICS.split_once(':').unwrap();
+    scrape_at(ns, METRICS, timeout)
+}
+
+/// One `GET /metrics` of `address` (host:port) from `ns`.
+fn scrape_at(ns: &Ns, address: &str, timeout: f64) -> Result<(String, f64), String> {
+    let (host, port) = address.split_once(':').unwrap();
     let (ok, out) =
         ns.try_run(&["python3", idle_http(), "scrape", host, port, &timeout.to_string()]);
     if !ok {
@@ -281,6 +286,49 @@ fn idle_connections_do_not_keep_a_scraper_out() {
     let report = last_report(&lab, "renewed").expect("the idle clients report every second");
     assert!(report["renewed"].as_u64().unwrap_or(0) > 0, "nothing was renewed: {report}");
     eprintln!("{scrapes} scrapes, the slowest {slowest} s; idle clients: {report}");
+}
+
+/// The metrics socket is bound in a reload's prepare step: moving `[metrics] listen` to a
+/// port another process holds refuses the reload and the endpoint stays; a free port moves it.
+#[test]
+fn a_reload_moves_the_metrics_endpoint_or_is_refused_when_the_port_is_taken() {
+    require_tool("python3");
+    let mut lab = Lab::new("metrics-move");
+    let node = lab.ns("node");
+    let (taken, free) = ("127.0.0.1:9182", "127.0.0.1:9183");
+    let config = |listen: &str| {
+        format!("[metrics]\nlisten = \"{listen}\"\n\n[[bgp.routers]]\nasn = 65001\nid = \"192.0.2.1\"\n")
+    };
+    let uplink = Uplink::start(&mut lab, &node, "uplink", &config(METRICS));
+    let serving = |address: &str| match scrape_at(&node, address, 2.0)? {
+        (status, _) if status.ends_with(" 200 OK") => Ok(()),
+        (status, _) => Err(status),
+    };
+    wait_for("the metrics endpoint", Duration::from_secs(30), || serving(METRICS));
+
+    let mut squatter = node.command("python3");
+    squatter.args([
+        "-c",
+        "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', 9182))\ns.listen()\ntime.sleep(600)",
+    ]);
+    lab.spawn("squatter", squatter);
+    wait_for("the squatter on port 9182", Duration::from_secs(10), || {
+        let listening = node.run(&["ss", "-Hltn", "sport", "= :9182"]);
+        (!listening.trim().is_empty()).then_some(()).ok_or_else(|| "not yet".to_string())
+    });
+    std::fs::write(&uplink.config, config(taken)).unwrap();
+    let refused = uplink.cli(&["reload"]).expect_err("a reload onto a taken port was accepted");
+    assert!(
+        refused.contains(&format!("[metrics] listen = \"{taken}\""))
+            && refused.contains("stays on"),
+        "{refused}"
+    );
+    serving(METRICS).unwrap_or_else(|e| panic!("the endpoint left {METRICS}: {e}"));
+
+    std::fs::write(&uplink.config, config(free)).unwrap();
+    uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("a reload onto a free port: {e}"));
+    serving(free).unwrap_or_else(|e| panic!("not served on {free} after the reload: {e}"));
+    assert!(serving(METRICS).is_err(), "still served on {METRICS} after moving to {free}");
 }
 
 /// Every `expr` of a Grafana dashboard.

@@ -6,7 +6,7 @@ use super::configure::{
     bfd_spec, export_policy, fsm_config, import_policy, prefix_limit, transport_options, Restart,
 };
 use super::fsm::Fsm;
-use super::reconfigure::{neighbor_change, router_change, NeighborChange};
+use super::reconfigure::{router_change, NeighborChange, NeighborStep};
 use super::rib::RibConfig;
 use super::rib_task::{self, PeerPolicy, RibHandle, RibSetup};
 use super::session::{self, LiveOutcome, SessionCommand, SessionParams};
@@ -396,13 +396,15 @@ impl Instance {
             .await;
     }
 
-    /// Plans a reload of this instance and does what can fail, changing nothing that runs:
+    /// Prepares the reload's plan for this instance (`neighbors`, from
+    /// `reconfigure::neighbor_steps`) and does what can fail, changing nothing that runs:
     /// checks every new or reset neighbor's OPEN and BFD profile, starts the BFD thread if a
     /// neighbor needs it now, and installs new TCP-MD5 keys on the listener (undone by
     /// [`Instance::abandon`]). `always_block` is the node's old and new list.
     pub fn prepare(
         &self,
         router: &Router,
+        neighbors: &[NeighborStep],
         config: &config::Config,
         always_block: (&[IpNet], &[IpNet]),
     ) -> Result<Prepared, String> {
@@ -410,42 +412,56 @@ impl Instance {
         let mut steps = Vec::new();
         let mut keys: Vec<(IpAddr, Option<Password>, Option<Password>)> = Vec::new();
         let mut needs_bfd = false;
-        for old in &running {
-            let address = old.config.address;
-            let Some(new) = router.neighbors.iter().find(|n| n.address == address) else {
-                steps.push(Step::Remove(address));
-                continue;
-            };
-            let change = neighbor_change(&old.config, new);
-            let bfd = bfd_spec(new, config)?;
-            needs_bfd |= bfd.is_some();
-            if !change.reset.is_empty() {
-                check_neighbor(router, new, self.router_id, 0, config)?;
-                if old.config.password != new.password {
-                    keys.push((address, old.config.password.clone(), new.password.clone()));
+        let configured = |address: IpAddr| {
+            router.neighbors.iter().find(|n| n.address == address).ok_or_else(|| {
+                format!("internal: the plan names neighbor {address}, the config not")
+            })
+        };
+        for step in neighbors {
+            let (address, reset) = match step {
+                NeighborStep::Remove(address) => {
+                    steps.push(Step::Remove(*address));
+                    continue;
                 }
-                let reason = change.reset.join(", ");
-                steps.push(Step::Reset { neighbor: new.clone(), reason, bfd });
-                continue;
-            }
-            let bfd = match (old.bfd_spec(), bfd) {
-                (old, new) if old == new => BfdStep::Keep,
-                (Some(old), Some(new)) if only_timers_differ(&old, &new) => BfdStep::Retime(new),
-                (_, new) => BfdStep::Restart(new),
+                NeighborStep::Reset { address, reasons } => (*address, Some(reasons)),
+                NeighborStep::Update { address, .. } | NeighborStep::Add(address) => {
+                    (*address, None)
+                }
             };
-            steps.push(Step::Update { neighbor: new.clone(), change, bfd });
-        }
-        for new in &router.neighbors {
-            if running.iter().any(|old| old.config.address == new.address) {
-                continue;
-            }
-            check_neighbor(router, new, self.router_id, 0, config)?;
+            let new = configured(address)?;
             let bfd = bfd_spec(new, config)?;
             needs_bfd |= bfd.is_some();
-            if new.password.is_some() {
-                keys.push((new.address, None, new.password.clone()));
+            let old = running.iter().find(|old| old.config.address == address);
+            match (step, old) {
+                (NeighborStep::Update { change, .. }, Some(old)) => {
+                    let bfd = match (old.bfd_spec(), bfd) {
+                        (old, new) if old == new => BfdStep::Keep,
+                        (Some(old), Some(new)) if only_timers_differ(&old, &new) => {
+                            BfdStep::Retime(new)
+                        }
+                        (_, new) => BfdStep::Restart(new),
+                    };
+                    steps.push(Step::Update { neighbor: new.clone(), change: change.clone(), bfd });
+                }
+                (_, Some(old)) => {
+                    check_neighbor(router, new, self.router_id, 0, config)?;
+                    if old.config.password != new.password {
+                        keys.push((address, old.config.password.clone(), new.password.clone()));
+                    }
+                    let reason = match reset {
+                        Some(reasons) => reasons.join(", "),
+                        None => "configuration changed".to_string(),
+                    };
+                    steps.push(Step::Reset { neighbor: new.clone(), reason, bfd });
+                }
+                (_, None) => {
+                    check_neighbor(router, new, self.router_id, 0, config)?;
+                    if new.password.is_some() {
+                        keys.push((address, None, new.password.clone()));
+                    }
+                    steps.push(Step::Add { neighbor: new.clone(), bfd });
+                }
             }
-            steps.push(Step::Add { neighbor: new.clone(), bfd });
         }
         if needs_bfd {
             self.bfd_runtime()?;

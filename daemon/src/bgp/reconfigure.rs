@@ -1,15 +1,16 @@
 //! What a reload may change on a running router or neighbor without resetting its sessions.
 //!
-//! A BGP session cannot change what its OPEN carried (AS numbers, router id, hold time,
-//! families, graceful restart; RFC 4271 §4.2, RFC 4760 §8, RFC 4724 §3), what its TCP connection is (addresses, port, TCP-MD5
-//! key, RFC 2385; TTL and GTSM, RFC 5082) or how it is opened (passive, connect retry):
-//! changing one of those resets the session, with the setting and both values named. Filters
+//! Which neighbor settings reset a session and which change live is the one list in
+//! `config::neighbor_settings` (a reset names the setting and both values). A router's AS and
+//! router id are in every OPEN: changing one starts the router again. Filters
 //! and attributes are policy, applied to a running session: export changes become UPDATEs,
 //! import changes withdraw what is refused now and ask the peer to send its routes again with
 //! ROUTE-REFRESH (RFC 2918) when more is accepted. Which files define a neighbor is no setting
 //! at all, so moving one between files, or stating it again identically, changes nothing.
 
-use crate::config::duration::format_duration;
+use std::net::IpAddr;
+
+use crate::config::neighbor_settings::{self, OnChange};
 use crate::config::{AllowMode, Neighbor, ReceivePolicy, Router};
 use ipnet::IpNet;
 
@@ -44,112 +45,72 @@ impl NeighborChange {
     }
 }
 
-/// Compares a running neighbor's settings with the reloaded ones (same address).
+/// Compares a running neighbor's settings with the reloaded ones (same address): which reset
+/// the session and which change live is the one list in `config::neighbor_settings`.
 pub fn neighbor_change(old: &Neighbor, new: &Neighbor) -> NeighborChange {
-    // Every field is named, so a new setting cannot be added without deciding here whether
-    // it resets the session.
-    let Neighbor {
-        address: _,
-        remote_asn,
-        port,
-        source_address,
-        password,
-        hold_time,
-        keepalive_time,
-        send_hold_time,
-        minimum_hold_time,
-        connect_time,
-        ebgp_multihop,
-        ttl_security,
-        passive,
-        bfd_profile,
-        max_prefixes,
-        graceful_restart,
-        families,
-        to_advertise,
-        to_receive,
-        sources: _,
-    } = new;
-    let mut reset = Vec::new();
-    let mut differs = |name: &str, was: String, now: String| {
-        if was != now {
-            reset.push(format!("{name} {was} → {now}"));
-        }
-    };
-    let optional = |v: Option<String>| v.unwrap_or_else(|| "none".into());
-    differs("asn", old.remote_asn.to_string(), remote_asn.to_string());
-    differs("port", old.port.to_string(), port.to_string());
-    differs(
-        "source_address",
-        optional(old.source_address.map(|a| a.to_string())),
-        optional(source_address.map(|a| a.to_string())),
-    );
-    differs("hold_time", format_duration(old.hold_time), format_duration(*hold_time));
-    differs(
-        "keepalive_time",
-        format_duration(old.keepalive_time),
-        format_duration(*keepalive_time),
-    );
-    differs("connect_time", format_duration(old.connect_time), format_duration(*connect_time));
-    // The SendHoldTimer and the minimum hold time are set when the OPENs are exchanged.
-    let send_hold = |v: Option<std::time::Duration>| match v {
-        None => "twice the hold time".to_string(),
-        Some(d) => format_duration(d),
-    };
-    differs("send_hold_time", send_hold(old.send_hold_time), send_hold(*send_hold_time));
-    differs(
-        "minimum_hold_time",
-        format_duration(old.minimum_hold_time),
-        format_duration(*minimum_hold_time),
-    );
-    differs(
-        "ebgp_multihop",
-        optional(old.ebgp_multihop.map(|v| v.to_string())),
-        optional(ebgp_multihop.map(|v| v.to_string())),
-    );
-    differs(
-        "ttl_security",
-        optional(old.ttl_security.map(|v| v.to_string())),
-        optional(ttl_security.map(|v| v.to_string())),
-    );
-    differs("passive", old.passive.to_string(), passive.to_string());
-    // RFC 4724 §3: a capability in the OPEN.
-    differs("graceful_restart", old.graceful_restart.to_string(), graceful_restart.to_string());
-    let names = |list: &[crate::config::AddressFamily]| {
-        list.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
-    };
-    differs("families", names(&old.families), names(families));
-    if old.password != *password {
-        // The key itself is never printed.
-        reset.push(
-            match (&old.password, password) {
-                (None, Some(_)) => "password added",
-                (Some(_), None) => "password removed",
-                _ => "password changed",
-            }
-            .to_string(),
-        );
-    }
+    let differences = neighbor_settings::differences(old, new);
+    let any = |kind: OnChange| differences.iter().any(|d| d.on_change() == kind);
+    let (before, after) = (&old.to_advertise, &new.to_advertise);
     NeighborChange {
-        reset,
-        import: old.to_receive != *to_receive,
-        import_widened: receive_widened(&old.to_receive, to_receive),
-        export: old.to_advertise != *to_advertise,
+        reset: differences
+            .iter()
+            .filter(|d| d.on_change() == OnChange::Reset)
+            .map(|d| d.as_change())
+            .collect(),
+        import: old.to_receive != new.to_receive,
+        import_widened: receive_widened(&old.to_receive, &new.to_receive),
+        export: before != after,
         export_parts: [
-            (old.to_advertise.mode != to_advertise.mode
-                || old.to_advertise.prefixes != to_advertise.prefixes)
+            (before.mode != after.mode || before.prefixes != after.prefixes)
                 .then_some("allowed prefixes"),
-            (old.to_advertise.with_community != to_advertise.with_community)
-                .then_some("with_community"),
-            (old.to_advertise.with_local_pref != to_advertise.with_local_pref)
-                .then_some("with_local_pref"),
+            (before.with_community != after.with_community).then_some("with_community"),
+            (before.with_local_pref != after.with_local_pref).then_some("with_local_pref"),
         ]
         .into_iter()
         .flatten()
         .collect(),
-        max_prefixes: old.max_prefixes != *max_prefixes,
-        bfd_profile: old.bfd_profile != *bfd_profile,
+        max_prefixes: any(OnChange::LiveMaxPrefixes),
+        bfd_profile: any(OnChange::LiveBfd),
     }
+}
+
+/// What a reload does to one neighbor of a router that keeps running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NeighborStep {
+    /// Gone from the config: its session ends with Cease/Peer De-configured.
+    Remove(IpAddr),
+    /// A setting its session cannot change while up: Cease/Other Configuration Change, and
+    /// it starts again. `reasons` name each setting and both values.
+    Reset { address: IpAddr, reasons: Vec<String> },
+    /// Policies, prefix limit or BFD profile changed on the running session (or nothing).
+    Update { address: IpAddr, change: NeighborChange },
+    /// New: its session starts.
+    Add(IpAddr),
+}
+
+/// The neighbor steps from a running router's config to the reloaded one (same VRF): the
+/// running neighbors first, in their order, then the new ones in theirs.
+pub fn neighbor_steps(old: &Router, new: &Router) -> Vec<NeighborStep> {
+    let mut steps = Vec::new();
+    for before in &old.neighbors {
+        let address = before.address;
+        let Some(after) = new.neighbors.iter().find(|n| n.address == address) else {
+            steps.push(NeighborStep::Remove(address));
+            continue;
+        };
+        let change = neighbor_change(before, after);
+        if change.reset.is_empty() {
+            steps.push(NeighborStep::Update { address, change });
+        } else {
+            steps.push(NeighborStep::Reset { address, reasons: change.reset });
+        }
+    }
+    for after in &new.neighbors {
+        if !old.neighbors.iter().any(|n| n.address == after.address) {
+            steps.push(NeighborStep::Add(after.address));
+        }
+    }
+    steps
 }
 
 /// Whether `new` may accept a route `old` refused. A filtered list whose entries were all in

@@ -13,9 +13,9 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    GracefulRestartConfig, GracefulRestartMode, LocalPrefPrefixes, MetricsConfig, Neighbor,
-    ReceivePolicy, RemoteAsn, Router,
+    GracefulRestartConfig, LocalPrefPrefixes, MetricsConfig, Neighbor, ReceivePolicy, Router,
 };
+use super::neighbor_settings;
 use super::validate::{
     vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
     RouterFragment, DEFAULT_DRAIN_TIME, DEFAULT_RESTART_TIME, DEFAULT_SELECT_DEFER_TIME,
@@ -388,13 +388,15 @@ fn merge_neighbor(
     file: &std::path::Path,
     errors: &mut Vec<ConfigError>,
 ) {
-    let mut differences = session_differences(&existing.neighbor, &incoming.neighbor);
+    let mut differences = neighbor_settings::differences(&existing.neighbor, &incoming.neighbor);
     // A keepalive derived from two different hold times is not a second conflict.
     if !existing.written("keepalive_time") && !incoming.written("keepalive_time") {
-        differences.retain(|(name, _, _)| *name != "keepalive_time");
+        differences.retain(|d| d.field() != "keepalive_time");
     }
     if !differences.is_empty() {
-        for (name, here, there) in differences {
+        for difference in differences {
+            let name = difference.field();
+            let (here, there) = difference.as_written();
             let loc = incoming.loc_of(name);
             let there_loc = existing.loc_of(name);
             // Only defaults differ: a manifest's neighbor gets upstream's timers, a TOML one
@@ -446,72 +448,6 @@ fn union_receive(a: &ReceivePolicy, b: &ReceivePolicy) -> ReceivePolicy {
     }
     let prefixes: BTreeSet<_> = a.prefixes.iter().chain(&b.prefixes).copied().collect();
     ReceivePolicy { mode: AllowMode::Filtered, prefixes: prefixes.into_iter().collect() }
-}
-
-/// Session settings that differ, as `(field, setting in the later file, setting in the earlier)`,
-/// each setting written as it would appear in the file. Passwords are never printed.
-fn session_differences(
-    earlier: &Neighbor,
-    later: &Neighbor,
-) -> Vec<(&'static str, String, String)> {
-    let mut out = Vec::new();
-    let quoted = |text: String| format!("\"{text}\"");
-    // `asn` and `dynamic_asn` are one setting written two ways.
-    let asn_name =
-        if matches!(later.remote_asn, RemoteAsn::Fixed(_)) { "asn" } else { "dynamic_asn" };
-    if later.remote_asn != earlier.remote_asn {
-        let describe = |n: &Neighbor| match n.remote_asn {
-            RemoteAsn::Fixed(asn) => format!("asn = {asn}"),
-            other => format!("dynamic_asn = \"{other}\""),
-        };
-        out.push((asn_name, describe(later), describe(earlier)));
-    }
-    if later.password != earlier.password {
-        let (here, there) = match (&later.password, &earlier.password) {
-            (Some(_), Some(_)) => ("one TCP-MD5 key", "a different key"),
-            (Some(_), None) => ("a TCP-MD5 key", "no password"),
-            _ => ("no password", "a TCP-MD5 key"),
-        };
-        out.push(("password", here.to_string(), there.to_string()));
-    }
-    let mut compare = |name: &'static str, describe: &dyn Fn(&Neighbor) -> Option<String>| {
-        let (here, there) = (describe(later), describe(earlier));
-        if here != there {
-            let phrase = |value: Option<String>| {
-                value.map_or_else(|| format!("no {name}"), |v| format!("{name} = {v}"))
-            };
-            out.push((name, phrase(here), phrase(there)));
-        }
-    };
-    compare("port", &|n| Some(n.port.to_string()));
-    compare("source_address", &|n| n.source_address.map(|a| quoted(a.to_string())));
-    compare("hold_time", &|n| Some(quoted(format_duration(n.hold_time))));
-    compare("keepalive_time", &|n| Some(quoted(format_duration(n.keepalive_time))));
-    compare("connect_time", &|n| Some(quoted(format_duration(n.connect_time))));
-    compare("ebgp_multihop", &|n| n.ebgp_multihop.map(|v| v.to_string()));
-    compare("ttl_security", &|n| n.ttl_security.map(|v| v.to_string()));
-    compare("passive", &|n| Some(n.passive.to_string()));
-    compare("bfd_profile", &|n| n.bfd_profile.clone().map(quoted));
-    compare("send_hold_time", &|n| n.send_hold_time.map(|d| quoted(format_duration(d))));
-    compare("minimum_hold_time", &|n| Some(quoted(format_duration(n.minimum_hold_time))));
-    compare("max_prefixes", &|n| n.max_prefixes.map(|m| m.limit.to_string()));
-    compare("max_prefixes_threshold", &|n| n.max_prefixes.map(|m| m.threshold.to_string()));
-    compare("max_prefixes_warning_only", &|n| n.max_prefixes.map(|m| m.warning_only.to_string()));
-    compare("max_prefixes_restart_time", &|n| {
-        n.max_prefixes.and_then(|m| m.restart_time).map(|d| quoted(format_duration(d)))
-    });
-    compare("graceful_restart", &|n| match n.graceful_restart {
-        GracefulRestartMode::Enabled => Some("true".into()),
-        GracefulRestartMode::Disabled => Some("false".into()),
-        GracefulRestartMode::Helper => None,
-    });
-    compare("families", &|n| {
-        Some(format!(
-            "[{}]",
-            n.families.iter().map(|f| format!("\"{}\"", f.name())).collect::<Vec<_>>().join(", ")
-        ))
-    });
-    out
 }
 
 fn check_bfd_reference(

@@ -62,6 +62,7 @@ mod load;
 mod manifest;
 mod merge;
 mod model;
+pub mod neighbor_settings;
 pub mod network;
 mod network_validate;
 pub mod node_values;

@@ -9,7 +9,8 @@
 //! A config with an error changes nothing. Otherwise the reload is prepared — everything that
 //! can fail happens before anything running changes, in this order:
 //! 1. each new or reset neighbor's OPEN and BFD profile are checked, the listening sockets of
-//!    new routers whose VRF device exists are bound, new TCP-MD5 keys are installed;
+//!    new routers whose VRF device exists are bound, new TCP-MD5 keys are installed, a new
+//!    `[metrics] listen` address is bound (`metrics`);
 //! 2. the node's network policies are applied (`netconf::gate`, docs/network.md); a policy
 //!    that fails (and is rolled back by its checkpoint) refuses the reload;
 //! 3. the new routers whose VRF device the policies just made are checked and bound; a new
@@ -34,6 +35,7 @@
 //! (no session reset); the FIB writer's VRF leaks follow the new `imports`, and `[fib]`
 //! settings apply to the routes in the kernel. Then `show running-config` shows the new config.
 
+pub mod metrics;
 pub mod plan;
 
 use crate::announce::runtime::AnnouncerHandle;
@@ -70,6 +72,8 @@ pub struct Reloader {
     /// The node's network: policies applied before the router diff; routers waiting for
     /// their VRF.
     pub network: NetworkGate,
+    /// The metrics endpoint's socket, served by `control::metrics`.
+    pub metrics: watch::Sender<metrics::Published>,
 }
 
 /// Reload outcomes for the metrics endpoint (named after Prometheus's own
@@ -361,15 +365,21 @@ impl Reloader {
             self.instances.borrow().iter().map(|i| i.vrf.clone()).collect();
         // 1. What needs no change to the node's network. New routers whose VRF device is
         //    missing wait for step 3.
+        //    The metrics endpoint's socket is bound here too.
         let missing = self.network.hold(&config.bgp.routers, &running_vrfs);
-        let mut plans = match self.prepare(&config, &old, &missing) {
-            Ok(plans) => plans,
-            Err(e) => {
-                // The waiting list is the running config's again.
-                self.network.hold(&old.bgp.routers, &running_vrfs);
-                outcome.error = Some(e);
-                return outcome;
-            }
+        let prepared =
+            self.prepare(&config, &old, &missing).and_then(|plans| {
+                match metrics::prepare(&self.metrics, old.metrics.listen, config.metrics.listen) {
+                    Ok(metrics) => Ok((plans, metrics)),
+                    Err(e) => {
+                        self.abandon(plans);
+                        Err(e)
+                    }
+                }
+            });
+        let (mut plans, metrics) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => return self.refused(outcome, &old, &running_vrfs, e),
         };
         // 2. The node's network (docs/network.md).
         let wait = match occasion {
@@ -400,7 +410,6 @@ impl Reloader {
                 Occasion::Start => Vec::new(),
             };
             let not_undone = self.network.undo(&config, applied, &reason).await;
-            self.network.hold(&old.bgp.routers, &running_vrfs);
             let mut error = reason;
             if !not_undone.is_empty() {
                 error.push_str(&format!(
@@ -408,13 +417,27 @@ impl Reloader {
                     not_undone.join(", ")
                 ));
             }
-            outcome.error = Some(error);
-            return outcome;
+            return self.refused(outcome, &old, &running_vrfs, error);
         }
         self.apply(plans, &config, &old, &mut outcome).await;
+        metrics::apply(&self.metrics, metrics);
         outcome.applied = true;
         outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.running.send_replace(Arc::new(config));
+        outcome
+    }
+
+    /// The end of a refused reload, once what it prepared is undone: the routers waiting for
+    /// their VRF device are the running config's again.
+    fn refused(
+        &self,
+        mut outcome: ReloadOutcome,
+        old: &config::Config,
+        running_vrfs: &BTreeSet<String>,
+        error: String,
+    ) -> ReloadOutcome {
+        self.network.hold(&old.bgp.routers, running_vrfs);
+        outcome.error = Some(error);
         outcome
     }
 
@@ -501,9 +524,9 @@ impl Reloader {
                         reason: reasons.join(", "),
                     });
                 }
-                (RouterStep::Keep { .. }, Some(instance), Some(router)) => {
+                (RouterStep::Keep { neighbors, .. }, Some(instance), Some(router)) => {
                     let prepared = instance
-                        .prepare(router, config, always_block)
+                        .prepare(router, &neighbors, config, always_block)
                         .map_err(|e| format!("{}: {e}", named(router)))?;
                     plans.push(Plan::Keep(instance.clone(), prepared));
                 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::bgp::reconfigure::router_change;
+use crate::bgp::reconfigure::{neighbor_steps, router_change, NeighborStep};
 use crate::config::{Config, Router};
 
 /// What the node looks like to the plan.
@@ -26,9 +26,9 @@ pub enum RouterStep {
     /// Running, with a setting only a new instance can take (AS, router id, FIB instance):
     /// its sessions end with Cease/Other Configuration Change and it starts again.
     Restart { vrf: String, reasons: Vec<String> },
-    /// Running, changed in place: neighbors added, removed, reset or updated one by one
-    /// (`bgp::reconfigure` says which), and these router settings applied live.
-    Keep { vrf: String, live: Vec<String> },
+    /// Running, changed in place: these router settings applied live, and its neighbors
+    /// removed, reset, updated or added one by one.
+    Keep { vrf: String, live: Vec<String>, neighbors: Vec<NeighborStep> },
     /// Not running, its VRF device is there: it starts.
     Start { vrf: String },
     /// Not running, its VRF device is missing: it waits and starts when it appears.
@@ -61,7 +61,8 @@ pub fn routers(old: &Config, new: &Config, node: &NodeView) -> Vec<RouterStep> {
         };
         let change = router_change(before, after);
         if change.restart.is_empty() {
-            steps.push(RouterStep::Keep { vrf, live: change.live });
+            let neighbors = neighbor_steps(before, after);
+            steps.push(RouterStep::Keep { vrf, live: change.live, neighbors });
         } else {
             steps.push(RouterStep::Restart { vrf, reasons: change.restart });
         }
@@ -116,6 +117,14 @@ mod tests {
         name.to_string()
     }
 
+    fn unchanged(address: &str) -> NeighborStep {
+        NeighborStep::Update { address: ip(address), change: Default::default() }
+    }
+
+    fn ip(address: &str) -> std::net::IpAddr {
+        address.parse().unwrap_or_else(|e| panic!("{address}: {e}"))
+    }
+
     #[test]
     fn the_start_is_the_plan_from_the_empty_config() {
         let new = config(&format!("{}{}", router("", 65001, ""), router("cudn3", 65003, "")));
@@ -149,7 +158,11 @@ mod tests {
         assert_eq!(
             steps,
             vec![
-                RouterStep::Keep { vrf: vrf(""), live: vec!["maximum_paths 64 → 8".into()] },
+                RouterStep::Keep {
+                    vrf: vrf(""),
+                    live: vec!["maximum_paths 64 → 8".into()],
+                    neighbors: vec![unchanged("10.0.1.1")]
+                },
                 RouterStep::Restart {
                     vrf: vrf("blue"), reasons: vec!["asn 65002 → 65012".into()]
                 },
@@ -167,7 +180,11 @@ mod tests {
         assert_eq!(
             waiting,
             vec![
-                RouterStep::Keep { vrf: vrf(""), live: vec![] },
+                RouterStep::Keep {
+                    vrf: vrf(""),
+                    live: vec![],
+                    neighbors: vec![unchanged("10.0.1.1")]
+                },
                 RouterStep::Wait { vrf: vrf("cudn3") }
             ]
         );
@@ -177,5 +194,51 @@ mod tests {
         let mut moved = both.clone();
         moved.bgp.routers[0].sources = vec!["/etc/uplink/conf.d/other.toml".into()];
         assert_eq!(routers(&both, &moved, &view(&["", "cudn3"], &[]))[0], waiting[0]);
+    }
+
+    #[test]
+    fn a_kept_router_names_each_neighbor_step() {
+        let neighbor = |address: &str, extra: &str| {
+            format!("[[bgp.routers.neighbors]]\naddress = \"{address}\"\nasn = 65102\n{extra}\n")
+        };
+        let head =
+            "[[bgp.routers]]\nasn = 65001\nid = \"10.0.0.9\"\nprefixes = [\"10.9.0.0/24\"]\n";
+        let old = config(&format!(
+            "{head}{}{}{}{}",
+            neighbor("10.0.1.1", ""),
+            neighbor("10.0.2.1", ""),
+            neighbor("10.0.3.1", ""),
+            neighbor("10.0.4.1", ""),
+        ));
+        let new = config(&format!(
+            "{head}{}{}{}{}",
+            neighbor("10.0.5.1", ""),
+            neighbor("10.0.3.1", "hold_time = \"30s\"\nkeepalive_time = \"10s\""),
+            neighbor(
+                "10.0.2.1",
+                "to_advertise = { allowed = { mode = \"all\" } }\nmax_prefixes = 10"
+            ),
+            neighbor("10.0.1.1", ""),
+        ));
+        let steps = routers(&old, &new, &view(&[""], &[]));
+        let [RouterStep::Keep { neighbors, .. }] = &steps[..] else {
+            panic!("one kept router: {steps:?}")
+        };
+        let [first, second, third, fourth, fifth] = &neighbors[..] else {
+            panic!("five neighbor steps: {neighbors:?}")
+        };
+        assert_eq!(*first, unchanged("10.0.1.1"));
+        let NeighborStep::Update { address, change } = second else { panic!("{second:?}") };
+        assert_eq!(*address, ip("10.0.2.1"));
+        assert!(change.export && change.max_prefixes && change.reset.is_empty(), "{change:?}");
+        assert_eq!(
+            *third,
+            NeighborStep::Reset {
+                address: ip("10.0.3.1"),
+                reasons: vec!["hold_time 1m30s → 30s".into(), "keepalive_time 30s → 10s".into()]
+            }
+        );
+        assert_eq!(*fourth, NeighborStep::Remove(ip("10.0.4.1")));
+        assert_eq!(*fifth, NeighborStep::Add(ip("10.0.5.1")));
     }
 }

@@ -9,9 +9,10 @@
 //! - [`http`]: the listener; reading request heads and gathering are bounded apart, so that
 //!   clients which connect and send nothing cannot keep a scraper out.
 //!
-//! The endpoint follows the running config: a reload that changes or removes `listen` moves
-//! or stops it. A port that cannot be bound is logged and leaves the daemon running (routing
-//! matters more than its metrics); the next reload tries again.
+//! The endpoint serves the socket the reloader publishes: a reload binds a new `listen`
+//! address in its prepare step and is refused when it cannot (`reload::metrics`); a port
+//! taken at the start is logged and leaves the daemon running without metrics (routing
+//! matters more than its metrics), and the next reload tries again.
 
 pub mod encode;
 pub mod families;
@@ -21,37 +22,39 @@ pub mod http;
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tracing::{error, info};
 
+use crate::reload::metrics::Published;
 pub use gather::Sources;
 
-/// Serves the endpoint wherever the running config says, for as long as the daemon runs.
-pub fn spawn(sources: Sources) {
-    tokio::spawn(follow_config(sources));
+/// Serves the endpoint on whatever socket `sockets` holds, for as long as the daemon runs.
+pub fn spawn(sources: Sources, sockets: watch::Receiver<Published>) {
+    tokio::spawn(follow_socket(sources, sockets));
 }
 
-async fn follow_config(sources: Sources) {
-    let mut running = sources.running.clone();
+async fn follow_socket(sources: Sources, mut sockets: watch::Receiver<Published>) {
     let mut serving: Option<(SocketAddr, tokio::task::JoinHandle<()>)> = None;
     loop {
-        let wanted = running.borrow_and_update().metrics.listen;
-        if serving.as_ref().map(|(address, _)| *address) != wanted {
-            if let Some((address, task)) = serving.take() {
-                task.abort();
-                info!("metrics: no longer served on {address}");
-            }
-            if let Some(address) = wanted {
-                match TcpListener::bind(address).await {
-                    Ok(listener) => {
-                        info!("metrics: serving http://{address}{}", http::PATH);
-                        let task = tokio::spawn(http::serve(listener, sources.clone()));
-                        serving = Some((address, task));
-                    }
-                    Err(e) => error!("metrics: cannot listen on {address}: {e}; not serving metrics until a reload"),
+        let wanted = sockets.borrow_and_update().clone();
+        if let Some((address, task)) = serving.take() {
+            task.abort();
+            info!("metrics: no longer served on {address}");
+        }
+        if let Some(socket) = wanted {
+            let address = socket.address;
+            // A second descriptor of the published socket: the reloader's copy stays open
+            // until it publishes another, so the port is never free in between.
+            match socket.listener.try_clone().and_then(TcpListener::from_std) {
+                Ok(listener) => {
+                    info!("metrics: serving http://{address}{}", http::PATH);
+                    let task = tokio::spawn(http::serve(listener, sources.clone()));
+                    serving = Some((address, task));
                 }
+                Err(e) => error!("metrics: cannot serve on {address}: {e}"),
             }
         }
-        if running.changed().await.is_err() {
+        if sockets.changed().await.is_err() {
             // No more reloads: keep serving where we are.
             return std::future::pending().await;
         }
