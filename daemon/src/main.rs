@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use uplink::control::protocol::{FamilyArg, Request, VrfSelector};
+use uplink::control::protocol::{ClearHow, FamilyArg, Request, VrfSelector};
 use uplink::control::{client, render, DEFAULT_SOCKET};
 
 const DEFAULT_CONFIG: &str = "/etc/uplink/uplink.toml";
@@ -78,11 +78,49 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Reset BGP sessions or exchange their routes again, like FRR's `clear bgp`.
+    Clear {
+        #[command(subcommand)]
+        what: Clear,
+    },
     /// Apply now, without the daemon.
     Apply {
         #[command(subcommand)]
         what: Apply,
     },
+}
+
+#[derive(Subcommand)]
+enum Clear {
+    /// `clear bgp ADDR|* [soft [in|out]]`: without `soft`, end the session with
+    /// Cease/Administrative Reset (RFC 4486) and connect again (a session held down by
+    /// max-prefix starts again); `soft in` asks the peer to send its routes again
+    /// (ROUTE-REFRESH, RFC 2918), `soft out` sends ours again, `soft` both. Exit 1 if a
+    /// session could not be cleared.
+    Bgp {
+        /// A neighbor's address, or `*` for every neighbor of the VRF.
+        target: String,
+        /// Nothing (hard), `soft`, `soft in` or `soft out`.
+        #[arg(num_args = 0..=2)]
+        how: Vec<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// `soft [in|out]` as typed after `clear bgp ADDR`.
+fn parse_clear_how(words: &[String]) -> Result<ClearHow, String> {
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        [] => Ok(ClearHow::Hard),
+        ["soft"] => Ok(ClearHow::Soft),
+        ["soft", "in"] => Ok(ClearHow::SoftIn),
+        ["soft", "out"] => Ok(ClearHow::SoftOut),
+        other => Err(format!(
+            "`{}`: write nothing (a hard reset), `soft`, `soft in` or `soft out`",
+            other.join(" ")
+        )),
+    }
 }
 
 #[derive(Subcommand)]
@@ -332,6 +370,41 @@ fn main() -> ExitCode {
         Command::Undrain => show(&cli.socket, &Request::Undrain, false),
         Command::WaitReady { timeout } => wait_ready(&cli.socket, timeout),
         Command::Reload { timeout, json } => reload(&cli.socket, timeout, json),
+        Command::Clear { what: Clear::Bgp { target, how, common } } => {
+            let how = match parse_clear_how(&how) {
+                Ok(how) => how,
+                Err(e) => {
+                    eprintln!("uplink: clear bgp {target} {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let address = (target != "*").then_some(target);
+            let request =
+                Request::ClearBgp { vrf: VrfSelector::parse(common.vrf.as_deref()), address, how };
+            clear(&cli.socket, &request, common.json)
+        }
+    }
+}
+
+/// `uplink clear bgp`: prints what each session did; exit 1 if one could not be cleared.
+fn clear(socket: &std::path::Path, request: &Request, json: bool) -> ExitCode {
+    let value = match client::call(socket, request) {
+        Ok(value) => value,
+        Err(e) => {
+            eprintln!("uplink: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+    } else {
+        print!("{}", render::text(request, &value));
+    }
+    let failed = value["clear"].as_array().into_iter().flatten().any(|n| n.get("error").is_some());
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -703,3 +703,88 @@ fn fib_settings_change_on_reload_without_withdrawing_routes() {
         assert_eq!(sessions["ipv4Unicast"]["peers"][peer]["state"], "Established", "{sessions}");
     }
 }
+
+/// `uplink clear bgp`: `soft in` sends FRR a ROUTE-REFRESH and `soft out` our UPDATEs again,
+/// neither resetting the session; a hard clear ends it with Cease/Administrative Reset (RFC
+/// 4486) and it comes back; an unknown neighbor or a wrong word exits 1 and touches nothing.
+#[test]
+fn clear_bgp_refreshes_or_resets_the_session() {
+    let mut lab = Lab::new("clear");
+    let node = lab.ns("node");
+    let frr_ns = lab.ns("frr");
+    lab.link(&node, &["10.0.1.2/24"], &frr_ns, &["10.0.1.1/24"]);
+    let frr = Frr::start(
+        &mut lab,
+        &frr_ns,
+        "frr defaults datacenter\nrouter bgp 65101\n bgp router-id 10.0.1.1\n no bgp ebgp-requires-policy\n\
+         no bgp network import-check\n neighbor 10.0.1.2 remote-as 65001\n neighbor 10.0.1.2 timers connect 1\n\
+         address-family ipv4 unicast\n  network 10.88.1.0/24\n exit-address-family\n",
+    );
+    let config = "[[bgp.routers]]\nasn = 65001\nid = \"10.0.0.9\"\ninstall = false\nprefixes = [\"10.77.1.0/24\"]\n\
+                  [[bgp.routers.neighbors]]\naddress = \"10.0.1.1\"\nasn = 65101\nconnect_time = \"1s\"\n\
+                  to_receive = { allowed = { mode = \"all\" } }\nto_advertise = { allowed = { mode = \"all\" } }\n";
+    let uplink = Uplink::start(&mut lab, &node, "uplink", config);
+    wait_for("the session and the routes both ways", UP, || {
+        let ours = uplink.route_nexthops("10.88.1.0/24").unwrap_or_default();
+        if ours == ["10.0.1.1"] && frr.route_nexthops("10.77.1.0/24") == ["10.0.1.2"] {
+            Ok(())
+        } else {
+            Err(lab.dump_logs())
+        }
+    });
+    let updates_received = || {
+        let v = frr.json("show bgp neighbors 10.0.1.2 json");
+        v["10.0.1.2"]["messageStats"]["updatesRecv"].as_u64().unwrap_or(0)
+    };
+    let (connections, epoch, refreshes) = frr_session(&frr);
+    let updates = updates_received();
+
+    let out =
+        uplink.cli(&["clear", "bgp", "10.0.1.1", "soft", "in"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("neighbor 10.0.1.1 (vrf default): ROUTE-REFRESH sent"), "{out}");
+    wait_for("FRR to receive the ROUTE-REFRESH", UP, || match frr_session(&frr) {
+        (_, _, r) if r > refreshes => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    let out = uplink.cli(&["clear", "bgp", "*", "soft", "out"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("our routes sent again"), "{out}");
+    wait_for("FRR to receive our UPDATEs again", UP, || {
+        let now = updates_received();
+        (now > updates).then_some(()).ok_or(format!("updatesRecv {now}, was {updates}"))
+    });
+    let (c, e, _) = frr_session(&frr);
+    assert!(c == connections && e.abs_diff(epoch) <= 1, "a soft clear reset the session");
+
+    for (args, expect) in [
+        (&["clear", "bgp", "10.0.9.9"][..], "no neighbor 10.0.9.9"),
+        (&["clear", "bgp", "10.0.1.1", "soft", "sideways"][..], "`soft sideways`"),
+    ] {
+        let error = uplink.cli(args).expect_err("accepted");
+        assert!(error.contains(expect), "{args:?}: {error}");
+    }
+    assert_eq!(frr_session(&frr).0, connections, "a refused clear touched the session");
+
+    let notifications_received = || {
+        let v = frr.json("show bgp neighbors 10.0.1.2 json");
+        v["10.0.1.2"]["messageStats"]["notificationsRecv"].as_u64().unwrap_or(0)
+    };
+    let before = notifications_received();
+    let out = uplink.cli(&["clear", "bgp", "10.0.1.1"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.contains("reset (Cease/Administrative Reset)"), "{out}");
+    // FRR 8.4 keeps its first reset reason in `lastResetDueTo`; the NOTIFICATIONs it counted
+    // (ours, and a collision's when both sides connect again at once), the new connection
+    // and uplink's log say what happened.
+    wait_for("the session back after a hard clear, with FRR counting our NOTIFICATION", UP, || {
+        let v = frr.json("show bgp neighbors 10.0.1.2 json");
+        let n = &v["10.0.1.2"];
+        let notifications = n["messageStats"]["notificationsRecv"].as_u64().unwrap_or(0);
+        match (frr_session(&frr).0, n["bgpState"].as_str(), notifications) {
+            (c, Some("Established"), count) if c == connections + 1 && count > before => {
+                Ok(())
+            }
+            other => Err(format!("(connections, state, notifications) {other:?}")),
+        }
+    });
+    let log = std::fs::read_to_string(lab.path("uplink.log")).unwrap_or_default();
+    assert!(log.contains("Cease/Administrative Reset"), "uplink's log does not say why:\n{log}");
+}

@@ -9,7 +9,7 @@ use super::fsm::Fsm;
 use super::reconfigure::{router_change, NeighborChange, NeighborStep};
 use super::rib::RibConfig;
 use super::rib_task::{self, PeerPolicy, RibHandle, RibSetup};
-use super::session::{self, LiveOutcome, SessionCommand, SessionParams};
+use super::session::{self, ClearHow, LiveOutcome, SessionCommand, SessionParams};
 use super::stats::PeerStats;
 use super::transport;
 use crate::bfd::runtime::{BfdLink, BfdRegistrar, BfdRuntime, PeerSpec};
@@ -241,6 +241,33 @@ impl Instance {
     /// The configured neighbors and their sessions, in config order.
     pub fn neighbors(&self) -> Vec<NeighborHandle> {
         self.neighbors.read().map(|n| n.clone()).unwrap_or_default()
+    }
+
+    /// `clear bgp`: each selected neighbor (`None`: all of them) with what its session did,
+    /// or why it could not.
+    pub async fn clear(
+        &self,
+        address: Option<IpAddr>,
+        how: ClearHow,
+    ) -> Vec<(IpAddr, Result<String, String>)> {
+        let mut out = Vec::new();
+        for handle in self.neighbors() {
+            let neighbor = handle.config.address;
+            if address.is_some_and(|a| a != neighbor) {
+                continue;
+            }
+            let (reply, answer) = oneshot::channel();
+            let outcome = match handle.commands.send(SessionCommand::Clear { how, reply }).await {
+                Err(_) => Err("its session has ended".to_string()),
+                Ok(()) => match tokio::time::timeout(RECONFIGURE_TIMEOUT, answer).await {
+                    Ok(Ok(outcome)) => outcome,
+                    Ok(Err(_)) => Err("its session has ended".to_string()),
+                    Err(_) => Err("its session did not answer in time".to_string()),
+                },
+            };
+            out.push((neighbor, outcome));
+        }
+        out
     }
 
     fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Vec<NeighborHandle>> {

@@ -54,7 +54,27 @@ pub enum SessionCommand {
     /// A reload: new policies (`None`: unchanged) applied without a reset, and with `refresh`
     /// the peer asked to send its routes again because import now allows more.
     Reconfigure { policy: Option<PeerPolicy>, refresh: bool, reply: oneshot::Sender<LiveOutcome> },
+    /// `clear bgp`: reset the session or exchange the routes again; answered with what was
+    /// done, or why it cannot be.
+    Clear { how: ClearHow, reply: oneshot::Sender<Result<String, String>> },
 }
+
+/// What `clear bgp` does to a session, as FRR's `clear bgp ADDR [soft [in|out]]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClearHow {
+    /// Cease/Administrative Reset (RFC 4486 §4, subcode 4), then connect again.
+    Hard,
+    /// Ask the peer to send its routes again (ROUTE-REFRESH, RFC 2918).
+    SoftIn,
+    /// Send ours again.
+    SoftOut,
+    /// Both.
+    Soft,
+}
+
+/// RFC 4486 §4: Cease subcode 4, "Administrative Reset".
+const CEASE_ADMINISTRATIVE_RESET: u8 = 4;
 
 /// What [`SessionCommand::Reconfigure`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,6 +309,10 @@ impl Session {
                 }
                 Wake::Command(Some(SessionCommand::Reconfigure { policy, refresh, reply })) => {
                     let outcome = self.reconfigure(policy, refresh).await;
+                    let _ = reply.send(outcome);
+                }
+                Wake::Command(Some(SessionCommand::Clear { how, reply })) => {
+                    let outcome = self.clear(how).await;
                     let _ = reply.send(outcome);
                 }
                 Wake::Read(i, ev) => self.on_read(i, ev).await,
@@ -720,9 +744,18 @@ impl Session {
         if !refresh {
             return LiveOutcome::Applied { refreshed: false };
         }
-        let Some(conn) = self.conns.iter().find(|c| c.id == est.conn) else {
+        if !self.send_route_refresh() {
             return LiveOutcome::NotEstablished;
-        };
+        }
+        info!("import policy changed: ROUTE-REFRESH sent for {:?}", est.families);
+        LiveOutcome::Applied { refreshed: true }
+    }
+
+    /// Asks the peer of the established session to send its routes again, every negotiated
+    /// family (RFC 2918 §3); false when no session is established.
+    fn send_route_refresh(&self) -> bool {
+        let Some(est) = &self.established else { return false };
+        let Some(conn) = self.conns.iter().find(|c| c.id == est.conn) else { return false };
         let mut messages = Vec::new();
         for family in &est.families {
             // RFC 2918 §3: AFI, a reserved octet (0: a plain request), SAFI.
@@ -734,8 +767,46 @@ impl Session {
             messages.extend(message);
         }
         conn.outbox.push(messages);
-        info!("import policy changed: ROUTE-REFRESH sent for {:?}", est.families);
-        LiveOutcome::Applied { refreshed: true }
+        true
+    }
+
+    /// `clear bgp`. A hard clear also starts a session held down by max-prefix, as FRR's
+    /// does; one held down by BFD waits for BFD. A soft clear needs an established session,
+    /// and inbound the peer's Route Refresh capability: uplink keeps no copy of what its
+    /// import policy refused (FRR's `soft-reconfiguration inbound`).
+    async fn clear(&mut self, how: ClearHow) -> Result<String, String> {
+        if how == ClearHow::Hard {
+            info!("clear bgp: resetting the session (Cease/Administrative Reset)");
+            let reason = "administrative reset".to_string();
+            self.apply(Event::ManualStop { subcode: CEASE_ADMINISTRATIVE_RESET, reason }).await;
+            self.stats.set_held_down_state(None);
+            if self.held_by_bfd {
+                return Ok("reset (Cease/Administrative Reset); it starts when BFD is up".into());
+            }
+            self.apply(Event::ManualStart).await;
+            return Ok("reset (Cease/Administrative Reset)".into());
+        }
+        let Some(est) = &self.established else {
+            return Err("not established: nothing to exchange again".into());
+        };
+        let (inbound, outbound) = (how != ClearHow::SoftOut, how != ClearHow::SoftIn);
+        if inbound && !est.route_refresh {
+            return Err("the peer did not advertise route refresh (RFC 2918), so it cannot send \
+                        its routes again; `clear bgp ADDR` resets the session instead"
+                .into());
+        }
+        let mut done = Vec::new();
+        if outbound {
+            for family in &est.families {
+                est.link.route_refresh(*family).await;
+            }
+            done.push("our routes sent again");
+        }
+        if inbound && self.send_route_refresh() {
+            done.push("ROUTE-REFRESH sent");
+        }
+        info!("clear bgp soft: {}", done.join("; "));
+        Ok(done.join("; "))
     }
 
     async fn session_down(&mut self, cause: DownCause) {

@@ -2,7 +2,7 @@
 //! shapes and key names (`show bgp summary json`, `show bgp neighbors json`,
 //! `show bgp ipv4 unicast [PREFIX] json`), so scripts written against vtysh keep working.
 
-use super::protocol::{FamilyArg, VrfSelector};
+use super::protocol::{ClearHow, FamilyArg, VrfSelector};
 use crate::bgp::instance::{Instance, NeighborHandle};
 use crate::bgp::view::{Lookup, PathSource, PathView, RibSummary, RouteView};
 use crate::bgp::wire::attributes::{Afi, Family, NextHop, Origin, SegmentKind};
@@ -43,6 +43,34 @@ pub async fn routes_json(
         None => None,
     };
     per_vrf(instances, vrf, move |i| Box::pin(routes(i, family, lookup))).await
+}
+
+/// `clear bgp ADDR|* [soft [in|out]]`: what each neighbor's session did, or why not. An
+/// address that no selected instance has is an error.
+pub async fn clear_json(
+    instances: &[Arc<Instance>],
+    vrf: &VrfSelector,
+    address: Option<&str>,
+    how: ClearHow,
+) -> Result<Value, String> {
+    let address = address.map(parse_neighbor_address).transpose()?;
+    let mut cleared = Vec::new();
+    for instance in instances.iter().filter(|i| vrf.matches(&i.vrf)) {
+        let name = vrf_display_name(&instance.vrf);
+        for (neighbor, outcome) in instance.clear(address, how).await {
+            cleared.push(match outcome {
+                Ok(done) => json!({ "vrf": name, "neighbor": neighbor, "done": done }),
+                Err(error) => json!({ "vrf": name, "neighbor": neighbor, "error": error }),
+            });
+        }
+    }
+    if cleared.is_empty() {
+        return Err(match address {
+            Some(a) => format!("no neighbor {a} in the selected VRF (--vrf NAME|all)"),
+            None => "no neighbors in the selected VRF (--vrf NAME|all)".to_string(),
+        });
+    }
+    Ok(json!({ "clear": cleared }))
 }
 
 type BoxFuture<'a> =

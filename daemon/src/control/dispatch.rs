@@ -75,5 +75,8 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             let outcome = ctx.reload.reload().await?;
             serde_json::to_value(outcome).map_err(|e| e.to_string())
         }
+        Request::ClearBgp { vrf, address, how } => {
+            super::bgp::clear_json(&instances(), &vrf, address.as_deref(), how).await
+        }
     }
 }

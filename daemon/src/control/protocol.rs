@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::bgp::session::ClearHow;
+
 /// Which routing instances a `show` covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -86,6 +88,14 @@ pub enum Request {
     /// `uplink reload`: re-read the config, apply what changed, answer with what was done
     /// (`reload::ReloadOutcome`), or why the config was rejected.
     Reload,
+    /// `uplink clear bgp ADDR|* [soft [in|out]]`: reset sessions (Cease/Administrative
+    /// Reset) or exchange their routes again (ROUTE-REFRESH, RFC 2918).
+    ClearBgp {
+        vrf: VrfSelector,
+        /// `None`: every neighbor of the selected instances (`*`).
+        address: Option<String>,
+        how: ClearHow,
+    },
 }
 
 /// One request line as a client sent it (JSON, the newline optional) → the request, or the

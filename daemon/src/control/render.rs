@@ -19,6 +19,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::Drain { .. } | Request::Undrain => return drain(value),
         Request::Ready => return ready(value),
         Request::Reload => return reload(value),
+        Request::ClearBgp { .. } => return clear(value),
     };
     let all = match request {
         Request::BgpSummary { vrf }
@@ -31,7 +32,8 @@ pub fn text(request: &Request, value: &Value) -> String {
         | Request::Drain { .. }
         | Request::Undrain
         | Request::Ready
-        | Request::Reload => false,
+        | Request::Reload
+        | Request::ClearBgp { .. } => false,
     };
     if all {
         let mut out = String::new();
@@ -538,6 +540,28 @@ fn drain(value: &Value) -> String {
 }
 
 /// `uplink wait-ready`: one line per session that is not ready.
+/// `clear bgp`: one line per neighbor.
+fn clear(value: &Value) -> String {
+    let mut out = String::new();
+    for n in value["clear"].as_array().into_iter().flatten() {
+        let (neighbor, vrf) =
+            (n["neighbor"].as_str().unwrap_or("?"), n["vrf"].as_str().unwrap_or("?"));
+        match (n["done"].as_str(), n["error"].as_str()) {
+            (Some(done), _) => {
+                let _ = writeln!(out, "neighbor {neighbor} (vrf {vrf}): {done}");
+            }
+            (None, error) => {
+                let _ = writeln!(
+                    out,
+                    "neighbor {neighbor} (vrf {vrf}): not cleared: {}",
+                    error.unwrap_or("?")
+                );
+            }
+        }
+    }
+    out
+}
+
 fn ready(value: &Value) -> String {
     let mut out = String::new();
     for s in value["sessions"].as_array().into_iter().flatten().filter(|s| s["ready"] != true) {
