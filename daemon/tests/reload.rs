@@ -779,9 +779,7 @@ fn clear_bgp_refreshes_or_resets_the_session() {
         let n = &v["10.0.1.2"];
         let notifications = n["messageStats"]["notificationsRecv"].as_u64().unwrap_or(0);
         match (frr_session(&frr).0, n["bgpState"].as_str(), notifications) {
-            (c, Some("Established"), count) if c == connections + 1 && count > before => {
-                Ok(())
-            }
+            (c, Some("Established"), count) if c == connections + 1 && count > before => Ok(()),
             other => Err(format!("(connections, state, notifications) {other:?}")),
         }
     });

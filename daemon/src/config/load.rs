@@ -320,6 +320,7 @@ mod tests {
                 minimum_ttl: 254,
                 authentication: None,
             }],
+            default_max_prefixes: None,
         };
         assert_eq!(config.bgp, expected);
         assert_eq!(config.always_block, vec![net("127.0.0.0/8"), net("169.254.0.0/16")]);

@@ -13,13 +13,14 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    GracefulRestartConfig, LocalPrefPrefixes, MetricsConfig, Neighbor, ReceivePolicy, Router,
+    GracefulRestartConfig, LocalPrefPrefixes, MaxPrefixes, MetricsConfig, Neighbor, ReceivePolicy,
+    Router,
 };
 use super::neighbor_settings;
 use super::validate::{
     vrf_display, Advertised, AdvertisedPrefix, BfdProfileFragment, Fragment, NeighborFragment,
-    RouterFragment, DEFAULT_DRAIN_TIME, DEFAULT_RESTART_TIME, DEFAULT_SELECT_DEFER_TIME,
-    DEFAULT_STALE_PATH_TIME,
+    RouterFragment, DEFAULT_DRAIN_TIME, DEFAULT_MAX_PREFIXES_THRESHOLD, DEFAULT_RESTART_TIME,
+    DEFAULT_SELECT_DEFER_TIME, DEFAULT_STALE_PATH_TIME,
 };
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ pub(crate) fn merge(
     let mut nexthop_objects: Option<(bool, Loc)> = None;
     let mut nexthop_compat_mode: Option<(bool, Loc)> = None;
     let mut metrics_listen: Option<(SocketAddr, Loc)> = None;
+    let mut default_max_prefixes: Option<(u32, Loc)> = None;
     let mut drain_time: Option<(Duration, Loc)> = None;
     let mut restart_time: Option<(Duration, Loc)> = None;
     let mut stale_path_time: Option<(Duration, Loc)> = None;
@@ -73,6 +75,12 @@ pub(crate) fn merge(
             errors,
         );
         node_setting(&mut metrics_listen, fragment.metrics_listen, "metrics.listen", errors);
+        node_setting(
+            &mut default_max_prefixes,
+            fragment.default_max_prefixes,
+            "bgp.default_max_prefixes",
+            errors,
+        );
         for profile in fragment.bfd_profiles {
             merge_bfd_profile(&mut profiles, profile, errors);
         }
@@ -84,10 +92,28 @@ pub(crate) fn merge(
         }
     }
     let profile_names: Vec<&str> = profiles.iter().map(|p| p.profile.name.as_str()).collect();
-    let routers =
+    let default_max_prefixes = default_max_prefixes.map(|(limit, _)| limit);
+    let mut routers: Vec<Router> =
         routers.into_iter().map(|r| r.finish(&profile_names, check_references, errors)).collect();
+    // After the neighbors are merged, so a file that leaves `max_prefixes` out and one that
+    // sets it are not a conflict; as FRR's `maximum-prefix N`, with its default threshold.
+    if let Some(limit) = default_max_prefixes {
+        let neighbors = routers.iter_mut().flat_map(|r| r.neighbors.iter_mut());
+        for neighbor in neighbors.filter(|n| n.max_prefixes.is_none()) {
+            neighbor.max_prefixes = Some(MaxPrefixes {
+                limit,
+                threshold: DEFAULT_MAX_PREFIXES_THRESHOLD,
+                warning_only: false,
+                restart_time: None,
+            });
+        }
+    }
     Config {
-        bgp: BgpConfig { routers, bfd_profiles: profiles.into_iter().map(|p| p.profile).collect() },
+        bgp: BgpConfig {
+            routers,
+            bfd_profiles: profiles.into_iter().map(|p| p.profile).collect(),
+            default_max_prefixes,
+        },
         always_block: always_block.into_iter().collect(),
         fib: FibConfig {
             nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on),
@@ -137,6 +163,12 @@ trait Written {
 }
 
 impl Written for bool {
+    fn written(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Written for u32 {
     fn written(&self) -> String {
         self.to_string()
     }
@@ -653,6 +685,38 @@ bfd_profile = "tor"
             "fib.nexthop_objects",
             &["true here", "false at a.toml:1:1"],
         );
+    }
+
+    #[test]
+    fn default_max_prefixes_fills_neighbors_without_their_own_and_two_files_must_agree() {
+        let limits = |config: Config| -> Vec<Option<u32>> {
+            config.bgp.routers[0]
+                .neighbors
+                .iter()
+                .map(|n| n.max_prefixes.map(|m| m.limit))
+                .collect()
+        };
+        assert_eq!(limits(load_two(A, B).unwrap()), vec![None, None]);
+        let guard = "[bgp]\ndefault_max_prefixes = 1000\n";
+        // B's second neighbor sets its own; a file that leaves it out is no conflict.
+        let own = B.replace("bfd_profile = \"tor\"", "bfd_profile = \"tor\"\nmax_prefixes = 10");
+        let config = load_two(&format!("{guard}{A}"), &own).unwrap();
+        assert_eq!(config.bgp.default_max_prefixes, Some(1000));
+        assert_eq!(limits(config.clone()), vec![Some(1000), Some(10)]);
+        let neighbor = &config.bgp.routers[0].neighbors[0];
+        let limit = neighbor.max_prefixes.unwrap();
+        assert!(limit.threshold == 75 && !limit.warning_only && limit.restart_time.is_none());
+        let error = only_error(guard, "[bgp]\ndefault_max_prefixes = 2000\n");
+        assert_at(
+            &error,
+            "b.toml",
+            2,
+            24,
+            "bgp.default_max_prefixes",
+            &["2000 here", "1000 at a.toml:2:24"],
+        );
+        let errors = load_two(A, "[bgp]\ndefault_max_prefixes = 0\n").expect_err("zero");
+        assert!(errors[0].message.contains("prefixes"), "{errors:?}");
     }
 
     #[test]

@@ -126,6 +126,9 @@ pub struct BgpConfig {
     /// One router per VRF; the default VRF is `vrf == ""`.
     pub routers: Vec<Router>,
     pub bfd_profiles: Vec<BfdProfile>,
+    /// `[bgp] default_max_prefixes`: already applied to every neighbor that sets no
+    /// `max_prefixes`; kept for `show running-config`.
+    pub default_max_prefixes: Option<u32>,
 }
 
 /// How operators and FRR name a VRF: "default" for the default VRF (`""` in the config).

@@ -91,6 +91,9 @@ pub(crate) struct RawBgp {
     pub routers: Vec<S<RawRouter>>,
     #[serde(default)]
     pub bfd_profiles: Vec<S<RawBfdProfile>>,
+    /// The `max_prefixes` of every neighbor that sets none (a node's guard against a peer
+    /// that leaks a full table into its kernel).
+    pub default_max_prefixes: Option<S<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -73,6 +73,8 @@ pub(crate) struct Fragment {
     pub nexthop_compat_mode: Option<(bool, Loc)>,
     /// `[metrics] listen`, where this file sets it.
     pub metrics_listen: Option<(SocketAddr, Loc)>,
+    /// `[bgp] default_max_prefixes`, where this file sets it.
+    pub default_max_prefixes: Option<(u32, Loc)>,
     /// `drain_time`, where this file sets it.
     pub drain_time: Option<(Duration, Loc)>,
     /// `[graceful_restart]` timers, each where this file sets it.
@@ -176,6 +178,7 @@ pub(crate) fn validate_file(
         nexthop_objects: None,
         nexthop_compat_mode: None,
         metrics_listen: None,
+        default_max_prefixes: None,
         drain_time: None,
         restart_time: None,
         stale_path_time: None,
@@ -246,6 +249,12 @@ pub(crate) fn validate_file(
 
 impl Checker<'_, '_> {
     fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment, timers: TimerDefaults) {
+        if let Some(value) = &bgp.default_max_prefixes {
+            let field = "bgp.default_max_prefixes";
+            fragment.default_max_prefixes = self
+                .int_in::<u32>(value, field, 1..=i64::from(u32::MAX), "prefixes")
+                .map(|limit| (limit, self.loc(value)));
+        }
         for (index, raw) in bgp.bfd_profiles.iter().enumerate() {
             let field = format!("bgp.bfd_profiles[{index}]");
             let Some(profile) = self.bfd_profile(raw.get_ref(), &field) else { continue };

@@ -521,7 +521,10 @@ fn unknown_fields_list_the_valid_names() {
     assert!(message.contains("`hold_time`"), "{message}");
     let (line, column, field, message) = only_error("[bgp]\nrouter = []\n");
     assert_eq!((line, column, field.as_str()), (2, 1, "bgp.router"));
-    assert!(message.contains("expected `routers` or `bfd_profiles`"), "{message}");
+    assert!(
+        message.contains("expected one of `routers`, `bfd_profiles`, `default_max_prefixes`"),
+        "{message}"
+    );
 }
 
 #[test]
