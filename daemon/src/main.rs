@@ -400,7 +400,8 @@ fn clear(socket: &std::path::Path, request: &Request, json: bool) -> ExitCode {
     } else {
         print!("{}", render::text(request, &value));
     }
-    let failed = value["clear"].as_array().into_iter().flatten().any(|n| n.get("error").is_some());
+    let cleared = value.get("clear").and_then(serde_json::Value::as_array);
+    let failed = cleared.into_iter().flatten().any(|n| n.get("error").is_some());
     if failed {
         ExitCode::FAILURE
     } else {

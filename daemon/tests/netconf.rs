@@ -495,6 +495,104 @@ fn kernel_mode_reapplies_the_previous_state_on_a_failed_probe() {
 /// says so) and connects once the address appears. A policy applied by reload (SIGHUP) that
 /// cuts the uplink is rolled back before the BGP hold time runs out: the session with FRR
 /// never drops.
+/// A single-hop BGP neighbor's probe is bound to the neighbor's link: a change that moves the
+/// link off the neighbor's subnet fails the probe and is undone, although the neighbor still
+/// answers through a second path (the other ToR), which an unbound echo would take.
+#[test]
+fn the_neighbor_probe_does_not_pass_through_another_link() {
+    let mut lab = Lab::new("netconf-link");
+    let node = lab.ns("lnode");
+    let tor = lab.ns("ltor");
+    let other_tor = lab.ns("lalt");
+    let (to_tor, _) = lab.link(&node, &["10.66.1.2/24"], &tor, &["10.66.1.1/24"]);
+    lab.link(&node, &["10.66.2.2/24"], &other_tor, &["10.66.2.1/24"]);
+    lab.link(&other_tor, &["10.66.3.1/24"], &tor, &["10.66.3.2/24"]);
+    other_tor.run(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    other_tor.run(&["ip", "route", "add", "10.66.1.1/32", "via", "10.66.3.2"]);
+    tor.run(&["ip", "route", "add", "10.66.2.0/24", "via", "10.66.3.1"]);
+    node.run(&["ip", "route", "add", "default", "via", "10.66.2.1"]);
+    let ping = |bound: Option<&str>| {
+        let mut args = vec!["ping", "-c", "1", "-W", "1"];
+        if let Some(device) = bound {
+            args.extend(["-I", device]);
+        }
+        args.push("10.66.1.1");
+        node.try_run(&args).0
+    };
+    // The second path is real: with the link down, an unbound echo still gets its answer.
+    node.run(&["ip", "link", "set", &to_tor, "down"]);
+    wait_for("the neighbor through the other ToR", Duration::from_secs(10), || {
+        match (ping(None), ping(Some(&to_tor))) {
+            (true, false) => Ok(()),
+            other => Err(format!("(unbound, bound) answered: {other:?}")),
+        }
+    });
+    node.run(&["ip", "link", "set", &to_tor, "up"]);
+    wait_for("the neighbor on its own link", Duration::from_secs(10), || {
+        ping(Some(&to_tor)).then_some(()).ok_or_else(|| "no answer".to_string())
+    });
+
+    let state_dir = lab.path("state");
+    let config = lab.path("uplink.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[node]
+name = "wk1"
+
+[[bgp.routers]]
+asn = 65801
+id = "10.66.1.2"
+[[bgp.routers.neighbors]]
+address = "10.66.1.1"
+asn = 65102
+
+[network]
+backend = "kernel"
+state_dir = "{}"
+probes = {{ timeout = "3s", pre_timeout = "2s", interval = "500ms" }}
+
+[[network_policies]]
+name = "tor-link-renumbered"
+[[network_policies.desired_state.interfaces]]
+name = "{to_tor}"
+type = "ethernet"
+state = "up"
+ipv4 = {{ enabled = true, dhcp = false, address = [{{ ip = "10.66.9.2", prefix-length = 24 }}] }}
+"#,
+            state_dir.display()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let (ok, out) =
+        node.try_run(&[env!("CARGO_BIN_EXE_uplink"), "apply", "network", "--config", &config]);
+    assert!(
+        !ok && out.contains("tor-link-renumbered"),
+        "moving the link off the neighbor's subnet passed its probe: {out}\n{}",
+        node.run(&["ip", "link", "show", &to_tor])
+    );
+    let out = node.run(&[
+        env!("CARGO_BIN_EXE_uplink"),
+        "show",
+        "network",
+        "enactments",
+        "--json",
+        "--config",
+        &config,
+    ]);
+    let enactments: Value = serde_json::from_str(&out).unwrap();
+    let cut = enactment(&enactments, "tor-link-renumbered");
+    let message = cut["message"].as_str().unwrap_or_default();
+    assert_eq!(cut["status"], "Failing", "{cut}");
+    assert!(
+        message.contains("bgp-neighbor 10.66.1.1 (vrf default)")
+            && message.contains(&format!("(via {to_tor})")),
+        "{cut}"
+    );
+    assert!(ping(Some(&to_tor)), "the link was not brought back: {cut}");
+}
+
 #[test]
 fn the_daemon_applies_policies_before_its_routers_and_a_cut_by_reload_is_rolled_back() {
     let mut nm = NmNode::start();

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::config::Router;
 
-use super::state::{default_gateway, name_servers, vrf_names, vrf_of, Family};
+use super::state::{connected_interface, default_gateway, name_servers, vrf_names, vrf_of, Family};
 
 /// One check of the node's connectivity.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -25,9 +25,17 @@ pub enum Probe {
     /// ICMP echo to a BGP neighbor from its source address, bound to its VRF's device; in the
     /// default VRF a single-hop neighbor's echo is bound to the interface whose subnet holds
     /// it (looked up each time), so it cannot pass through another link (the other ToR) while
-    /// the session's own is dead. A neighbor on no connected subnet is reached by the routing
-    /// table.
-    BgpNeighbor { vrf: String, address: IpAddr, source: Option<IpAddr>, single_hop: bool },
+    /// the session's own is dead. When the change left no such subnet (the link down, its
+    /// address gone), the echo is bound to `link_before`, the interface from before the
+    /// change. A neighbor on no connected subnet before or after is reached by the routing
+    /// table (an iBGP peer's loopback).
+    BgpNeighbor {
+        vrf: String,
+        address: IpAddr,
+        source: Option<IpAddr>,
+        single_hop: bool,
+        link_before: Option<String>,
+    },
 }
 
 impl fmt::Display for Probe {
@@ -99,12 +107,17 @@ pub fn candidates(current: &Value, routers: &[Router], affected: &BTreeSet<Strin
     }
     for router in routers.iter().filter(|r| affected.contains(&r.vrf)) {
         for neighbor in &router.neighbors {
+            // RFC 4271 §5.1.3 / RFC 5082: without multihop the peer is on a connected link.
+            let single_hop = neighbor.ebgp_multihop.is_none();
+            let link_before = (single_hop && router.vrf.is_empty())
+                .then(|| connected_interface(current, neighbor.address))
+                .flatten();
             probes.push(Probe::BgpNeighbor {
                 vrf: router.vrf.clone(),
                 address: neighbor.address,
                 source: neighbor.source_address,
-                // RFC 4271 §5.1.3 / RFC 5082: without multihop the peer is on a connected link.
-                single_hop: neighbor.ebgp_multihop.is_none(),
+                single_hop,
+                link_before,
             });
         }
     }
@@ -173,5 +186,23 @@ mod tests {
         let probes = candidates(&with_dns, &routers, &BTreeSet::from([String::new()]));
         let names: Vec<String> = probes.iter().map(ToString::to_string).collect();
         assert_eq!(names, vec!["dns", "bgp-neighbor 172.18.20.1 (vrf default)"]);
+    }
+
+    #[test]
+    fn a_single_hop_neighbor_keeps_the_link_it_had_before_the_change() {
+        let routers = vec![router("", &["172.18.20.1", "10.255.0.1"])];
+        let mut before = current();
+        before["interfaces"][1]["ipv4"] =
+            json!({"address": [{"ip": "172.18.20.113", "prefix-length": 24}]});
+        let probes = candidates(&before, &routers, &BTreeSet::from([String::new()]));
+        let links: Vec<Option<&str>> = probes
+            .iter()
+            .filter_map(|p| match p {
+                Probe::BgpNeighbor { link_before, .. } => Some(link_before.as_deref()),
+                _ => None,
+            })
+            .collect();
+        // The second neighbor is on no connected subnet: the routing table reaches it.
+        assert_eq!(links, vec![Some("br-ex"), None]);
     }
 }

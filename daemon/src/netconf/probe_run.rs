@@ -49,14 +49,15 @@ pub async fn attempt(
             }
             Err(format!("{} does not resolve: {}", settings.dns_name, errors.join("; ")))
         }
-        Probe::BgpNeighbor { vrf, address, source, single_hop } => {
+        Probe::BgpNeighbor { vrf, address, source, single_hop, link_before } => {
             let device = if !vrf.is_empty() {
                 Some(vrf.clone())
             } else if *single_hop {
-                // A neighbor on no connected subnet (an iBGP peer's loopback) is reached
-                // through the routing table, as before.
+                // The link as it is now; the one from before the change if the change left
+                // none (an unbound echo could come back through the other ToR); none at all
+                // (an iBGP peer's loopback): the routing table.
                 let current = backend.current().await?;
-                connected_interface(&current.json, *address)
+                connected_interface(&current.json, *address).or_else(|| link_before.clone())
             } else {
                 None
             };
