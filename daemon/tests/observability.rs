@@ -326,7 +326,9 @@ fn a_reload_moves_the_metrics_endpoint_or_is_refused_when_the_port_is_taken() {
     serving(METRICS).unwrap_or_else(|e| panic!("the endpoint left {METRICS}: {e}"));
 
     std::fs::write(&uplink.config, config(free)).unwrap();
-    uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("a reload onto a free port: {e}"));
+    let moved =
+        uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("a reload onto a free port: {e}"));
+    assert!(moved.contains(&format!("node: metrics.listen \"{METRICS}\" → \"{free}\"")), "{moved}");
     serving(free).unwrap_or_else(|e| panic!("not served on {free} after the reload: {e}"));
     assert!(serving(METRICS).is_err(), "still served on {METRICS} after moving to {free}");
 }

@@ -60,11 +60,15 @@ pub fn prepare(
     }
 }
 
-/// Publishes a prepared change (the apply step).
-pub fn apply(serving: &watch::Sender<Published>, change: MetricsChange) {
-    if let MetricsChange::Switch(socket) = change {
-        serving.send_replace(socket);
-    }
+/// Publishes a prepared change (the apply step); says what moved, for the reload's answer.
+pub fn apply(serving: &watch::Sender<Published>, change: MetricsChange) -> Option<String> {
+    let MetricsChange::Switch(socket) = change else { return None };
+    let at = |socket: &Published| {
+        socket.as_ref().map_or_else(|| "off".to_string(), |s| format!("\"{}\"", s.address))
+    };
+    let now = at(&socket);
+    let before = at(&serving.send_replace(socket));
+    Some(format!("metrics.listen {before} → {now}"))
 }
 
 fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
@@ -105,7 +109,7 @@ mod tests {
             address(&probe)
         };
         let change = prepare(&serving, None, Some(free)).unwrap_or_else(|e| panic!("{e}"));
-        apply(&serving, change);
+        assert_eq!(apply(&serving, change), Some(format!("metrics.listen off → \"{free}\"")));
         assert_eq!(serving.borrow().as_ref().map(|s| s.address), Some(free));
         assert!(matches!(prepare(&serving, Some(free), Some(free)), Ok(MetricsChange::Unchanged)));
         // Turned off.

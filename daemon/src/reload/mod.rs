@@ -420,7 +420,11 @@ impl Reloader {
             return self.refused(outcome, &old, &running_vrfs, error);
         }
         self.apply(plans, &config, &old, &mut outcome).await;
-        metrics::apply(&self.metrics, metrics);
+        let moved = metrics::apply(&self.metrics, metrics);
+        // At the start the address is no change of config (the metrics task logs it).
+        if old.metrics.listen != config.metrics.listen {
+            outcome.node.extend(moved);
+        }
         outcome.applied = true;
         outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.running.send_replace(Arc::new(config));
