@@ -88,21 +88,10 @@ name = "rolled-up"
 ip_address_pools = ["aggregated"]
 aggregation_length = 28
 
-# The node's pod subnet: stays announced through a drain.
-[[networks]]
-name = "default"
-topology = "layer3"
-subnet = "10.244.0.0/16"
-host_subnet = "10.244.{slot}.0/24"
 
-[[route_advertisements]]
-name = "default"
-advertisements = ["PodNetwork"]
-network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
-node_selector = {{}}
-target_vrf = "default"
-"#,
-        slot = name.trim_start_matches("node"),
+# The node's pod subnet (below): stays announced through a drain.
+{pod_network}"#,
+        pod_network = pod_network(name.trim_start_matches("node")),
     )
 }
 

@@ -355,21 +355,9 @@ load_balancer_ip = "192.0.2.5"
 [[advertisements]]
 name = "vips"
 ip_address_pools = ["vips"]
-
-[[networks]]
-name = "default"
-topology = "layer3"
-subnet = "10.244.0.0/16"
-host_subnet = "10.244.1.0/24"
-
-[[route_advertisements]]
-name = "default"
-advertisements = ["PodNetwork"]
-network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
-node_selector = {{}}
-target_vrf = "default"
-
-{session}"#
+{pod_network}
+{session}"#,
+        pod_network = pod_network("1"),
     )
 }
 

@@ -24,6 +24,28 @@ static COUNTER: AtomicUsize = AtomicUsize::new(0);
 /// installed; the number works everywhere): `ip route show proto 117`.
 pub const UPLINK_PROTO: &str = "117";
 
+/// Config text: the default network's layer-3 pod subnet `10.244.{slot}.0/24` (of
+/// 10.244.0.0/16), announced into the default VRF by a RouteAdvertisement — what a drain
+/// keeps announced.
+pub fn pod_network(slot: &str) -> String {
+    format!(
+        r#"
+[[networks]]
+name = "default"
+topology = "layer3"
+subnet = "10.244.0.0/16"
+host_subnet = "10.244.{slot}.0/24"
+
+[[route_advertisements]]
+name = "default"
+advertisements = ["PodNetwork"]
+network_selectors = [{{ network_selection_type = "DefaultNetwork" }}]
+node_selector = {{}}
+target_vrf = "default"
+"#
+    )
+}
+
 /// Fails the test with a clear message when a tool the test needs is not installed.
 pub fn require_tool(path: &str) {
     assert!(
