@@ -51,7 +51,7 @@ fn check(request: &Request) {
         | Request::BfdPeers { vrf }
         | Request::Announcements { vrf }
         | Request::Fib { vrf } => Some(vrf),
-        Request::BgpNeighbors { vrf, address } => {
+        Request::BgpNeighbors { vrf, address } | Request::ClearBgp { vrf, address, .. } => {
             if let Some(address) = address {
                 if let Ok(parsed) = parse_neighbor_address(address) {
                     assert_eq!(parse_neighbor_address(&parsed.to_string()), Ok(parsed));

@@ -133,6 +133,73 @@ pub fn format_duration(duration: Duration) -> String {
     out
 }
 
+/// Parses a duration as Kubernetes manifests write it (`metav1.Duration`, Go's
+/// `time.ParseDuration`): a sequence of decimal numbers, each with an optional fraction and a
+/// unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`), in any order, e.g. `"1.5s"`, `"1m30s"`,
+/// `"300ms"`; `"0"` alone. A negative duration means nothing here and is refused. Used where a
+/// manifest's duration becomes a config duration (millisecond precision, `format_duration`).
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    const EXAMPLE: &str = r#"write e.g. "90s", "1m30s" or "1.5s" (Go's time.ParseDuration)"#;
+    let body = text.strip_prefix('+').unwrap_or(text);
+    if body.starts_with('-') {
+        return Err(format!("\"{text}\": a negative duration is not allowed"));
+    }
+    if body == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if body.is_empty() {
+        return Err(format!("empty duration; {EXAMPLE}"));
+    }
+    let mut rest = body;
+    let mut nanos: u128 = 0;
+    while !rest.is_empty() {
+        let number_len = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(number_len);
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+            return Err(format!("\"{text}\" is not a duration; {EXAMPLE}"));
+        }
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_len);
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(format!("\"{text}\": \"{number}\" has no unit; {EXAMPLE}")),
+            other => {
+                return Err(format!(
+                    "\"{text}\": unknown unit \"{other}\" (ns, us, ms, s, m, h); {EXAMPLE}"
+                ))
+            }
+        };
+        let too_large = || format!("\"{text}\" is too large");
+        let whole: u128 =
+            if whole.is_empty() { 0 } else { whole.parse().map_err(|_| too_large())? };
+        // Digits past the nanosecond add nothing (Go drops them too).
+        let fraction = fraction.get(..fraction.len().min(18)).unwrap_or("");
+        let fraction_nanos = if fraction.is_empty() {
+            0
+        } else {
+            let digits: u128 = fraction.parse().map_err(|_| too_large())?;
+            let divisor = 10u128.checked_pow(u32::try_from(fraction.len()).unwrap_or(u32::MAX));
+            digits.checked_mul(scale).and_then(|v| v.checked_div(divisor?)).ok_or_else(too_large)?
+        };
+        nanos = whole
+            .checked_mul(scale)
+            .and_then(|v| v.checked_add(fraction_nanos))
+            .and_then(|v| v.checked_add(nanos))
+            .ok_or_else(too_large)?;
+        rest = next;
+    }
+    let secs =
+        u64::try_from(nanos / 1_000_000_000).map_err(|_| format!("\"{text}\" is too large"))?;
+    let subsec = u32::try_from(nanos % 1_000_000_000).unwrap_or(0);
+    Ok(Duration::new(secs, subsec))
+}
+
 /// The hint for a bare TOML number where a duration string was expected.
 pub fn bare_number_hint(number: &str) -> String {
     format!(
@@ -162,6 +229,39 @@ pub fn serialize_option<S: serde::Serializer>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_as_kubernetes_writes_them() {
+        let ms = Duration::from_millis;
+        for (text, want) in [
+            ("90s", ms(90_000)),
+            ("1m30s", ms(90_000)),
+            ("1.5s", ms(1_500)),
+            ("300ms", ms(300)),
+            ("1h2m3.5s", ms(3_723_500)),
+            ("30s1m", ms(90_000)),
+            (".5s", ms(500)),
+            ("2.s", ms(2_000)),
+            ("1500us", ms(1) + Duration::from_micros(500)),
+            ("250µs", Duration::from_micros(250)),
+            ("0", Duration::ZERO),
+            ("+5s", ms(5_000)),
+        ] {
+            assert_eq!(parse_go_duration(text), Ok(want), "{text}");
+        }
+        for (text, says) in [
+            ("", "empty"),
+            ("-5s", "negative"),
+            ("90", "has no unit"),
+            ("5d", "unknown unit \"d\""),
+            (".s", "not a duration"),
+            ("1.2.3s", "not a duration"),
+            ("99999999999999999999999999999999999999999h", "too large"),
+        ] {
+            let error = parse_go_duration(text).expect_err(text);
+            assert!(error.contains(says), "{text}: {error}");
+        }
+    }
 
     #[test]
     fn parses_valid_durations() {

@@ -829,6 +829,20 @@ fn camel_case_message(message: &str) -> String {
     out
 }
 
+/// The session timers of frr-k8s's and MetalLB's neighbors: `metav1.Duration`, which the
+/// apiserver parses with Go's `time.ParseDuration` ("1.5s", "1m30s", "300ms").
+const GO_DURATIONS: [&str; 3] = ["hold_time", "keepalive_time", "connect_time"];
+
+/// A Go duration in the config's own form (`"1m30s"`), so it means what it means to the
+/// apiserver; finer than a millisecond is refused rather than rounded.
+fn go_duration(text: &str) -> Result<String, String> {
+    let duration = super::duration::parse_go_duration(text)?;
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        return Err(format!("\"{text}\" is finer than a millisecond"));
+    }
+    Ok(super::duration::format_duration(duration))
+}
+
 /// YAML → TOML, renaming keys to snake_case except inside label maps. BFD intervals, integers
 /// of milliseconds in the Kubernetes APIs, become duration strings.
 fn to_toml(value: &Value, rename: bool) -> Result<toml::Value, String> {
@@ -859,6 +873,9 @@ fn to_toml(value: &Value, rename: bool) -> Result<toml::Value, String> {
                         "receive_interval" | "transmit_interval" | "echo_interval",
                         Value::Number(n),
                     ) if rename => toml::Value::String(format!("{n}ms")),
+                    (name, Value::String(text)) if rename && GO_DURATIONS.contains(&name) => {
+                        toml::Value::String(go_duration(text).map_err(|e| format!("{key}: {e}"))?)
+                    }
                     _ => to_toml(value, rename && !VERBATIM.contains(&key))?,
                 };
                 table.insert(name, converted);
@@ -1238,6 +1255,36 @@ spec:
         assert_eq!(timers("10.0.0.2"), (secs(90), secs(30), secs(120)), "keepalive = hold / 3");
         assert_eq!(timers("10.0.0.3"), (secs(60), secs(20), secs(120)), "hold = 3 × keepalive");
         assert_eq!(timers("10.0.0.4"), (secs(30), secs(10), secs(7)), "as written");
+    }
+
+    /// The timers are `metav1.Duration`s: whatever Go's `time.ParseDuration` takes, the
+    /// apiserver stores, so uplink reads them the same way ("1.5m", "90000ms", units in any
+    /// order); what Go refuses is refused with the manifest's field name.
+    #[test]
+    fn manifest_timers_are_go_durations() {
+        use std::time::Duration;
+        let peer = |timers: &str| {
+            format!(
+                "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {{name: p}}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n{timers}"
+            )
+        };
+        let yaml = peer("  holdTime: 1.5m\n  keepaliveTime: 30000ms\n  connectTime: 1s1m\n");
+        let config = load("", &[(PathBuf::from("conf.d/peer.yaml"), yaml)])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let n = &config.bgp.routers[0].neighbors[0];
+        assert_eq!(
+            (n.hold_time, n.keepalive_time, n.connect_time),
+            (Duration::from_secs(90), Duration::from_secs(30), Duration::from_secs(61))
+        );
+        for (timers, says) in [
+            ("  holdTime: 1.2.3s\n", "holdTime: \"1.2.3s\" is not a duration"),
+            ("  connectTime: 1500us\n", "connectTime: \"1500us\" is finer than a millisecond"),
+            ("  keepaliveTime: -10s\n", "keepaliveTime: \"-10s\": a negative duration"),
+        ] {
+            let errors =
+                load("", &[(PathBuf::from("conf.d/peer.yaml"), peer(timers))]).expect_err(timers);
+            assert!(errors.to_string().contains(says), "{timers}: {errors}");
+        }
     }
 
     /// The same neighbor in a TOML file and a manifest, timers left out in both: the defaults
