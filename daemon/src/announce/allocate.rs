@@ -695,6 +695,7 @@ pub(crate) mod tests_support {
             ip_families: vec![],
             traffic_policy: TrafficPolicy::Cluster,
             endpoints: vec![],
+            announce_without_endpoints: true,
             health: None,
             sources: vec![],
         }

@@ -4,7 +4,9 @@
 //!   healthy (kube-proxy forwards to it from any node).
 //! - `traffic_policy = "local"`: ready only on nodes with a healthy endpoint of their own
 //!   (traffic is not forwarded between nodes, so announcing elsewhere would blackhole it).
-//! - A service with no endpoints listed is always ready: plain anycast.
+//! - A service with no endpoints listed is ready (plain anycast), unless it says
+//!   `announce_without_endpoints = false` (a Kubernetes Service: no ready endpoint in its
+//!   EndpointSlices means no announcement, as MetalLB).
 //!
 //! An endpoint of a service without a `health` check counts as healthy (listed = ready, as an
 //! EndpointSlice's `ready` condition). With a check, an endpoint is healthy only once its check
@@ -58,7 +60,7 @@ pub fn endpoints_to_probe(service: &Service, node: &str) -> Vec<IpAddr> {
 }
 
 pub fn readiness(service: &Service, node: &str, health: &HealthStates) -> Readiness {
-    if service.endpoints.is_empty() {
+    if service.endpoints.is_empty() && service.announce_without_endpoints {
         return Readiness::Ready;
     }
     match service.traffic_policy {
@@ -70,7 +72,11 @@ pub fn readiness(service: &Service, node: &str, health: &HealthStates) -> Readin
             }
         }
         TrafficPolicy::Local => {
-            let mut local = service.endpoints.iter().filter(|e| e.node == node).peekable();
+            let mut local = service
+                .endpoints
+                .iter()
+                .filter(|e| !e.node.is_empty() && e.node == node)
+                .peekable();
             if local.peek().is_none() {
                 return Readiness::NoLocalEndpoint;
             }
@@ -114,6 +120,15 @@ mod tests {
 
     fn states(pairs: &[(&str, bool)]) -> HealthStates {
         pairs.iter().map(|(a, h)| (("ns/web".to_string(), ip(a)), *h)).collect()
+    }
+
+    #[test]
+    fn a_kubernetes_service_without_endpoints_is_not_ready() {
+        let mut s = service("ns", "web");
+        s.announce_without_endpoints = false;
+        assert_eq!(readiness(&s, "wk1", &HealthStates::new()), Readiness::NoHealthyEndpoint);
+        s.traffic_policy = TrafficPolicy::Local;
+        assert_eq!(readiness(&s, "wk1", &HealthStates::new()), Readiness::NoLocalEndpoint);
     }
 
     #[test]

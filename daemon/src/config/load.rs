@@ -138,9 +138,24 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
         }
     }
     let node_labels = node_labels(slots.iter().flatten());
-    for ((path, text), slot) in sources.iter().zip(slots.iter_mut()) {
+    // Manifests are parsed first, all of them, because a Service takes its endpoints from the
+    // EndpointSlices of any manifest.
+    let documents: Vec<Vec<manifest::ManifestDocument>> =
+        sources
+            .iter()
+            .map(|(path, text)| {
+                if is_manifest(path) {
+                    manifest::parse(path, text, &mut errors)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+    let endpoints = manifest::EndpointIndex::of(documents.iter().flatten().map(|d| &d.value));
+    let context = manifest::Context { node_labels: &node_labels, endpoints: &endpoints };
+    for (((path, _), slot), documents) in sources.iter().zip(slots.iter_mut()).zip(documents) {
         if is_manifest(path) {
-            *slot = manifest::fragments(path, text, &node_labels, &mut errors);
+            *slot = manifest::fragments(documents, &context, &mut errors);
         }
     }
     let mut fragments: Vec<Fragment> = slots.into_iter().flatten().collect();

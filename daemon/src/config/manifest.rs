@@ -1,8 +1,8 @@
 //! Kubernetes manifests in `conf.d/*.yaml`: the objects operators already have — frr-k8s
 //! `FRRConfiguration`, MetalLB `IPAddressPool`, `BGPAdvertisement`, `BGPPeer`, `BFDProfile`,
 //! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork`, nmstate
-//! `NodeNetworkConfigurationPolicy` (`manifest/nncp.rs`) — mapped
-//! onto the same model as the TOML sections.
+//! `NodeNetworkConfigurationPolicy` (`manifest/nncp.rs`), and Kubernetes `Service` with its
+//! `EndpointSlice`s (`manifest/service.rs`) — mapped onto the same model as the TOML sections.
 //!
 //! Each document is translated into the equivalent TOML table (keys from camelCase to the
 //! snake_case the TOML sections use) and then parsed and validated by exactly the code that
@@ -27,8 +27,9 @@
 //!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name.
 
 mod nncp;
+mod service;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_norway::{Mapping, Value};
@@ -39,9 +40,10 @@ use super::source::SourceText;
 use super::validate::{validate_file, Fragment, TimerDefaults};
 use crate::config::announce::{Labels, PeerName, RouterLabels};
 use crate::config::selector::{LabelSelector, Operator, Requirement};
+pub(crate) use service::EndpointIndex;
 
-/// The kinds understood, with their API groups.
-const KINDS: [(&str, &str); 9] = [
+/// The kinds understood, with their API groups ("" is the core group, `apiVersion: v1`).
+const KINDS: [(&str, &str); 11] = [
     ("FRRConfiguration", "frrk8s.metallb.io"),
     ("IPAddressPool", "metallb.io"),
     ("BGPAdvertisement", "metallb.io"),
@@ -51,6 +53,24 @@ const KINDS: [(&str, &str); 9] = [
     ("RouteAdvertisements", "k8s.ovn.org"),
     ("ClusterUserDefinedNetwork", "k8s.ovn.org"),
     ("NodeNetworkConfigurationPolicy", "nmstate.io"),
+    ("Service", ""),
+    ("EndpointSlice", "discovery.k8s.io"),
+];
+
+/// `ObjectMeta` fields the apiserver sets (as `kubectl get -o yaml` shows them): accepted and
+/// ignored, so an object read back from a cluster means what it meant when applied.
+const SERVER_METADATA: [&str; 11] = [
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "finalizers",
+    "ownerReferences",
+    "generateName",
+    "selfLink",
 ];
 
 /// Keys whose snake_case is not the mechanical one.
@@ -70,13 +90,29 @@ const RENAMES: [(&str, &str); 7] = [
 const VERBATIM: [&str; 5] =
     ["matchLabels", "labels", "namespaceLabels", "node_selector", "desired_state"];
 
-/// One manifest file → one fragment per applicable document.
-pub(crate) fn fragments(
+/// One document of a manifest file, parsed, with where it starts.
+pub(crate) struct ManifestDocument {
+    pub path: PathBuf,
+    /// Its place in the file, for `documents[N]` in messages.
+    pub index: usize,
+    pub line: usize,
+    pub value: Value,
+}
+
+/// What translating a document needs from the rest of the config.
+pub(crate) struct Context<'a> {
+    /// This node's labels, for `nodeSelector`s.
+    pub node_labels: &'a Labels,
+    /// Every EndpointSlice of the config, for the Services.
+    pub endpoints: &'a EndpointIndex,
+}
+
+/// The documents of one manifest file; YAML syntax errors go to `errors`.
+pub(crate) fn parse(
     path: &Path,
     text: &str,
-    node_labels: &Labels,
     errors: &mut Vec<ConfigError>,
-) -> Vec<Fragment> {
+) -> Vec<ManifestDocument> {
     if let Some((line, column, what)) = foreign_line_break(text) {
         errors.push(ConfigError {
             file: path.to_path_buf(),
@@ -113,15 +149,28 @@ pub(crate) fn fragments(
         if value.is_null() {
             continue; // An empty document, e.g. after a trailing `---`.
         }
+        out.push(ManifestDocument { path: path.to_path_buf(), index, line, value });
+    }
+    out
+}
+
+/// One fragment per applicable document.
+pub(crate) fn fragments(
+    documents: Vec<ManifestDocument>,
+    context: &Context<'_>,
+    errors: &mut Vec<ConfigError>,
+) -> Vec<Fragment> {
+    let mut out = Vec::new();
+    for ManifestDocument { path, index, line, value } in documents {
         let mut doc = Document {
-            path,
+            path: &path,
             index,
             line,
             kind: String::new(),
             name: String::new(),
             errors: Vec::new(),
         };
-        if let Some(fragment) = doc.translate(value, node_labels) {
+        if let Some(fragment) = doc.translate(value, context) {
             out.push(fragment);
         }
         errors.append(&mut doc.errors);
@@ -215,7 +264,8 @@ impl Document<'_> {
         });
     }
 
-    fn translate(&mut self, value: Value, node_labels: &Labels) -> Option<Fragment> {
+    fn translate(&mut self, value: Value, context: &Context<'_>) -> Option<Fragment> {
+        let node_labels = context.node_labels;
         let Value::Mapping(mut top) = value else {
             self.fail(
                 "",
@@ -240,18 +290,30 @@ impl Document<'_> {
             );
             return None;
         };
-        match api_version.as_deref().and_then(|v| v.split_once('/')) {
-            Some((g, _)) if g == *group => {}
-            _ => {
-                self.fail(
-                    "apiVersion",
-                    format!(
-                        "expected {group}/<version> for {kind}, found {:?}",
-                        api_version.unwrap_or_default()
-                    ),
-                );
-                return None;
+        let group_matches = match api_version.as_deref() {
+            Some("v1") => group.is_empty(),
+            Some(version) => version.split_once('/').is_some_and(|(g, _)| g == *group),
+            None => false,
+        };
+        if !group_matches {
+            let expected =
+                if group.is_empty() { "v1".to_string() } else { format!("{group}/<version>") };
+            self.fail(
+                "apiVersion",
+                format!(
+                    "expected {expected} for {kind}, found {:?}",
+                    api_version.unwrap_or_default()
+                ),
+            );
+            return None;
+        }
+        // What the object's controllers report, not what it asks for.
+        top.remove("status");
+        if kind == "EndpointSlice" {
+            if let Some(metadata) = metadata {
+                top.insert(Value::from("metadata"), metadata);
             }
+            return self.endpoint_slice(&top);
         }
         if let Some((key, _)) = top.iter().next() {
             let key = key.as_str().unwrap_or("?").to_string();
@@ -263,8 +325,16 @@ impl Document<'_> {
             );
             return None;
         }
-        let (name, labels) = self.metadata(metadata)?;
-        self.name = name.clone();
+        let meta = self.metadata(metadata)?;
+        self.name = meta.name.clone();
+        if kind == "Service" {
+            let Value::Mapping(spec) = spec else {
+                self.fail("spec", "must be a mapping");
+                return None;
+            };
+            return self.service(spec, meta, context.endpoints);
+        }
+        let Meta { name, labels, .. } = meta;
         let Value::Mapping(mut spec) = spec else {
             self.fail("spec", "must be a mapping");
             return None;
@@ -325,25 +395,30 @@ impl Document<'_> {
         }
     }
 
-    fn metadata(&mut self, metadata: Option<Value>) -> Option<(String, Labels)> {
+    fn metadata(&mut self, metadata: Option<Value>) -> Option<Meta> {
         let Some(Value::Mapping(mut metadata)) = metadata else {
             self.fail("metadata", "missing; every object needs metadata.name");
             return None;
         };
         let name = take_str(&mut metadata, "name");
-        let labels = match metadata.remove("labels") {
-            None | Some(Value::Null) => Labels::new(),
-            Some(value) => match string_map(&value) {
-                Some(labels) => labels,
-                None => {
-                    self.fail("metadata.labels", "must map label names to strings");
-                    return None;
-                }
-            },
-        };
-        // Which namespace an object lives in and its annotations do not change what it means.
-        metadata.remove("namespace");
-        metadata.remove("annotations");
+        let mut maps = [Labels::new(), Labels::new()];
+        for (key, map) in ["labels", "annotations"].into_iter().zip(maps.iter_mut()) {
+            match metadata.remove(key) {
+                None | Some(Value::Null) => {}
+                Some(value) => match string_map(&value) {
+                    Some(read) => *map = read,
+                    None => {
+                        self.fail(&format!("metadata.{key}"), "must map names to strings");
+                        return None;
+                    }
+                },
+            }
+        }
+        let [labels, annotations] = maps;
+        let namespace = take_str(&mut metadata, "namespace");
+        for field in SERVER_METADATA {
+            metadata.remove(field);
+        }
         if let Some((key, _)) = metadata.iter().next() {
             let key = key.as_str().unwrap_or("?").to_string();
             self.fail(
@@ -356,7 +431,7 @@ impl Document<'_> {
             self.fail("metadata.name", "missing");
             return None;
         };
-        Some((name, labels))
+        Some(Meta { name, namespace, labels, annotations })
     }
 
     /// `nodeSelector` (a single selector): does it select this node?
@@ -617,10 +692,20 @@ impl Document<'_> {
         yaml_prefix: &str,
         alt_prefix: Option<&str>,
     ) -> Option<Fragment> {
+        self.emit_with(key, value, |field| yaml_path(field, toml_prefix, yaml_prefix, alt_prefix))
+    }
+
+    /// [`Self::emit`] with the TOML → manifest field mapping given by `yaml_field`.
+    fn emit_with(
+        &mut self,
+        key: &str,
+        value: Value,
+        yaml_field: impl Fn(&str) -> String,
+    ) -> Option<Fragment> {
         let table = match to_toml(&value, true) {
             Ok(table) => table,
             Err(message) => {
-                self.fail(yaml_prefix, message);
+                self.fail(&yaml_field(""), message);
                 return None;
             }
         };
@@ -638,11 +723,18 @@ impl Document<'_> {
             }
         };
         for error in errors {
-            let field = yaml_path(&error.field, toml_prefix, yaml_prefix, alt_prefix);
-            self.fail(&field, camel_case_message(&error.message));
+            self.fail(&yaml_field(&error.field), camel_case_message(&error.message));
         }
         fragment
     }
+}
+
+/// An object's `metadata`, as far as it matters here.
+struct Meta {
+    name: String,
+    namespace: Option<String>,
+    labels: Labels,
+    annotations: Labels,
 }
 
 /// `disableMP: true` → the neighbor's own family; absent or false → both families (frr-k8s

@@ -142,6 +142,9 @@ pub struct Service {
     pub ip_families: Vec<IpFamily>,
     pub traffic_policy: TrafficPolicy,
     pub endpoints: Vec<Endpoint>,
+    /// With no endpoints listed: announce (plain anycast, the TOML default) or withdraw (a
+    /// Kubernetes Service, whose EndpointSlices list every ready endpoint: none means none).
+    pub announce_without_endpoints: bool,
     pub health: Option<HealthCheck>,
     pub sources: Vec<PathBuf>,
 }
@@ -213,7 +216,8 @@ impl fmt::Display for IpFamilyPolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Endpoint {
     pub address: IpAddr,
-    /// The node the endpoint runs on.
+    /// The node the endpoint runs on; empty when not known (an EndpointSlice endpoint without
+    /// `nodeName`), which counts for `cluster` and never as this node's for `local`.
     pub node: String,
 }
 

@@ -74,6 +74,7 @@ pub(crate) struct RawService {
     pub traffic_policy: Option<S<String>>,
     #[serde(default)]
     pub endpoints: Vec<S<RawEndpoint>>,
+    pub announce_without_endpoints: Option<S<bool>>,
     pub health: Option<S<RawHealth>>,
 }
 
@@ -81,7 +82,7 @@ pub(crate) struct RawService {
 #[serde(deny_unknown_fields, expecting = "a table { address, node }")]
 pub(crate) struct RawEndpoint {
     pub address: S<String>,
-    pub node: S<String>,
+    pub node: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -377,7 +377,10 @@ fn service(
         let e = endpoint.get_ref();
         let name = format!("{field}.endpoints[{index}]");
         let address = check.ip(&e.address, &format!("{name}.address"));
-        let node = check.name(&e.node, &format!("{name}.node"));
+        let node = match &e.node {
+            Some(node) => check.name(node, &format!("{name}.node")),
+            None => Some(String::new()),
+        };
         if let (Some(address), Some(node)) = (address, node) {
             endpoints.push(Endpoint { address, node });
         }
@@ -397,6 +400,10 @@ fn service(
         ip_families: families.families,
         traffic_policy,
         endpoints,
+        announce_without_endpoints: raw
+            .announce_without_endpoints
+            .as_ref()
+            .is_none_or(|a| *a.get_ref()),
         health,
         sources: vec![file.to_path_buf()],
     })

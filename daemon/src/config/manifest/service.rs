@@ -1,0 +1,459 @@
+//! Kubernetes `Service` (`v1`) and `EndpointSlice` (`discovery.k8s.io/v1`) as MetalLB's speaker
+//! reads them: a Service of `type: LoadBalancer` becomes a `[[services]]` entry whose endpoints
+//! are the ready endpoints of the EndpointSlices labelled `kubernetes.io/service-name` with its
+//! name, in its namespace — from any manifest of the config (or, later, from the API). The
+//! entry says `announce_without_endpoints = false`: a Service with no ready endpoint is not
+//! announced, as MetalLB does, where a TOML `[[services]]` without endpoints is plain anycast.
+//!
+//! What a Service's spec holds beyond what decides the announcement (ports, selector, cluster
+//! IPs, session affinity, ...) is Kubernetes' business and accepted as it is. A Service of
+//! another type, or one that names a `loadBalancerClass` (another load balancer's), is skipped
+//! as MetalLB skips it.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde_norway::{Mapping, Value};
+
+use super::super::validate::Fragment;
+use super::{labels_value, list, Document, Meta};
+
+/// `metallb.io/address-pool`: the pool to allocate from.
+const ADDRESS_POOL: &str = "metallb.io/address-pool";
+/// `metallb.io/loadBalancerIPs`: the requested addresses, comma-separated, one per family.
+const LOAD_BALANCER_IPS: &str = "metallb.io/loadBalancerIPs";
+/// `metallb.io/allow-shared-ip`: a sharing key for two Services on one address.
+const ALLOW_SHARED_IP: &str = "metallb.io/allow-shared-ip";
+/// The label that ties an EndpointSlice to its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// `ServiceSpec` fields (Kubernetes 1.37) that do not change what is announced.
+const IGNORED_SPEC_FIELDS: [&str; 14] = [
+    "ports",
+    "selector",
+    "clusterIP",
+    "clusterIPs",
+    "externalIPs",
+    "externalName",
+    "sessionAffinity",
+    "sessionAffinityConfig",
+    "loadBalancerSourceRanges",
+    "healthCheckNodePort",
+    "publishNotReadyAddresses",
+    "allocateLoadBalancerNodePorts",
+    "internalTrafficPolicy",
+    "trafficDistribution",
+];
+
+/// The ready endpoints of every EndpointSlice in the config, by (namespace, service name).
+#[derive(Debug, Default)]
+pub(crate) struct EndpointIndex(BTreeMap<(String, String), Vec<SliceEndpoint>>);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct SliceEndpoint {
+    address: IpAddr,
+    node: Option<String>,
+}
+
+impl EndpointIndex {
+    /// Collects the slices among `values` (manifest documents); malformed ones are left out
+    /// here and reported where their document is translated.
+    pub fn of<'a>(values: impl Iterator<Item = &'a Value>) -> Self {
+        let mut index = Self::default();
+        for value in values {
+            let Value::Mapping(top) = value else { continue };
+            if top.get("kind").and_then(Value::as_str) != Some("EndpointSlice") {
+                continue;
+            }
+            if let Ok(slice) = read_slice(top) {
+                let endpoints = index.0.entry((slice.namespace, slice.service)).or_default();
+                endpoints.extend(slice.endpoints);
+            }
+        }
+        for endpoints in index.0.values_mut() {
+            endpoints.sort();
+            endpoints.dedup();
+        }
+        index
+    }
+
+    fn endpoints(&self, namespace: &str, service: &str) -> &[SliceEndpoint] {
+        self.0.get(&(namespace.to_string(), service.to_string())).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// One EndpointSlice's ready endpoints.
+struct Slice {
+    namespace: String,
+    service: String,
+    endpoints: Vec<SliceEndpoint>,
+}
+
+/// An EndpointSlice document (`kind` already known), or the field that is wrong and why.
+fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
+    let metadata = top.get("metadata").and_then(Value::as_mapping);
+    let namespace = metadata
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_string();
+    let Some(service) = metadata
+        .and_then(|m| m.get("labels"))
+        .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
+        .and_then(Value::as_str)
+    else {
+        return Err((
+            "metadata.labels".into(),
+            format!("missing `{SERVICE_NAME_LABEL}`: it names the Service the slice belongs to"),
+        ));
+    };
+    let family = match top.get("addressType").and_then(Value::as_str) {
+        Some("IPv4") => Some(true),
+        Some("IPv6") => Some(false),
+        // FQDN endpoints have no address to announce for.
+        Some("FQDN") => None,
+        other => {
+            return Err((
+                "addressType".into(),
+                format!("{other:?} is not an address type; valid: IPv4, IPv6, FQDN"),
+            ))
+        }
+    };
+    let mut endpoints = Vec::new();
+    let listed = match top.get("endpoints") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Sequence(list)) => list.as_slice(),
+        Some(_) => return Err(("endpoints".into(), "must be a list".into())),
+    };
+    for (i, endpoint) in listed.iter().enumerate() {
+        let field = format!("endpoints[{i}]");
+        let Value::Mapping(endpoint) = endpoint else {
+            return Err((field, "must be a mapping with addresses".into()));
+        };
+        let Some(Value::Sequence(addresses)) = endpoint.get("addresses") else {
+            return Err((format!("{field}.addresses"), "missing; a list of addresses".into()));
+        };
+        let Some(is_v4) = family else { continue };
+        if !can_serve(endpoint.get("conditions")) {
+            continue;
+        }
+        let node = endpoint.get("nodeName").and_then(Value::as_str).map(str::to_string);
+        for (j, address) in addresses.iter().enumerate() {
+            let parsed = address.as_str().and_then(|a| a.parse::<IpAddr>().ok());
+            match parsed {
+                Some(address) if address.is_ipv4() == is_v4 => {
+                    endpoints.push(SliceEndpoint { address, node: node.clone() })
+                }
+                _ => {
+                    return Err((
+                        format!("{field}.addresses[{j}]"),
+                        format!(
+                            "{address:?} is not an {} address",
+                            if is_v4 { "IPv4" } else { "IPv6" }
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(Slice { namespace, service: service.to_string(), endpoints })
+}
+
+/// MetalLB's `EndpointCanServe`: `ready` unset (unknown counts as ready, as the API says) or
+/// true, or `serving` true (a terminating endpoint that still serves).
+fn can_serve(conditions: Option<&Value>) -> bool {
+    let condition = |name: &str| conditions.and_then(|c| c.get(name)).and_then(Value::as_bool);
+    condition("ready").is_none_or(|ready| ready) || condition("serving") == Some(true)
+}
+
+impl Document<'_> {
+    /// An EndpointSlice: checked here, used by the Service it names (see [`EndpointIndex`]).
+    pub(super) fn endpoint_slice(&mut self, top: &Mapping) -> Option<Fragment> {
+        if let Err((field, message)) = read_slice(top) {
+            self.fail(&field, message);
+        }
+        None
+    }
+
+    pub(super) fn service(
+        &mut self,
+        mut spec: Mapping,
+        meta: Meta,
+        endpoints: &EndpointIndex,
+    ) -> Option<Fragment> {
+        let service_type = spec.remove("type");
+        if service_type.as_ref().and_then(Value::as_str) != Some("LoadBalancer") {
+            return None;
+        }
+        if spec.remove("loadBalancerClass").is_some_and(|class| !class.is_null()) {
+            return None;
+        }
+        for field in IGNORED_SPEC_FIELDS {
+            spec.remove(field);
+        }
+        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let mut entry = Mapping::new();
+        entry.insert(Value::from("name"), Value::from(meta.name.as_str()));
+        entry.insert(Value::from("namespace"), Value::from(namespace.as_str()));
+        entry.insert(Value::from("labels"), labels_value(&meta.labels));
+        if meta.annotations.contains_key(ALLOW_SHARED_IP) {
+            self.fail(
+                &format!("metadata.annotations[{ALLOW_SHARED_IP}]"),
+                "sharing an address between Services is not supported yet; give each Service \
+                 its own address",
+            );
+            return None;
+        }
+        if let Some(pool) = meta.annotations.get(ADDRESS_POOL) {
+            entry.insert(Value::from("address_pool"), Value::from(pool.as_str()));
+        }
+        if let Some(ips) = meta.annotations.get(LOAD_BALANCER_IPS) {
+            let ips = ips.split(',').map(|ip| Value::from(ip.trim())).collect();
+            entry.insert(Value::from("load_balancer_ips"), Value::Sequence(ips));
+        }
+        for (from, to) in [
+            ("loadBalancerIP", "load_balancer_ip"),
+            ("ipFamilyPolicy", "ip_family_policy"),
+            ("ipFamilies", "ip_families"),
+            ("externalTrafficPolicy", "traffic_policy"),
+        ] {
+            if let Some(value) = spec.remove(from).filter(|v| !v.is_null()) {
+                entry.insert(Value::from(to), value);
+            }
+        }
+        if let Some((key, _)) = spec.iter().next() {
+            let key = key.as_str().unwrap_or("?").to_string();
+            self.fail(&format!("spec.{key}"), format!("unknown field `{key}` of a Service"));
+            return None;
+        }
+        let listed: Vec<Value> = endpoints
+            .endpoints(&namespace, &meta.name)
+            .iter()
+            .map(|endpoint| {
+                let mut map = Mapping::new();
+                map.insert(Value::from("address"), Value::from(endpoint.address.to_string()));
+                if let Some(node) = &endpoint.node {
+                    map.insert(Value::from("node"), Value::from(node.as_str()));
+                }
+                Value::Mapping(map)
+            })
+            .collect();
+        entry.insert(Value::from("endpoints"), Value::Sequence(listed));
+        entry.insert(Value::from("announce_without_endpoints"), Value::Bool(false));
+        self.emit_with("services", list(Value::Mapping(entry)), service_field)
+    }
+}
+
+/// A `[[services]]` field path as the Service manifest spells it, for error messages.
+fn service_field(field: &str) -> String {
+    let rest = field.strip_prefix("services[0]").unwrap_or(field);
+    let rest = rest.strip_prefix('.').unwrap_or(rest);
+    let (head, tail) = match rest.find(['.', '[']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let mapped = match head {
+        "name" => "metadata.name".to_string(),
+        "namespace" => "metadata.namespace".to_string(),
+        "labels" => "metadata.labels".to_string(),
+        "address_pool" => format!("metadata.annotations[{ADDRESS_POOL}]"),
+        "load_balancer_ips" => format!("metadata.annotations[{LOAD_BALANCER_IPS}]"),
+        "load_balancer_ip" => "spec.loadBalancerIP".to_string(),
+        "ip_family_policy" => "spec.ipFamilyPolicy".to_string(),
+        "ip_families" => "spec.ipFamilies".to_string(),
+        "traffic_policy" => "spec.externalTrafficPolicy".to_string(),
+        "endpoints" => "EndpointSlice endpoints".to_string(),
+        "" => "spec".to_string(),
+        other => format!("spec.{other}"),
+    };
+    format!("{mapped}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::announce::{Endpoint, IpFamily, TrafficPolicy};
+    use crate::config::{load_sources, Config, ConfigErrors};
+
+    const MAIN: &str = "[node]\nname = \"wk1\"\n[[bgp.routers]]\nasn = 65801\n";
+
+    fn load(files: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
+        let mut sources = vec![(PathBuf::from("uplink.toml"), MAIN.to_string())];
+        sources.extend(files.iter().map(|(name, text)| (PathBuf::from(name), text.to_string())));
+        load_sources(&sources)
+    }
+
+    /// A Service as `kubectl get -o yaml` shows it: server-set metadata and status included.
+    const WEB: &str = r#"
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: shop
+  uid: 6c1f2b9e-0d6e-4a43-9a55-1f0c4f3e2a11
+  resourceVersion: "4711"
+  creationTimestamp: "2026-12-01T10:00:00Z"
+  labels: {app: web}
+  annotations:
+    metallb.io/address-pool: vips
+    metallb.io/loadBalancerIPs: "192.0.2.7"
+    kubectl.kubernetes.io/last-applied-configuration: "{}"
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+  clusterIP: 10.96.4.5
+  clusterIPs: [10.96.4.5]
+  ipFamilies: [IPv4]
+  ipFamilyPolicy: SingleStack
+  externalTrafficPolicy: Local
+  internalTrafficPolicy: Cluster
+  sessionAffinity: None
+  allocateLoadBalancerNodePorts: true
+status:
+  loadBalancer:
+    ingress: [{ip: 192.0.2.7, ipMode: VIP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abcde
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+endpoints:
+- addresses: [10.128.1.5]
+  conditions: {ready: true}
+  nodeName: wk1
+- addresses: [10.128.2.5]
+  conditions: {ready: false, serving: false}
+  nodeName: wk2
+ports: [{port: 8080, protocol: TCP}]
+"#;
+
+    /// A second slice of the same Service, in another file; and a slice of another namespace.
+    const MORE: &str = r#"
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-fghij
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+endpoints:
+- addresses: [10.128.3.5]
+  nodeName: wk3
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-klmno
+  namespace: other
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+endpoints:
+- addresses: [10.128.4.5]
+  nodeName: wk1
+"#;
+
+    const POOL: &str = "[[pools]]\nname = \"vips\"\naddresses = [\"192.0.2.0/28\"]\n";
+
+    #[test]
+    fn a_service_takes_the_ready_endpoints_of_its_slices_from_any_file() {
+        let config = load(&[("pool.toml", POOL), ("10-web.yaml", WEB), ("20-slices.yaml", MORE)])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let [service] = config.announce.services.as_slice() else {
+            panic!("{:?}", config.announce.services)
+        };
+        assert_eq!((service.namespace.as_str(), service.name.as_str()), ("shop", "web"));
+        assert_eq!(service.address_pool.as_deref(), Some("vips"));
+        assert_eq!(service.load_balancer_ips, vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
+        assert_eq!(service.ip_families, vec![IpFamily::Ipv4]);
+        assert_eq!(service.traffic_policy, TrafficPolicy::Local);
+        assert!(!service.announce_without_endpoints);
+        let endpoint = |address: &str, node: &str| Endpoint {
+            address: address.parse().unwrap(),
+            node: node.to_string(),
+        };
+        assert_eq!(
+            service.endpoints,
+            vec![endpoint("10.128.1.5", "wk1"), endpoint("10.128.3.5", "wk3")]
+        );
+    }
+
+    #[test]
+    fn services_of_other_types_or_classes_are_skipped() {
+        let other = |spec: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: a}}\nspec: {spec}\n")
+        };
+        for spec in [
+            "{type: ClusterIP, ports: [{port: 80}]}",
+            "{type: NodePort}",
+            "{type: LoadBalancer, loadBalancerClass: example.com/other}",
+        ] {
+            let config = load(&[("a.yaml", &other(spec))]).unwrap_or_else(|e| panic!("{e}"));
+            assert!(config.announce.services.is_empty(), "{spec}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_service_and_its_field() {
+        let one = |service: &str| {
+            let errors = load(&[("pool.toml", POOL), ("a.yaml", service)]).unwrap_err();
+            assert_eq!(errors.0.len(), 1, "{errors}");
+            let error = &errors.0[0];
+            (error.field.clone(), error.message.clone())
+        };
+        let service = |extra: &str| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n{extra}spec:\n  type: LoadBalancer\n"
+            )
+        };
+        let (field, message) =
+            one(&service("  annotations: {metallb.io/loadBalancerIPs: \"192.0.2.300\"}\n"));
+        assert_eq!(field, "documents[0].metadata.annotations[metallb.io/loadBalancerIPs][0]");
+        assert!(message.starts_with("Service \"web\": "), "{message}");
+        let (field, message) = one(&service("  annotations: {metallb.io/allow-shared-ip: key}\n"));
+        assert_eq!(field, "documents[0].metadata.annotations[metallb.io/allow-shared-ip]");
+        assert!(message.contains("not supported"), "{message}");
+        let (field, _) = one(&format!("{}  externalTrafficPolicy: Nowhere\n", service("")));
+        assert_eq!(field, "documents[0].spec.externalTrafficPolicy");
+        let (field, message) = one(&format!("{}  loadBalancerIPs: [1.2.3.4]\n", service("")));
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            (
+                "documents[0].spec.loadBalancerIPs",
+                "Service \"web\": unknown field `loadBalancerIPs` of a Service"
+            )
+        );
+        let slice = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: s\n  labels: {kubernetes.io/service-name: web}\naddressType: IPv4\nendpoints:\n- addresses: [\"2001:db8::1\"]\n";
+        let (field, _) = one(slice);
+        assert_eq!(field, "documents[0].endpoints[0].addresses[0]");
+        let (field, _) = one("apiVersion: v2\nkind: Service\nmetadata: {name: a}\n");
+        assert_eq!(field, "documents[0].apiVersion");
+    }
+
+    #[test]
+    fn service_fields_read_as_the_manifest_spells_them() {
+        assert_eq!(service_field("services[0].load_balancer_ip"), "spec.loadBalancerIP");
+        assert_eq!(
+            service_field("services[0].load_balancer_ips[1]"),
+            "metadata.annotations[metallb.io/loadBalancerIPs][1]"
+        );
+        assert_eq!(service_field("services[0].traffic_policy"), "spec.externalTrafficPolicy");
+        assert_eq!(service_field("services[0]"), "spec");
+    }
+
+    #[test]
+    fn endpoints_that_can_serve_follow_metallb() {
+        let conditions = |text: &str| serde_norway::from_str::<Value>(text).unwrap();
+        assert!(can_serve(None));
+        assert!(can_serve(Some(&conditions("{}"))));
+        assert!(can_serve(Some(&conditions("{ready: true}"))));
+        assert!(!can_serve(Some(&conditions("{ready: false}"))));
+        assert!(can_serve(Some(&conditions("{ready: false, serving: true, terminating: true}"))));
+        assert!(!can_serve(Some(&conditions("{ready: false, serving: false}"))));
+    }
+}
