@@ -4,6 +4,9 @@ TARGET := x86_64-unknown-linux-gnu
 STATIC_FLAGS := -C target-feature=+crt-static
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 STATIC_BIN := $(TARGET_DIR)/$(TARGET)/release/uplink
+# The node's network (nmstate) and the Kubernetes source (kube): in the static binary, the image,
+# Nix, and the host tests that need them, which share this one feature set (one build).
+FEATURES := netconf kubernetes
 # Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
 # that build the namespaces, a Prometheus server to scrape the metrics endpoint and
 # systemd-journald to receive the logs (tests/observability.rs).
@@ -18,9 +21,10 @@ build:
 	cargo build --release
 
 # The one static executable (glibc, statically linked; the musl target is not installed here),
-# with the node-network feature (nmstate: NetworkManager over D-Bus, and kernel mode).
+# with the node-network feature (nmstate: NetworkManager over D-Bus, and kernel mode) and the
+# Kubernetes source.
 static:
-	RUSTFLAGS="$(STATIC_FLAGS)" cargo build --release --target $(TARGET) -p uplink --bin uplink --features netconf
+	RUSTFLAGS="$(STATIC_FLAGS)" cargo build --release --target $(TARGET) -p uplink --bin uplink --features "$(FEATURES)"
 	@file $(STATIC_BIN) 2>/dev/null || true
 
 deps-lab:
@@ -38,13 +42,14 @@ lab-down:
 lint:
 	cargo fmt --all --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy -p uplink --all-targets --features netconf -- -D warnings
+	cargo clippy -p uplink --all-targets --features "$(FEATURES)" -- -D warnings
 
 # Every tier that exists: unit + interop (network namespaces with real FRR, BIRD, GoBGP,
 # ExaBGP) via cargo, then a short fuzz smoke run.
 test: deps-test lint
 	cargo test --workspace --exclude uplink-vm-tests --no-fail-fast -- --test-threads=4
 	$(MAKE) test-netconf
+	$(MAKE) test-kubernetes
 	$(MAKE) fuzz-smoke
 	$(MAKE) nix-check
 	$(MAKE) ansible-check
@@ -52,10 +57,21 @@ test: deps-test lint
 	$(MAKE) image-test
 
 # The node's network against a real NetworkManager on a private D-Bus (daemon/tests/netconf.rs).
-# A build of its own with the `netconf` feature: nmstate stays out of the other builds.
+# A build of its own with the features: nmstate and kube stay out of the other builds.
 .PHONY: test-netconf
 test-netconf:
-	cargo test -p uplink --features netconf --test netconf -- --test-threads=1
+	cargo test -p uplink --features "$(FEATURES)" --test netconf -- --test-threads=1
+
+# The Kubernetes source against a real kube-apiserver, etcd and FRR (daemon/tests/kubernetes.rs).
+.PHONY: test-kubernetes
+test-kubernetes: testenv
+	cargo test -p uplink --features "$(FEATURES)" --test kubernetes -- --test-threads=1
+
+# The test control plane (k8s/testenv): kube-apiserver, kubectl and etcd built with Go from the
+# modules its go.mod pins; Go's caches make a second build take seconds.
+.PHONY: testenv
+testenv:
+	./k8s/testenv/build.sh
 
 FUZZ_TARGETS := $(notdir $(basename $(wildcard daemon/fuzz/fuzz_targets/*.rs)))
 FUZZ_SECONDS ?= 20

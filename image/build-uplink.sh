@@ -16,5 +16,5 @@ export CARGO_TARGET_DIR=$target_dir
 # Serialise with other cargo builds on a shared machine when asked to.
 lock=()
 [ -n "${UPLINK_BUILD_LOCK:-}" ] && lock=(flock "$UPLINK_BUILD_LOCK")
-(cd "$repo" && "${lock[@]}" cargo build --locked --release --target "$target" -p uplink --bin uplink --features netconf >&2)
+(cd "$repo" && "${lock[@]}" cargo build --locked --release --target "$target" -p uplink --bin uplink --features "netconf kubernetes" >&2)
 echo "$target_dir/$target/release/uplink"

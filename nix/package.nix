@@ -35,8 +35,12 @@ rustPlatform.buildRustPackage {
 
   cargoLock.lockFile = ../Cargo.lock;
 
-  # The node's network (nmstate: NetworkManager over D-Bus, kernel mode).
-  buildFeatures = [ "netconf" ];
+  # The node's network (nmstate: NetworkManager over D-Bus, kernel mode) and the Kubernetes
+  # source (kube).
+  buildFeatures = [
+    "netconf"
+    "kubernetes"
+  ];
 
   cargoBuildFlags = [
     "-p"

@@ -20,6 +20,19 @@ use tracing::{error, info};
 pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), String> {
     let config =
         config::load(config_path).map_err(|e| format!("config rejected, not starting:\n{e}"))?;
+    // With `[kubernetes]`, the objects the last run read from the API take part from the
+    // start: a node that boots while the API server is away announces what it did.
+    let kept_objects = kept_api_objects(&config, state_dir)?;
+    let config = match &kept_objects {
+        Some(objects) => {
+            let (loaded, refused) = config::load_with_api(config_path, objects);
+            for error in refused {
+                tracing::warn!("kept Kubernetes object refused, left out: {error}");
+            }
+            loaded.map_err(|e| format!("config rejected, not starting:\n{e}"))?
+        }
+        None => config,
+    };
     // Before anything touches the kernel: a second daemon in this namespace stops here.
     let _instance_lock = crate::ops::instance_lock::acquire()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -66,6 +79,10 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         let network_view = network.show();
         let reloads = Arc::new(ReloadStats::started());
         let (metrics_tx, metrics_sockets) = watch::channel(None);
+        let api = match kept_objects {
+            Some(objects) => Some(start_kubernetes(&config, state_dir, running.clone(), objects).await?),
+            None => None,
+        };
         let reloader = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
@@ -75,6 +92,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             stats: reloads.clone(),
             network,
             metrics: metrics_tx,
+            api,
         };
         if !config.network.policies.is_empty() {
             systemd::status("applying network policies");
@@ -144,6 +162,50 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         let _ = std::fs::remove_file(socket);
         Ok(())
     })
+}
+
+/// With `[kubernetes]`: the objects kept by the last run (none yet: an empty set).
+fn kept_api_objects(
+    config: &config::Config,
+    state_dir: &Path,
+) -> Result<Option<config::ApiObjects>, String> {
+    if config.kubernetes.is_none() {
+        return Ok(None);
+    }
+    #[cfg(feature = "kubernetes")]
+    return Ok(Some(crate::kubernetes::Snapshot::read(state_dir)));
+    #[cfg(not(feature = "kubernetes"))]
+    {
+        let _ = state_dir;
+        Err("the config has [kubernetes], but this uplink was built without the `kubernetes` \
+             feature; use a build with it (make static) or remove the section"
+            .to_string())
+    }
+}
+
+/// Starts watching the API server; its objects reach the reloader.
+#[cfg(feature = "kubernetes")]
+async fn start_kubernetes(
+    config: &config::Config,
+    state_dir: &Path,
+    running: watch::Receiver<Arc<config::Config>>,
+    kept: config::ApiObjects,
+) -> Result<watch::Receiver<Arc<config::ApiObjects>>, String> {
+    let (Some(settings), Some(node)) = (&config.kubernetes, &config.announce.node.name) else {
+        return Err("[kubernetes] needs [node] name: the name of this node's Node object".into());
+    };
+    let source = crate::kubernetes::start(settings, node, state_dir, running, kept).await?;
+    Ok(source.objects)
+}
+
+#[cfg(not(feature = "kubernetes"))]
+async fn start_kubernetes(
+    _config: &config::Config,
+    _state_dir: &Path,
+    _running: watch::Receiver<Arc<config::Config>>,
+    _kept: config::ApiObjects,
+) -> Result<watch::Receiver<Arc<config::ApiObjects>>, String> {
+    Err("built without the `kubernetes` feature".into())
 }
 
 /// RFC 4724 §4.1, the restarting side: once every graceful-restart neighbor is back and has

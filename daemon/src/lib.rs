@@ -10,6 +10,8 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fib;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod logthrottle;
 pub mod netconf;
 pub mod ops;

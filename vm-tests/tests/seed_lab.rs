@@ -971,6 +971,37 @@ fn wk1_sessions(topo: &Topology) -> Result<Vec<TorSession>, String> {
 /// same uptime), because the rollback comes well inside the 9 s hold time. Then the good
 /// manifest again: Available.
 fn network_cut_rolled_back(topo: &Topology) -> Outcome {
+    let outcome = cut_and_roll_back(topo);
+    if outcome.is_err() {
+        // The scenarios after this one need wk1's good manifest back: without it they all
+        // fail with the cudn3 uplink dark, hiding what went wrong here.
+        if let Err(e) = restore_deck_nncp(topo) {
+            return outcome.map_err(|first| format!("{first}\n(and restoring the manifest: {e})"));
+        }
+    }
+    outcome
+}
+
+/// Puts wk1's saved NNCP back (if the scenario saved it) and waits until it is applied.
+fn restore_deck_nncp(topo: &Topology) -> Result<(), String> {
+    let wk1 = topo.workers.first().ok_or("no worker")?;
+    let file = format!("/etc/uplink/conf.d/{DECK_NNCP_FILE}");
+    wk1.vm.sh(&format!(
+        "if [ -f /root/nncp.yaml ] && ! cmp -s /root/nncp.yaml {file}; then cp /root/nncp.yaml {file}; fi; \
+         (nohup uplink reload --timeout 600s > /root/restore.log 2>&1 &)"
+    ))?;
+    let policy = format!("{TRUNK_NIC}-wk1");
+    topo.wait(Duration::from_secs(180), || {
+        let e = enactment(wk1, &policy)?;
+        if e["status"] == "Available" {
+            Ok(())
+        } else {
+            Err(format!("{policy} after restoring it: {e}"))
+        }
+    })
+}
+
+fn cut_and_roll_back(topo: &Topology) -> Outcome {
     let wk1 = topo.workers.first().ok_or("no worker")?;
     let before = wk1_sessions(topo)?;
     if before.iter().any(|s| s.state != "Established") {
@@ -1064,17 +1095,7 @@ fn network_cut_rolled_back(topo: &Topology) -> Outcome {
         .vm
         .sh("journalctl -u uplink -b --no-pager -o cat | grep -E 'network: (applying policy|policy failed)' | tail -n 4")?;
     // The good manifest again (the reload applies it, probes included: in the background).
-    wk1.vm.sh(&format!(
-        "cp /root/nncp.yaml {file} && (nohup uplink reload --timeout 600s > /root/restore.log 2>&1 &)"
-    ))?;
-    topo.wait(Duration::from_secs(180), || {
-        let e = enactment(wk1, &policy)?;
-        if e["status"] == "Available" {
-            Ok(())
-        } else {
-            Err(format!("{policy} after restoring it: {e}"))
-        }
-    })?;
+    restore_deck_nncp(topo)?;
     let restored = wk1_sessions(topo)?;
     if !same_sessions(&restored, &before) {
         return Err(format!(

@@ -80,6 +80,59 @@ pub fn is_fragment_name(name: &str) -> bool {
 /// file they are in (TOML parsing cannot continue past one), validation errors are collected
 /// per value, and merge conflicts are checked across the files that parsed.
 pub fn load(main_path: &Path) -> Result<Config, ConfigErrors> {
+    load_with(main_path, &[])
+}
+
+/// How an object read from the Kubernetes API is named where a file's path would be (errors,
+/// `sources`): `kubernetes:Kind/namespace/name`. Its text is the object as YAML.
+pub const API_SOURCE_PREFIX: &str = "kubernetes:";
+
+/// Objects read from the Kubernetes API as config sources: (`kubernetes:Kind/namespace/name`,
+/// the object as YAML), sorted by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApiObjects {
+    pub objects: Vec<(PathBuf, String)>,
+}
+
+/// [`load_with`], where an object from the API that the config refuses is left out (and
+/// returned with its errors) instead of refusing everything: the files' rule, a mistake refuses
+/// the change, would let one bad Service hold back every other change in the cluster. A mistake
+/// in a file still refuses the whole.
+pub fn load_with_api(
+    main_path: &Path,
+    api: &ApiObjects,
+) -> (Result<Config, ConfigErrors>, Vec<ConfigError>) {
+    let mut objects = api.objects.clone();
+    let mut refused = Vec::new();
+    // Leaving an object out can leave another without what it names (a pool, a peer): that one
+    // goes the next round.
+    for _ in 0..4 {
+        match load_with(main_path, &objects) {
+            Ok(config) => return (Ok(config), refused),
+            Err(errors) => {
+                let (in_objects, in_files): (Vec<ConfigError>, Vec<ConfigError>) =
+                    errors.0.into_iter().partition(|e| is_api_source(&e.file));
+                if in_objects.is_empty() || !in_files.is_empty() {
+                    let mut all = in_files;
+                    all.extend(in_objects);
+                    return (Err(ConfigErrors(all)), refused);
+                }
+                objects.retain(|(path, _)| !in_objects.iter().any(|e| e.file == *path));
+                refused.extend(in_objects);
+            }
+        }
+    }
+    (load_with(main_path, &objects), refused)
+}
+
+/// Whether `path` names an object from the Kubernetes API rather than a file.
+pub fn is_api_source(path: &Path) -> bool {
+    path.to_str().is_some_and(|p| p.starts_with(API_SOURCE_PREFIX))
+}
+
+/// [`load`], with objects read from the Kubernetes API (named by [`API_SOURCE_PREFIX`]) after
+/// the files: they go through the same parser and merge as manifests in `conf.d/`.
+pub fn load_with(main_path: &Path, api: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
     let files = config_files(main_path)?;
     let mut errors = Vec::new();
     let mut sources = Vec::with_capacity(files.len());
@@ -91,6 +144,7 @@ pub fn load(main_path: &Path) -> Result<Config, ConfigErrors> {
             }
         }
     }
+    sources.extend(api.iter().cloned());
     let result = load_sources(&sources);
     match result {
         Ok(config) if errors.is_empty() => Ok(config),
@@ -107,9 +161,9 @@ pub fn load_str(name: &str, text: &str) -> Result<Config, ConfigErrors> {
     load_sources(&[(PathBuf::from(name), text.to_string())])
 }
 
-/// Kubernetes manifests (`*.yaml`, `*.yml`) rather than TOML.
+/// Kubernetes manifests (`*.yaml`, `*.yml`, objects from the API) rather than TOML.
 fn is_manifest(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+    is_api_source(path) || path.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
 /// Loads several files' texts, merged in the given order: what [`load`] does with the files it
@@ -137,7 +191,9 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
             }
         }
     }
-    let node_labels = node_labels(slots.iter().flatten());
+    let node_name = slots.iter().flatten().find_map(|f| f.announce.node_name.as_ref());
+    let node_name = node_name.map(|name| name.item.clone());
+    let mut node_labels = node_labels(slots.iter().flatten());
     // Manifests are parsed first, all of them, because a Service takes its endpoints from the
     // EndpointSlices of any manifest.
     let documents: Vec<Vec<manifest::ManifestDocument>> =
@@ -152,7 +208,18 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
             })
             .collect();
     let endpoints = manifest::EndpointIndex::of(documents.iter().flatten().map(|d| &d.value));
-    let context = manifest::Context { node_labels: &node_labels, endpoints: &endpoints };
+    if let Some(name) = &node_name {
+        // This node's `Node` object adds its labels (the TOML ones win a disagreement, which
+        // the merge then reports).
+        for (key, value) in manifest::node_labels(documents.iter().flatten(), name) {
+            node_labels.entry(key).or_insert(value);
+        }
+    }
+    let context = manifest::Context {
+        node_name: node_name.as_deref(),
+        node_labels: &node_labels,
+        endpoints: &endpoints,
+    };
     for (((path, _), slot), documents) in sources.iter().zip(slots.iter_mut()).zip(documents) {
         if is_manifest(path) {
             *slot = manifest::fragments(documents, &context, &mut errors);

@@ -43,7 +43,7 @@ use crate::config::selector::{LabelSelector, Operator, Requirement};
 pub(crate) use service::EndpointIndex;
 
 /// The kinds understood, with their API groups ("" is the core group, `apiVersion: v1`).
-const KINDS: [(&str, &str); 11] = [
+const KINDS: [(&str, &str); 12] = [
     ("FRRConfiguration", "frrk8s.metallb.io"),
     ("IPAddressPool", "metallb.io"),
     ("BGPAdvertisement", "metallb.io"),
@@ -55,6 +55,7 @@ const KINDS: [(&str, &str); 11] = [
     ("NodeNetworkConfigurationPolicy", "nmstate.io"),
     ("Service", ""),
     ("EndpointSlice", "discovery.k8s.io"),
+    ("Node", ""),
 ];
 
 /// `ObjectMeta` fields the apiserver sets (as `kubectl get -o yaml` shows them): accepted and
@@ -101,6 +102,8 @@ pub(crate) struct ManifestDocument {
 
 /// What translating a document needs from the rest of the config.
 pub(crate) struct Context<'a> {
+    /// `[node] name`: which `Node` object is this node.
+    pub node_name: Option<&'a str>,
     /// This node's labels, for `nodeSelector`s.
     pub node_labels: &'a Labels,
     /// Every EndpointSlice of the config, for the Services.
@@ -152,6 +155,22 @@ pub(crate) fn parse(
         out.push(ManifestDocument { path: path.to_path_buf(), index, line, value });
     }
     out
+}
+
+/// The labels of the `Node` object named `node` among `documents`.
+pub(crate) fn node_labels<'a>(
+    documents: impl Iterator<Item = &'a ManifestDocument>,
+    node: &str,
+) -> Labels {
+    documents
+        .filter(|d| d.value.get("kind").and_then(Value::as_str) == Some("Node"))
+        .filter(|d| {
+            d.value.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str)
+                == Some(node)
+        })
+        .filter_map(|d| d.value.get("metadata").and_then(|m| m.get("labels")).and_then(string_map))
+        .flatten()
+        .collect()
 }
 
 /// One fragment per applicable document.
@@ -327,6 +346,15 @@ impl Document<'_> {
         }
         let meta = self.metadata(metadata)?;
         self.name = meta.name.clone();
+        if kind == "Node" {
+            // Only this node's labels matter (see `node_labels`); its spec and the others' are
+            // the kubelet's business.
+            return (context.node_name == Some(meta.name.as_str())).then(|| {
+                let mut node = Mapping::new();
+                node.insert(Value::from("labels"), labels_value(&meta.labels));
+                self.emit("node", Value::Mapping(node), "node", "metadata", None)
+            })?;
+        }
         if kind == "Service" {
             let Value::Mapping(spec) = spec else {
                 self.fail("spec", "must be a mapping");

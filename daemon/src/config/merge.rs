@@ -13,8 +13,8 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    GracefulRestartConfig, LocalPrefPrefixes, MaxPrefixes, MetricsConfig, Neighbor, ReceivePolicy,
-    Router,
+    GracefulRestartConfig, KubernetesConfig, LocalPrefPrefixes, MaxPrefixes, MetricsConfig,
+    Neighbor, ReceivePolicy, Router,
 };
 use super::neighbor_settings;
 use super::validate::{
@@ -39,6 +39,7 @@ pub(crate) fn merge(
     let mut nexthop_objects: Option<(bool, Loc)> = None;
     let mut nexthop_compat_mode: Option<(bool, Loc)> = None;
     let mut metrics_listen: Option<(SocketAddr, Loc)> = None;
+    let mut kubernetes: Option<(KubernetesConfig, Loc)> = None;
     let mut default_max_prefixes: Option<(u32, Loc)> = None;
     let mut drain_time: Option<(Duration, Loc)> = None;
     let mut restart_time: Option<(Duration, Loc)> = None;
@@ -75,6 +76,7 @@ pub(crate) fn merge(
             errors,
         );
         node_setting(&mut metrics_listen, fragment.metrics_listen, "metrics.listen", errors);
+        node_setting(&mut kubernetes, fragment.kubernetes, "kubernetes", errors);
         node_setting(
             &mut default_max_prefixes,
             fragment.default_max_prefixes,
@@ -120,6 +122,7 @@ pub(crate) fn merge(
             nexthop_compat_mode: nexthop_compat_mode.is_some_and(|(on, _)| on),
         },
         metrics: MetricsConfig { listen: metrics_listen.map(|(address, _)| address) },
+        kubernetes: kubernetes.map(|(settings, _)| settings),
         drain_time: drain_time.map_or(DEFAULT_DRAIN_TIME, |(d, _)| d),
         graceful_restart: GracefulRestartConfig {
             restart_time: restart_time.map_or(DEFAULT_RESTART_TIME, |(d, _)| d),
@@ -177,6 +180,16 @@ impl Written for u32 {
 impl Written for Duration {
     fn written(&self) -> String {
         format!("\"{}\"", format_duration(*self))
+    }
+}
+
+impl Written for KubernetesConfig {
+    fn written(&self) -> String {
+        let kubeconfig = self
+            .kubeconfig
+            .as_ref()
+            .map_or(String::new(), |path| format!("kubeconfig = \"{}\", ", path.display()));
+        format!("{{ {kubeconfig}namespace = \"{}\" }}", self.namespace)
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Config {
     pub always_block: Vec<IpNet>,
     pub fib: FibConfig,
     pub metrics: MetricsConfig,
+    /// `[kubernetes]`: the API server as a source of objects; `None` reads files only.
+    pub kubernetes: Option<KubernetesConfig>,
     /// How long `uplink drain` (and a shutdown) announces GRACEFUL_SHUTDOWN (RFC 8326) before
     /// it withdraws the service addresses.
     #[serde(serialize_with = "duration::serialize")]
@@ -93,6 +95,19 @@ pub struct MetricsConfig {
     /// Where `GET /metrics` is served; `None` (the default) serves nothing.
     pub listen: Option<SocketAddr>,
 }
+
+/// Where the Kubernetes objects come from (`[kubernetes]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KubernetesConfig {
+    /// A kubeconfig file; `None`: the in-cluster service account (`KUBERNETES_SERVICE_HOST`
+    /// and the mounted token), as a pod reads it.
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace of the MetalLB and frr-k8s objects (MetalLB's `metallb-system`).
+    pub namespace: String,
+}
+
+/// MetalLB's namespace, where its objects live unless `[kubernetes] namespace` says otherwise.
+pub const DEFAULT_KUBERNETES_NAMESPACE: &str = "metallb-system";
 
 /// Node-wide graceful restart timers (RFC 4724); FRR's names and defaults.
 #[derive(Debug, Clone, PartialEq, Serialize)]

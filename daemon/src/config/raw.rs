@@ -28,6 +28,7 @@ pub(crate) struct RawFile {
     pub always_block: Vec<S<String>>,
     pub fib: Option<S<RawFib>>,
     pub metrics: Option<S<RawMetrics>>,
+    pub kubernetes: Option<S<RawKubernetes>>,
     /// How long `uplink drain` announces GRACEFUL_SHUTDOWN before withdrawing the VIPs.
     pub drain_time: Option<S<RawDuration>>,
     /// Node-wide graceful restart timers (RFC 4724); neighbors opt in with
@@ -82,6 +83,17 @@ pub(crate) struct RawFib {
 pub(crate) struct RawMetrics {
     /// `"127.0.0.1:9181"`: where `GET /metrics` is served.
     pub listen: Option<S<String>>,
+}
+
+/// `[kubernetes]`: read Services, EndpointSlices, the node's labels and the MetalLB / frr-k8s
+/// objects from the API server (with the `kubernetes` build feature).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a [kubernetes] table (kubeconfig, namespace)")]
+pub(crate) struct RawKubernetes {
+    /// A kubeconfig file; left out: the in-cluster service account.
+    pub kubeconfig: Option<S<String>>,
+    /// Where the MetalLB and frr-k8s objects live.
+    pub namespace: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -87,6 +87,10 @@ fn reload(v: &Value) -> String {
         return out;
     }
     let _ = writeln!(out, "reloaded {} in {} ms", s(&v["config"]), v["duration_ms"]);
+    for e in v["refused_objects"].as_array().into_iter().flatten() {
+        let _ =
+            writeln!(out, "left out {}: {}: {}", s(&e["file"]), s(&e["field"]), s(&e["message"]));
+    }
     for note in v["node"].as_array().into_iter().flatten() {
         let _ = writeln!(out, "node: {}", s(note));
     }

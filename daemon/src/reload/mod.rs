@@ -74,6 +74,9 @@ pub struct Reloader {
     pub network: NetworkGate,
     /// The metrics endpoint's socket, served by `control::metrics`.
     pub metrics: watch::Sender<metrics::Published>,
+    /// Objects from the Kubernetes API (`[kubernetes]`): a reload when they change, and part
+    /// of every reload's config.
+    pub api: Option<watch::Receiver<Arc<config::ApiObjects>>>,
 }
 
 /// Reload outcomes for the metrics endpoint (named after Prometheus's own
@@ -140,6 +143,9 @@ pub struct ReloadOutcome {
     pub config_errors: Vec<ConfigError>,
     /// Why a valid config could not be applied (a port taken, a policy that failed).
     pub error: Option<String>,
+    /// Objects from the Kubernetes API left out because the config refuses them (the rest
+    /// applies without them), each with kind, namespace, name and field.
+    pub refused_objects: Vec<ConfigError>,
     /// The node's network policies: what this reload did to each.
     pub network: Vec<PolicyOutcome>,
     /// One entry per router before or after the reload.
@@ -192,6 +198,7 @@ impl ReloadOutcome {
             applied: false,
             config_errors: Vec::new(),
             error: None,
+            refused_objects: Vec::new(),
             network: Vec::new(),
             routers: Vec::new(),
             node: Vec::new(),
@@ -212,6 +219,9 @@ impl ReloadOutcome {
                 }
             }
             return;
+        }
+        for refused in &self.refused_objects {
+            warn!("reload: Kubernetes object refused, left out: {refused}");
         }
         for note in &self.node {
             info!("reload: {note}");
@@ -292,9 +302,11 @@ impl Reloader {
             }
         };
         let mut links = self.network.view();
+        let mut api = self.api.clone();
         tokio::spawn(async move {
             loop {
                 let reply = tokio::select! {
+                    Some(Ok(())) = async { Some(api.as_mut()?.changed().await) } => None,
                     Some(()) = async { hup.as_mut()?.recv().await } => None,
                     request = inbox.recv() => match request {
                         Some(reply) => Some(reply),
@@ -317,14 +329,23 @@ impl Reloader {
     }
 
     async fn reload(&self) -> ReloadOutcome {
-        match config::load(&self.config_path) {
+        let (loaded, refused) = match &self.api {
+            Some(api) => {
+                let objects = api.borrow().clone();
+                config::load_with_api(&self.config_path, &objects)
+            }
+            None => (config::load(&self.config_path), Vec::new()),
+        };
+        let mut outcome = match loaded {
             Ok(config) => self.change_to(config, Occasion::Reload).await,
             Err(errors) => {
                 let mut outcome = ReloadOutcome::new(self.config_path.clone());
                 outcome.config_errors = errors.0;
                 outcome
             }
-        }
+        };
+        outcome.refused_objects = refused;
+        outcome
     }
 
     /// The start: a reload from the running config (which has no routers and no policies yet)
@@ -596,6 +617,13 @@ impl Reloader {
                 "fib.nexthop_compat_mode {} → {}: applies when uplink starts next",
                 old.fib.nexthop_compat_mode, config.fib.nexthop_compat_mode
             ));
+        }
+        if config.kubernetes != old.kubernetes {
+            outcome.node.push(
+                "kubernetes: the source keeps its connection and namespace; the change applies \
+                 when uplink starts next"
+                    .to_string(),
+            );
         }
         if config.fib.nexthop_objects != old.fib.nexthop_objects {
             match self.fib.set_nexthop_objects(config.fib.nexthop_objects).await {

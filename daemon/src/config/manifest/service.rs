@@ -383,6 +383,40 @@ endpoints:
         );
     }
 
+    /// What the Kubernetes source hands over: objects named `kubernetes:Kind/ns/name`, this
+    /// node's `Node` among them. One object the config refuses is left out, the rest applies.
+    #[test]
+    fn objects_from_the_api_load_beside_the_files_and_a_bad_one_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("uplink.toml");
+        std::fs::write(&main, format!("{MAIN}{POOL}")).unwrap();
+        let object = |name: &str, text: &str| (PathBuf::from(name), text.to_string());
+        let node = "apiVersion: v1\nkind: Node\nmetadata:\n  name: wk1\n  labels: {rack: r7}\nspec: {podCIDR: 10.128.1.0/24}\n";
+        let other_node =
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: wk2\n  labels: {rack: r9}\n";
+        let bad = "apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\n  namespace: shop\nspec:\n  type: LoadBalancer\n  loadBalancerIP: 203.0.113.300\n";
+        let objects = crate::config::ApiObjects {
+            objects: vec![
+                object("kubernetes:Node/wk1", node),
+                object("kubernetes:Node/wk2", other_node),
+                object("kubernetes:Service/shop/bad", bad),
+                object("kubernetes:Service/shop/web", WEB.split("---").next().unwrap()),
+            ],
+        };
+        let (loaded, refused) = crate::config::load_with_api(&main, &objects);
+        let config = loaded.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.announce.node.labels.get("rack").map(String::as_str), Some("r7"));
+        let names: Vec<&str> = config.announce.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["web"]);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert_eq!(refused[0].file, PathBuf::from("kubernetes:Service/shop/bad"));
+        assert_eq!(refused[0].field, "documents[0].spec.loadBalancerIP");
+        // A mistake in a file still refuses the whole.
+        std::fs::write(&main, format!("{MAIN}{POOL}bogus = 1\n")).unwrap();
+        let (loaded, _) = crate::config::load_with_api(&main, &objects);
+        assert!(loaded.is_err());
+    }
+
     #[test]
     fn services_of_other_types_or_classes_are_skipped() {
         let other = |spec: &str| {

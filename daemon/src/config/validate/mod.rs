@@ -24,9 +24,10 @@ use super::check::Checker;
 use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
+use super::model::DEFAULT_KUBERNETES_NAMESPACE;
 use super::model::{
-    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, MaxPrefixes,
-    Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn,
+    AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, KubernetesConfig,
+    MaxPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn,
 };
 use super::raw::{
     BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
@@ -73,6 +74,8 @@ pub(crate) struct Fragment {
     pub nexthop_compat_mode: Option<(bool, Loc)>,
     /// `[metrics] listen`, where this file sets it.
     pub metrics_listen: Option<(SocketAddr, Loc)>,
+    /// `[kubernetes]`, where this file has it.
+    pub kubernetes: Option<(KubernetesConfig, Loc)>,
     /// `[bgp] default_max_prefixes`, where this file sets it.
     pub default_max_prefixes: Option<(u32, Loc)>,
     /// `drain_time`, where this file sets it.
@@ -178,6 +181,7 @@ pub(crate) fn validate_file(
         nexthop_objects: None,
         nexthop_compat_mode: None,
         metrics_listen: None,
+        kubernetes: None,
         default_max_prefixes: None,
         drain_time: None,
         restart_time: None,
@@ -235,6 +239,18 @@ pub(crate) fn validate_file(
         let loc = check.loc(&listen);
         fragment.metrics_listen =
             check.listen_address(&listen, "metrics.listen").map(|address| (address, loc));
+    }
+    if let Some(kubernetes) = raw.kubernetes {
+        let loc = source.loc(kubernetes.span().start);
+        let kubernetes = kubernetes.into_inner();
+        let namespace = match &kubernetes.namespace {
+            Some(namespace) => check.name(namespace, "kubernetes.namespace"),
+            None => Some(DEFAULT_KUBERNETES_NAMESPACE.to_string()),
+        };
+        // Relative to the file's directory, as password_file.
+        let kubeconfig = kubernetes.kubeconfig.map(|path| check.file_dir().join(path.get_ref()));
+        fragment.kubernetes =
+            namespace.map(|namespace| (KubernetesConfig { kubeconfig, namespace }, loc));
     }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
