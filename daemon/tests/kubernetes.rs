@@ -209,8 +209,10 @@ connect_time = "1s"
 name = "vips"
 addresses = ["192.0.2.0/28"]
 
+# Only from racks labelled so: the Node object's labels decide.
 [[advertisements]]
-name = "all"
+name = "rack-r1"
+node_selectors = [{ match_labels = { rack = "r1" } }]
 "#
     .to_string()
 }
@@ -244,8 +246,9 @@ fn ingress(plane: &ControlPlane, name: &str) -> String {
 }
 
 /// A Service created by kubectl gets its address in `status.loadBalancer.ingress` and reaches
-/// FRR once an endpoint is ready; `externalTrafficPolicy: Local` with the only ready endpoint
-/// on another node withdraws it from this node; deleting the Service withdraws it.
+/// FRR once an endpoint is ready; a Node label change moves the node out of an advertisement's
+/// `node_selectors` and back; `externalTrafficPolicy: Local` with the only ready endpoint on
+/// another node withdraws it from this node; deleting the Service withdraws it.
 #[test]
 fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     let mut lab = Lab::new("k8s");
@@ -291,6 +294,20 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     assert!(address.starts_with("192.0.2."), "{address}");
     let prefix = format!("{address}/32");
     wait_for("the tor learns the Service's address", UP, || match tor.route_nexthops(&prefix) {
+        hops if hops == ["10.99.1.2"] => Ok(()),
+        hops => Err(format!("{hops:?}")),
+    });
+
+    // The Node's label moves the node out of the advertisement's nodeSelectors, and back.
+    plane.kubectl(&["label", "node", "wk1", "rack=r2", "--overwrite"]);
+    wait_for("the tor loses the address when the node leaves rack r1", UP, || {
+        match tor.route_nexthops(&prefix) {
+            hops if hops.is_empty() => Ok(()),
+            hops => Err(format!("{hops:?}")),
+        }
+    });
+    plane.kubectl(&["label", "node", "wk1", "rack=r1", "--overwrite"]);
+    wait_for("the tor learns it again in rack r1", UP, || match tor.route_nexthops(&prefix) {
         hops if hops == ["10.99.1.2"] => Ok(()),
         hops => Err(format!("{hops:?}")),
     });

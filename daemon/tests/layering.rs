@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("announce", 1),
     ("netconf", 1),
     ("bfd", 2),
+    ("kubernetes", 2),
     ("bgp", 3),
     ("ops", 4),
     ("reload", 4),
