@@ -797,24 +797,38 @@ fn enactment(w: &Worker, policy: &str) -> Result<Value, String> {
 /// The config drive carries no VLAN or VRF keyfile (topology.rs, unit-tested).
 fn node_network_from_policies(topo: &Topology) -> Outcome {
     // The daemon starts its routers after at most 90 s of policies; NetworkManager under TCG
-    // may still be applying the last ones then. Wait for every enactment to settle.
-    for w in &topo.workers {
+    // may still be applying the last ones then (on one core: a policy had no enactment yet when
+    // the others had settled). Wait until each policy of each worker has an enactment that has
+    // settled.
+    let expected = |i: usize| {
+        let nncp = if i == 0 { format!("{TRUNK_NIC}-wk1") } else { "vrf-lite-vlans".into() };
+        ["uplink-vrf-cudn3".to_string(), "uplink-vrf-cudn4".to_string(), nncp]
+    };
+    for (i, w) in topo.workers.iter().enumerate() {
+        let want = expected(i);
         topo.wait(Duration::from_secs(240), || {
             let v = parse_json(
                 &w.vm.sh("uplink show network enactments --json")?,
                 "show network enactments",
             )?;
-            let busy: Vec<String> = v
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|e| e["status"] == "Pending" || e["status"] == "Progressing")
-                .map(|e| format!("{} {} ({})", e["policy"], e["status"], e["message"]))
+            let unsettled: Vec<String> = want
+                .iter()
+                .filter_map(|policy| {
+                    let e =
+                        v.as_array().into_iter().flatten().find(|e| e["policy"] == policy.as_str());
+                    match e {
+                        None => Some(format!("{policy}: no enactment yet")),
+                        Some(e) if e["status"] == "Pending" || e["status"] == "Progressing" => {
+                            Some(format!("{policy} {} ({})", e["status"], e["message"]))
+                        }
+                        Some(_) => None,
+                    }
+                })
                 .collect();
-            if busy.is_empty() {
+            if unsettled.is_empty() {
                 Ok(())
             } else {
-                Err(format!("{}: policies not settled: {}", w.name, busy.join("; ")))
+                Err(format!("{}: policies not settled: {}", w.name, unsettled.join("; ")))
             }
         })?;
     }
@@ -826,12 +840,11 @@ fn node_network_from_policies(topo: &Topology) -> Outcome {
         )?;
         let names: Vec<&str> =
             policies.as_array().into_iter().flatten().filter_map(|p| p["name"].as_str()).collect();
-        let nncp = if i == 0 { format!("{TRUNK_NIC}-wk1") } else { "vrf-lite-vlans".into() };
-        let want = ["uplink-vrf-cudn3", "uplink-vrf-cudn4", nncp.as_str()];
+        let want = expected(i);
         if names != want {
             return Err(format!("{}: policies {names:?}, want {want:?}", w.name));
         }
-        for name in want {
+        for name in &want {
             let e = enactment(w, name)?;
             if e["status"] != "Available" {
                 return Err(format!("{}: policy {name} is not Available: {e}", w.name));
