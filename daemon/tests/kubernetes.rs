@@ -205,17 +205,26 @@ address = "10.99.1.1"
 asn = 65102
 connect_time = "1s"
 
-[[pools]]
-name = "vips"
-addresses = ["192.0.2.0/28"]
-
-# Only from racks labelled so: the Node object's labels decide.
-[[advertisements]]
-name = "rack-r1"
-node_selectors = [{ match_labels = { rack = "r1" } }]
 "#
     .to_string()
 }
+
+/// MetalLB's objects, from the API: a pool, and an advertisement only from nodes in rack r1
+/// (the Node object's labels decide).
+const METALLB: &str = "apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: vips, namespace: metallb-system}
+spec:
+  addresses: [192.0.2.0/28]
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: rack-r1, namespace: metallb-system}
+spec:
+  ipAddressPools: [vips]
+  nodeSelectors:
+  - matchLabels: {rack: r1}
+";
 
 fn service(name: &str, policy: &str) -> String {
     format!(
@@ -275,6 +284,25 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     plane.kubectl(&["create", "namespace", "shop"]);
     plane.kubectl(&["create", "namespace", "metallb-system"]);
     plane.apply(&lab, "apiVersion: v1\nkind: Node\nmetadata:\n  name: wk1\n  labels: {rack: r1}\n");
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/crds/metallb.yaml");
+    plane.kubectl(&["apply", "-f", crds.to_str().unwrap()]);
+    plane.kubectl(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "--timeout=120s",
+        "crd/ipaddresspools.metallb.io",
+        "crd/bgpadvertisements.metallb.io",
+    ]);
+    plane.apply(&lab, METALLB);
+    // The apiserver validates against the shipped schema, as a cluster with MetalLB would.
+    let bad = lab.path("bad-pool.yaml");
+    std::fs::write(&bad, "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: bad, namespace: metallb-system}\nspec: {autoAssign: false}\n").unwrap();
+    let refused = plane.try_kubectl(&["apply", "-f", bad.to_str().unwrap()]);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("spec.addresses: Required value")),
+        "a pool without addresses: {refused:?}"
+    );
 
     let dir = lab.path("wk1");
     std::fs::create_dir_all(&dir).unwrap();
