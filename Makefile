@@ -133,8 +133,8 @@ ansible-check:
 	./ansible/tests/run.sh $(TARGET_DIR)/debug/uplink
 
 # VM tests (issue #6, vm-tests/): a ToR VM (Debian + FRR) and two worker VMs (the node image
-# running uplink) under QEMU TCG, in a network namespace of their own (root; 22-27 min on two
-# cores once the image exists, 11-16 of them the Ansible rollout). `make image` builds this
+# running uplink) under QEMU TCG, in a network namespace of their own (root; about 30 min on two
+# cores once the image exists, 19 of them the Ansible rollout; measured 1736 s and 1763 s). `make image` builds this
 # tree's static uplink (reproducibly) and rebuilds the image only when it or the image inputs
 # changed. No backtrace: the harness's assert says which scenarios failed and why, and a
 # backtrace would push that out of the last lines a CI log keeps.
