@@ -138,7 +138,8 @@ fn api_for(client: &Client, kind: &Kind, namespace: &str) -> Api<DynamicObject> 
 }
 
 /// Lists and watches one kind until the process ends. A kind the API server does not serve
-/// (its CRD is not installed) counts as listed and empty.
+/// (its CRD is not installed), or that RBAC does not let uplink read, counts as listed and
+/// empty: one missing kind must not hold back every other.
 async fn watch_kind(
     api: Api<DynamicObject>,
     config: watcher::Config,
@@ -148,8 +149,13 @@ async fn watch_kind(
 ) {
     if let Err(kube::Error::Api(status)) = api.list_metadata(&ListParams::default().limit(1)).await
     {
-        if status.code == 404 {
-            info!(kind = kind.kind, "not served by this API server (no CRD): not watched");
+        let why = match status.code {
+            404 => Some("not served by this API server (no CRD)"),
+            403 => Some("forbidden by RBAC (deploy/kubernetes/rbac.yaml lists what uplink reads)"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            warn!(kind = kind.kind, "{why}: not watched until uplink starts again");
             shared.update(index, |state| state.ready = true);
             return;
         }
