@@ -28,7 +28,8 @@ fn testenv_bin(name: &str) -> PathBuf {
 struct ControlPlane {
     ns: Ns,
     admin_kubeconfig: PathBuf,
-    ca_pem: String,
+    /// The cluster CA's certificate file, for kubeconfigs.
+    ca_file: PathBuf,
 }
 
 impl ControlPlane {
@@ -70,7 +71,8 @@ impl ControlPlane {
         write(
             "admin.kubeconfig",
             &kubeconfig(
-                &ca.pem(),
+                &dir.join("ca.crt"),
+                "https://127.0.0.1:6443",
                 &format!(
                     "client-certificate: {}\n    client-key: {}",
                     file("admin.crt"),
@@ -115,7 +117,7 @@ impl ControlPlane {
         let plane = ControlPlane {
             ns: ns.clone(),
             admin_kubeconfig: dir.join("admin.kubeconfig"),
-            ca_pem: ca.pem(),
+            ca_file: dir.join("ca.crt"),
         };
         // A slow machine takes a while to build the apiserver's caches: wait for it to say so.
         wait_for("the apiserver is ready", Duration::from_secs(180), || {
@@ -156,36 +158,25 @@ impl ControlPlane {
         self.kubectl(&["apply", "-f", rbac.to_str().unwrap()]);
         let token =
             self.kubectl(&["create", "token", "uplink", "-n", "uplink-system", "--duration=2h"]);
-        kubeconfig_at(
-            &self.ca_pem,
+        kubeconfig(
+            &self.ca_file,
             &format!("https://{API_ADDRESS}:6443"),
             &format!("token: {}", token.trim()),
         )
     }
 }
 
-fn kubeconfig(ca_pem: &str, user: &str) -> String {
-    kubeconfig_at(ca_pem, "https://127.0.0.1:6443", user)
-}
-
-fn kubeconfig_at(ca_pem: &str, server: &str, user: &str) -> String {
-    use std::fmt::Write as _;
-    let mut ca_b64 = String::new();
-    // base64 by hand would be one more dependency; `base64` the tool is in coreutils.
-    let encoded = {
-        let mut child = std::process::Command::new("base64")
-            .arg("-w0")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write as _;
-        child.stdin.take().unwrap().write_all(ca_pem.as_bytes()).unwrap();
-        String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
-    };
-    let _ = write!(ca_b64, "{encoded}");
+/// A kubeconfig for `server`, trusting the CA in `ca_file`, as the `user` lines say.
+fn kubeconfig(ca_file: &Path, server: &str, user: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca_b64}\nusers:\n- name: user\n  user:\n    {user}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: user\ncurrent-context: test\n"
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: {server}
+    certificate-authority: {}\nusers:\n- name: user\n  user:\n    {user}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: user\ncurrent-context: test\n",
+        ca_file.display()
     )
 }
 
@@ -237,6 +228,14 @@ fn slice(service: &str, node: &str, ready: bool) -> String {
     format!(
         "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-1\n  namespace: shop\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: IPv4\nendpoints:\n- addresses: [10.128.1.5]\n  conditions: {{ready: {ready}}}\n  nodeName: {node}\nports: [{{port: 8080, protocol: TCP}}]\n"
     )
+}
+
+/// Waits until the tor's next hops for `prefix` are `want` (none: withdrawn).
+fn tor_hops(tor: &Frr, prefix: &str, want: &[&str], what: &str) {
+    wait_for(what, UP, || match tor.route_nexthops(prefix) {
+        hops if hops == want => Ok(()),
+        hops => Err(format!("{hops:?}")),
+    });
 }
 
 fn ingress(plane: &ControlPlane, name: &str) -> String {
@@ -321,47 +320,23 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
         });
     assert!(address.starts_with("192.0.2."), "{address}");
     let prefix = format!("{address}/32");
-    wait_for("the tor learns the Service's address", UP, || match tor.route_nexthops(&prefix) {
-        hops if hops == ["10.99.1.2"] => Ok(()),
-        hops => Err(format!("{hops:?}")),
-    });
+    tor_hops(&tor, &prefix, &["10.99.1.2"], "the tor learns the Service's address");
 
     // The Node's label moves the node out of the advertisement's nodeSelectors, and back.
     plane.kubectl(&["label", "node", "wk1", "rack=r2", "--overwrite"]);
-    wait_for("the tor loses the address when the node leaves rack r1", UP, || {
-        match tor.route_nexthops(&prefix) {
-            hops if hops.is_empty() => Ok(()),
-            hops => Err(format!("{hops:?}")),
-        }
-    });
+    tor_hops(&tor, &prefix, &[], "the tor loses the address when the node leaves rack r1");
     plane.kubectl(&["label", "node", "wk1", "rack=r1", "--overwrite"]);
-    wait_for("the tor learns it again in rack r1", UP, || match tor.route_nexthops(&prefix) {
-        hops if hops == ["10.99.1.2"] => Ok(()),
-        hops => Err(format!("{hops:?}")),
-    });
+    tor_hops(&tor, &prefix, &["10.99.1.2"], "the tor learns it again in rack r1");
 
     // ETP Local with its only ready endpoint on wk2: not announced from wk1.
     plane.apply(&lab, &format!("{}---\n{}", service("web", "Local"), slice("web", "wk2", true)));
-    wait_for("the tor loses the Local Service's address", UP, || {
-        match tor.route_nexthops(&prefix) {
-            hops if hops.is_empty() => Ok(()),
-            hops => Err(format!("{hops:?}")),
-        }
-    });
+    tor_hops(&tor, &prefix, &[], "the tor loses the Local Service's address");
     assert_eq!(ingress(&plane, "web"), address, "the address stays allocated");
     // Ready on wk1 again, then deleted: announced, then withdrawn.
     plane.apply(&lab, &slice("web", "wk1", true));
-    wait_for("the tor learns it again", UP, || match tor.route_nexthops(&prefix) {
-        hops if hops == ["10.99.1.2"] => Ok(()),
-        hops => Err(format!("{hops:?}")),
-    });
+    tor_hops(&tor, &prefix, &["10.99.1.2"], "the tor learns it again");
     plane.kubectl(&["delete", "service", "web", "-n", "shop"]);
-    wait_for("the tor loses the deleted Service's address", UP, || {
-        match tor.route_nexthops(&prefix) {
-            hops if hops.is_empty() => Ok(()),
-            hops => Err(format!("{hops:?}")),
-        }
-    });
+    tor_hops(&tor, &prefix, &[], "the tor loses the deleted Service's address");
     let shown = uplink.cli(&["show", "running-config"]).unwrap_or_default();
     assert!(!shown.contains("kubernetes:Service/shop/web"), "{shown}");
 }
