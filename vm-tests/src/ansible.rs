@@ -782,9 +782,10 @@ fn stop_client(topo: &Topology) -> Result<String, String> {
     let Some(resets) = tolerated else {
         return Err(format!(
             "the client saw {} failed requests of {} (r2's time, curl's exit code and error, \
-             r2's route to {VIP} just after): {failures:#?}\ntally {tally:?}",
+             r2's route to {VIP} just after): {failures:#?}\ntally {tally:?}\n{}",
             failures.len(),
-            lines.len()
+            lines.len(),
+            session_history(topo)
         ));
     };
     let outcome = if resets > 0 {
@@ -793,6 +794,26 @@ fn stop_client(topo: &Topology) -> Result<String, String> {
         "none failed".to_string()
     };
     Ok(format!("{} requests, {outcome} {tally:?}", lines.len()))
+}
+
+/// What the sessions did in the last minutes, for a client failure's report: r2's FRR log
+/// lines about sessions and BFD, and each worker's uplink lines about them (Unix times, as the
+/// client's lines have them), so a route that went missing can be put next to its cause.
+fn session_history(topo: &Topology) -> String {
+    let filter = "ADJCHANGE|NOTIFICATION|Hold|BFD|bfd|session|drain|Drain|withdraw";
+    let mut out = String::from("--- r2: FRR, the last 15 minutes ---\n");
+    let frr = format!(
+        "journalctl --no-pager -o short-unix --since '-15 min' | grep -E '{filter}' | tail -60"
+    );
+    out.push_str(&topo.tor.sh(&frr).unwrap_or_else(|e| format!("(unavailable: {e})\n")));
+    for w in &topo.workers {
+        out.push_str(&format!("--- {}: uplink, the last 15 minutes ---\n", w.name));
+        let uplink = format!(
+            "journalctl --no-pager -o short-unix -u uplink --since '-15 min' | grep -E '{filter}' | tail -40"
+        );
+        out.push_str(&w.vm.sh(&uplink).unwrap_or_else(|e| format!("(unavailable: {e})\n")));
+    }
+    out
 }
 
 /// r2 refuses new BGP connections with wk1 (`on`) or accepts them again: wk1's sessions that
