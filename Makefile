@@ -10,7 +10,7 @@ FEATURES := netconf kubernetes
 # Debian packages: the lab needs FRR; the tests need every peer implementation and the tools
 # that build the namespaces, a Prometheus server to scrape the metrics endpoint and
 # systemd-journald to receive the logs (tests/observability.rs).
-LAB_PKGS := frr iproute2 procps
+LAB_PKGS := frr iproute2 procps openssl
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus prometheus systemd
 
 .PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib bench-failover
@@ -33,7 +33,7 @@ deps-lab:
 deps-test:
 	@./scripts/apt-install $(TEST_PKGS)
 
-lab: deps-lab static
+lab: deps-lab static testenv
 	./lab/lab.sh up $(STATIC_BIN)
 
 lab-down:

@@ -7,8 +7,9 @@ use crate::bgp::instance::Instance;
 use crate::config;
 use crate::control::dispatch;
 use crate::control::protocol::Request;
+use crate::kubernetes::sessions::{SessionReport, SessionReports};
 use crate::ops::{drain, systemd};
-use crate::reload::{fib_instances, InstanceList, ReloadStats, Reloader};
+use crate::reload::{fib_instances, ApiInput, InstanceList, ReloadStats, Reloader};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,12 +24,14 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
     // With `[kubernetes]`, the objects the last run read from the API take part from the
     // start: a node that boots while the API server is away announces what it did.
     let kept_objects = kept_api_objects(&config, state_dir)?;
+    let mut refused_at_start = Vec::new();
     let config = match &kept_objects {
         Some(objects) => {
             let (loaded, refused) = config::load_with_api(config_path, objects);
-            for error in refused {
+            for error in &refused {
                 tracing::warn!("kept Kubernetes object refused, left out: {error}");
             }
+            refused_at_start = refused;
             loaded.map_err(|e| format!("config rejected, not starting:\n{e}"))?
         }
         None => config,
@@ -80,9 +83,22 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         let reloads = Arc::new(ReloadStats::started());
         let (metrics_tx, metrics_sockets) = watch::channel(None);
         let api = match kept_objects {
-            Some(objects) => Some(start_kubernetes(&config, state_dir, running.clone(), objects).await?),
+            Some(objects) => {
+                let sessions = report_sessions(instances.clone());
+                let started = start_kubernetes(
+                    &config,
+                    state_dir,
+                    running.clone(),
+                    announcer.clone(),
+                    sessions,
+                    objects,
+                );
+                Some(started.await?)
+            }
             None => None,
         };
+        // What `show kubernetes` and the metrics read. The start applies the kept set.
+        let kubernetes = api.as_ref().map(|api| api.health.clone());
         let reloader = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
@@ -98,6 +114,12 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             systemd::status("applying network policies");
         }
         let count = reloader.start(config).await.map_err(|e| format!("not starting: {e}"))?;
+        if let Some(health) = &kubernetes {
+            crate::kubernetes::health::update(health, |h| {
+                h.applied = true;
+                h.set_refused(&refused_at_start);
+            });
+        }
         tokio::spawn(finish_restart(
             instances.borrow().as_ref().clone(),
             fib.clone(),
@@ -111,6 +133,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
                 announcer: announcer.clone(),
                 reloads,
                 running: running.clone(),
+                kubernetes: kubernetes.clone(),
             },
             metrics_sockets,
         );
@@ -123,6 +146,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             drain: drain.clone(),
             reload,
             network: network_view,
+            kubernetes,
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)
@@ -172,15 +196,14 @@ fn kept_api_objects(
     if config.kubernetes.is_none() {
         return Ok(None);
     }
-    #[cfg(feature = "kubernetes")]
-    return Ok(Some(crate::kubernetes::Snapshot::read(state_dir)));
-    #[cfg(not(feature = "kubernetes"))]
-    {
-        let _ = state_dir;
-        Err("the config has [kubernetes], but this uplink was built without the `kubernetes` \
-             feature; use a build with it (make static) or remove the section"
-            .to_string())
+    if cfg!(not(feature = "kubernetes")) {
+        return Err(
+            "the config has [kubernetes], but this uplink was built without the \
+                    `kubernetes` feature; use a build with it (make static) or remove the section"
+                .to_string(),
+        );
     }
+    Ok(Some(crate::kubernetes::Snapshot::read(state_dir)))
 }
 
 /// Starts watching the API server; its objects reach the reloader.
@@ -189,23 +212,81 @@ async fn start_kubernetes(
     config: &config::Config,
     state_dir: &Path,
     running: watch::Receiver<Arc<config::Config>>,
+    announcer: crate::announce::runtime::AnnouncerHandle,
+    sessions: SessionReports,
     kept: config::ApiObjects,
-) -> Result<watch::Receiver<Arc<config::ApiObjects>>, String> {
+) -> Result<ApiInput, String> {
     let (Some(settings), Some(node)) = (&config.kubernetes, &config.announce.node.name) else {
         return Err("[kubernetes] needs [node] name: the name of this node's Node object".into());
     };
-    let source = crate::kubernetes::start(settings, node, state_dir, running, kept).await?;
-    Ok(source.objects)
+    let source =
+        crate::kubernetes::start(settings, node, state_dir, running, announcer, sessions, kept)
+            .await?;
+    Ok(ApiInput { objects: source.objects, health: source.health })
 }
 
+/// Never called: `kept_api_objects` refuses `[kubernetes]` in a build without the feature.
 #[cfg(not(feature = "kubernetes"))]
 async fn start_kubernetes(
     _config: &config::Config,
     _state_dir: &Path,
     _running: watch::Receiver<Arc<config::Config>>,
+    _announcer: crate::announce::runtime::AnnouncerHandle,
+    _sessions: SessionReports,
     _kept: config::ApiObjects,
-) -> Result<watch::Receiver<Arc<config::ApiObjects>>, String> {
+) -> Result<ApiInput, String> {
     Err("built without the `kubernetes` feature".into())
+}
+
+/// How often the sessions are looked at for `BGPSessionState`.
+const SESSION_REPORT_PERIOD: Duration = Duration::from_secs(2);
+
+/// Each session's BGP and BFD state, for frr-k8s's `BGPSessionState` (the Kubernetes source
+/// cannot see the routing instances): looked at every 2 s, handed over when one changed.
+fn report_sessions(instances: watch::Receiver<InstanceList>) -> SessionReports {
+    let (reports, receiver) = watch::channel(Vec::new());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(SESSION_REPORT_PERIOD);
+        loop {
+            tick.tick().await;
+            let list = instances.borrow().clone();
+            let mut now = Vec::new();
+            for instance in list.iter() {
+                let bfd = match instance.bfd() {
+                    Some(bfd) => bfd.peers().await.unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                for neighbor in instance.neighbors() {
+                    let address = neighbor.config.address;
+                    let bfd_state = match neighbor.config.bfd_profile {
+                        None => "N/A",
+                        Some(_) => match bfd.iter().find(|p| p.spec.peer == address) {
+                            Some(p) if p.state == crate::bfd::packet::State::Up => "Up",
+                            _ => "Down",
+                        },
+                    };
+                    now.push(SessionReport {
+                        vrf: instance.vrf.clone(),
+                        peer: address,
+                        bgp: neighbor.stats.snapshot().state,
+                        bfd: bfd_state.to_string(),
+                    });
+                }
+            }
+            now.sort();
+            let changed = reports.send_if_modified(|current| {
+                let changed = *current != now;
+                if changed {
+                    *current = std::mem::take(&mut now);
+                }
+                changed
+            });
+            if !changed && reports.is_closed() {
+                return;
+            }
+        }
+    });
+    receiver
 }
 
 /// RFC 4724 §4.1, the restarting side: once every graceful-restart neighbor is back and has

@@ -10,7 +10,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fib;
-#[cfg(feature = "kubernetes")]
+// Always: its health record and snapshot are read either way; its client needs the feature.
 pub mod kubernetes;
 pub mod logthrottle;
 pub mod netconf;

@@ -169,6 +169,12 @@ enum Show {
         #[arg(long)]
         json: bool,
     },
+    /// The Kubernetes source: the API server, each kind's watch, the objects refused.
+    Kubernetes {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// The routes uplink installs in the kernel: next hops, nexthop group, state.
     Fib {
         #[command(flatten)]
@@ -322,6 +328,7 @@ fn main() -> ExitCode {
                     common.json,
                 ),
                 Show::RunningConfig { json } => (Request::RunningConfig, json),
+                Show::Kubernetes { json } => (Request::Kubernetes, json),
                 Show::Network { .. } => return ExitCode::FAILURE, // handled above
                 Show::Fib { common } => {
                     (Request::Fib { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)

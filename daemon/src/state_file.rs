@@ -2,17 +2,21 @@
 //! power loss. A file is written whole to a temporary name and renamed over the old one, so a
 //! crash leaves either the old or the new file, never half of one; the file and then its
 //! directory are synced, because a rename or a removal is only on disk once the directory is
-//! (ext4 and xfs make no promise before that).
+//! (ext4 and xfs make no promise before that). Only root reads them: the kept Kubernetes
+//! objects hold the TCP-MD5 keys of `passwordSecret`s.
 
 use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-/// Replaces `path` with `contents`, durably and atomically.
+/// Replaces `path` with `contents`, durably and atomically, readable by its owner only.
 pub fn write(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let mut temporary = path.as_os_str().to_os_string();
     temporary.push(".new");
     let temporary = Path::new(&temporary);
     let mut file = std::fs::File::create(temporary)?;
+    // Also when a crash left the temporary file behind with other permissions.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     file.write_all(contents)?;
     file.sync_all()?;
     std::fs::rename(temporary, path)?;
@@ -48,6 +52,8 @@ mod tests {
         write(&path, b"one\n").unwrap();
         write(&path, b"two\n").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two\n");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
         assert!(!dir.path().join("drained.new").exists());
         remove(&path).unwrap();
         assert!(!path.exists());

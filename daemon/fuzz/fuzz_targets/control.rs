@@ -70,6 +70,7 @@ fn check(request: &Request) {
             Some(vrf)
         }
         Request::RunningConfig
+        | Request::Kubernetes
         | Request::Drain { .. }
         | Request::Undrain
         | Request::Ready

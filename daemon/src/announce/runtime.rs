@@ -88,6 +88,11 @@ impl AnnouncerHandle {
         self.latest.borrow().clone()
     }
 
+    /// The announcements: the current ones, and every change after them.
+    pub fn changes(&self) -> watch::Receiver<Arc<Announcements>> {
+        self.latest.clone()
+    }
+
     /// `uplink drain`: withdraw service addresses (or announce them again).
     pub async fn set_drain(&self, phase: DrainPhase) {
         let _ = self.tx.send(Event::Drain(phase)).await;

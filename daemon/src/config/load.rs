@@ -193,9 +193,14 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
     }
     let node_name = slots.iter().flatten().find_map(|f| f.announce.node_name.as_ref());
     let node_name = node_name.map(|name| name.item.clone());
+    let load_balancer_class = slots
+        .iter()
+        .flatten()
+        .find_map(|f| f.kubernetes.as_ref())
+        .and_then(|(kubernetes, _)| kubernetes.load_balancer_class.clone());
     let mut node_labels = node_labels(slots.iter().flatten());
     // Manifests are parsed first, all of them, because a Service takes its endpoints from the
-    // EndpointSlices of any manifest.
+    // EndpointSlices of any manifest, and a passwordSecret its key from any Secret.
     let documents: Vec<Vec<manifest::ManifestDocument>> =
         sources
             .iter()
@@ -208,6 +213,8 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
             })
             .collect();
     let endpoints = manifest::EndpointIndex::of(documents.iter().flatten().map(|d| &d.value));
+    let secrets = manifest::SecretIndex::of(documents.iter().flatten().map(|d| &d.value));
+    let namespaces = manifest::NamespaceIndex::of(documents.iter().flatten().map(|d| &d.value));
     if let Some(name) = &node_name {
         // This node's `Node` object adds its labels (the TOML ones win a disagreement, which
         // the merge then reports).
@@ -219,6 +226,9 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
         node_name: node_name.as_deref(),
         node_labels: &node_labels,
         endpoints: &endpoints,
+        secrets: &secrets,
+        namespaces: &namespaces,
+        load_balancer_class: load_balancer_class.as_deref(),
     };
     for (((path, _), slot), documents) in sources.iter().zip(slots.iter_mut()).zip(documents) {
         if is_manifest(path) {

@@ -1,8 +1,11 @@
 //! Kubernetes manifests in `conf.d/*.yaml`: the objects operators already have — frr-k8s
 //! `FRRConfiguration`, MetalLB `IPAddressPool`, `BGPAdvertisement`, `BGPPeer`, `BFDProfile`,
-//! `Community`, OVN-Kubernetes `RouteAdvertisements` and `ClusterUserDefinedNetwork`, nmstate
-//! `NodeNetworkConfigurationPolicy` (`manifest/nncp.rs`), and Kubernetes `Service` with its
-//! `EndpointSlice`s (`manifest/service.rs`) — mapped onto the same model as the TOML sections.
+//! `Community`, OVN-Kubernetes `RouteAdvertisements`, `ClusterUserDefinedNetwork` and
+//! `EgressIP` (`manifest/egress_ip.rs`), nmstate `NodeNetworkConfigurationPolicy`
+//! (`manifest/nncp.rs`), Kubernetes `Service` with its `EndpointSlice`s
+//! (`manifest/service.rs`), the `Namespace`s whose labels its pool selection reads
+//! (`manifest/namespace.rs`) and the `Secret`s `passwordSecret` names (`manifest/secret.rs`) —
+//! mapped onto the same model as the TOML sections.
 //!
 //! Each document is translated into the equivalent TOML table (keys from camelCase to the
 //! snake_case the TOML sections use) and then parsed and validated by exactly the code that
@@ -14,9 +17,10 @@
 //! this node (its `[node]` labels) is skipped, as the controller would not apply it here.
 //!
 //! Mapping notes:
-//! - `FRRConfiguration`: `spec.bgp` is `[bgp]`. `disableMP: true` keeps a neighbor to its own
-//!   address family; without it frr-k8s runs both families over one session, so the neighbor
-//!   gets `families = ["ipv4-unicast", "ipv6-unicast"]`. The object's labels are kept for
+//! - `FRRConfiguration`: `spec.bgp` is `[bgp]`. A neighbor carries its own address's family;
+//!   `dualStackAddressFamily: true` gives it both (`families = ["ipv4-unicast",
+//!   "ipv6-unicast"]`), as frr-k8s and MetalLB do; the deprecated `disableMP` is ignored, as
+//!   upstream ignores it. The object's labels are kept for
 //!   `RouteAdvertisements.frrConfigurationSelector`.
 //! - BFD intervals are integers of milliseconds in both APIs; they become `"<n>ms"`.
 //! - `BGPPeer` becomes a router (`myASN`, `vrf`, `routerID`) with one neighbor, named by the
@@ -24,9 +28,13 @@
 //! - `ClusterUserDefinedNetwork` becomes a `[[networks]]` entry in the VRF of its name;
 //!   `namespaceSelector`, `role` and `ipam.lifecycle` decide which pods use the network, not
 //!   what is announced, and are accepted. The node's own `host_subnet` (OVN-Kubernetes assigns
-//!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name.
+//!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name; those of
+//!   the default network also from `EgressIP` objects.
 
+mod egress_ip;
+mod namespace;
 mod nncp;
+mod secret;
 mod service;
 
 use std::path::{Path, PathBuf};
@@ -40,10 +48,12 @@ use super::source::SourceText;
 use super::validate::{validate_file, Fragment, TimerDefaults};
 use crate::config::announce::{Labels, PeerName, RouterLabels};
 use crate::config::selector::{LabelSelector, Operator, Requirement};
+pub(crate) use namespace::NamespaceIndex;
+pub(crate) use secret::SecretIndex;
 pub(crate) use service::EndpointIndex;
 
 /// The kinds understood, with their API groups ("" is the core group, `apiVersion: v1`).
-const KINDS: [(&str, &str); 12] = [
+const KINDS: [(&str, &str); 15] = [
     ("FRRConfiguration", "frrk8s.metallb.io"),
     ("IPAddressPool", "metallb.io"),
     ("BGPAdvertisement", "metallb.io"),
@@ -52,10 +62,13 @@ const KINDS: [(&str, &str); 12] = [
     ("Community", "metallb.io"),
     ("RouteAdvertisements", "k8s.ovn.org"),
     ("ClusterUserDefinedNetwork", "k8s.ovn.org"),
+    ("EgressIP", "k8s.ovn.org"),
     ("NodeNetworkConfigurationPolicy", "nmstate.io"),
     ("Service", ""),
     ("EndpointSlice", "discovery.k8s.io"),
     ("Node", ""),
+    ("Secret", ""),
+    ("Namespace", ""),
 ];
 
 /// `ObjectMeta` fields the apiserver sets (as `kubectl get -o yaml` shows them): accepted and
@@ -108,6 +121,12 @@ pub(crate) struct Context<'a> {
     pub node_labels: &'a Labels,
     /// Every EndpointSlice of the config, for the Services.
     pub endpoints: &'a EndpointIndex,
+    /// Every Secret of the config, for `passwordSecret`.
+    pub secrets: &'a SecretIndex,
+    /// Every Namespace's labels, for the Services in them.
+    pub namespaces: &'a NamespaceIndex,
+    /// `[kubernetes] load_balancer_class`: the Services uplink answers for.
+    pub load_balancer_class: Option<&'a str>,
 }
 
 /// The documents of one manifest file; YAML syntax errors go to `errors`.
@@ -284,7 +303,6 @@ impl Document<'_> {
     }
 
     fn translate(&mut self, value: Value, context: &Context<'_>) -> Option<Fragment> {
-        let node_labels = context.node_labels;
         let Value::Mapping(mut top) = value else {
             self.fail(
                 "",
@@ -326,13 +344,21 @@ impl Document<'_> {
             );
             return None;
         }
-        // What the object's controllers report, not what it asks for.
-        top.remove("status");
+        // What the object's controllers report, not what it asks for — except an EgressIP's,
+        // whose status says which node holds each address.
+        let status = top.remove("status");
         if kind == "EndpointSlice" {
             if let Some(metadata) = metadata {
                 top.insert(Value::from("metadata"), metadata);
             }
             return self.endpoint_slice(&top);
+        }
+        if kind == "Secret" {
+            if let Some(metadata) = metadata {
+                top.insert(Value::from("metadata"), metadata);
+            }
+            self.secret(&top);
+            return None;
         }
         if let Some((key, _)) = top.iter().next() {
             let key = key.as_str().unwrap_or("?").to_string();
@@ -355,12 +381,16 @@ impl Document<'_> {
                 self.emit("node", Value::Mapping(node), "node", "metadata", None)
             })?;
         }
+        if kind == "Namespace" {
+            // Its labels are read by `NamespaceIndex`; its spec is the apiserver's.
+            return None;
+        }
         if kind == "Service" {
             let Value::Mapping(spec) = spec else {
                 self.fail("spec", "must be a mapping");
                 return None;
             };
-            return self.service(spec, meta, context.endpoints);
+            return self.service(spec, meta, context);
         }
         let Meta { name, labels, .. } = meta;
         let Value::Mapping(mut spec) = spec else {
@@ -368,8 +398,8 @@ impl Document<'_> {
             return None;
         };
         match kind.as_str() {
-            "FRRConfiguration" => self.frr_configuration(spec, name, labels, node_labels),
-            "BGPPeer" => self.bgp_peer(spec, name, node_labels),
+            "FRRConfiguration" => self.frr_configuration(spec, name, labels, context),
+            "BGPPeer" => self.bgp_peer(spec, name, context),
             "BFDProfile" => {
                 spec.insert(Value::from("name"), Value::from(name));
                 self.emit(
@@ -418,6 +448,7 @@ impl Document<'_> {
                 )
             }
             "ClusterUserDefinedNetwork" => self.cudn(spec, name, labels),
+            "EgressIP" => self.egress_ip(&spec, status.as_ref(), context),
             "NodeNetworkConfigurationPolicy" => self.nncp(spec, name),
             _ => None,
         }
@@ -486,9 +517,9 @@ impl Document<'_> {
         mut spec: Mapping,
         name: String,
         labels: Labels,
-        node_labels: &Labels,
+        context: &Context<'_>,
     ) -> Option<Fragment> {
-        if !self.selected(spec.remove("nodeSelector"), "spec.nodeSelector", node_labels)? {
+        if !self.selected(spec.remove("nodeSelector"), "spec.nodeSelector", context.node_labels)? {
             return None;
         }
         let bgp = spec.remove("bgp").unwrap_or(Value::Mapping(Mapping::new()));
@@ -506,13 +537,28 @@ impl Document<'_> {
         };
         let mut router_labels = Vec::new();
         if let Some(Value::Sequence(routers)) = bgp.get_mut("routers") {
-            for router in routers.iter_mut() {
+            for (r, router) in routers.iter_mut().enumerate() {
                 let Value::Mapping(router) = router else { continue };
                 let vrf = router.get("vrf").and_then(Value::as_str).unwrap_or("").to_string();
                 let mut neighbors = Vec::new();
                 if let Some(Value::Sequence(list)) = router.get_mut("neighbors") {
-                    for neighbor in list.iter_mut() {
+                    for (n, neighbor) in list.iter_mut().enumerate() {
                         let Value::Mapping(neighbor) = neighbor else { continue };
+                        let field = format!("spec.bgp.routers[{r}].neighbors[{n}]");
+                        self.resolve_password_secret(neighbor, &field, context.secrets)?;
+                        // frr-k8s's CRD defaults it to [unicast], which is what uplink runs.
+                        if let Some(families) = neighbor.remove("addressFamilies") {
+                            let unicast = families.as_sequence().is_some_and(|list| {
+                                list.iter().all(|f| f.as_str() == Some("unicast"))
+                            });
+                            if !unicast {
+                                self.fail(
+                                    &format!("{field}.addressFamilies"),
+                                    "only unicast is supported here (not evpn)",
+                                );
+                                return None;
+                            }
+                        }
                         if let Some(address) = neighbor
                             .get("address")
                             .and_then(Value::as_str)
@@ -520,7 +566,7 @@ impl Document<'_> {
                         {
                             neighbors.push(address);
                         }
-                        disable_mp(neighbor);
+                        address_families(neighbor);
                     }
                 }
                 router_labels.push(RouterLabels {
@@ -540,8 +586,9 @@ impl Document<'_> {
         &mut self,
         mut spec: Mapping,
         name: String,
-        node_labels: &Labels,
+        context: &Context<'_>,
     ) -> Option<Fragment> {
+        let node_labels = context.node_labels;
         match spec.remove("nodeSelectors") {
             None | Some(Value::Null) => {}
             Some(Value::Sequence(list)) if list.is_empty() => {}
@@ -579,11 +626,12 @@ impl Document<'_> {
         }
         let vrf = router.get("vrf").and_then(Value::as_str).unwrap_or("").to_string();
         let address = neighbor.get("address").and_then(Value::as_str).and_then(|a| a.parse().ok());
+        self.resolve_password_secret(&mut spec, "spec", context.secrets)?;
         // The rest are neighbor settings under their own names (sourceAddress, holdTime, ...).
         for (key, value) in spec {
             neighbor.insert(key, value);
         }
-        disable_mp(&mut neighbor);
+        address_families(&mut neighbor);
         router.insert(Value::from("neighbors"), list(Value::Mapping(neighbor)));
         let mut fragment = self.emit(
             "bgp",
@@ -765,11 +813,14 @@ struct Meta {
     annotations: Labels,
 }
 
-/// `disableMP: true` → the neighbor's own family; absent or false → both families (frr-k8s
-/// runs IPv4 and IPv6 over one multiprotocol session unless told not to).
-fn disable_mp(neighbor: &mut Mapping) {
-    let disabled = matches!(neighbor.remove("disableMP"), Some(Value::Bool(true)));
-    if !disabled && !neighbor.contains_key("families") {
+/// The families a manifest neighbor carries, as frr-k8s and MetalLB decide them
+/// (`addressFamilyForNeighbor`): its own address's family, and both with
+/// `dualStackAddressFamily: true`. `disableMP` is deprecated upstream and ignored there (the
+/// CRDs still default it to false); accepted and ignored here too.
+fn address_families(neighbor: &mut Mapping) {
+    neighbor.remove("disableMP");
+    let dual = matches!(neighbor.remove("dualStackAddressFamily"), Some(Value::Bool(true)));
+    if dual && !neighbor.contains_key("families") {
         neighbor.insert(
             Value::from("families"),
             Value::Sequence(vec![Value::from("ipv4-unicast"), Value::from("ipv6-unicast")]),
@@ -1246,7 +1297,7 @@ spec:
         let neighbor = &router.neighbors[0];
         assert_eq!(neighbor.hold_time, std::time::Duration::from_secs(30));
         assert_eq!(neighbor.bfd_profile.as_deref(), Some("fast"));
-        assert_eq!(neighbor.families.len(), 2, "no disableMP: both families");
+        assert_eq!(neighbor.families, vec![AddressFamily::Ipv4Unicast], "its own family");
         assert_eq!(
             config.bgp.bfd_profiles[0].receive_interval,
             std::time::Duration::from_millis(100)
@@ -1287,7 +1338,7 @@ spec:
             crate::config::GracefulRestartMode::Enabled
         );
 
-        let bad = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n";
+        let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\n";
         let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;
         assert_eq!(errors[0].field, "documents[0].kind");
         assert!(
@@ -1299,6 +1350,107 @@ spec:
         let errors = load("", &[(PathBuf::from("x.yaml"), hold.to_string())]).unwrap_err().0;
         assert_eq!(errors[0].field, "documents[0].spec.holdTime", "{errors:?}");
         assert!(errors[0].message.contains("\"90s\""), "{}", errors[0].message);
+    }
+
+    /// An EgressIP's `status.items` say which node holds each address: this node's become
+    /// egress IPs of the default network; the others' are not this node's to announce.
+    #[test]
+    fn egress_ips_held_by_this_node_join_the_default_network() {
+        let egress = "apiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {name: shop}\nspec:\n  egressIPs: [172.18.20.50, 172.18.20.51]\n  namespaceSelector: {matchLabels: {team: shop}}\nstatus:\n  items:\n  - {node: wk1, egressIP: 172.18.20.50}\n  - {node: wk2, egressIP: 172.18.20.51}\n";
+        let node = |name: &str| format!("[node]\nname = \"{name}\"\n");
+        let config = load(&node("wk1"), &[(PathBuf::from("e.yaml"), egress.to_string())])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let network = &config.announce.networks[0];
+        assert_eq!(
+            (network.name.as_str(), network.egress_ips.clone()),
+            ("default", vec![ip("172.18.20.50")])
+        );
+        let config = load(&node("wk3"), &[(PathBuf::from("e.yaml"), egress.to_string())]).unwrap();
+        assert!(config.announce.networks.is_empty(), "{:?}", config.announce.networks);
+        let bad = egress.replace("{node: wk2, egressIP: 172.18.20.51}", "{node: wk2}");
+        let errors = load(&node("wk1"), &[(PathBuf::from("e.yaml"), bad)]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[0].status.items[1]");
+    }
+
+    /// Upstream's families: a neighbor's own, both with `dualStackAddressFamily: true`; the
+    /// deprecated `disableMP` (which the CRDs default to false) changes nothing.
+    #[test]
+    fn a_neighbor_carries_its_own_family_unless_dual_stack() {
+        let peer = |extra: &str| {
+            let yaml = format!("apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {{name: p}}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n{extra}");
+            let config =
+                load("", &[(PathBuf::from("p.yaml"), yaml)]).unwrap_or_else(|e| panic!("{e}"));
+            config.bgp.routers[0].neighbors[0].families.clone()
+        };
+        let own = vec![AddressFamily::Ipv4Unicast];
+        assert_eq!(peer(""), own);
+        assert_eq!(peer("  disableMP: false\n  dualStackAddressFamily: false\n"), own);
+        assert_eq!(peer("  disableMP: true\n"), own);
+        assert_eq!(
+            peer("  dualStackAddressFamily: true\n"),
+            vec![AddressFamily::Ipv4Unicast, AddressFamily::Ipv6Unicast]
+        );
+        // frr-k8s's `addressFamilies` (its CRD defaults it to [unicast]); EVPN is refused.
+        let frr = |families: &str| {
+            let yaml = format!("apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {{name: f}}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 10.0.0.5\n        asn: 65102\n        addressFamilies: {families}\n");
+            load("", &[(PathBuf::from("f.yaml"), yaml)])
+        };
+        frr("[unicast]").unwrap_or_else(|e| panic!("{e}"));
+        let errors = frr("[unicast, evpn]").unwrap_err().0;
+        assert_eq!(
+            errors[0].field,
+            "documents[0].spec.bgp.routers[0].neighbors[0].addressFamilies"
+        );
+    }
+
+    /// `passwordSecret` of a BGPPeer and of an frr-k8s neighbor takes the key from a Secret of
+    /// type `kubernetes.io/basic-auth` in any manifest (here another file), as upstream does;
+    /// a missing Secret or one of another type is refused by the reference's field, and no
+    /// message shows a key.
+    #[test]
+    fn password_secret_takes_the_key_from_a_basic_auth_secret() {
+        let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: tor-key, namespace: metallb-system}\ntype: kubernetes.io/basic-auth\ndata:\n  username: dXBsaW5r\n  password: czNjcmV0\n";
+        let peer = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: tor, namespace: metallb-system}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  passwordSecret: {name: tor-key, namespace: metallb-system}\n";
+        let frr = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: f, namespace: metallb-system}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 10.0.0.5\n        asn: 65102\n        passwordSecret: {name: tor-key}\n      - address: 10.0.0.6\n        asn: 65102\n        passwordSecret: {}\n";
+        let files = [
+            (PathBuf::from("peer.yaml"), format!("{peer}---\n{frr}")),
+            (PathBuf::from("secret.yaml"), secret.to_string()),
+        ];
+        let config = load("", &files).unwrap();
+        let keys: Vec<Option<&str>> = config.bgp.routers[0]
+            .neighbors
+            .iter()
+            .map(|n| n.password.as_ref().map(|p| p.expose()))
+            .collect();
+        assert_eq!(keys, [Some("s3cret"), Some("s3cret"), None]);
+
+        let refused = |yaml: String| {
+            let errors = load("", &[(PathBuf::from("peer.yaml"), yaml)]).unwrap_err().0;
+            assert!(errors.iter().all(|e| !e.message.contains("s3cret")), "{errors:?}");
+            (errors[0].field.clone(), errors[0].message.clone())
+        };
+        let (field, message) = refused(peer.to_string());
+        assert_eq!(field, "documents[0].spec.passwordSecret.name");
+        assert!(
+            message.contains("Secret \"tor-key\" in namespace metallb-system not found"),
+            "{message}"
+        );
+        let opaque = secret.replace("type: kubernetes.io/basic-auth\n", "type: Opaque\n");
+        let (field, message) = refused(format!("{frr}---\n{opaque}"));
+        assert_eq!(field, "documents[0].spec.bgp.routers[0].neighbors[0].passwordSecret.name");
+        assert!(
+            message.contains("is of type Opaque, expected kubernetes.io/basic-auth"),
+            "{message}"
+        );
+        let both = peer.replace("  passwordSecret:", "  password: other\n  passwordSecret:");
+        let (field, message) = refused(format!("{both}---\n{secret}"));
+        assert_eq!(field, "documents[0].spec.passwordSecret");
+        assert!(message.contains("either password or passwordSecret"), "{message}");
+        let (field, message) = refused(secret.replace("czNjcmV0", "not*base64"));
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("documents[0].data[password]", "Secret \"tor-key\": is not valid base64")
+        );
     }
 
     #[test]

@@ -189,7 +189,11 @@ impl Written for KubernetesConfig {
             .kubeconfig
             .as_ref()
             .map_or(String::new(), |path| format!("kubeconfig = \"{}\", ", path.display()));
-        format!("{{ {kubeconfig}namespace = \"{}\" }}", self.namespace)
+        let class = self
+            .load_balancer_class
+            .as_ref()
+            .map_or(String::new(), |class| format!(", load_balancer_class = \"{class}\""));
+        format!("{{ {kubeconfig}namespace = \"{}\"{class} }}", self.namespace)
     }
 }
 

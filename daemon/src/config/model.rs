@@ -104,6 +104,9 @@ pub struct KubernetesConfig {
     pub kubeconfig: Option<PathBuf>,
     /// The namespace of the MetalLB and frr-k8s objects (MetalLB's `metallb-system`).
     pub namespace: String,
+    /// The `spec.loadBalancerClass` of the Services uplink answers for, as MetalLB's
+    /// `--lb-class`; `None`: those without a class.
+    pub load_balancer_class: Option<String>,
 }
 
 /// MetalLB's namespace, where its objects live unless `[kubernetes] namespace` says otherwise.

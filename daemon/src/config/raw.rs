@@ -88,12 +88,17 @@ pub(crate) struct RawMetrics {
 /// `[kubernetes]`: read Services, EndpointSlices, the node's labels and the MetalLB / frr-k8s
 /// objects from the API server (with the `kubernetes` build feature).
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a [kubernetes] table (kubeconfig, namespace)")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [kubernetes] table (kubeconfig, namespace, load_balancer_class)"
+)]
 pub(crate) struct RawKubernetes {
     /// A kubeconfig file; left out: the in-cluster service account.
     pub kubeconfig: Option<S<String>>,
     /// Where the MetalLB and frr-k8s objects live.
     pub namespace: Option<S<String>>,
+    /// The `loadBalancerClass` of the Services uplink answers for (MetalLB's `--lb-class`).
+    pub load_balancer_class: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,6 +10,7 @@ use super::protocol::Request;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
+use crate::kubernetes::Health;
 use crate::netconf::gate::GateView;
 use crate::ops::drain::{DrainHandle, DrainReason};
 use crate::reload::{InstanceList, ReloadHandle};
@@ -29,6 +30,8 @@ pub struct Context {
     pub reload: ReloadHandle,
     /// Routers waiting for their VRF device, and the kernel's view of the node.
     pub network: GateView,
+    /// The Kubernetes source's record (`[kubernetes]`).
+    pub kubernetes: Option<Health>,
 }
 
 /// Answers one request.
@@ -61,6 +64,7 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             let config = ctx.running.borrow().clone();
             super::announcements::running_config_json(&config, &ctx.announcer)
         }
+        Request::Kubernetes => super::kubernetes::show(ctx.kubernetes.as_ref()),
         Request::Drain { wait, shutdown } => {
             let reason = if shutdown { DrainReason::Shutdown } else { DrainReason::Operator };
             let outcome = ctx.drain.drain(reason, wait).await?;

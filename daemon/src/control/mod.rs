@@ -9,6 +9,7 @@ pub mod bgp;
 pub mod client;
 pub mod dispatch;
 pub mod fib;
+pub mod kubernetes;
 pub mod metrics;
 pub mod network;
 pub mod protocol;

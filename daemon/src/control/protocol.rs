@@ -66,6 +66,8 @@ pub enum Request {
         vrf: VrfSelector,
     },
     RunningConfig,
+    /// `show kubernetes`: the API server, each kind's watch, the objects refused.
+    Kubernetes,
     /// The routes the FIB writer holds for the kernel, with their state.
     Fib {
         vrf: VrfSelector,

@@ -15,6 +15,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::BfdPeers { .. } => return bfd_peers(value),
         Request::Announcements { .. } => return super::announcements::announcements_text(value),
         Request::RunningConfig => return super::announcements::running_config_text(value),
+        Request::Kubernetes => return super::kubernetes::text(value),
         Request::Fib { .. } => fib,
         Request::Drain { .. } | Request::Undrain => return drain(value),
         Request::Ready => return ready(value),
@@ -29,6 +30,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         | Request::Fib { vrf } => *vrf == VrfSelector::All,
         Request::Announcements { .. }
         | Request::RunningConfig
+        | Request::Kubernetes
         | Request::Drain { .. }
         | Request::Undrain
         | Request::Ready

@@ -11,59 +11,33 @@
 //!   watch channel; the reloader reloads when they change, and keeps the last published set in
 //!   the state directory for a start while the API server is away (`snapshot`).
 //! - `status`: writes `status.loadBalancer.ingress` of the Services uplink allocates.
+//! - `events`: Events on those Services, as MetalLB writes them (allocated, announced from
+//!   which node, or why not).
+//! - `sessions` and `session_state`: each BGP session as frr-k8s's `BGPSessionState`;
+//!   `node_state`: the node's running config and last results as its `FRRNodeState`.
+//! - `health`: what `uplink show kubernetes` and the metrics say about all of this.
+//!
+//! Only `watch`, `status` and `start` need the `kubernetes` build feature (kube's client);
+//! the snapshot and the health record are plain data the rest of the daemon reads either way.
 
+#[cfg(feature = "kubernetes")]
+mod events;
+pub mod health;
+#[cfg(feature = "kubernetes")]
+mod node_state;
+#[cfg(feature = "kubernetes")]
+mod session_state;
+pub mod sessions;
 mod snapshot;
+#[cfg(feature = "kubernetes")]
+mod source;
+#[cfg(feature = "kubernetes")]
 mod status;
+#[cfg(feature = "kubernetes")]
 mod watch;
 
-use std::path::Path;
-use std::sync::Arc;
-
-use kube::Client;
-use tokio::sync::watch as channel;
-use tracing::info;
-
-use crate::config::{ApiObjects, Config, KubernetesConfig};
+pub use health::{Health, SourceHealth};
 pub use snapshot::Snapshot;
 
-/// A running source: what it publishes.
-pub struct Source {
-    /// Every complete set of objects, after the first full list of every kind.
-    pub objects: channel::Receiver<Arc<ApiObjects>>,
-}
-
-/// Connects to the API server named by `settings` and starts watching, from `kept` (the last
-/// run's set). Returns at once: the first set read is published when every kind has been
-/// listed.
-pub async fn start(
-    settings: &KubernetesConfig,
-    node: &str,
-    state_dir: &Path,
-    running: channel::Receiver<Arc<Config>>,
-    kept: ApiObjects,
-) -> Result<Source, String> {
-    let client = client(settings).await?;
-    // Starts from the kept set: a reload before the first list keeps those objects.
-    let (publish, objects) = channel::channel(Arc::new(kept));
-    let services = watch::spawn(client.clone(), settings, node, publish);
-    status::spawn(client, running, services);
-    snapshot::spawn(objects.clone(), state_dir);
-    info!(namespace = %settings.namespace, "watching the Kubernetes API");
-    Ok(Source { objects })
-}
-
-async fn client(settings: &KubernetesConfig) -> Result<Client, String> {
-    let config = match &settings.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| format!("[kubernetes] kubeconfig {}: {e}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .map_err(|e| format!("[kubernetes] kubeconfig {}: {e}", path.display()))?
-        }
-        None => kube::Config::incluster().map_err(|e| {
-            format!("[kubernetes] without kubeconfig needs the in-cluster environment: {e}")
-        })?,
-    };
-    Client::try_from(config).map_err(|e| format!("[kubernetes] cannot make a client: {e}"))
-}
+#[cfg(feature = "kubernetes")]
+pub use source::{start, Source};

@@ -1,6 +1,8 @@
 //! The last set of objects read from the API, kept in the state directory: a node that starts
 //! while the API server is away (a reboot during an outage) starts from it and announces what
 //! it did, instead of withdrawing every Service until the API returns.
+// Written by the source, which needs the `kubernetes` feature.
+#![cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
@@ -15,7 +15,9 @@ use serde_json::json;
 use tokio::sync::watch as channel;
 use tracing::{info, warn};
 
-use super::watch::Ingresses;
+use super::events::Events;
+use super::health::{self, Health};
+use super::watch::Services;
 use crate::announce::allocate::allocate;
 use crate::config::{is_api_source, Config};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
@@ -23,23 +25,33 @@ use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 /// The field manager of every status uplink writes.
 pub const FIELD_MANAGER: &str = "uplink";
 
+/// How long a failed write waits before it is tried again (a config change tries at once).
+const RETRY_FIRST: Duration = Duration::from_secs(2);
+/// The longest wait between two tries: a write RBAC forbids is tried again this often, not
+/// in a storm.
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
 /// Writes the allocated addresses of the API's Services after every change of the running
-/// config, where the API's status differs.
+/// config, where the API's status differs; what failed is tried again with a growing wait.
 pub(super) fn spawn(
     client: Client,
     mut running: channel::Receiver<Arc<Config>>,
-    ingresses: Ingresses,
+    services: Services,
+    health: Health,
+    events: Arc<Events>,
 ) {
     tokio::spawn(async move {
         let mut failures = LogThrottle::new(LOG_PERIOD);
+        let mut retry = RETRY_FIRST;
         loop {
             let config = running.borrow_and_update().clone();
+            let mut failed = false;
             for (key, addresses) in wanted(&config) {
-                let current = ingresses
+                let current = services
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .get(&key)
-                    .cloned()
+                    .map(|seen| seen.ingress.clone())
                     .unwrap_or_default();
                 if current == addresses {
                     continue;
@@ -47,23 +59,52 @@ pub(super) fn spawn(
                 match write(&client, &key, &addresses).await {
                     Ok(()) => {
                         info!(service = %key, ?addresses, "status.loadBalancer.ingress written");
-                        ingresses
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .insert(key, addresses);
+                        if let Some(seen) =
+                            services.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&key)
+                        {
+                            seen.ingress = addresses.clone();
+                        }
+                        health::update(&health, |h| h.status_writes.succeeded += 1);
+                        events.allocated(&key, &addresses).await;
                     }
                     Err(e) => {
+                        failed = true;
+                        let why = explain(&e);
                         if let Some(held_back) = failures.event(Instant::now()) {
-                            warn!(service = %key, "cannot write the Service's status: {e}{}", held_back_note(held_back));
+                            warn!(service = %key, "cannot write the Service's status.loadBalancer.ingress, trying again in {} s: {why}{}", retry.as_secs(), held_back_note(held_back));
                         }
+                        health::update(&health, |h| {
+                            h.status_writes.failed += 1;
+                            h.status_writes.last_error = Some(format!("{key}: {why}"));
+                        });
                     }
                 }
             }
-            if running.changed().await.is_err() {
-                return;
+            if !failed {
+                retry = RETRY_FIRST;
+                if running.changed().await.is_err() {
+                    return;
+                }
+                continue;
             }
+            tokio::select! {
+                changed = running.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(retry) => {}
+            }
+            retry = retry.saturating_mul(2).min(RETRY_MAX);
         }
     });
+}
+
+/// A write's failure as the operator needs it: a forbidden one says which permission.
+fn explain(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "forbidden: uplink needs `patch` on services/status (deploy/kubernetes/rbac.yaml): {}",
+            status.message
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// The addresses each Service read from the API gets, by `namespace/name`.

@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_lite::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::Client;
 use serde_json::Value;
 use tokio::sync::{watch as channel, Notify};
 use tracing::{info, warn};
 
+use super::health::{self, Health, SourceHealth, WatchState};
 use crate::config::{ApiObjects, KubernetesConfig, API_SOURCE_PREFIX};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
@@ -37,6 +37,8 @@ struct Kind {
     kind: &'static str,
     plural: &'static str,
     scope: Scope,
+    /// A field selector: only these objects are listed and watched.
+    fields: &'static str,
 }
 
 const fn kind(
@@ -46,12 +48,18 @@ const fn kind(
     plural: &'static str,
     scope: Scope,
 ) -> Kind {
-    Kind { group, version, kind, plural, scope }
+    Kind { group, version, kind, plural, scope, fields: "" }
 }
 
 /// What is watched: the kinds the manifest parser reads, at the versions upstream serves.
-const KINDS: [Kind; 12] = [
+const KINDS: [Kind; 15] = [
     kind("", "v1", "Node", "nodes", Scope::ThisNode),
+    kind("", "v1", "Namespace", "namespaces", Scope::Cluster),
+    // Only the type `passwordSecret` may name: uplink neither reads nor keeps the others.
+    Kind {
+        fields: "type=kubernetes.io/basic-auth",
+        ..kind("", "v1", "Secret", "secrets", Scope::OwnNamespace)
+    },
     kind("", "v1", "Service", "services", Scope::AllNamespaces),
     kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", Scope::AllNamespaces),
     kind("metallb.io", "v1beta1", "IPAddressPool", "ipaddresspools", Scope::OwnNamespace),
@@ -74,6 +82,7 @@ const KINDS: [Kind; 12] = [
         "clusteruserdefinednetworks",
         Scope::Cluster,
     ),
+    kind("k8s.ovn.org", "v1", "EgressIP", "egressips", Scope::Cluster),
     kind(
         "nmstate.io",
         "v1",
@@ -86,9 +95,17 @@ const KINDS: [Kind; 12] = [
 /// How long a burst of events (a relist, a Deployment's endpoints) is gathered into one set.
 const GATHER: Duration = Duration::from_millis(20);
 
-/// Each Service's `status.loadBalancer.ingress` addresses as the API has them, by
-/// `namespace/name`, for the status writer.
-pub(super) type Ingresses = Arc<Mutex<BTreeMap<String, Vec<IpAddr>>>>;
+/// What the status writer and the events need of a Service read from the API.
+#[derive(Debug, Clone, Default)]
+pub(super) struct SeenService {
+    /// Its uid, which an Event's `regarding` names.
+    pub uid: Option<String>,
+    /// Its `status.loadBalancer.ingress` addresses as the API has them.
+    pub ingress: Vec<IpAddr>,
+}
+
+/// The Services read from the API, by `namespace/name`.
+pub(super) type Services = Arc<Mutex<BTreeMap<String, SeenService>>>;
 
 #[derive(Default)]
 struct KindState {
@@ -100,7 +117,8 @@ struct KindState {
 struct Shared {
     kinds: Mutex<Vec<KindState>>,
     changed: Notify,
-    ingresses: Ingresses,
+    services: Services,
+    health: Health,
 }
 
 /// Starts a watcher per kind and the task that publishes their objects together.
@@ -109,23 +127,37 @@ pub(super) fn spawn(
     settings: &KubernetesConfig,
     node: &str,
     publish: channel::Sender<Arc<ApiObjects>>,
-) -> Ingresses {
+    health: Health,
+) -> Services {
     let shared = Arc::new(Shared {
         kinds: Mutex::new(KINDS.iter().map(|_| KindState::default()).collect()),
         changed: Notify::new(),
-        ingresses: Arc::default(),
+        services: Arc::default(),
+        health,
     });
     for (index, kind) in KINDS.iter().enumerate() {
+        shared.health(|h| h.register(kind.kind, &kind.api_version()));
         let api = api_for(&client, kind, &settings.namespace);
         let config = match kind.scope {
             Scope::ThisNode => watcher::Config::default().fields(&format!("metadata.name={node}")),
+            _ if !kind.fields.is_empty() => watcher::Config::default().fields(kind.fields),
             _ => watcher::Config::default(),
         };
         tokio::spawn(watch_kind(api, config, kind, index, shared.clone()));
     }
-    let ingresses = shared.ingresses.clone();
+    let services = shared.services.clone();
     tokio::spawn(publish_sets(shared, publish));
-    ingresses
+    services
+}
+
+impl Kind {
+    fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
 }
 
 fn api_for(client: &Client, kind: &Kind, namespace: &str) -> Api<DynamicObject> {
@@ -137,9 +169,27 @@ fn api_for(client: &Client, kind: &Kind, namespace: &str) -> Api<DynamicObject> 
     }
 }
 
-/// Lists and watches one kind until the process ends. A kind the API server does not serve
-/// (its CRD is not installed), or that RBAC does not let uplink read, counts as listed and
-/// empty: one missing kind must not hold back every other.
+/// The first wait before listing a failing kind again; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between two lists of a failing kind (with up to a quarter of jitter, so a
+/// fleet does not list all at once when its API server returns).
+const RETRY_MAX: Duration = Duration::from_secs(8);
+/// How often a kind the API server does not serve, or RBAC forbids, is tried again (a CRD
+/// installed or a role granted later is then picked up).
+const RETRY_ABSENT: Duration = Duration::from_secs(60);
+
+/// How one watch of a kind ended.
+enum Ended {
+    /// The kind is not served (404) or not readable (403).
+    Absent(WatchState, String),
+    /// Any other failure: the connection, the API server, a `410 Gone`.
+    Failed(String),
+}
+
+/// Lists and watches one kind until the process ends. After any failure it lists the kind
+/// again rather than resuming the watch: the new list replaces what was held, so what changed
+/// while uplink could not see it (a Service deleted) is found, and a list that finds what was
+/// there changes nothing. Until that list completes, what was read stays in force.
 async fn watch_kind(
     api: Api<DynamicObject>,
     config: watcher::Config,
@@ -147,77 +197,179 @@ async fn watch_kind(
     index: usize,
     shared: Arc<Shared>,
 ) {
-    if let Err(kube::Error::Api(status)) = api.list_metadata(&ListParams::default().limit(1)).await
-    {
-        let why = match status.code {
-            404 => Some("not served by this API server (no CRD)"),
-            403 => Some("forbidden by RBAC (deploy/kubernetes/rbac.yaml lists what uplink reads)"),
-            _ => None,
-        };
-        if let Some(why) = why {
-            warn!(kind = kind.kind, "{why}: not watched until uplink starts again");
-            shared.update(index, |state| state.ready = true);
-            return;
-        }
-    }
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-    let mut listing: Option<BTreeMap<PathBuf, String>> = None;
     let mut failures = LogThrottle::new(LOG_PERIOD);
+    let mut retry = RETRY_FIRST;
+    loop {
+        let (ended, listed) = watch_once(&api, &config, kind, index, &shared).await;
+        if listed {
+            retry = RETRY_FIRST;
+        }
+        let wait = match ended {
+            Ended::Absent(state, why) => {
+                let changed = shared.health(|h| {
+                    let Some(k) = h.kind_mut(kind.kind) else { return false };
+                    let changed = k.state != state;
+                    k.state = state;
+                    k.error = Some(why.clone());
+                    changed
+                });
+                if changed {
+                    warn!(
+                        kind = kind.kind,
+                        "{state}: not watched; tried again every minute ({why})"
+                    );
+                }
+                // Never listed: counts as listed and empty, so one missing kind does not
+                // hold back every other. Listed before: what was read stays.
+                shared.update(index, |state| state.ready = true);
+                RETRY_ABSENT
+            }
+            Ended::Failed(error) => {
+                if let Some(held_back) = failures.event(Instant::now()) {
+                    warn!(
+                        kind = kind.kind,
+                        "watch failed; what was read stays in force, listing again: {error}{}",
+                        held_back_note(held_back)
+                    );
+                }
+                shared.health(|h| {
+                    if let Some(k) = h.kind_mut(kind.kind) {
+                        k.state = WatchState::Failing;
+                        k.failing_since.get_or_insert_with(health::unix_now);
+                        k.error = Some(error);
+                    }
+                });
+                let wait = retry.mul_f64(rand::random_range(0.75..1.0));
+                retry = retry.saturating_mul(2).min(RETRY_MAX);
+                wait
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// One list and watch of `kind`, until it fails; whether the list completed.
+async fn watch_once(
+    api: &Api<DynamicObject>,
+    config: &watcher::Config,
+    kind: &'static Kind,
+    index: usize,
+    shared: &Shared,
+) -> (Ended, bool) {
+    let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
+    let mut listing: Option<BTreeMap<PathBuf, String>> = None;
+    let mut listed = false;
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::Init) => listing = Some(BTreeMap::new()),
+            Ok(Event::Init) => {
+                listing = Some(BTreeMap::new());
+                shared.health(|h| {
+                    if let Some(k) = h.kind_mut(kind.kind) {
+                        if k.state != WatchState::Failing {
+                            k.state = WatchState::Listing;
+                        }
+                    }
+                });
+            }
             Ok(Event::InitApply(object)) => {
-                shared.note_ingress(kind, &object, false);
+                shared.note_service(kind, &object, false);
                 if let Some(listing) = listing.as_mut() {
                     let (path, text) = reduce(kind, object);
                     listing.insert(path, text);
                 }
             }
             Ok(Event::InitDone) => {
-                let listed = listing.take().unwrap_or_default();
+                listed = true;
+                let objects = listing.take().unwrap_or_default();
+                let count = objects.len();
                 shared.update(index, |state| {
-                    state.objects = listed;
+                    state.objects = objects;
                     state.ready = true;
+                });
+                shared.health(|h| {
+                    if let Some(k) = h.kind_mut(kind.kind) {
+                        if k.state == WatchState::Failing {
+                            info!(kind = kind.kind, "listed again after the failure; watching");
+                        }
+                        k.state = WatchState::Watching;
+                        k.objects = count;
+                        k.last_list = Some(health::unix_now());
+                        k.failing_since = None;
+                        k.error = None;
+                    }
                 });
             }
             Ok(Event::Apply(object)) => {
-                shared.note_ingress(kind, &object, false);
+                shared.note_service(kind, &object, false);
                 let (path, text) = reduce(kind, object);
-                shared.update(index, |state| {
+                let count = shared.update(index, |state| {
                     state.objects.insert(path, text);
+                    state.objects.len()
                 });
+                shared.count(kind, count);
             }
             Ok(Event::Delete(object)) => {
-                shared.note_ingress(kind, &object, true);
+                shared.note_service(kind, &object, true);
                 let (path, _) = reduce(kind, object);
-                shared.update(index, |state| {
+                let count = shared.update(index, |state| {
                     state.objects.remove(&path);
+                    state.objects.len()
                 });
+                shared.count(kind, count);
             }
             Err(error) => {
-                if let Some(held_back) = failures.event(Instant::now()) {
-                    warn!(
-                        kind = kind.kind,
-                        "watch failed, retrying; what was read stays in force: {error}{}",
-                        held_back_note(held_back)
-                    );
-                }
+                let status = match &error {
+                    watcher::Error::InitialListFailed(kube::Error::Api(status))
+                    | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => {
+                        Some(status.code)
+                    }
+                    _ => None,
+                };
+                let ended = match status {
+                    Some(404) => Ended::Absent(
+                        WatchState::NotServed,
+                        "the API server does not serve it: install its CRD (deploy/kubernetes/crds)"
+                            .into(),
+                    ),
+                    Some(403) => Ended::Absent(
+                        WatchState::Forbidden,
+                        format!(
+                            "RBAC does not let uplink list {}: deploy/kubernetes/rbac.yaml grants it",
+                            kind.plural
+                        ),
+                    ),
+                    _ => Ended::Failed(error.to_string()),
+                };
+                return (ended, listed);
             }
         }
     }
+    (Ended::Failed("the watch ended".into()), listed)
 }
 
 impl Shared {
-    fn update(&self, index: usize, change: impl FnOnce(&mut KindState)) {
+    fn update<T: Default>(&self, index: usize, change: impl FnOnce(&mut KindState) -> T) -> T {
         let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(state) = kinds.get_mut(index) {
-            change(state);
-        }
+        let out = kinds.get_mut(index).map(change).unwrap_or_default();
         drop(kinds);
         self.changed.notify_one();
+        out
     }
 
-    fn note_ingress(&self, kind: &Kind, object: &DynamicObject, deleted: bool) {
+    fn health<T>(&self, change: impl FnOnce(&mut SourceHealth) -> T) -> T {
+        health::update(&self.health, change)
+    }
+
+    /// A kind's object count after a change.
+    fn count(&self, kind: &Kind, count: usize) {
+        self.health(|h| {
+            if let Some(k) = h.kind_mut(kind.kind) {
+                k.objects = count;
+            }
+        });
+    }
+
+    fn note_service(&self, kind: &Kind, object: &DynamicObject, deleted: bool) {
         if kind.kind != "Service" {
             return;
         }
@@ -226,12 +378,12 @@ impl Shared {
             object.metadata.namespace.as_deref().unwrap_or("default"),
             object.metadata.name.as_deref().unwrap_or_default()
         );
-        let mut ingresses = self.ingresses.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut services = self.services.lock().unwrap_or_else(PoisonError::into_inner);
         if deleted {
-            ingresses.remove(&key);
+            services.remove(&key);
             return;
         }
-        let listed = object
+        let ingress = object
             .data
             .pointer("/status/loadBalancer/ingress")
             .and_then(Value::as_array)
@@ -242,7 +394,7 @@ impl Shared {
                     .collect()
             })
             .unwrap_or_default();
-        ingresses.insert(key, listed);
+        services.insert(key, SeenService { uid: object.metadata.uid.clone(), ingress });
     }
 }
 
@@ -269,6 +421,7 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
             objects.sort();
             objects
         };
+        let count = objects.len();
         publish.send_if_modified(|current| {
             if current.objects == objects {
                 return false;
@@ -276,12 +429,16 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
             *current = Arc::new(ApiObjects { objects });
             true
         });
+        shared.health(|h| {
+            h.last_sync = Some(health::unix_now());
+            h.objects = count;
+        });
     }
 }
 
 /// An object as a config source: its name, and its text with only what the config reads —
 /// `status` and the server's metadata go, so neither our status writes nor the apiserver's
-/// bookkeeping make a new set.
+/// bookkeeping make a new set. An EgressIP keeps its status: which node holds each address.
 fn reduce(kind: &Kind, object: DynamicObject) -> (PathBuf, String) {
     let name = object.metadata.name.clone().unwrap_or_default();
     let path = match &object.metadata.namespace {
@@ -305,17 +462,17 @@ fn reduce(kind: &Kind, object: DynamicObject) -> (PathBuf, String) {
             .insert("annotations".into(), serde_json::to_value(annotations).unwrap_or_default());
     }
     let mut top = serde_json::Map::new();
-    let api_version = if kind.group.is_empty() {
-        kind.version.to_string()
-    } else {
-        format!("{}/{}", kind.group, kind.version)
-    };
-    top.insert("apiVersion".into(), Value::from(api_version));
+    top.insert("apiVersion".into(), Value::from(kind.api_version()));
     top.insert("kind".into(), Value::from(kind.kind));
     top.insert("metadata".into(), Value::Object(metadata));
     if let Value::Object(data) = object.data {
         for (key, value) in data {
-            if key != "status" && key != "apiVersion" && key != "kind" && key != "metadata" {
+            let wanted = match key.as_str() {
+                "apiVersion" | "kind" | "metadata" => false,
+                "status" => kind.kind == "EgressIP",
+                _ => true,
+            };
+            if wanted {
                 top.insert(key, value);
             }
         }

@@ -76,7 +76,14 @@ pub struct Reloader {
     pub metrics: watch::Sender<metrics::Published>,
     /// Objects from the Kubernetes API (`[kubernetes]`): a reload when they change, and part
     /// of every reload's config.
-    pub api: Option<watch::Receiver<Arc<config::ApiObjects>>>,
+    pub api: Option<ApiInput>,
+}
+
+/// The Kubernetes source as the reloader sees it.
+pub struct ApiInput {
+    pub objects: watch::Receiver<Arc<config::ApiObjects>>,
+    /// Where the reloader records the objects it refused and whether a set applied.
+    pub health: crate::kubernetes::Health,
 }
 
 /// Reload outcomes for the metrics endpoint (named after Prometheus's own
@@ -206,6 +213,18 @@ impl ReloadOutcome {
         }
     }
 
+    /// Why a rejected reload was rejected, in one text.
+    fn rejection(&self) -> String {
+        match &self.error {
+            Some(error) => error.clone(),
+            None => {
+                let errors: Vec<String> =
+                    self.config_errors.iter().map(|e| e.to_string()).collect();
+                errors.join("\n")
+            }
+        }
+    }
+
     /// Logs what happened, one line per change, so SIGHUP leaves the same record as
     /// `uplink reload`.
     fn log(&self) {
@@ -302,7 +321,7 @@ impl Reloader {
             }
         };
         let mut links = self.network.view();
-        let mut api = self.api.clone();
+        let mut api = self.api.as_ref().map(|api| api.objects.clone());
         tokio::spawn(async move {
             loop {
                 let reply = tokio::select! {
@@ -331,7 +350,7 @@ impl Reloader {
     async fn reload(&self) -> ReloadOutcome {
         let (loaded, refused) = match &self.api {
             Some(api) => {
-                let objects = api.borrow().clone();
+                let objects = api.objects.borrow().clone();
                 config::load_with_api(&self.config_path, &objects)
             }
             None => (config::load(&self.config_path), Vec::new()),
@@ -344,6 +363,13 @@ impl Reloader {
                 outcome
             }
         };
+        if let Some(api) = &self.api {
+            crate::kubernetes::health::update(&api.health, |health| {
+                health.set_refused(&refused);
+                health.applied |= outcome.applied;
+                health.last_reload = (!outcome.applied).then(|| outcome.rejection());
+            });
+        }
         outcome.refused_objects = refused;
         outcome
     }
@@ -618,7 +644,11 @@ impl Reloader {
                 old.fib.nexthop_compat_mode, config.fib.nexthop_compat_mode
             ));
         }
-        if config.kubernetes != old.kubernetes {
+        // The class is read at every load, so it applies now; the connection does not move.
+        let connection = |k: &Option<config::KubernetesConfig>| {
+            k.as_ref().map(|k| (k.kubeconfig.clone(), k.namespace.clone()))
+        };
+        if connection(&config.kubernetes) != connection(&old.kubernetes) {
             outcome.node.push(
                 "kubernetes: the source keeps its connection and namespace; the change applies \
                  when uplink starts next"

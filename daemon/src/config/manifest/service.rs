@@ -1,14 +1,14 @@
 //! Kubernetes `Service` (`v1`) and `EndpointSlice` (`discovery.k8s.io/v1`) as MetalLB's speaker
 //! reads them: a Service of `type: LoadBalancer` becomes a `[[services]]` entry whose endpoints
 //! are the ready endpoints of the EndpointSlices labelled `kubernetes.io/service-name` with its
-//! name, in its namespace — from any manifest of the config (or, later, from the API). The
+//! name, in its namespace — from any manifest of the config or from the API. The
 //! entry says `announce_without_endpoints = false`: a Service with no ready endpoint is not
 //! announced, as MetalLB does, where a TOML `[[services]]` without endpoints is plain anycast.
 //!
 //! What a Service's spec holds beyond what decides the announcement (ports, selector, cluster
 //! IPs, session affinity, ...) is Kubernetes' business and accepted as it is. A Service of
-//! another type, or one that names a `loadBalancerClass` (another load balancer's), is skipped
-//! as MetalLB skips it.
+//! another type, or of another `loadBalancerClass` than `[kubernetes] load_balancer_class`
+//! (none: only Services without a class), is skipped as MetalLB skips it.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use serde_norway::{Mapping, Value};
 
 use super::super::validate::Fragment;
-use super::{labels_value, list, Document, Meta};
+use super::{labels_value, list, Context, Document, Meta};
 
 /// `metallb.io/address-pool`: the pool to allocate from.
 const ADDRESS_POOL: &str = "metallb.io/address-pool";
@@ -179,13 +179,16 @@ impl Document<'_> {
         &mut self,
         mut spec: Mapping,
         meta: Meta,
-        endpoints: &EndpointIndex,
+        context: &Context<'_>,
     ) -> Option<Fragment> {
+        let endpoints = context.endpoints;
         let service_type = spec.remove("type");
         if service_type.as_ref().and_then(Value::as_str) != Some("LoadBalancer") {
             return None;
         }
-        if spec.remove("loadBalancerClass").is_some_and(|class| !class.is_null()) {
+        // MetalLB's `--lb-class`: the Services of the configured class, or without a class.
+        let class = spec.remove("loadBalancerClass");
+        if class.as_ref().and_then(Value::as_str) != context.load_balancer_class {
             return None;
         }
         for field in IGNORED_SPEC_FIELDS {
@@ -196,6 +199,9 @@ impl Document<'_> {
         entry.insert(Value::from("name"), Value::from(meta.name.as_str()));
         entry.insert(Value::from("namespace"), Value::from(namespace.as_str()));
         entry.insert(Value::from("labels"), labels_value(&meta.labels));
+        if let Some(labels) = context.namespaces.labels(&namespace) {
+            entry.insert(Value::from("namespace_labels"), labels_value(labels));
+        }
         if meta.annotations.contains_key(ALLOW_SHARED_IP) {
             self.fail(
                 &format!("metadata.annotations[{ALLOW_SHARED_IP}]"),
@@ -429,6 +435,61 @@ endpoints:
         ] {
             let config = load(&[("a.yaml", &other(spec))]).unwrap_or_else(|e| panic!("{e}"));
             assert!(config.announce.services.is_empty(), "{spec}");
+        }
+    }
+
+    /// A pool's `namespaceSelectors` match the labels of the Service's `Namespace` object,
+    /// as MetalLB's controller reads them (the apiserver's `kubernetes.io/metadata.name`
+    /// included); a Service in a namespace the config has no object for matches none.
+    #[test]
+    fn namespace_labels_choose_the_pool() {
+        let pools = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: gold}\nspec:\n  addresses: [198.51.100.0/28]\n  serviceAllocation:\n    namespaceSelectors:\n    - matchLabels: {tier: gold}\n---\napiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: plain}\nspec:\n  addresses: [192.0.2.0/28]\n";
+        let namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  labels: {tier: gold, kubernetes.io/metadata.name: shop}\nspec: {finalizers: [kubernetes]}\nstatus: {phase: Active}\n";
+        let service = |ns: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: {ns}}}\nspec: {{type: LoadBalancer}}\n")
+        };
+        let address = |files: &[(&str, &str)]| {
+            let config = load(files).unwrap_or_else(|e| panic!("{e}"));
+            let announce = &config.announce;
+            let service = &announce.services[0];
+            crate::announce::allocate::allocate(&announce.pools, &announce.services)
+                .addresses_of(&service.key())
+        };
+        let shop = service("shop");
+        let within = |got: Vec<std::net::IpAddr>, pool: &str| {
+            let pool: ipnet::IpNet = pool.parse().unwrap();
+            assert!(got.len() == 1 && pool.contains(&got[0]), "{got:?} not from {pool}");
+        };
+        let got = address(&[("pools.yaml", pools), ("ns.yaml", namespace), ("svc.yaml", &shop)]);
+        within(got, "198.51.100.0/28");
+        let other = service("other");
+        let got = address(&[("pools.yaml", pools), ("ns.yaml", namespace), ("svc.yaml", &other)]);
+        within(got, "192.0.2.0/28");
+    }
+
+    /// `[kubernetes] load_balancer_class` (MetalLB's `--lb-class`): only Services of that
+    /// class; without it, only Services without a class.
+    #[test]
+    fn the_configured_load_balancer_class_is_answered_for() {
+        let service = |class: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: a}}\nspec: {{type: LoadBalancer{class}}}\n")
+        };
+        let class = "[kubernetes]\nload_balancer_class = \"uplink.example/bgp\"\n";
+        for (settings, spec, answered) in [
+            ("", "", true),
+            ("", ", loadBalancerClass: uplink.example/bgp", false),
+            (class, ", loadBalancerClass: uplink.example/bgp", true),
+            (class, "", false),
+            (class, ", loadBalancerClass: other.example/l2", false),
+        ] {
+            let config =
+                load(&[("pool.toml", POOL), ("k8s.toml", settings), ("a.yaml", &service(spec))])
+                    .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                config.announce.services.len(),
+                usize::from(answered),
+                "{settings:?} {spec:?}"
+            );
         }
     }
 

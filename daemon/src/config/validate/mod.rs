@@ -249,8 +249,10 @@ pub(crate) fn validate_file(
         };
         // Relative to the file's directory, as password_file.
         let kubeconfig = kubernetes.kubeconfig.map(|path| check.file_dir().join(path.get_ref()));
-        fragment.kubernetes =
-            namespace.map(|namespace| (KubernetesConfig { kubeconfig, namespace }, loc));
+        let load_balancer_class = kubernetes.load_balancer_class.map(|class| class.into_inner());
+        fragment.kubernetes = namespace.map(|namespace| {
+            (KubernetesConfig { kubeconfig, namespace, load_balancer_class }, loc)
+        });
     }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {

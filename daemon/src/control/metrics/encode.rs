@@ -177,6 +177,15 @@ fn families(snapshot: &Snapshot) -> Families {
         ];
         out.add(families::ANNOUNCEMENTS, labels, a.count);
     }
+    if let Some(k8s) = &snapshot.kubernetes {
+        out.add(families::K8S_CONFIG_LOADED, vec![], u64::from(k8s.loaded));
+        out.add(families::K8S_CONFIG_STALE, vec![], u64::from(k8s.stale));
+        for (kind, objects, up) in &k8s.kinds {
+            out.add(families::K8S_OBJECTS, vec![("kind", kind.clone())], *objects);
+            out.add(families::K8S_WATCH_UP, vec![("kind", kind.clone())], u64::from(*up));
+        }
+        out.add(families::K8S_REFUSED, vec![], k8s.refused);
+    }
     let reloads = &snapshot.reloads;
     out.add(families::RELOADS, vec![("result", "success".into())], reloads.succeeded);
     out.add(families::RELOADS, vec![("result", "failure".into())], reloads.failed);
@@ -205,7 +214,8 @@ fn families(snapshot: &Snapshot) -> Families {
 #[cfg(test)]
 mod tests {
     use super::super::gather::{
-        AnnouncementCount, FibNumbers, LocRib, PolicyEnactment, Prefixes, ReloadNumbers, Snapshot,
+        AnnouncementCount, FibNumbers, KubernetesNumbers, LocRib, PolicyEnactment, Prefixes,
+        ReloadNumbers, Snapshot,
     };
     use super::*;
     use crate::bfd::session::Counters;
@@ -321,6 +331,12 @@ mod tests {
                     since: 1900,
                 },
             ],
+            kubernetes: Some(KubernetesNumbers {
+                loaded: true,
+                stale: true,
+                kinds: vec![("Service".into(), 3, true), ("BGPPeer".into(), 0, false)],
+                refused: 1,
+            }),
         }
     }
 
@@ -362,8 +378,15 @@ mod tests {
                 );
             }
         }
-        // Every frrk8s_/metallb_ family is one of upstream's.
-        for (name, _) in types.iter().filter(|(n, _)| !n.starts_with("uplink_")) {
+        // MetalLB's Kubernetes client families, gauges as MetalLB declares them.
+        let k8s_client =
+            ["metallb_k8s_client_config_loaded_bool", "metallb_k8s_client_config_stale_bool"];
+        for name in k8s_client {
+            assert!(types.contains(&(name.to_string(), "gauge".to_string())), "{name}:\n{text}");
+        }
+        // Every other frrk8s_/metallb_ family is one of frr-k8s's.
+        let others = types.iter().filter(|(n, _)| !n.starts_with("uplink_"));
+        for (name, _) in others.filter(|(n, _)| !k8s_client.contains(&n.as_str())) {
             let frrk8s = name.replace("metallb_", "frrk8s_");
             assert!(FRRK8S.iter().any(|(n, _)| *n == frrk8s), "{name} is not upstream's");
         }
@@ -428,6 +451,9 @@ mod tests {
             ("uplink_network_policies", "gauge"),
             ("uplink_network_policy_status", "gauge"),
             ("uplink_network_policy_last_transition_timestamp_seconds", "gauge"),
+            ("uplink_kubernetes_objects", "gauge"),
+            ("uplink_kubernetes_watch_up", "gauge"),
+            ("uplink_kubernetes_refused_objects", "gauge"),
         ];
         let ours: Vec<(String, String)> =
             types.into_iter().filter(|(n, _)| n.starts_with("uplink_")).collect();
@@ -455,6 +481,11 @@ mod tests {
             Some("3")
         );
         assert_eq!(sample(&text, r#"uplink_config_reloads_total{result="failure"}"#), Some("1"));
+        // MetalLB's own names, for its alert rules.
+        assert_eq!(sample(&text, "metallb_k8s_client_config_loaded_bool"), Some("1"));
+        assert_eq!(sample(&text, "metallb_k8s_client_config_stale_bool"), Some("1"));
+        assert_eq!(sample(&text, r#"uplink_kubernetes_objects{kind="Service"}"#), Some("3"));
+        assert_eq!(sample(&text, r#"uplink_kubernetes_watch_up{kind="BGPPeer"}"#), Some("0"));
         assert_eq!(sample(&text, "uplink_config_last_reload_successful"), Some("0"));
         assert_eq!(
             sample(&text, "uplink_config_last_reload_success_timestamp_seconds"),

@@ -399,6 +399,48 @@ pub const RELOAD_SUCCESS_TIMESTAMP: Family = Family {
     labels: &[],
 };
 
+// The Kubernetes source, with `[kubernetes]`. The first two are MetalLB's speaker's, under
+// their names and meaning, so its alert rules (MetalLBStaleConfig, MetalLBConfigNotLoaded)
+// work unchanged.
+
+pub const K8S_CONFIG_LOADED: Family = Family {
+    name: "metallb_k8s_client_config_loaded_bool",
+    help: "1 if the configuration with the Kubernetes API's objects was loaded at least once",
+    kind: Kind::Gauge,
+    labels: &[],
+};
+
+pub const K8S_CONFIG_STALE: Family = Family {
+    name: "metallb_k8s_client_config_stale_bool",
+    help: "1 if running on a stale configuration: a watch of the API is failing or relisting, \
+           or an object was refused",
+    kind: Kind::Gauge,
+    labels: &[],
+};
+
+pub const K8S_OBJECTS: Family = Family {
+    name: "uplink_kubernetes_objects",
+    help: "Number of objects read from the Kubernetes API, by kind",
+    kind: Kind::Gauge,
+    labels: &["kind"],
+};
+
+pub const K8S_WATCH_UP: Family = Family {
+    name: "uplink_kubernetes_watch_up",
+    help: "1 if the kind is listed and watched, 0 if its watch is failing, relisting, not \
+           served (no CRD) or forbidden",
+    kind: Kind::Gauge,
+    labels: &["kind"],
+};
+
+pub const K8S_REFUSED: Family = Family {
+    name: "uplink_kubernetes_refused_objects",
+    help: "Number of objects from the Kubernetes API the config refused at the last reload \
+           (left out; `uplink show kubernetes` says why)",
+    kind: Kind::Gauge,
+    labels: &[],
+};
+
 pub const NETWORK_POLICIES: Family = Family {
     name: "uplink_network_policies",
     help: "Number of the node's selected network policies by enactment status (Pending, \

@@ -41,6 +41,8 @@ pub struct Sources {
     pub reloads: Arc<ReloadStats>,
     /// The running config: its selected network policies and where their enactments are kept.
     pub running: watch::Receiver<Arc<Config>>,
+    /// The Kubernetes source's record (`[kubernetes]`).
+    pub kubernetes: Option<crate::kubernetes::Health>,
 }
 
 /// One BGP neighbor.
@@ -124,6 +126,20 @@ pub struct Snapshot {
     pub announcements: Vec<AnnouncementCount>,
     pub reloads: ReloadNumbers,
     pub network_policies: Vec<PolicyEnactment>,
+    /// `None` without `[kubernetes]`.
+    pub kubernetes: Option<KubernetesNumbers>,
+}
+
+/// The Kubernetes source, as MetalLB's speaker exports its client's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesNumbers {
+    /// A config with the API's objects has been applied.
+    pub loaded: bool,
+    /// The config in force may differ from the cluster (a watch failing, an object refused).
+    pub stale: bool,
+    /// Per kind: objects held, and whether its watch is current.
+    pub kinds: Vec<(String, u64, bool)>,
+    pub refused: u64,
 }
 
 /// One selected network policy's enactment.
@@ -146,6 +162,7 @@ pub async fn gather(sources: &Sources) -> Snapshot {
         announcements: announcement_counts(&sources.announcer),
         reloads: reload_numbers(&sources.reloads),
         network_policies: policy_enactments(&sources.running.borrow()),
+        kubernetes: sources.kubernetes.as_ref().map(kubernetes_numbers),
     };
     for instance in instances.iter() {
         gather_instance(instance, &mut snapshot).await;
@@ -277,6 +294,22 @@ pub fn reason_label(reason: &Reason) -> &'static str {
         Reason::NoHostSubnet => "no_host_subnet",
         Reason::UnknownPeers { .. } => "unknown_peers",
         Reason::NoMatchingRouter { .. } => "no_matching_router",
+    }
+}
+
+fn kubernetes_numbers(health: &crate::kubernetes::Health) -> KubernetesNumbers {
+    use crate::kubernetes::health::WatchState;
+    let record = crate::kubernetes::health::read(health);
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    KubernetesNumbers {
+        loaded: record.applied,
+        stale: record.stale(),
+        kinds: record
+            .kinds
+            .iter()
+            .map(|k| (k.kind.clone(), count(k.objects), k.state == WatchState::Watching))
+            .collect(),
+        refused: count(record.refused.len()),
     }
 }
 

@@ -1,0 +1,175 @@
+//! Events on the Services uplink reads from the API, under MetalLB's reasons and wording, so
+//! `kubectl describe service` tells what happened as it does with MetalLB:
+//! - `IPAllocated` "Assigned IP [...]" from the node whose status write put the addresses in;
+//! - `nodeAssigned` "announcing from node "wk1" with protocol "bgp"" from each node that starts
+//!   announcing the Service;
+//! - `AllocationFailed` (Warning) "Failed to allocate IP for "ns/name": ..." when no address
+//!   can be had;
+//! - `notAnnounced` "not announcing from node "wk1": ..." with the reason, when this node stops
+//!   announcing it or never did (uplink's own: MetalLB's speaker says nothing then).
+//!
+//! Each node reports for itself (the event's reporting instance is the node); an event is sent
+//! when the Service's state on this node changes, not at every recomputation, and each one
+//! stands alone (a new state is a new event with its own message).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+use tokio::sync::{watch as channel, Mutex};
+use tracing::warn;
+
+use super::watch::Services;
+use crate::announce::compute::{Announcements, Origin, Reason, State};
+use crate::announce::runtime::AnnouncerHandle;
+use crate::config::{is_api_source, Config};
+use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
+
+/// The reporting controller of every event (`reportingController` must be a qualified name).
+const CONTROLLER: &str = "uplink.io/speaker";
+
+/// Sends this node's events.
+pub(super) struct Events {
+    client: Client,
+    reporter: Reporter,
+    services: Services,
+    node: String,
+    failures: Mutex<LogThrottle>,
+}
+
+/// One Service's state on this node, as an event says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Told {
+    warning: bool,
+    reason: &'static str,
+    note: String,
+}
+
+impl Events {
+    pub fn new(client: Client, node: &str, services: Services) -> Arc<Self> {
+        let reporter =
+            Reporter { controller: CONTROLLER.to_string(), instance: Some(node.to_string()) };
+        Arc::new(Self {
+            client,
+            reporter,
+            services,
+            node: node.to_string(),
+            failures: Mutex::new(LogThrottle::new(LOG_PERIOD)),
+        })
+    }
+
+    /// `IPAllocated`, after this node wrote the Service's addresses.
+    pub async fn allocated(&self, key: &str, addresses: &[IpAddr]) {
+        let listed: Vec<String> = addresses.iter().map(IpAddr::to_string).collect();
+        let told =
+            Told { warning: false, reason: "IPAllocated", note: format!("Assigned IP {listed:?}") };
+        self.send(key, &told).await;
+    }
+
+    async fn send(&self, key: &str, told: &Told) {
+        let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+        let uid = self
+            .services
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .and_then(|s| s.uid.clone());
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some(namespace.to_string()),
+            name: Some(name.to_string()),
+            uid,
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: if told.warning { EventType::Warning } else { EventType::Normal },
+            reason: told.reason.to_string(),
+            note: Some(told.note.clone()),
+            action: "Announce".to_string(),
+            secondary: None,
+        };
+        // A recorder of its own for each: kube's keeps the first note of a reason and counts
+        // the next ones into its series, and a new state must say its own why. Events are
+        // sent on state changes only, so there is no flood to fold.
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(e) = recorder.publish(&event, &regarding).await {
+            if let Some(held_back) = self.failures.lock().await.event(Instant::now()) {
+                warn!(service = %key, "cannot send the Service's event {}: {e}{}", told.reason, held_back_note(held_back));
+            }
+        }
+    }
+}
+
+/// Sends an event whenever a Service read from the API changes state on this node.
+pub(super) fn spawn(
+    events: Arc<Events>,
+    announcer: AnnouncerHandle,
+    running: channel::Receiver<Arc<Config>>,
+) {
+    let mut changes = announcer.changes();
+    tokio::spawn(async move {
+        let mut told: BTreeMap<String, Told> = BTreeMap::new();
+        loop {
+            let announcements = changes.borrow_and_update().clone();
+            let config = running.borrow().clone();
+            let now = states(&announcements, &config, &events.node);
+            for (key, state) in &now {
+                if told.get(key) != Some(state) {
+                    events.send(key, state).await;
+                }
+            }
+            told = now;
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// Each API Service's state on this node: announced if any of its prefixes is, else why not.
+fn states(announcements: &Announcements, config: &Config, node: &str) -> BTreeMap<String, Told> {
+    let from_api: BTreeSet<String> = config
+        .announce
+        .services
+        .iter()
+        .filter(|service| service.sources.iter().any(|source| is_api_source(source)))
+        .map(|service| service.key())
+        .collect();
+    let mut out: BTreeMap<String, Told> = BTreeMap::new();
+    for candidate in &announcements.candidates {
+        let Origin::Service { service, .. } = &candidate.origin else { continue };
+        if !from_api.contains(service) {
+            continue;
+        }
+        let told = match &candidate.state {
+            State::Announced { .. } => Told {
+                warning: false,
+                reason: "nodeAssigned",
+                note: format!("announcing from node {node:?} with protocol \"bgp\""),
+            },
+            State::Withdrawn { reason: Reason::NoAddress { error } } => Told {
+                warning: true,
+                reason: "AllocationFailed",
+                note: format!("Failed to allocate IP for {service:?}: {error}"),
+            },
+            State::Withdrawn { reason } => Told {
+                warning: false,
+                reason: "notAnnounced",
+                note: format!("not announcing from node {node:?}: {reason}"),
+            },
+        };
+        match out.get(service) {
+            // One family announced is the Service announced.
+            Some(kept) if kept.reason == "nodeAssigned" => {}
+            _ => {
+                out.insert(service.clone(), told);
+            }
+        }
+    }
+    out
+}
