@@ -1,6 +1,6 @@
 //! What the Kubernetes source knows about itself, for `uplink show kubernetes` and the metrics:
-//! the API server, each kind's watch, the status writes, and the objects the config refused.
-//! The watchers, the status writer and the reloader each write their part; readers take a copy.
+//! the API server, each kind's watch, the writes, and the objects the config refused. The
+//! watchers, the writers and the reloader each write their part; readers take a copy.
 // Written by the source, which needs the `kubernetes` feature.
 #![cfg_attr(not(feature = "kubernetes"), allow(dead_code))]
 
@@ -30,7 +30,8 @@ pub struct SourceHealth {
     pub kinds: Vec<KindHealth>,
     /// Objects the config refused at the last reload (the rest applies without them).
     pub refused: Vec<RefusedObject>,
-    /// Whether a set read from the API has been applied by this run.
+    /// Whether a config with the API's objects (read, or kept by the last run) has been
+    /// applied by this run: MetalLB's `config_loaded_bool`.
     pub applied: bool,
     /// Why the last reload was rejected; `None` when it applied.
     pub last_reload: Option<String>,
