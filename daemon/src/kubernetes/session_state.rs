@@ -52,21 +52,17 @@ pub(super) fn spawn(
                 .collect();
             match sync(&api, &node, &wanted, &mut written).await {
                 Ok(writes) => health::update(&health, |h| h.session_writes.succeeded += writes),
-                Err(e) if e.code() == Some(404) => {
+                Err(kube::Error::Api(status)) if status.code == 404 => {
                     info!("BGPSessionState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): session states are not written");
                     return;
                 }
                 Err(e) => {
                     if let Some(held_back) = failures.event(Instant::now()) {
-                        warn!(
-                            "cannot write BGPSessionState: {}{}",
-                            e.text,
-                            held_back_note(held_back)
-                        );
+                        warn!("cannot write BGPSessionState: {e}{}", held_back_note(held_back));
                     }
                     health::update(&health, |h| {
                         h.session_writes.failed += 1;
-                        h.session_writes.last_error = Some(e.text);
+                        h.session_writes.last_error = Some(e.to_string());
                     });
                     tokio::select! {
                         changed = reports.changed() => if changed.is_err() { return },
@@ -82,35 +78,13 @@ pub(super) fn spawn(
     });
 }
 
-/// A failed request: its HTTP status when the API answered, and what to say.
-struct Failure {
-    status: Option<u16>,
-    text: String,
-}
-
-impl Failure {
-    fn code(&self) -> Option<u16> {
-        self.status
-    }
-}
-
-impl From<kube::Error> for Failure {
-    fn from(error: kube::Error) -> Self {
-        let status = match &error {
-            kube::Error::Api(status) => Some(status.code),
-            _ => None,
-        };
-        Failure { status, text: error.to_string() }
-    }
-}
-
 /// Brings the API's objects of this node to `wanted`; how many it wrote.
 async fn sync(
     api: &Api<DynamicObject>,
     node: &str,
     wanted: &BTreeMap<String, SessionReport>,
     written: &mut Option<BTreeMap<String, Option<SessionReport>>>,
-) -> Result<u64, Failure> {
+) -> Result<u64, kube::Error> {
     let mut writes = 0;
     if written.is_none() {
         // The first time: what a previous run left is listed, so what is gone gets deleted.
@@ -165,7 +139,7 @@ async fn sync(
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
         held.remove(&name);
     }
