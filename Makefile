@@ -13,7 +13,7 @@ FEATURES := netconf kubernetes
 LAB_PKGS := frr iproute2 procps openssl
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus prometheus systemd
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib bench-failover
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib bench-failover bench-k8s
 
 all: build
 
@@ -112,6 +112,16 @@ bench-failover: deps-test
 	cargo build --release -p uplink --bin uplink
 	cargo build --release -p uplink-inject
 	./bench/failover.sh $(FAILOVER_COUNTS)
+
+# The Kubernetes source at a cluster's size: 10,000 Services with 50,000 endpoints over 500 Nodes
+# in the test apiserver, uplink (release build) and FRR (docs/BENCHMARKS.md; root; about 15
+# minutes; not part of `make test`). BENCH_SERVICES and BENCH_NODES change the size.
+bench-k8s: deps-test testenv
+	@./scripts/apt-install curl
+	cargo build --release -p uplink --bin uplink --features "$(FEATURES)"
+	cp $(TARGET_DIR)/release/uplink /tmp/uplink-bench-k8s
+	UPLINK_BIN=/tmp/uplink-bench-k8s cargo test -p uplink --features "$(FEATURES)" \
+		--test kubernetes_bench -- --ignored --nocapture
 
 # Nix files (flake.nix, nix/): every .nix file parsed, the pure pieces evaluated and the VM
 # test's uplink settings run through `uplink check`. Nix packages cannot be fetched on these

@@ -6,200 +6,9 @@
 
 mod common;
 use common::*;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const UP: Duration = Duration::from_secs(60);
-
-/// The control plane's address on its link to the node.
-const API_ADDRESS: &str = "10.99.0.1";
-
-fn testenv_bin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../k8s/testenv/bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `make testenv` (make test does) to build the test control plane",
-        path.display()
-    );
-    path
-}
-
-/// etcd and kube-apiserver in `ns`, and kubectl as a cluster admin.
-struct ControlPlane {
-    ns: Ns,
-    admin_kubeconfig: PathBuf,
-    /// The cluster CA's certificate file, for kubeconfigs.
-    ca_file: PathBuf,
-    /// kube-apiserver's arguments, to start it again.
-    apiserver_args: Vec<String>,
-}
-
-impl ControlPlane {
-    /// The control plane, its apiserver reachable at `API_ADDRESS` and at `more_addresses`
-    /// (its serving certificate names them all).
-    fn start(lab: &mut Lab, ns: &Ns, more_addresses: &[&str]) -> ControlPlane {
-        let dir = lab.path("control-plane");
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
-        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
-
-        // A cluster CA; the apiserver's serving certificate; an admin client certificate
-        // (system:masters); the ServiceAccount token signing key.
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "uplink-test-ca");
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let signed = |sans: Vec<String>, cn: &str, org: Option<&str>| {
-            let key = rcgen::KeyPair::generate().unwrap();
-            let mut params = rcgen::CertificateParams::new(sans).unwrap();
-            params.distinguished_name.push(rcgen::DnType::CommonName, cn);
-            if let Some(org) = org {
-                params.distinguished_name.push(rcgen::DnType::OrganizationName, org);
-            }
-            let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-            (cert.pem(), key.serialize_pem())
-        };
-        let mut sans: Vec<String> =
-            vec![API_ADDRESS.into(), "127.0.0.1".into(), "localhost".into(), "kubernetes".into()];
-        sans.extend(more_addresses.iter().map(|a| a.to_string()));
-        let (serving, serving_key) = signed(sans, "kube-apiserver", None);
-        let (admin, admin_key) = signed(vec![], "admin", Some("system:masters"));
-        let sa_key = rcgen::KeyPair::generate().unwrap();
-        write("ca.crt", &ca.pem());
-        write("apiserver.crt", &serving);
-        write("apiserver.key", &serving_key);
-        write("sa.key", &sa_key.serialize_pem());
-        write("sa.pub", &sa_key.public_key_pem());
-        write(
-            "admin.kubeconfig",
-            &kubeconfig(
-                &dir.join("ca.crt"),
-                "https://127.0.0.1:6443",
-                &format!(
-                    "client-certificate: {}\n    client-key: {}",
-                    file("admin.crt"),
-                    file("admin.key")
-                ),
-            ),
-        );
-        write("admin.crt", &admin);
-        write("admin.key", &admin_key);
-
-        let mut etcd = ns.command(testenv_bin("etcd").to_str().unwrap());
-        etcd.args([
-            "--data-dir",
-            &file("etcd"),
-            "--listen-client-urls",
-            "http://127.0.0.1:2379",
-            "--advertise-client-urls",
-            "http://127.0.0.1:2379",
-            "--listen-peer-urls",
-            "http://127.0.0.1:2380",
-            "--log-level",
-            "warn",
-        ]);
-        lab.spawn("etcd", etcd);
-        let apiserver_args: Vec<String> = [
-            "--etcd-servers=http://127.0.0.1:2379".to_string(),
-            "--bind-address=0.0.0.0".into(),
-            "--secure-port=6443".into(),
-            format!("--advertise-address={API_ADDRESS}"),
-            format!("--tls-cert-file={}", file("apiserver.crt")),
-            format!("--tls-private-key-file={}", file("apiserver.key")),
-            format!("--client-ca-file={}", file("ca.crt")),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!("--service-account-key-file={}", file("sa.pub")),
-            format!("--service-account-signing-key-file={}", file("sa.key")),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--authorization-mode=Node,RBAC".into(),
-            format!("--cert-dir={}", file("certs")),
-        ]
-        .into();
-        let plane = ControlPlane {
-            ns: ns.clone(),
-            admin_kubeconfig: dir.join("admin.kubeconfig"),
-            ca_file: dir.join("ca.crt"),
-            apiserver_args,
-        };
-        plane.start_apiserver(lab);
-        plane
-    }
-
-    /// Starts kube-apiserver (again) and waits until it is ready.
-    fn start_apiserver(&self, lab: &mut Lab) {
-        let mut apiserver = self.ns.command(testenv_bin("kube-apiserver").to_str().unwrap());
-        apiserver.args(&self.apiserver_args);
-        lab.spawn("kube-apiserver", apiserver);
-        // A slow machine takes a while to build the apiserver's caches: wait for it to say so.
-        wait_for("the apiserver is ready", Duration::from_secs(180), || {
-            self.try_kubectl(&["get", "--raw", "/readyz"]).map(|_| ())
-        });
-    }
-
-    fn try_kubectl(&self, args: &[&str]) -> Result<String, String> {
-        let mut full = vec![
-            testenv_bin("kubectl").to_str().unwrap().to_string(),
-            "--kubeconfig".into(),
-            self.admin_kubeconfig.to_str().unwrap().to_string(),
-        ];
-        full.extend(args.iter().map(|a| a.to_string()));
-        let full: Vec<&str> = full.iter().map(String::as_str).collect();
-        match self.ns.try_run(&full) {
-            (true, out) => Ok(out),
-            (false, out) => Err(out),
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> String {
-        self.try_kubectl(args).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
-    }
-
-    /// `kubectl apply` of `yaml`.
-    fn apply(&self, lab: &Lab, yaml: &str) {
-        let path = lab.path("apply.yaml");
-        std::fs::write(&path, yaml).unwrap();
-        self.kubectl(&["apply", "-f", path.to_str().unwrap()]);
-    }
-
-    /// A kubeconfig for the `uplink` ServiceAccount (RBAC from deploy/kubernetes/rbac.yaml),
-    /// with a token from the TokenRequest API, for the apiserver at `address`.
-    fn uplink_kubeconfig(&self, address: &str) -> String {
-        self.kubectl(&["apply", "-f", deploy("rbac.yaml").to_str().unwrap()]);
-        let token =
-            self.kubectl(&["create", "token", "uplink", "-n", "uplink-system", "--duration=2h"]);
-        kubeconfig(
-            &self.ca_file,
-            &format!("https://{address}:6443"),
-            &format!("token: {}", token.trim()),
-        )
-    }
-
-    /// The CRDs uplink ships (deploy/kubernetes/crds), installed and established.
-    fn install_crds(&self) {
-        self.kubectl(&["apply", "-f", deploy("crds").to_str().unwrap()]);
-        self.kubectl(&["wait", "--for", "condition=Established", "--timeout=120s", "crd", "--all"]);
-    }
-}
-
-/// A file under deploy/kubernetes.
-fn deploy(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes").join(name)
-}
-
-/// A kubeconfig for `server`, trusting the CA in `ca_file`, as the `user` lines say.
-fn kubeconfig(ca_file: &Path, server: &str, user: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster:
-    server: {server}
-    certificate-authority: {}\nusers:\n- name: user\n  user:\n    {user}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: user\ncurrent-context: test\n",
-        ca_file.display()
-    )
-}
 
 fn node_config() -> String {
     r#"
@@ -297,7 +106,7 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     let node = lab.ns("node");
     let tor_ns = lab.ns("tor");
     lab.link(&control, &[&format!("{API_ADDRESS}/24")], &node, &["10.99.0.2/24"]);
-    lab.link(&node, &["10.99.1.2/24"], &tor_ns, &["10.99.1.1/24"]);
+    let (to_tor, _) = lab.link(&node, &["10.99.1.2/24"], &tor_ns, &["10.99.1.1/24"]);
     let tor = Frr::start(
         &mut lab,
         &tor_ns,
@@ -330,7 +139,15 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     let dir = lab.path("wk1");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("kubeconfig"), plane.uplink_kubeconfig(API_ADDRESS)).unwrap();
-    let uplink = Uplink::start(&mut lab, &node, "wk1", &node_config());
+    // Policies go through nmstate's kernel mode here (the host test tier has no
+    // NetworkManager in this namespace; daemon/tests/netconf.rs drives a real one).
+    let state_dir = lab.path("wk1/state");
+    let config = format!(
+        "{}\n[network]\nbackend = \"kernel\"\nstate_dir = \"{}\"\nprobes = {{ timeout = \"3s\", pre_timeout = \"2s\", interval = \"500ms\" }}\n",
+        node_config(),
+        state_dir.display()
+    );
+    let uplink = Uplink::start(&mut lab, &node, "wk1", &config);
     wait_for("the session with the tor", UP, || match tor.peer_state("ipv4Unicast", "10.99.1.2") {
         s if s == "Established" => Ok(()),
         s => Err(s),
@@ -417,6 +234,127 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
             .to_string();
         (!state.is_empty() && state != "Established").then_some(()).ok_or(s)
     });
+
+    network_policies_from_the_api(&lab, &plane, &uplink, &to_tor);
+}
+
+/// kubernetes-nmstate's objects for an NNCP read from the API: the node's enactment as an NNCE
+/// that says what `uplink show network enactments` says, and the policy's conditions counted
+/// from it; a policy that fails on the node is rolled back, Failing, and refuses no reload; a
+/// policy no node selects is Ignored; a deleted policy's NNCE goes.
+fn network_policies_from_the_api(lab: &Lab, plane: &ControlPlane, uplink: &Uplink, to_tor: &str) {
+    let policy = |name: &str, rack: &str, addresses: &[&str]| {
+        let addresses: Vec<String> =
+            addresses.iter().map(|a| format!("{{ip: {a}, prefix-length: 24}}")).collect();
+        format!(
+            "apiVersion: nmstate.io/v1\nkind: NodeNetworkConfigurationPolicy\nmetadata: {{name: {name}}}\nspec:\n  nodeSelector: {{rack: {rack}}}\n  desiredState:\n    interfaces:\n    - name: {to_tor}\n      type: ethernet\n      state: up\n      ipv4: {{enabled: true, dhcp: false, address: [{}]}}\n",
+            addresses.join(", ")
+        )
+    };
+    let true_condition = |kind: &str, name: &str| {
+        plane.try_kubectl(&[
+            "get",
+            kind,
+            name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.status==\"True\")].type}/{.status.conditions[?(@.status==\"True\")].reason}: {.status.conditions[?(@.status==\"True\")].message}",
+        ])
+    };
+    // A second address on the tor link: applied, its probes pass.
+    plane.apply(lab, &policy("second-address", "r1", &["10.99.1.2", "10.99.1.3"]));
+    let nnce = "wk1.second-address";
+    wait_for("the enactment of second-address", UP, || match true_condition("nnce", nnce) {
+        Ok(c) if c.starts_with("Available/SuccessfullyConfigured: ") => Ok(()),
+        other => Err(format!("{other:?}; uplink log:\n{}", lab.dump_logs())),
+    });
+    let out = uplink.ns.run(&[
+        uplink_bin(),
+        "show",
+        "network",
+        "enactments",
+        "--json",
+        "--config",
+        uplink.config.to_str().unwrap(),
+    ]);
+    let enactments: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let file = enactments
+        .as_array()
+        .and_then(|all| all.iter().find(|e| e["policy"] == "second-address"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(file["status"], "Available", "{out}");
+    let object: serde_json::Value =
+        serde_json::from_str(&plane.kubectl(&["get", "nnce", nnce, "-o", "json"])).unwrap();
+    let status = &object["status"];
+    assert_eq!(
+        status["desiredState"], file["desired_state"],
+        "the NNCE's desired state is the enactment's"
+    );
+    let message = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
+        .map(|c| c["message"].clone())
+        .unwrap_or_default();
+    assert_eq!(message, file["message"], "{object}");
+    let labels = &object["metadata"]["labels"];
+    assert_eq!(labels["nmstate.io/node"], "wk1", "{object}");
+    assert_eq!(labels["nmstate.io/policy"], "second-address", "{object}");
+    assert_eq!(object["metadata"]["ownerReferences"][0]["kind"], "Node", "{object}");
+    assert!(status["policyGeneration"].as_i64().is_some(), "{object}");
+    assert!(uplink.ns.run(&["ip", "-4", "addr", "show", to_tor]).contains("10.99.1.3/24"));
+    wait_for("the policy's conditions", UP, || match true_condition("nncp", "second-address") {
+        Ok(c) if c == "Available/SuccessfullyConfigured: 1/1 nodes successfully configured" => {
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    });
+
+    // A deleted policy's enactment goes (before the next policy: one interface may be in one
+    // selected policy only).
+    plane.kubectl(&["delete", "nncp", "second-address"]);
+    wait_for("the deleted policy's enactment goes", UP, || {
+        match plane.try_kubectl(&["get", "nnce", nnce]) {
+            Err(e) if e.contains("NotFound") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
+    // Renumbering the link off the tor's subnet fails (nmstate's kernel mode does not verify
+    // it, or the probe of the BGP neighbor fails after it): rolled back, Failing on the node
+    // and Degraded on the policy, and no reload is refused for it.
+    plane.apply(lab, &policy("renumbered", "r1", &["10.99.9.2"]));
+    wait_for("the enactment of renumbered", UP, || {
+        match true_condition("nnce", "wk1.renumbered") {
+            Ok(c) if c.starts_with("Failing/FailedToConfigure: ") && c.contains("rolled back") => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    });
+    wait_for("the failed policy's conditions", UP, || match true_condition("nncp", "renumbered") {
+        Ok(c) if c == "Degraded/FailedToConfigure: 1/1 nodes failed to configure" => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    let addresses = uplink.ns.run(&["ip", "-4", "addr", "show", to_tor]);
+    assert!(
+        addresses.contains("10.99.1.2/24") && !addresses.contains("10.99.9.2"),
+        "not rolled back: {addresses}"
+    );
+    let health = uplink.json(&["show", "kubernetes"]).unwrap();
+    assert!(
+        health["last_reload"].is_null(),
+        "a failing policy from the API refused the reload: {health}"
+    );
+
+    // A policy for another rack: no enactment, Ignored.
+    plane.apply(lab, &policy("elsewhere", "r9", &["10.99.1.2"]));
+    wait_for("the unselected policy's conditions", UP, || {
+        match true_condition("nncp", "elsewhere") {
+            Ok(c) if c == "Ignored/NoMatchingNode: Policy does not match any node" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert!(plane.try_kubectl(&["get", "nnce", "wk1.elsewhere"]).is_err());
 }
 
 /// The TCP-MD5 key of the tor's session with wk1, in a Secret.
@@ -431,7 +369,9 @@ const TOR_KEY: &str = "s3cret-from-a-Secret";
 /// - wk1 cut off from the API while a Service is deleted: wk1 keeps announcing it (the API's
 ///   absence withdraws nothing) and withdraws it once it sees the API again;
 /// - `patch services/status` taken from uplink's role: the write is reported as forbidden and
-///   retried without a storm, routing goes on, and the status is written once the role is back.
+///   retried without a storm, routing goes on, and the status is written once the role is back;
+/// - a watch renewed from a revision etcd compacted: 410 Gone, listed again, no UPDATE, no
+///   session reset.
 #[test]
 fn the_api_away_or_wrong_loses_nothing() {
     let mut lab = Lab::new("k8s-away");
@@ -514,7 +454,7 @@ spec:
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("kubeconfig"), plane.uplink_kubeconfig(address)).unwrap();
         let config = format!(
-            "[node]\nname = \"{name}\"\n\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n{neighbors}"
+            "[node]\nname = \"{name}\"\n\n[kubernetes]\nkubeconfig = \"kubeconfig\"\nwatch_timeout = \"3s\"\n\n{neighbors}"
         );
         Uplink::start(lab, ns, name, &config)
     };
@@ -672,4 +612,46 @@ spec:
             }
         });
     assert_eq!(format!("{address}/32"), api_prefix, "the status names the announced address");
+
+    // A watch renewed from a resource version etcd has compacted away: 410 Gone, listed again,
+    // quietly. The apiserver returns without its watch cache (a watch then reads etcd, which
+    // answers a compacted revision with 410) and compacting every 5 s; the nodes renew their
+    // watches every 3 s (`watch_timeout`); writes move etcd's revision on.
+    let before = (updates("10.99.1.2"), updates("10.99.3.2"));
+    let up_since = |peer: &str| {
+        tor.json(&format!("show bgp neighbors {peer} json"))[peer]["bgpTimerUpEstablishedEpoch"]
+            .as_u64()
+            .unwrap_or_default()
+    };
+    let sessions = (up_since("10.99.1.2"), up_since("10.99.3.2"));
+    lab.stop("kube-apiserver");
+    plane.start_apiserver_with(&mut lab, &["--watch-cache=false", "--etcd-compaction-interval=5s"]);
+    let mut writes = 0;
+    let expired = wait_for("a watch renewal answered 410 Gone", Duration::from_secs(120), || {
+        writes += 1;
+        let _ =
+            plane.try_kubectl(&["create", "configmap", &format!("tick-{writes}"), "-n", "shop"]);
+        let v = node1.json(&["show", "kubernetes"])?;
+        v["kinds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| k["last_failure"].as_str())
+            .find(|failure| failure.contains("Expired"))
+            .map(str::to_string)
+            .ok_or_else(|| v.to_string())
+    });
+    for node in [&node1, &node2] {
+        wait_for("the node lists again after the 410 and is current", UP, || {
+            let v = node.json(&["show", "kubernetes"])?;
+            (v["stale"] == false).then_some(()).ok_or_else(|| v.to_string())
+        });
+    }
+    tor_hops(&tor, &api_prefix, &["10.99.1.2", "10.99.3.2"], "the tor keeps both next hops");
+    assert_eq!(
+        (updates("10.99.1.2"), updates("10.99.3.2")),
+        before,
+        "the 410's relist sent UPDATEs: {expired}"
+    );
+    assert_eq!((up_since("10.99.1.2"), up_since("10.99.3.2")), sessions, "a session was reset");
 }

@@ -311,7 +311,7 @@ fn slug(s: &str) -> String {
 /// A command of the Ansible controller's side (ansible-playbook, scp, objcopy, sha256sum), at
 /// the lowest CPU priority. In a fleet the controller is another machine; here it shares the
 /// CPU with the three VMs, and on one core a burst of it (Python's start-up for each task, an
-/// objcopy of the binary) kept them off the CPU for longer than BFD's 600 ms: r2 and wk1 saw
+/// objcopy of the binary) kept them off the CPU for longer than BFD's 600 ms of then: r2 and wk1 saw
 /// "Cease/BFD Down" right before the rollout's pre-flight check. Niced, it takes what the VMs
 /// leave.
 fn controller_command(program: &str) -> Command {

@@ -1372,6 +1372,40 @@ spec:
         assert_eq!(errors[0].field, "documents[0].status.items[1]");
     }
 
+    /// An EgressIP serves the pods of the namespaces it selects: its addresses join each one's
+    /// network — the primary ClusterUserDefinedNetwork that selects the namespace, or the
+    /// default network — as OVN-Kubernetes's RouteAdvertisements controller decides; one that
+    /// selects no namespace is announced nowhere.
+    #[test]
+    fn egress_ips_join_the_network_of_the_namespaces_they_serve() {
+        let cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {team: shop}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: bank, labels: {team: bank}}\n---\napiVersion: k8s.ovn.org/v1\nkind: ClusterUserDefinedNetwork\nmetadata: {name: blue}\nspec:\n  namespaceSelector: {matchLabels: {team: bank}}\n  network:\n    topology: Layer3\n    layer3:\n      role: Primary\n      subnets: [{cidr: 172.25.0.0/16}]\n";
+        let egress = |name: &str, address: &str| {
+            format!("---\napiVersion: k8s.ovn.org/v1\nkind: EgressIP\nmetadata: {{name: {name}}}\nspec:\n  egressIPs: [{address}]\n  namespaceSelector: {{matchLabels: {{team: {name}}}}}\nstatus:\n  items:\n  - {{node: wk1, egressIP: {address}}}\n")
+        };
+        let text = format!(
+            "{cluster}{}{}{}",
+            egress("shop", "172.18.20.50"),
+            egress("bank", "172.18.20.60"),
+            egress("nobody", "172.18.20.70")
+        );
+        let config = load("[node]\nname = \"wk1\"\n", &[(PathBuf::from("e.yaml"), text)])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut held: Vec<(String, Vec<IpAddr>)> = config
+            .announce
+            .networks
+            .iter()
+            .map(|n| (n.name.clone(), n.egress_ips.clone()))
+            .collect();
+        held.sort();
+        assert_eq!(
+            held,
+            vec![
+                ("blue".to_string(), vec![ip("172.18.20.60")]),
+                ("default".to_string(), vec![ip("172.18.20.50")])
+            ]
+        );
+    }
+
     /// Upstream's families: a neighbor's own, both with `dualStackAddressFamily: true`; the
     /// deprecated `disableMP` (which the CRDs default to false) changes nothing.
     #[test]

@@ -193,7 +193,12 @@ impl Written for KubernetesConfig {
             .load_balancer_class
             .as_ref()
             .map_or(String::new(), |class| format!(", load_balancer_class = \"{class}\""));
-        format!("{{ {kubeconfig}namespace = \"{}\"{class} }}", self.namespace)
+        let watch = if self.watch_timeout == super::model::DEFAULT_WATCH_TIMEOUT {
+            String::new()
+        } else {
+            format!(", watch_timeout = {}", self.watch_timeout.written())
+        };
+        format!("{{ {kubeconfig}namespace = \"{}\"{class}{watch} }}", self.namespace)
     }
 }
 

@@ -107,10 +107,17 @@ pub struct KubernetesConfig {
     /// The `spec.loadBalancerClass` of the Services uplink answers for, as MetalLB's
     /// `--lb-class`; `None`: those without a class.
     pub load_balancer_class: Option<String>,
+    /// How long one watch request lasts before it is renewed from where it was (the
+    /// `timeoutSeconds` of each watch).
+    #[serde(serialize_with = "duration::serialize")]
+    pub watch_timeout: Duration,
 }
 
 /// MetalLB's namespace, where its objects live unless `[kubernetes] namespace` says otherwise.
 pub const DEFAULT_KUBERNETES_NAMESPACE: &str = "metallb-system";
+
+/// kube's default watch timeout (client-go renews its watches every 5 to 10 minutes).
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(290);
 
 /// Node-wide graceful restart timers (RFC 4724); FRR's names and defaults.
 #[derive(Debug, Clone, PartialEq, Serialize)]

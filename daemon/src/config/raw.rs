@@ -90,7 +90,7 @@ pub(crate) struct RawMetrics {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a [kubernetes] table (kubeconfig, namespace, load_balancer_class)"
+    expecting = "a [kubernetes] table (kubeconfig, namespace, load_balancer_class, watch_timeout)"
 )]
 pub(crate) struct RawKubernetes {
     /// A kubeconfig file; left out: the in-cluster service account.
@@ -99,6 +99,8 @@ pub(crate) struct RawKubernetes {
     pub namespace: Option<S<String>>,
     /// The `loadBalancerClass` of the Services uplink answers for (MetalLB's `--lb-class`).
     pub load_balancer_class: Option<S<String>>,
+    /// How long one watch request lasts before it is renewed.
+    pub watch_timeout: Option<S<RawDuration>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -48,21 +48,29 @@ pub fn text(v: &Value) -> String {
         ago(&v["last_sync"]),
         v["objects"].as_u64().unwrap_or(0)
     );
-    let _ =
-        writeln!(out, "\n{:<32} {:<22} {:>7}  {:<12} Error", "Kind", "State", "Objects", "Listed");
+    let _ = writeln!(
+        out,
+        "\n{:<32} {:<22} {:>7}  {:<12} {:>5}  Error",
+        "Kind", "State", "Objects", "Listed", "Lists"
+    );
     for kind in v["kinds"].as_array().into_iter().flatten() {
         let mut state = s(&kind["state"]);
         if let Some(since) = kind["failing_since"].as_u64() {
             state = format!("{state} {} s", health::unix_now().saturating_sub(since));
         }
+        let error = match (kind["error"].as_str(), kind["last_failure"].as_str()) {
+            (Some(now), _) => now.to_string(),
+            (None, Some(last)) => format!("(last failure: {last})"),
+            (None, None) => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{:<32} {:<22} {:>7}  {:<12} {}",
+            "{:<32} {:<22} {:>7}  {:<12} {:>5}  {error}",
             s(&kind["kind"]),
             state,
             kind["objects"].as_u64().unwrap_or(0),
             ago(&kind["last_list"]),
-            s(&kind["error"])
+            kind["lists"].as_u64().unwrap_or(0),
         );
     }
     let refused = v["refused"].as_array().map(Vec::as_slice).unwrap_or_default();
@@ -76,6 +84,7 @@ pub fn text(v: &Value) -> String {
     for (key, what) in [
         ("status_writes", "status.loadBalancer.ingress writes"),
         ("session_writes", "BGPSessionState writes"),
+        ("enactment_writes", "NodeNetworkConfigurationEnactment writes"),
     ] {
         let writes = &v[key];
         let _ = writeln!(

@@ -39,6 +39,8 @@ pub struct SourceHealth {
     pub status_writes: WriteCounts,
     /// `BGPSessionState` writes.
     pub session_writes: WriteCounts,
+    /// `NodeNetworkConfigurationEnactment` and policy condition writes.
+    pub enactment_writes: WriteCounts,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -49,9 +51,14 @@ pub struct KindHealth {
     pub objects: usize,
     /// Unix seconds of the last complete list.
     pub last_list: Option<u64>,
+    /// Complete lists since the start: the first, and one after each failure (a `410 Gone`,
+    /// a lost connection).
+    pub lists: u64,
     /// Unix seconds since the watch has been failing, and why.
     pub failing_since: Option<u64>,
     pub error: Option<String>,
+    /// Why the watch failed last, kept after it recovered.
+    pub last_failure: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -120,8 +127,10 @@ impl SourceHealth {
             state: WatchState::Listing,
             objects: 0,
             last_list: None,
+            lists: 0,
             failing_since: None,
             error: None,
+            last_failure: None,
         });
     }
 

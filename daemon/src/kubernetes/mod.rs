@@ -15,14 +15,20 @@
 //!   which node, or why not).
 //! - `sessions` and `session_state`: each BGP session as frr-k8s's `BGPSessionState`;
 //!   `node_state`: the node's running config and last results as its `FRRNodeState`.
+//! - `enactment_writer`: each API policy's enactment on this node as kubernetes-nmstate's
+//!   `NodeNetworkConfigurationEnactment`, and the policies' conditions
+//!   (`nmstate_conditions`, pure).
 //! - `health`: what `uplink show kubernetes` and the metrics say about all of this.
 //!
-//! Only `watch`, `status` and `start` need the `kubernetes` build feature (kube's client);
-//! the snapshot and the health record are plain data the rest of the daemon reads either way.
+//! Only the parts that talk to the API server need the `kubernetes` build feature (kube's
+//! client); the snapshot, the health record and the conditions are plain data the rest of the daemon reads either way.
 
+#[cfg(feature = "kubernetes")]
+mod enactment_writer;
 #[cfg(feature = "kubernetes")]
 mod events;
 pub mod health;
+pub mod nmstate_conditions;
 #[cfg(feature = "kubernetes")]
 mod node_state;
 #[cfg(feature = "kubernetes")]

@@ -11,7 +11,7 @@ use tracing::info;
 use super::events::{self, Events};
 use super::health::SourceHealth;
 use super::sessions::SessionReports;
-use super::{node_state, session_state, snapshot, status, watch, Health};
+use super::{enactment_writer, node_state, session_state, snapshot, status, watch, Health};
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::{ApiObjects, Config, KubernetesConfig};
 
@@ -48,6 +48,7 @@ pub async fn start(
     events::spawn(events.clone(), announcer, running.clone());
     session_state::spawn(client.clone(), &settings.namespace, node, sessions, health.clone());
     node_state::spawn(client.clone(), node, running.clone(), health.clone());
+    enactment_writer::spawn(client.clone(), node, running.clone(), objects.clone(), health.clone());
     status::spawn(client, running, services, health.clone(), events);
     snapshot::spawn(objects.clone(), state_dir);
     info!(namespace = %settings.namespace, "watching the Kubernetes API");

@@ -138,10 +138,14 @@ pub(super) fn spawn(
     for (index, kind) in KINDS.iter().enumerate() {
         shared.health(|h| h.register(kind.kind, &kind.api_version()));
         let api = api_for(&client, kind, &settings.namespace);
+        // Each watch request lasts `watch_timeout`, then kube renews it from where it was
+        // (a renewal the API server answers with 410 Gone ends it: listed again below).
+        let timeout = u32::try_from(settings.watch_timeout.as_secs()).unwrap_or(u32::MAX);
+        let base = watcher::Config::default().timeout(timeout);
         let config = match kind.scope {
-            Scope::ThisNode => watcher::Config::default().fields(&format!("metadata.name={node}")),
-            _ if !kind.fields.is_empty() => watcher::Config::default().fields(kind.fields),
-            _ => watcher::Config::default(),
+            Scope::ThisNode => base.fields(&format!("metadata.name={node}")),
+            _ if !kind.fields.is_empty() => base.fields(kind.fields),
+            _ => base,
         };
         tokio::spawn(watch_kind(api, config, kind, index, shared.clone()));
     }
@@ -236,6 +240,7 @@ async fn watch_kind(
                     if let Some(k) = h.kind_mut(kind.kind) {
                         k.state = WatchState::Failing;
                         k.failing_since.get_or_insert_with(health::unix_now);
+                        k.last_failure = Some(error.clone());
                         k.error = Some(error);
                     }
                 });
@@ -294,6 +299,7 @@ async fn watch_once(
                         k.state = WatchState::Watching;
                         k.objects = count;
                         k.last_list = Some(health::unix_now());
+                        k.lists += 1;
                         k.failing_since = None;
                         k.error = None;
                     }

@@ -435,11 +435,16 @@ impl Reloader {
         };
         let policies = self.network.apply_policies(&config, wait).await;
         outcome.network = policies.policies.clone();
-        let refused = match (&occasion, policies.failed.as_slice()) {
+        // A policy in a file that fails refuses the reload, as any mistake in the files does;
+        // one from the API is only Failing (its enactment says so) and the other objects of
+        // the change apply, as beside any refused object (docs/kubernetes.md).
+        let failed_in_files: Vec<String> =
+            policies.failed.iter().filter(|name| !from_api(&config, name)).cloned().collect();
+        let refused = match (&occasion, failed_in_files.as_slice()) {
             (Occasion::Reload, [_, ..]) => Some(format!(
                 "network policy {} failed and was rolled back ({})",
-                policies.failed.join(", "),
-                failure_messages(&outcome.network, &policies.failed)
+                failed_in_files.join(", "),
+                failure_messages(&outcome.network, &failed_in_files)
             )),
             _ => None,
         };
@@ -850,6 +855,13 @@ fn prepare_start(router: &Router, config: &config::Config) -> Result<Plan, Strin
 }
 
 /// The messages of the `failed` policies among `outcomes`.
+/// Whether the policy `name` of `config` came from the Kubernetes API alone.
+fn from_api(config: &config::Config, name: &str) -> bool {
+    config.network.policies.iter().find(|p| p.name == name).is_some_and(|p| {
+        !p.sources.is_empty() && p.sources.iter().all(|source| config::is_api_source(source))
+    })
+}
+
 fn failure_messages(outcomes: &[PolicyOutcome], failed: &[String]) -> String {
     outcomes
         .iter()

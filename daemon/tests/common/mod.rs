@@ -12,8 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod control_plane;
 pub mod peers;
 pub mod speakers;
+#[allow(unused_imports)] // only the Kubernetes tests use the control plane
+pub use control_plane::*;
 pub use peers::*;
 #[allow(unused_imports)] // not every test binary uses the speaker matrix
 pub use speakers::*;

@@ -1,14 +1,17 @@
 //! OVN-Kubernetes `EgressIP` (`k8s.ovn.org/v1`): the addresses OVN-Kubernetes assigned to this
 //! node, as its `status.items` names them (`{node, egressIP}`), become `egress_ips` of the
-//! default network — what a `RouteAdvertisements` with `advertisements: [EgressIP]` announces
-//! from the node that holds each address. Which pods use the address (`namespaceSelector`,
-//! `podSelector`) decides nothing here. Unlike the other kinds, the status is what counts: the
-//! assignment is OVN-Kubernetes's, and it moves when a node fails.
+//! network of the pods they serve — what a `RouteAdvertisements` with `advertisements:
+//! [EgressIP]` announces from the node that holds each address. As OVN-Kubernetes's
+//! RouteAdvertisements controller decides it: the network of each namespace its
+//! `namespaceSelector` selects (its primary `ClusterUserDefinedNetwork`, or the default
+//! network). A config without Namespaces (files that do not list them) puts them in the
+//! default network. Unlike the other kinds, the status is what counts: the assignment is
+//! OVN-Kubernetes's, and it moves when a node fails.
 
 use serde_norway::{Mapping, Value};
 
 use super::super::validate::Fragment;
-use super::{list, Context, Document};
+use super::{selector_of, Context, Document};
 use crate::config::announce::DEFAULT_NETWORK;
 
 /// `EgressIPSpec` fields (OVN-Kubernetes 1.3).
@@ -56,15 +59,40 @@ impl Document<'_> {
         if held.is_empty() {
             return None;
         }
-        let mut entry = Mapping::new();
-        entry.insert(Value::from("name"), Value::from(DEFAULT_NETWORK));
-        // OVN-Kubernetes's default network is always layer 3; its subnets come from the TOML
-        // `[[networks]]` entry of the same name.
-        entry.insert(Value::from("topology"), Value::from("layer3"));
-        entry.insert(Value::from("egress_ips"), Value::Sequence(held));
-        self.emit_with("networks", list(Value::Mapping(entry)), |field| {
-            match field.strip_prefix("networks[0].egress_ips") {
-                Some(rest) => format!("status.items{rest}"),
+        let networks = match spec.get("namespaceSelector") {
+            _ if context.namespaces.is_empty() => [DEFAULT_NETWORK.to_string()].into(),
+            None | Some(Value::Null) => return None,
+            Some(selector) => match selector_of(selector) {
+                Ok(selector) => context.namespaces.networks_of(&selector),
+                Err(message) => {
+                    self.fail("spec.namespaceSelector", message);
+                    return None;
+                }
+            },
+        };
+        let entries = networks
+            .into_iter()
+            .map(|name| {
+                let mut entry = Mapping::new();
+                if name == DEFAULT_NETWORK {
+                    // OVN-Kubernetes's default network is always layer 3; its subnets come
+                    // from the TOML `[[networks]]` entry of the same name. A user-defined
+                    // network's come from its ClusterUserDefinedNetwork.
+                    entry.insert(Value::from("topology"), Value::from("layer3"));
+                }
+                entry.insert(Value::from("name"), Value::from(name));
+                entry.insert(Value::from("egress_ips"), Value::Sequence(held.clone()));
+                Value::Mapping(entry)
+            })
+            .collect::<Vec<Value>>();
+        if entries.is_empty() {
+            // No namespace it serves: OVN-Kubernetes advertises it on no network.
+            return None;
+        }
+        self.emit_with("networks", Value::Sequence(entries), |field| {
+            let rest = field.strip_prefix("networks[").and_then(|r| r.split_once("].egress_ips"));
+            match rest {
+                Some((_, rest)) => format!("status.items{rest}"),
                 None => "status".to_string(),
             }
         })

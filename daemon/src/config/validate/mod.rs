@@ -24,11 +24,11 @@ use super::check::Checker;
 use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
-use super::model::DEFAULT_KUBERNETES_NAMESPACE;
 use super::model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, KubernetesConfig,
     MaxPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn,
 };
+use super::model::{DEFAULT_KUBERNETES_NAMESPACE, DEFAULT_WATCH_TIMEOUT};
 use super::raw::{
     BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
     RawPrefixMatch, RawReceive, RawRouter, S,
@@ -250,8 +250,14 @@ pub(crate) fn validate_file(
         // Relative to the file's directory, as password_file.
         let kubeconfig = kubernetes.kubeconfig.map(|path| check.file_dir().join(path.get_ref()));
         let load_balancer_class = kubernetes.load_balancer_class.map(|class| class.into_inner());
-        fragment.kubernetes = namespace.map(|namespace| {
-            (KubernetesConfig { kubeconfig, namespace, load_balancer_class }, loc)
+        let watch_timeout = match &kubernetes.watch_timeout {
+            Some(value) => check.whole_seconds_in(value, "kubernetes.watch_timeout", 1..=3600),
+            None => Some(DEFAULT_WATCH_TIMEOUT),
+        };
+        fragment.kubernetes = namespace.zip(watch_timeout).map(|(namespace, watch_timeout)| {
+            let settings =
+                KubernetesConfig { kubeconfig, namespace, load_balancer_class, watch_timeout };
+            (settings, loc)
         });
     }
     for (index, text) in raw.always_block.iter().enumerate() {

@@ -1,0 +1,384 @@
+//! `make bench-k8s` (docs/BENCHMARKS.md): the Kubernetes source at a cluster's size, on the path
+//! users run — the apiserver, uplink's watches and reload, its BGP session, and FRR as the ToR.
+//!
+//! In the apiserver: `BENCH_SERVICES` Services (10,000) of type LoadBalancer, each with an
+//! EndpointSlice of 5 ready endpoints spread over `BENCH_NODES` Nodes (500). Measured:
+//! - uplink's memory (VmRSS) idle (connected, its pool read, no Service) and with every Service
+//!   announced, per Service, beside the size of the objects as uplink keeps them (the snapshot
+//!   in its state directory);
+//! - from the request that creates one more Service (its EndpointSlice ready beforehand) to the
+//!   UPDATE carrying its address on FRR's link (tcpdump's kernel timestamps), p50/p99 over 100;
+//! - from an endpoint turning ready (a PATCH of its EndpointSlice) to the UPDATE, p50/p99 over
+//!   100;
+//! - the apiserver restarted: the time from its return to uplink's next complete list, the
+//!   UPDATEs FRR received meanwhile (want 0) and the session's uptime (want kept).
+//!
+//! Goals (issue #23): p99 under 100 ms, relist under 2 s, under 1 KiB per Service beyond the
+//! objects' own size. `make bench-k8s` runs it with `UPLINK_BIN` set to a release build.
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Endpoints per Service.
+const ENDPOINTS: usize = 5;
+/// Services timed for each latency.
+const SAMPLES: usize = 100;
+const LONG: Duration = Duration::from_secs(1800);
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The prefixes FRR receives in UPDATEs, read from tcpdump's output on its link: each with the
+/// kernel's timestamp of the first packet that carried it.
+struct Wire {
+    announced: Arc<Mutex<BTreeMap<String, f64>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Wire {
+    fn start(lab: &mut Lab, ns: &Ns, interface: &str) -> Wire {
+        require_tool("tcpdump");
+        let mut tcpdump = ns.command("tcpdump");
+        tcpdump.args(["-i", interface, "-l", "-n", "-tt", "-vvv", "tcp port 179"]);
+        lab.spawn("tcpdump", tcpdump);
+        let log: PathBuf = lab.path("tcpdump.log");
+        let announced = Arc::new(Mutex::new(BTreeMap::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (into, stopped) = (announced.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut offset = 0;
+            let mut pending = String::new();
+            let (mut stamp, mut updated) = (0.0, false);
+            while !stopped.load(Ordering::Relaxed) {
+                let mut text = String::new();
+                if let Ok(mut file) = std::fs::File::open(&log) {
+                    let _ = file.seek(SeekFrom::Start(offset));
+                    let _ = file.read_to_string(&mut text);
+                }
+                if text.is_empty() {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                offset += text.len() as u64;
+                pending.push_str(&text);
+                let complete = pending.rfind('\n').map_or(0, |i| i + 1);
+                let lines: String = pending.drain(..complete).collect();
+                for line in lines.lines() {
+                    let first = line.split_whitespace().next().unwrap_or_default();
+                    if let (false, Ok(t)) = (line.starts_with(char::is_whitespace), first.parse()) {
+                        // A packet's first line: its timestamp.
+                        (stamp, updated) = (t, false);
+                    } else if line.contains("Updated routes:") {
+                        updated = true;
+                    } else if line.contains("Withdrawn routes:") || line.contains("Message (") {
+                        updated = false;
+                    } else if updated && first.contains('/') {
+                        let mut seen = into.lock().unwrap();
+                        seen.entry(first.to_string()).or_insert(stamp);
+                    }
+                }
+            }
+        });
+        Wire { announced, stop }
+    }
+
+    /// When `prefix` was first announced, waiting for it.
+    fn wait(&self, prefix: &str, what: &str) -> f64 {
+        wait_for(what, Duration::from_secs(60), || {
+            self.announced.lock().unwrap().get(prefix).copied().ok_or_else(|| "not yet".into())
+        })
+    }
+
+    fn count(&self) -> usize {
+        self.announced.lock().unwrap().len()
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn service(name: &str, address: Option<&str>) -> String {
+    let annotation = address
+        .map(|a| format!("\n  annotations: {{metallb.io/loadBalancerIPs: \"{a}\"}}"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: shop{annotation}\nspec:\n  type: LoadBalancer\n  allocateLoadBalancerNodePorts: false\n  selector: {{app: {name}}}\n  ports: [{{port: 80, targetPort: 8080}}]\n"
+    )
+}
+
+/// An EndpointSlice of `service` with [`ENDPOINTS`] endpoints on the nodes from `first_node`.
+fn slice(service: &str, index: usize, nodes: usize, ready: bool) -> String {
+    let endpoints: String = (0..ENDPOINTS)
+        .map(|k| {
+            let n = index * ENDPOINTS + k;
+            format!(
+                "- addresses: [10.{}.{}.{}]\n  conditions: {{ready: {ready}}}\n  nodeName: n{:03}\n",
+                128 + n / 65536,
+                n / 256 % 256,
+                n % 256,
+                n % nodes
+            )
+        })
+        .collect();
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-1\n  namespace: shop\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: IPv4\nendpoints:\n{endpoints}ports: [{{port: 8080, protocol: TCP}}]\n"
+    )
+}
+
+/// Creates `documents` with `kubectl create`, four at a time.
+fn create_all(lab: &Lab, plane: &ControlPlane, label: &str, documents: &[String]) {
+    let chunks: Vec<PathBuf> = documents
+        .chunks(documents.len().div_ceil(4).max(1))
+        .enumerate()
+        .map(|(i, chunk)| {
+            let path = lab.path(&format!("{label}-{i}.yaml"));
+            std::fs::write(&path, chunk.join("---\n")).unwrap();
+            path
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for path in &chunks {
+            scope.spawn(move || plane.kubectl(&["create", "-f", path.to_str().unwrap()]));
+        }
+    });
+}
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let rank = ((samples.len() as f64 * p).ceil() as usize).clamp(1, samples.len().max(1));
+    samples.get(rank - 1).copied().unwrap_or(f64::NAN)
+}
+
+#[test]
+#[ignore = "a benchmark: make bench-k8s"]
+fn kubernetes_at_a_clusters_size() {
+    let services = env_usize("BENCH_SERVICES", 10_000);
+    let nodes = env_usize("BENCH_NODES", 500).max(1);
+    let mut lab = Lab::new("k8s-bench");
+    let control = lab.ns("api");
+    let node = lab.ns("node");
+    let tor_ns = lab.ns("tor");
+    lab.link(&control, &[&format!("{API_ADDRESS}/24")], &node, &["10.99.0.2/24"]);
+    let (_, tor_link) = lab.link(&node, &["10.99.1.2/24"], &tor_ns, &["10.99.1.1/24"]);
+    let tor = Frr::start(
+        &mut lab,
+        &tor_ns,
+        &frr_conf(&SpeakerSpec {
+            asn: 65102,
+            router_id: "10.99.1.1".into(),
+            neighbors: vec![NeighborSpec {
+                address: "10.99.1.2".into(),
+                asn: 65801,
+                ..Default::default()
+            }],
+            announce: vec![],
+        }),
+    );
+    let plane = ControlPlane::start(&mut lab, &control, &[]);
+    plane.kubectl(&["create", "namespace", "shop"]);
+    plane.kubectl(&["create", "namespace", "metallb-system"]);
+    plane.apply(&lab, "apiVersion: v1\nkind: Node\nmetadata: {name: wk1}\n");
+    plane.install_crds();
+    plane.apply(
+        &lab,
+        "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips, namespace: metallb-system}\nspec:\n  addresses: [10.200.0.0/16, 10.201.0.0/16]\n---\napiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata: {name: all, namespace: metallb-system}\nspec:\n  ipAddressPools: [vips]\n",
+    );
+    let dir = lab.path("wk1");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("kubeconfig"), plane.uplink_kubeconfig(API_ADDRESS)).unwrap();
+    let config = "[node]\nname = \"wk1\"\n\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n[[bgp.routers]]\nasn = 65801\nid = \"10.99.1.2\"\n[[bgp.routers.neighbors]]\naddress = \"10.99.1.1\"\nasn = 65102\nconnect_time = \"1s\"\n";
+    let uplink = Uplink::start(&mut lab, &node, "wk1", config);
+    let pid = lab.pid_of("wk1").expect("uplink's pid");
+    wait_for("the session with the tor", Duration::from_secs(60), || {
+        match tor.peer_state("ipv4Unicast", "10.99.1.2") {
+            s if s == "Established" => Ok(()),
+            s => Err(s),
+        }
+    });
+    let wire = Wire::start(&mut lab, &tor_ns, &tor_link);
+    wait_for("uplink has read the pool", Duration::from_secs(60), || {
+        let v = uplink.json(&["show", "kubernetes"])?;
+        (v["stale"] == false && v["objects"].as_u64().unwrap_or(0) >= 2)
+            .then_some(())
+            .ok_or_else(|| v.to_string())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let idle_kib = rss_kib(pid);
+
+    // The cluster: Nodes, then the Services and their EndpointSlices.
+    let started = Instant::now();
+    let node_docs: Vec<String> = (0..nodes)
+        .map(|n| format!("apiVersion: v1\nkind: Node\nmetadata: {{name: n{n:03}}}\n"))
+        .collect();
+    create_all(&lab, &plane, "nodes", &node_docs);
+    let docs: Vec<String> = (0..services)
+        .flat_map(|i| {
+            let name = format!("s{i:05}");
+            [service(&name, None), slice(&name, i, nodes, true)]
+        })
+        .collect();
+    create_all(&lab, &plane, "services", &docs);
+    let created = started.elapsed();
+    let received = |tor: &Frr| {
+        tor.json("show bgp summary json")["ipv4Unicast"]["peers"]["10.99.1.2"]["pfxRcd"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    wait_for("every Service reaches the tor", LONG, || {
+        let n = received(&tor);
+        (n >= services as u64).then_some(()).ok_or_else(|| format!("{n} of {services}"))
+    });
+    let loaded = started.elapsed();
+    std::thread::sleep(Duration::from_secs(5));
+    let loaded_kib = rss_kib(pid);
+    let snapshot =
+        std::fs::metadata(dir.join("state/kubernetes-objects.json")).map(|m| m.len()).unwrap_or(0);
+
+    // One more Service, its endpoints ready beforehand: request to UPDATE.
+    let mut create_ms = Vec::new();
+    let mut request_ms = Vec::new();
+    for i in 0..SAMPLES {
+        let name = format!("new{i:03}");
+        let address = format!("10.201.0.{}", i + 1);
+        let slice_json = yaml_to_json(&plane, &lab, &slice(&name, services + i, nodes, true));
+        plane
+            .curl(
+                "POST",
+                "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices",
+                "application/json",
+                &slice_json,
+            )
+            .unwrap();
+        let body = yaml_to_json(&plane, &lab, &service(&name, Some(&address)));
+        let t0 = unix_now();
+        plane.curl("POST", "/api/v1/namespaces/shop/services", "application/json", &body).unwrap();
+        let t1 = unix_now();
+        let seen = wire.wait(&format!("{address}/32"), "the new Service's UPDATE");
+        create_ms.push((seen - t0) * 1000.0);
+        request_ms.push((t1 - t0) * 1000.0);
+    }
+    // An endpoint turning ready: PATCH to UPDATE.
+    let mut ready_ms = Vec::new();
+    for i in 0..SAMPLES {
+        let name = format!("ready{i:03}");
+        let address = format!("10.201.1.{}", i + 1);
+        let docs =
+            [service(&name, Some(&address)), slice(&name, services + SAMPLES + i, nodes, false)];
+        create_all(&lab, &plane, &format!("ready{i}"), &docs);
+        std::thread::sleep(Duration::from_millis(200));
+        let patch =
+            "[{\"op\": \"replace\", \"path\": \"/endpoints/0/conditions/ready\", \"value\": true}]";
+        let t0 = unix_now();
+        plane
+            .curl(
+                "PATCH",
+                &format!("/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/{name}-1"),
+                "application/json-patch+json",
+                patch,
+            )
+            .unwrap();
+        let seen =
+            wire.wait(&format!("{address}/32"), "the UPDATE after the endpoint turned ready");
+        ready_ms.push((seen - t0) * 1000.0);
+    }
+
+    // The apiserver restarted: the relist at full size, quietly.
+    let established = |tor: &Frr| {
+        tor.json("show bgp neighbors 10.99.1.2 json")["10.99.1.2"]["bgpTimerUpEstablishedEpoch"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let updates = |tor: &Frr| {
+        tor.json("show bgp neighbors 10.99.1.2 json")["10.99.1.2"]["messageStats"]["updatesRecv"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let (updates_before, up_since) = (updates(&tor), established(&tor));
+    let wire_before = wire.count();
+    lab.stop("kube-apiserver");
+    wait_for("uplink sees the API away", Duration::from_secs(120), || {
+        let v = uplink.json(&["show", "kubernetes"])?;
+        (v["stale"] == true).then_some(()).ok_or_else(|| v.to_string())
+    });
+    plane.start_apiserver(&mut lab);
+    let back = Instant::now();
+    wait_for("uplink lists everything again", LONG, || {
+        let v = uplink.json(&["show", "kubernetes"])?;
+        (v["stale"] == false).then_some(()).ok_or_else(|| v.to_string())
+    });
+    let relist = back.elapsed();
+    std::thread::sleep(Duration::from_secs(5));
+    let (updates_after, up_after) = (updates(&tor), established(&tor));
+
+    let per_service = |kib: u64| kib as f64 * 1024.0 / services.max(1) as f64;
+    let grown_kib = loaded_kib.saturating_sub(idle_kib);
+    println!(
+        "\n== make bench-k8s: {services} Services, {} endpoints, {nodes} Nodes ==",
+        services * ENDPOINTS
+    );
+    println!(
+        "objects created in {:.1} s; every Service at the tor {:.1} s after the first request",
+        created.as_secs_f64(),
+        loaded.as_secs_f64()
+    );
+    println!(
+        "memory: idle {idle_kib} KiB, loaded {loaded_kib} KiB: {:.0} bytes per Service; the objects as uplink keeps them {} KiB ({:.0} bytes per Service); beyond them {:.0} bytes per Service (goal < 1024)",
+        per_service(grown_kib),
+        snapshot / 1024,
+        snapshot as f64 / services.max(1) as f64,
+        per_service(grown_kib).max(0.0) - snapshot as f64 / services.max(1) as f64
+    );
+    println!(
+        "new Service -> UPDATE: p50 {:.1} ms, p99 {:.1} ms (goal p99 < 100 ms); the create request itself p50 {:.1} ms",
+        percentile(&mut create_ms.clone(), 0.5),
+        percentile(&mut create_ms, 0.99),
+        percentile(&mut request_ms, 0.5)
+    );
+    println!(
+        "endpoint ready -> UPDATE: p50 {:.1} ms, p99 {:.1} ms (goal p99 < 100 ms)",
+        percentile(&mut ready_ms.clone(), 0.5),
+        percentile(&mut ready_ms, 0.99)
+    );
+    println!(
+        "apiserver restarted: listed again {:.2} s after it was back (goal < 2 s); UPDATEs at the tor {} -> {}, prefixes on the wire {} -> {}; session up since {} -> {}",
+        relist.as_secs_f64(),
+        updates_before,
+        updates_after,
+        wire_before,
+        wire.count(),
+        up_since,
+        up_after
+    );
+    assert_eq!(updates_after, updates_before, "the relist sent UPDATEs");
+    assert_eq!(up_after, up_since, "the relist reset the session");
+}
+
+/// `yaml` as JSON, by kubectl (no YAML parser among the test's dependencies).
+fn yaml_to_json(plane: &ControlPlane, lab: &Lab, yaml: &str) -> String {
+    let path = lab.path("convert.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    plane.kubectl(&["create", "--dry-run=client", "-o", "json", "-f", path.to_str().unwrap()])
+}
