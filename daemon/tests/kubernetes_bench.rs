@@ -323,13 +323,15 @@ fn kubernetes_at_a_clusters_size() {
         let v = uplink.json(&["show", "kubernetes"])?;
         (v["stale"] == true).then_some(()).ok_or_else(|| v.to_string())
     });
+    let started_again = Instant::now();
     plane.start_apiserver(&mut lab);
-    let back = Instant::now();
+    // When /readyz first answered (kubectl polls it): the apiserver's own start.
+    let ready = started_again.elapsed();
     wait_for("uplink lists everything again", LONG, || {
         let v = uplink.json(&["show", "kubernetes"])?;
         (v["stale"] == false).then_some(()).ok_or_else(|| v.to_string())
     });
-    let relist = back.elapsed();
+    let current = started_again.elapsed();
     std::thread::sleep(Duration::from_secs(5));
     let (updates_after, up_after) = (updates(&tor), established(&tor));
 
@@ -363,8 +365,10 @@ fn kubernetes_at_a_clusters_size() {
         percentile(&mut ready_ms, 0.99)
     );
     println!(
-        "apiserver restarted: listed again {:.2} s after it was back (goal < 2 s); UPDATEs at the tor {} -> {}, prefixes on the wire {} -> {}; session up since {} -> {}",
-        relist.as_secs_f64(),
+        "apiserver restarted: ready {:.2} s after its start, uplink current again {:.2} s after its start, {:.2} s after ready (goal: relist < 2 s); UPDATEs at the tor {} -> {}, prefixes on the wire {} -> {}; session up since {} -> {}",
+        ready.as_secs_f64(),
+        current.as_secs_f64(),
+        current.saturating_sub(ready).as_secs_f64(),
         updates_before,
         updates_after,
         wire_before,
