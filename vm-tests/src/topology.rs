@@ -893,4 +893,18 @@ mod tests {
         assert!(conf.contains("neighbor 172.19.23.2 remote-as 65801"));
         assert!(conf.contains(&format!("receive-interval {BFD_INTERVAL_MS}")));
     }
+
+    /// The Ansible scenarios install the seed-lab inventory's config: its BFD must be the
+    /// topology's, or the rollout runs with timers the tier was not made for.
+    #[test]
+    fn the_seed_lab_inventory_has_the_topologys_bfd() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../ansible/inventories/seed-lab/group_vars/uplink_nodes.yml"
+        );
+        let inventory = std::fs::read_to_string(path).unwrap();
+        assert!(inventory.contains(&format!("receive_interval: {BFD_INTERVAL_MS}ms")), "{path}");
+        assert!(inventory.contains(&format!("transmit_interval: {BFD_INTERVAL_MS}ms")), "{path}");
+        assert!(inventory.contains(&format!("detect_multiplier: {BFD_MULTIPLIER}")), "{path}");
+    }
 }

@@ -21,14 +21,15 @@
 //! - `health`: what `uplink show kubernetes` and the metrics say about all of this.
 //!
 //! Only the parts that talk to the API server need the `kubernetes` build feature (kube's
-//! client); the snapshot, the health record and the conditions are plain data the rest of the daemon reads either way.
+//! client); the snapshot, the health record and the conditions are plain data, built either
+//! way.
 
 #[cfg(feature = "kubernetes")]
 mod enactment_writer;
 #[cfg(feature = "kubernetes")]
 mod events;
 pub mod health;
-pub mod nmstate_conditions;
+mod nmstate_conditions;
 #[cfg(feature = "kubernetes")]
 mod node_state;
 #[cfg(feature = "kubernetes")]

@@ -854,7 +854,6 @@ fn prepare_start(router: &Router, config: &config::Config) -> Result<Plan, Strin
     Ok(Plan::Start(router.clone(), listener))
 }
 
-/// The messages of the `failed` policies among `outcomes`.
 /// Whether the policy `name` of `config` came from the Kubernetes API alone.
 fn from_api(config: &config::Config, name: &str) -> bool {
     config.network.policies.iter().find(|p| p.name == name).is_some_and(|p| {
@@ -862,6 +861,7 @@ fn from_api(config: &config::Config, name: &str) -> bool {
     })
 }
 
+/// The messages of the `failed` policies among `outcomes`.
 fn failure_messages(outcomes: &[PolicyOutcome], failed: &[String]) -> String {
     outcomes
         .iter()

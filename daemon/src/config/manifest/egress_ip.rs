@@ -59,16 +59,17 @@ impl Document<'_> {
         if held.is_empty() {
             return None;
         }
-        let networks = match spec.get("namespaceSelector") {
-            _ if context.namespaces.is_empty() => [DEFAULT_NETWORK.to_string()].into(),
-            None | Some(Value::Null) => return None,
-            Some(selector) => match selector_of(selector) {
+        let networks = if context.namespaces.is_empty() {
+            [DEFAULT_NETWORK.to_string()].into()
+        } else {
+            let selector = spec.get("namespaceSelector").filter(|s| !s.is_null())?;
+            match selector_of(selector) {
                 Ok(selector) => context.namespaces.networks_of(&selector),
                 Err(message) => {
                     self.fail("spec.namespaceSelector", message);
                     return None;
                 }
-            },
+            }
         };
         let entries = networks
             .into_iter()
