@@ -98,7 +98,9 @@ fn ingress(plane: &ControlPlane, name: &str) -> String {
 /// A Service created by kubectl gets its address in `status.loadBalancer.ingress` and reaches
 /// FRR once an endpoint is ready; a Node label change moves the node out of an advertisement's
 /// `node_selectors` and back; `externalTrafficPolicy: Local` with the only ready endpoint on
-/// another node withdraws it from this node; deleting the Service withdraws it.
+/// another node withdraws it from this node; deleting the Service withdraws it. Then the
+/// node's network policies from the API and their kubernetes-nmstate objects
+/// ([`network_policies_from_the_api`]).
 #[test]
 fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     let mut lab = Lab::new("k8s");
