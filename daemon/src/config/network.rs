@@ -132,6 +132,13 @@ pub struct NetworkPolicy {
     pub sources: Vec<PathBuf>,
 }
 
+impl NetworkPolicy {
+    /// Whether the policy came from the Kubernetes API alone (an NNCP object, not a file).
+    pub fn from_api(&self) -> bool {
+        !self.sources.is_empty() && self.sources.iter().all(|s| super::load::is_api_source(s))
+    }
+}
+
 /// nmstate's desired state (the supported subset), serialised in nmstate's own spelling.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]

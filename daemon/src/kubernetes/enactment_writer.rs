@@ -258,15 +258,11 @@ impl Writer {
                 return None;
             }
         };
-        let from_api = |name: &str| {
-            let source = format!("{API_SOURCE_PREFIX}{POLICY_KIND}/{name}");
-            move |path: &std::path::PathBuf| path.to_str() == Some(source.as_str())
-        };
         let wanted = config
             .network
             .policies
             .iter()
-            .filter(|p| p.sources.iter().any(from_api(&p.name)))
+            .filter(|p| p.from_api())
             .filter_map(|p| Some((p.name.clone(), store.enactments.get(&p.name)?.clone())))
             .collect();
         Some(wanted)

@@ -438,8 +438,10 @@ impl Reloader {
         // A policy in a file that fails refuses the reload, as any mistake in the files does;
         // one from the API is only Failing (its enactment says so) and the other objects of
         // the change apply, as beside any refused object (docs/kubernetes.md).
+        let from_api =
+            |name: &str| config.network.policies.iter().any(|p| p.name == name && p.from_api());
         let failed_in_files: Vec<String> =
-            policies.failed.iter().filter(|name| !from_api(&config, name)).cloned().collect();
+            policies.failed.iter().filter(|name| !from_api(name)).cloned().collect();
         let refused = match (&occasion, failed_in_files.as_slice()) {
             (Occasion::Reload, [_, ..]) => Some(format!(
                 "network policy {} failed and was rolled back ({})",
@@ -852,13 +854,6 @@ fn prepare_start(router: &Router, config: &config::Config) -> Result<Plan, Strin
     Instance::check(router, config).map_err(|e| format!("{named}: {e}"))?;
     let listener = Instance::bind(&router.vrf).map_err(|e| format!("{named}: {e}"))?;
     Ok(Plan::Start(router.clone(), listener))
-}
-
-/// Whether the policy `name` of `config` came from the Kubernetes API alone.
-fn from_api(config: &config::Config, name: &str) -> bool {
-    config.network.policies.iter().find(|p| p.name == name).is_some_and(|p| {
-        !p.sources.is_empty() && p.sources.iter().all(|source| config::is_api_source(source))
-    })
 }
 
 /// The messages of the `failed` policies among `outcomes`.
