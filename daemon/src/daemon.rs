@@ -25,9 +25,11 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
     // start: a node that boots while the API server is away announces what it did.
     let kept_objects = kept_api_objects(&config, state_dir)?;
     let mut refused_at_start = Vec::new();
+    // What this load translates, the reloads use again.
+    let mut manifests = config::ManifestCache::default();
     let config = match &kept_objects {
         Some(objects) => {
-            let (loaded, refused) = config::load_with_api(config_path, objects);
+            let (loaded, refused) = config::load_with_api(config_path, objects, &mut manifests);
             for error in &refused {
                 tracing::warn!("kept Kubernetes object refused, left out: {error}");
             }
@@ -92,6 +94,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
                     announcer.clone(),
                     sessions,
                     objects,
+                    manifests,
                 );
                 Some(started.await?)
             }
@@ -215,6 +218,7 @@ async fn start_kubernetes(
     announcer: crate::announce::runtime::AnnouncerHandle,
     sessions: SessionReports,
     kept: config::ApiObjects,
+    manifests: config::ManifestCache,
 ) -> Result<ApiInput, String> {
     let (Some(settings), Some(node)) = (&config.kubernetes, &config.announce.node.name) else {
         return Err("[kubernetes] needs [node] name: the name of this node's Node object".into());
@@ -222,7 +226,11 @@ async fn start_kubernetes(
     let source =
         crate::kubernetes::start(settings, node, state_dir, running, announcer, sessions, kept)
             .await?;
-    Ok(ApiInput { objects: source.objects, health: source.health })
+    Ok(ApiInput {
+        objects: source.objects,
+        health: source.health,
+        manifests: std::sync::Mutex::new(manifests),
+    })
 }
 
 /// Never called: `kept_api_objects` refuses `[kubernetes]` in a build without the feature.
@@ -234,6 +242,7 @@ async fn start_kubernetes(
     _announcer: crate::announce::runtime::AnnouncerHandle,
     _sessions: SessionReports,
     _kept: config::ApiObjects,
+    _manifests: config::ManifestCache,
 ) -> Result<ApiInput, String> {
     Err("built without the `kubernetes` feature".into())
 }

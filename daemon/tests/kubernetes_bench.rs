@@ -109,6 +109,13 @@ impl Wire {
         })
     }
 
+    /// Fails when `prefix` was announced already: a figure measured from its request would be
+    /// negative (an address another Service had).
+    fn assert_unseen(&self, prefix: &str) {
+        let seen = self.announced.lock().unwrap().get(prefix).copied();
+        assert!(seen.is_none(), "{prefix} was announced at {seen:?}, before its request");
+    }
+
     fn count(&self) -> usize {
         self.announced.lock().unwrap().len()
     }
@@ -204,7 +211,7 @@ fn kubernetes_at_a_clusters_size() {
     plane.install_crds();
     plane.apply(
         &lab,
-        "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips, namespace: metallb-system}\nspec:\n  addresses: [10.200.0.0/16, 10.201.0.0/16]\n---\napiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata: {name: all, namespace: metallb-system}\nspec:\n  ipAddressPools: [vips]\n",
+        "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips, namespace: metallb-system}\nspec:\n  addresses: [10.200.0.0/16]\n---\napiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: fixed, namespace: metallb-system}\nspec:\n  addresses: [10.201.0.0/16]\n  autoAssign: false\n---\napiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata: {name: all, namespace: metallb-system}\nspec:\n  ipAddressPools: [vips, fixed]\n",
     );
     let dir = lab.path("wk1");
     std::fs::create_dir_all(&dir).unwrap();
@@ -273,6 +280,7 @@ fn kubernetes_at_a_clusters_size() {
             )
             .unwrap();
         let body = yaml_to_json(&plane, &lab, &service(&name, Some(&address)));
+        wire.assert_unseen(&format!("{address}/32"));
         let t0 = unix_now();
         plane.curl("POST", "/api/v1/namespaces/shop/services", "application/json", &body).unwrap();
         let t1 = unix_now();
@@ -291,6 +299,7 @@ fn kubernetes_at_a_clusters_size() {
         std::thread::sleep(Duration::from_millis(200));
         let patch =
             "[{\"op\": \"replace\", \"path\": \"/endpoints/0/conditions/ready\", \"value\": true}]";
+        wire.assert_unseen(&format!("{address}/32"));
         let t0 = unix_now();
         plane
             .curl(

@@ -131,7 +131,7 @@ pub(crate) fn validate(
         (None, Some(file)) => {
             let dir = source.path.parent().unwrap_or(Path::new("."));
             let path = dir.join(file.get_ref());
-            match super::check::read_secret_file(&path) {
+            match source.read_secret_file(&path) {
                 Ok(text) => Some((one_line(&text).to_string(), file.span(), "password_file")),
                 Err(error) => {
                     fail(

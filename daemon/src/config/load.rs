@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::error::{ConfigError, ConfigErrors, Loc};
-use super::manifest;
+use super::manifest::{self, ManifestCache};
 use super::merge::merge;
 use super::model::Config;
 use super::raw::RawFile;
@@ -80,7 +80,7 @@ pub fn is_fragment_name(name: &str) -> bool {
 /// file they are in (TOML parsing cannot continue past one), validation errors are collected
 /// per value, and merge conflicts are checked across the files that parsed.
 pub fn load(main_path: &Path) -> Result<Config, ConfigErrors> {
-    load_with(main_path, &[])
+    load_with(main_path, &[], &mut ManifestCache::default())
 }
 
 /// How an object read from the Kubernetes API is named where a file's path would be (errors,
@@ -101,13 +101,14 @@ pub struct ApiObjects {
 pub fn load_with_api(
     main_path: &Path,
     api: &ApiObjects,
+    cache: &mut ManifestCache,
 ) -> (Result<Config, ConfigErrors>, Vec<ConfigError>) {
-    let mut objects = api.objects.clone();
+    let mut objects: Vec<&(PathBuf, String)> = api.objects.iter().collect();
     let mut refused = Vec::new();
     // Leaving an object out can leave another without what it names (a pool, a peer): that one
     // goes the next round.
     for _ in 0..4 {
-        match load_with(main_path, &objects) {
+        match load_with(main_path, &objects, cache) {
             Ok(config) => return (Ok(config), refused),
             Err(errors) => {
                 let (in_objects, in_files): (Vec<ConfigError>, Vec<ConfigError>) =
@@ -122,7 +123,7 @@ pub fn load_with_api(
             }
         }
     }
-    (load_with(main_path, &objects), refused)
+    (load_with(main_path, &objects, cache), refused)
 }
 
 /// Whether `path` names an object from the Kubernetes API rather than a file.
@@ -132,7 +133,11 @@ pub fn is_api_source(path: &Path) -> bool {
 
 /// [`load`], with objects read from the Kubernetes API (named by [`API_SOURCE_PREFIX`]) after
 /// the files: they go through the same parser and merge as manifests in `conf.d/`.
-pub fn load_with(main_path: &Path, api: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
+pub fn load_with(
+    main_path: &Path,
+    api: &[&(PathBuf, String)],
+    cache: &mut ManifestCache,
+) -> Result<Config, ConfigErrors> {
     let files = config_files(main_path)?;
     let mut errors = Vec::new();
     let mut sources = Vec::with_capacity(files.len());
@@ -144,8 +149,8 @@ pub fn load_with(main_path: &Path, api: &[(PathBuf, String)]) -> Result<Config, 
             }
         }
     }
-    sources.extend(api.iter().cloned());
-    let result = load_sources(&sources);
+    let sources: Vec<&(PathBuf, String)> = sources.iter().chain(api.iter().copied()).collect();
+    let result = load_sources_kept(&sources, cache);
     match result {
         Ok(config) if errors.is_empty() => Ok(config),
         Ok(_) => Err(ConfigErrors(errors)),
@@ -173,9 +178,19 @@ fn is_manifest(path: &Path) -> bool {
 /// TOML files are read first, because a manifest's `nodeSelector` is matched against the node
 /// labels that TOML `[node]` sections give; the fragments still merge in file order.
 pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
+    let sources: Vec<&(PathBuf, String)> = sources.iter().collect();
+    load_sources_kept(&sources, &mut ManifestCache::default())
+}
+
+/// [`load_sources`], keeping in `cache` what the next load can use again (see
+/// `manifest/cache.rs`): the same config, sooner when few sources changed.
+pub fn load_sources_kept(
+    sources: &[&(PathBuf, String)],
+    cache: &mut ManifestCache,
+) -> Result<Config, ConfigErrors> {
     let mut errors: Vec<ConfigError> = Vec::new();
     let mut slots: Vec<Vec<Fragment>> = Vec::with_capacity(sources.len());
-    for (path, text) in sources {
+    for (path, text) in sources.iter().copied() {
         let source = SourceText::new(path, text);
         if is_manifest(path) {
             slots.push(Vec::new());
@@ -199,40 +214,31 @@ pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigError
         .find_map(|f| f.kubernetes.as_ref())
         .and_then(|(kubernetes, _)| kubernetes.load_balancer_class.clone());
     let mut node_labels = node_labels(slots.iter().flatten());
-    // Manifests are parsed first, all of them, because a Service takes its endpoints from the
+    // Manifests are read first, all of them, because a Service takes its endpoints from the
     // EndpointSlices of any manifest, and a passwordSecret its key from any Secret.
-    let documents: Vec<Vec<manifest::ManifestDocument>> =
-        sources
-            .iter()
-            .map(|(path, text)| {
-                if is_manifest(path) {
-                    manifest::parse(path, text, &mut errors)
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect();
-    let endpoints = manifest::EndpointIndex::of(documents.iter().flatten().map(|d| &d.value));
-    let secrets = manifest::SecretIndex::of(documents.iter().flatten().map(|d| &d.value));
-    let namespaces = manifest::NamespaceIndex::of(documents.iter().flatten().map(|d| &d.value));
+    cache.refresh(sources.iter().copied().filter(|(path, _)| is_manifest(path)));
+    let facts: Vec<&manifest::Facts> =
+        sources.iter().flat_map(|(path, _)| cache.facts(path)).collect();
+    let indexes = manifest::Indexes::of(&facts);
     if let Some(name) = &node_name {
         // This node's `Node` object adds its labels (the TOML ones win a disagreement, which
         // the merge then reports).
-        for (key, value) in manifest::node_labels(documents.iter().flatten(), name) {
+        for (key, value) in manifest::node_labels(&facts, name) {
             node_labels.entry(key).or_insert(value);
         }
     }
-    let context = manifest::Context {
+    drop(facts);
+    let context = manifest::Context::new(manifest::Inputs {
         node_name: node_name.as_deref(),
         node_labels: &node_labels,
-        endpoints: &endpoints,
-        secrets: &secrets,
-        namespaces: &namespaces,
+        endpoints: &indexes.endpoints,
+        secrets: &indexes.secrets,
+        namespaces: &indexes.namespaces,
         load_balancer_class: load_balancer_class.as_deref(),
-    };
-    for (((path, _), slot), documents) in sources.iter().zip(slots.iter_mut()).zip(documents) {
+    });
+    for ((path, text), slot) in sources.iter().copied().zip(slots.iter_mut()) {
         if is_manifest(path) {
-            *slot = manifest::fragments(documents, &context, &mut errors);
+            *slot = cache.fragments(path, text, &context, &mut errors);
         }
     }
     let mut fragments: Vec<Fragment> = slots.into_iter().flatten().collect();

@@ -31,6 +31,8 @@
 //!   it) and its EgressIPs come from a TOML `[[networks]]` entry of the same name; those of
 //!   the default network also from `EgressIP` objects.
 
+mod cache;
+mod context;
 mod egress_ip;
 mod namespace;
 mod nncp;
@@ -48,9 +50,12 @@ use super::source::SourceText;
 use super::validate::{validate_file, Fragment, TimerDefaults};
 use crate::config::announce::{Labels, PeerName, RouterLabels};
 use crate::config::selector::{LabelSelector, Operator, Requirement};
+pub use cache::ManifestCache;
+pub(crate) use context::{Context, Inputs};
 pub(crate) use namespace::NamespaceIndex;
 pub(crate) use secret::SecretIndex;
 pub(crate) use service::EndpointIndex;
+use service::SliceEndpoint;
 
 /// The kinds understood, with their API groups ("" is the core group, `apiVersion: v1`).
 const KINDS: [(&str, &str); 15] = [
@@ -113,22 +118,6 @@ pub(crate) struct ManifestDocument {
     pub value: Value,
 }
 
-/// What translating a document needs from the rest of the config.
-pub(crate) struct Context<'a> {
-    /// `[node] name`: which `Node` object is this node.
-    pub node_name: Option<&'a str>,
-    /// This node's labels, for `nodeSelector`s.
-    pub node_labels: &'a Labels,
-    /// Every EndpointSlice of the config, for the Services.
-    pub endpoints: &'a EndpointIndex,
-    /// Every Secret of the config, for `passwordSecret`.
-    pub secrets: &'a SecretIndex,
-    /// Every Namespace's labels, for the Services in them.
-    pub namespaces: &'a NamespaceIndex,
-    /// `[kubernetes] load_balancer_class`: the Services uplink answers for.
-    pub load_balancer_class: Option<&'a str>,
-}
-
 /// The documents of one manifest file; YAML syntax errors go to `errors`.
 pub(crate) fn parse(
     path: &Path,
@@ -176,44 +165,102 @@ pub(crate) fn parse(
     out
 }
 
-/// The labels of the `Node` object named `node` among `documents`.
-pub(crate) fn node_labels<'a>(
-    documents: impl Iterator<Item = &'a ManifestDocument>,
-    node: &str,
-) -> Labels {
-    documents
-        .filter(|d| d.value.get("kind").and_then(Value::as_str) == Some("Node"))
-        .filter(|d| {
-            d.value.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str)
-                == Some(node)
+/// What the config's indexes read of one document, found once when it is parsed: an
+/// EndpointSlice's endpoints, a Namespace's labels, a primary network's namespaces, a
+/// Secret's key, a Node's labels. A malformed document has none; its errors come from its
+/// translation.
+#[derive(Debug)]
+pub(crate) enum Facts {
+    None,
+    Slice(service::Slice),
+    Namespace { name: String, labels: Labels },
+    PrimaryNetwork { name: String, selector: LabelSelector },
+    Secret { name: String, entry: secret::SecretEntry },
+    Node { name: String, labels: Labels },
+}
+
+impl Facts {
+    fn of(value: &Value) -> Facts {
+        let Value::Mapping(top) = value else { return Facts::None };
+        let read = match top.get("kind").and_then(Value::as_str) {
+            Some("EndpointSlice") => service::read_slice(top).ok().map(Facts::Slice),
+            Some("Secret") => {
+                secret::read_secret(top).ok().map(|(name, entry)| Facts::Secret { name, entry })
+            }
+            Some("Node") => {
+                let metadata = top.get("metadata");
+                let name = metadata.and_then(|m| m.get("name")).and_then(Value::as_str);
+                let labels = metadata.and_then(|m| m.get("labels")).and_then(string_map);
+                name.map(|name| Facts::Node {
+                    name: name.to_string(),
+                    labels: labels.unwrap_or_default(),
+                })
+            }
+            Some(kind @ ("Namespace" | "ClusterUserDefinedNetwork")) => {
+                namespace::facts_of(kind, value)
+            }
+            _ => None,
+        };
+        read.unwrap_or(Facts::None)
+    }
+}
+
+/// The indexes a translation reads, made from every document's facts.
+pub(crate) struct Indexes {
+    pub endpoints: EndpointIndex,
+    pub secrets: SecretIndex,
+    pub namespaces: NamespaceIndex,
+}
+
+impl Indexes {
+    pub fn of(facts: &[&Facts]) -> Self {
+        Indexes {
+            endpoints: EndpointIndex::of(facts.iter().filter_map(|f| match f {
+                Facts::Slice(slice) => Some(slice),
+                _ => None,
+            })),
+            secrets: SecretIndex::of(facts.iter().filter_map(|f| match f {
+                Facts::Secret { name, entry } => Some((name, entry)),
+                _ => None,
+            })),
+            namespaces: NamespaceIndex::of(facts.iter().copied()),
+        }
+    }
+}
+
+/// The labels of the `Node` object named `node` among the documents' facts.
+pub(crate) fn node_labels(facts: &[&Facts], node: &str) -> Labels {
+    facts
+        .iter()
+        .filter_map(|f| match f {
+            Facts::Node { name, labels } if name == node => Some(labels.clone()),
+            _ => None,
         })
-        .filter_map(|d| d.value.get("metadata").and_then(|m| m.get("labels")).and_then(string_map))
         .flatten()
         .collect()
 }
 
-/// One fragment per applicable document.
-pub(crate) fn fragments(
-    documents: Vec<ManifestDocument>,
+/// The fragment of one document, if it applies here, and its errors. What it read of the
+/// rest of the config is on `context`'s record.
+fn translate(
+    document: ManifestDocument,
     context: &Context<'_>,
-    errors: &mut Vec<ConfigError>,
-) -> Vec<Fragment> {
-    let mut out = Vec::new();
-    for ManifestDocument { path, index, line, value } in documents {
-        let mut doc = Document {
-            path: &path,
-            index,
-            line,
-            kind: String::new(),
-            name: String::new(),
-            errors: Vec::new(),
-        };
-        if let Some(fragment) = doc.translate(value, context) {
-            out.push(fragment);
-        }
-        errors.append(&mut doc.errors);
+) -> (Option<Fragment>, Vec<ConfigError>) {
+    let ManifestDocument { path, index, line, value } = document;
+    let mut doc = Document {
+        path: &path,
+        index,
+        line,
+        kind: String::new(),
+        name: String::new(),
+        errors: Vec::new(),
+        read_a_file: false,
+    };
+    let fragment = doc.translate(value, context);
+    if doc.read_a_file {
+        context.read_a_file();
     }
-    out
+    (fragment, doc.errors)
 }
 
 /// The first line break YAML knows that is not `\n` or `\r\n` (a lone `\r`, and libyaml's
@@ -277,6 +324,8 @@ struct Document<'a> {
     kind: String,
     name: String,
     errors: Vec<ConfigError>,
+    /// Its validation read a key file (`password_file`): a later load must read it again.
+    read_a_file: bool,
 }
 
 impl Document<'_> {
@@ -375,7 +424,7 @@ impl Document<'_> {
         if kind == "Node" {
             // Only this node's labels matter (see `node_labels`); its spec and the others' are
             // the kubelet's business.
-            return (context.node_name == Some(meta.name.as_str())).then(|| {
+            return (context.node_name() == Some(meta.name.as_str())).then(|| {
                 let mut node = Mapping::new();
                 node.insert(Value::from("labels"), labels_value(&meta.labels));
                 self.emit("node", Value::Mapping(node), "node", "metadata", None)
@@ -519,7 +568,11 @@ impl Document<'_> {
         labels: Labels,
         context: &Context<'_>,
     ) -> Option<Fragment> {
-        if !self.selected(spec.remove("nodeSelector"), "spec.nodeSelector", context.node_labels)? {
+        if !self.selected(
+            spec.remove("nodeSelector"),
+            "spec.nodeSelector",
+            context.node_labels(),
+        )? {
             return None;
         }
         let bgp = spec.remove("bgp").unwrap_or(Value::Mapping(Mapping::new()));
@@ -545,7 +598,7 @@ impl Document<'_> {
                     for (n, neighbor) in list.iter_mut().enumerate() {
                         let Value::Mapping(neighbor) = neighbor else { continue };
                         let field = format!("spec.bgp.routers[{r}].neighbors[{n}]");
-                        self.resolve_password_secret(neighbor, &field, context.secrets)?;
+                        self.resolve_password_secret(neighbor, &field, context)?;
                         // frr-k8s's CRD defaults it to [unicast], which is what uplink runs.
                         if let Some(families) = neighbor.remove("addressFamilies") {
                             let unicast = families.as_sequence().is_some_and(|list| {
@@ -588,7 +641,7 @@ impl Document<'_> {
         name: String,
         context: &Context<'_>,
     ) -> Option<Fragment> {
-        let node_labels = context.node_labels;
+        let node_labels = context.node_labels();
         match spec.remove("nodeSelectors") {
             None | Some(Value::Null) => {}
             Some(Value::Sequence(list)) if list.is_empty() => {}
@@ -626,7 +679,7 @@ impl Document<'_> {
         }
         let vrf = router.get("vrf").and_then(Value::as_str).unwrap_or("").to_string();
         let address = neighbor.get("address").and_then(Value::as_str).and_then(|a| a.parse().ok());
-        self.resolve_password_secret(&mut spec, "spec", context.secrets)?;
+        self.resolve_password_secret(&mut spec, "spec", context)?;
         // The rest are neighbor settings under their own names (sourceAddress, holdTime, ...).
         for (key, value) in spec {
             neighbor.insert(key, value);
@@ -798,6 +851,7 @@ impl Document<'_> {
                 None
             }
         };
+        self.read_a_file |= source.read_a_file();
         for error in errors {
             self.fail(&yaml_field(&error.field), camel_case_message(&error.message));
         }

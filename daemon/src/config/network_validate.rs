@@ -202,7 +202,7 @@ pub(crate) struct RawDnsConfig {
 // Validated, per file
 
 /// One file's network sections.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct NetworkFragment {
     pub settings: Vec<Setting>,
     /// Node name → (key → value), with where the row is written.
@@ -230,7 +230,7 @@ pub(crate) enum SettingValue {
     DnsName(String),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PolicyFragment {
     pub policy: NetworkPolicy,
     pub loc: Loc,

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::announce::Labels;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Operator {
     In,
     NotIn,
@@ -28,7 +28,7 @@ impl Operator {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Requirement {
     pub key: String,
     pub operator: Operator,
@@ -48,7 +48,7 @@ impl Requirement {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct LabelSelector {
     pub match_labels: Labels,
     pub match_expressions: Vec<Requirement>,

@@ -1,6 +1,7 @@
 //! One config file's text: byte offsets to line/column, and TOML parse errors to `ConfigError`s
 //! that name the field they are about.
 
+use std::cell::Cell;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,8 @@ pub(crate) struct SourceText<'a> {
     pub path: PathBuf,
     pub text: &'a str,
     positions: Positions,
+    /// Whether validating it read a key file (see [`Self::read_secret_file`]).
+    read_a_file: Cell<bool>,
 }
 
 /// How a byte offset of the text becomes a position in the file the operator reads.
@@ -33,13 +36,35 @@ impl<'a> SourceText<'a> {
                 text.char_indices().filter(|(_, c)| *c == '\n').map(|(i, _)| i.saturating_add(1)),
             )
             .collect();
-        Self { path: path.to_path_buf(), text, positions: Positions::Lines(line_starts) }
+        Self {
+            path: path.to_path_buf(),
+            text,
+            positions: Positions::Lines(line_starts),
+            read_a_file: Cell::new(false),
+        }
     }
 
     /// `text` made from what starts at `line` of `path`: every position in it is reported as
     /// `line`, column 1.
     pub fn made_from(path: &Path, line: usize, text: &'a str) -> Self {
-        Self { path: path.to_path_buf(), text, positions: Positions::MadeFrom(line) }
+        Self {
+            path: path.to_path_buf(),
+            text,
+            positions: Positions::MadeFrom(line),
+            read_a_file: Cell::new(false),
+        }
+    }
+
+    /// A key file this source names (`password_file`), read now; noted, so a load that keeps
+    /// translations (`manifest/cache.rs`) reads it again next time.
+    pub fn read_secret_file(&self, path: &Path) -> Result<String, String> {
+        self.read_a_file.set(true);
+        super::check::read_secret_file(path)
+    }
+
+    /// Whether validating this source read a key file.
+    pub fn read_a_file(&self) -> bool {
+        self.read_a_file.get()
     }
 
     /// The 1-based line and column (in characters) of a byte offset.

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch as channel;
 use tracing::{error, warn};
@@ -39,26 +40,30 @@ impl Snapshot {
     }
 }
 
-/// Writes every set the source publishes.
+/// At most one write in this time: at a cluster's size the set is megabytes, and a burst of
+/// API events would otherwise encode it for each. What changes meanwhile is written next; a
+/// stop within it leaves the set before, which the next start's first list corrects.
+const WRITE_EVERY: Duration = Duration::from_secs(2);
+
+/// Writes the sets the source publishes: the latest, at most once per [`WRITE_EVERY`].
 pub(super) fn spawn(mut objects: channel::Receiver<Arc<ApiObjects>>, state_dir: &Path) {
     let path = Snapshot::path(state_dir);
     tokio::spawn(async move {
         while objects.changed().await.is_ok() {
             let set = objects.borrow_and_update().clone();
-            let bytes = match serde_json::to_vec(set.as_ref()) {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    error!("cannot encode the Kubernetes objects: {e}");
-                    continue;
-                }
-            };
             let target = path.clone();
-            let written =
-                tokio::task::spawn_blocking(move || crate::state_file::write(&target, &bytes))
-                    .await;
+            // Encoding and writing are blocking work: off the runtime's workers.
+            let written = tokio::task::spawn_blocking(move || {
+                let bytes = serde_json::to_vec(set.as_ref())
+                    .map_err(|e| format!("cannot encode the Kubernetes objects: {e}"))?;
+                crate::state_file::write(&target, &bytes)
+                    .map_err(|e| format!("cannot keep the Kubernetes objects: {e}"))
+            })
+            .await;
             if let Ok(Err(e)) = written {
-                warn!(file = %path.display(), "cannot keep the Kubernetes objects: {e}");
+                warn!(file = %path.display(), "{e}");
             }
+            tokio::time::sleep(WRITE_EVERY).await;
         }
     });
 }

@@ -84,6 +84,8 @@ pub struct ApiInput {
     pub objects: watch::Receiver<Arc<config::ApiObjects>>,
     /// Where the reloader records the objects it refused and whether a set applied.
     pub health: crate::kubernetes::Health,
+    /// The objects' translations, kept from one reload to the next (`config::ManifestCache`).
+    pub manifests: std::sync::Mutex<config::ManifestCache>,
 }
 
 /// Reload outcomes for the metrics endpoint (named after Prometheus's own
@@ -351,7 +353,9 @@ impl Reloader {
         let (loaded, refused) = match &self.api {
             Some(api) => {
                 let objects = api.objects.borrow().clone();
-                config::load_with_api(&self.config_path, &objects)
+                let mut manifests =
+                    api.manifests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                config::load_with_api(&self.config_path, &objects, &mut manifests)
             }
             None => (config::load(&self.config_path), Vec::new()),
         };

@@ -1,7 +1,7 @@
 //! The announcement fragments of all files → one [`AnnounceConfig`] (the merge rule is in the
 //! module documentation of `config::announce`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use super::model::*;
@@ -19,13 +19,13 @@ pub(crate) fn merge(
     let mut out = AnnounceConfig::default();
     let mut node_name: Option<Placed<String>> = None;
     let mut node_labels: BTreeMap<String, Placed<String>> = BTreeMap::new();
-    let mut pools: Vec<Placed<Pool>> = Vec::new();
-    let mut services: Vec<Placed<Service>> = Vec::new();
-    let mut advertisements: Vec<Placed<PendingAdvertisement>> = Vec::new();
-    let mut communities: Vec<Placed<CommunityAlias>> = Vec::new();
+    let mut pools: ByName<Pool> = ByName::default();
+    let mut services: ByName<Service> = ByName::default();
+    let mut advertisements: ByName<PendingAdvertisement> = ByName::default();
+    let mut communities: ByName<CommunityAlias> = ByName::default();
     let mut networks: Vec<(Placed<NetworkFragment>, Vec<PathBuf>)> = Vec::new();
-    let mut route_advertisements: Vec<Placed<RouteAdvertisement>> = Vec::new();
-    let mut peer_names: Vec<Placed<PeerName>> = Vec::new();
+    let mut route_advertisements: ByName<RouteAdvertisement> = ByName::default();
+    let mut peer_names: ByName<PeerName> = ByName::default();
     for (file, fragment) in fragments {
         if let Some(name) = fragment.node_name {
             match &node_name {
@@ -120,12 +120,12 @@ pub(crate) fn merge(
     }
     out.node.name = node_name.map(|n| n.item);
     out.node.labels = node_labels.into_iter().map(|(k, v)| (k, v.item)).collect();
-    out.pools = pools.into_iter().map(|p| p.item).collect();
-    out.services = services.into_iter().map(|p| p.item).collect();
-    out.communities = communities.iter().map(|p| p.item.clone()).collect();
-    out.route_advertisements = route_advertisements.into_iter().map(|p| p.item).collect();
-    out.peer_names = peer_names.into_iter().map(|p| p.item).collect();
-    for placed in advertisements {
+    out.pools = pools.into_items();
+    out.services = services.into_items();
+    out.communities = communities.into_items();
+    out.route_advertisements = route_advertisements.into_items();
+    out.peer_names = peer_names.into_items();
+    for placed in advertisements.placed {
         let mut adv = placed.item.advertisement;
         for (text, loc, field) in placed.item.communities {
             // MetalLB: a community is a literal value or the name of a Community alias.
@@ -183,9 +183,28 @@ pub(crate) fn merge(
     out
 }
 
+/// What merged under one kind of name: the items in first-seen order, and where each name is
+/// (a cluster's thousands of Services would make a search of the list quadratic).
+struct ByName<T> {
+    placed: Vec<Placed<T>>,
+    index: HashMap<String, usize>,
+}
+
+impl<T> Default for ByName<T> {
+    fn default() -> Self {
+        ByName { placed: Vec::new(), index: HashMap::new() }
+    }
+}
+
+impl<T> ByName<T> {
+    fn into_items(self) -> Vec<T> {
+        self.placed.into_iter().map(|p| p.item).collect()
+    }
+}
+
 /// Identical copies merge (their sources add up); different definitions under one name conflict.
 fn merge_identical<T: Clone + PartialEq>(
-    merged: &mut Vec<Placed<T>>,
+    merged: &mut ByName<T>,
     new: Vec<Placed<T>>,
     key: impl Fn(&T) -> String,
     sources: fn(&mut T) -> Option<&mut Vec<PathBuf>>,
@@ -194,30 +213,30 @@ fn merge_identical<T: Clone + PartialEq>(
 ) {
     for item in new {
         let name = key(&item.item);
-        match merged.iter_mut().find(|m| key(&m.item) == name) {
-            None => merged.push(item),
-            Some(first) => {
-                let mut a = first.item.clone();
-                let mut b = item.item.clone();
-                let new_sources = sources(&mut b).map(std::mem::take).unwrap_or_default();
-                if let Some(s) = sources(&mut a) {
-                    s.clear();
-                }
-                if a == b {
-                    if let Some(s) = sources(&mut first.item) {
-                        for source in new_sources {
-                            if !s.contains(&source) {
-                                s.push(source);
-                            }
-                        }
+        let Some(first) = merged.index.get(&name).and_then(|&at| merged.placed.get_mut(at)) else {
+            merged.index.insert(name, merged.placed.len());
+            merged.placed.push(item);
+            continue;
+        };
+        let mut a = first.item.clone();
+        let mut b = item.item.clone();
+        let new_sources = sources(&mut b).map(std::mem::take).unwrap_or_default();
+        if let Some(s) = sources(&mut a) {
+            s.clear();
+        }
+        if a == b {
+            if let Some(s) = sources(&mut first.item) {
+                for source in new_sources {
+                    if !s.contains(&source) {
+                        s.push(source);
                     }
-                } else {
-                    errors.push(item.loc.error(
-                        format!("{}.name", item.field),
-                        format!("{what} \"{name}\" is also defined at {} ({}) with different settings; definitions with one name must be identical — make them equal or rename one", first.loc, first.field),
-                    ));
                 }
             }
+        } else {
+            errors.push(item.loc.error(
+                format!("{}.name", item.field),
+                format!("{what} \"{name}\" is also defined at {} ({}) with different settings; definitions with one name must be identical — make them equal or rename one", first.loc, first.field),
+            ));
         }
     }
 }

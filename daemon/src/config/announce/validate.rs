@@ -40,7 +40,7 @@ impl PartialEq for PendingAdvertisement {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct AnnounceFragment {
     pub node_name: Option<Placed<String>>,
     pub node_labels: Vec<Placed<(String, String)>>,

@@ -42,7 +42,7 @@ impl Document<'_> {
                 return None;
             }
         };
-        let node = context.node_name?;
+        let node = context.node_name()?;
         let mut held = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let (Some(on), Some(address)) = (
@@ -59,12 +59,13 @@ impl Document<'_> {
         if held.is_empty() {
             return None;
         }
-        let networks = if context.namespaces.is_empty() {
+        let namespaces = context.namespaces();
+        let networks = if namespaces.is_empty() {
             [DEFAULT_NETWORK.to_string()].into()
         } else {
             let selector = spec.get("namespaceSelector").filter(|s| !s.is_null())?;
             match selector_of(selector) {
-                Ok(selector) => context.namespaces.networks_of(&selector),
+                Ok(selector) => namespaces.networks_of(&selector),
                 Err(message) => {
                     self.fail("spec.namespaceSelector", message);
                     return None;

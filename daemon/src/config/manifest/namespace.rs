@@ -13,12 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_norway::Value;
 
-use super::{selector_of, string_map};
+use super::{selector_of, string_map, Facts};
 use crate::config::announce::{Labels, DEFAULT_NETWORK};
 use crate::config::selector::LabelSelector;
 
 /// The labels of every Namespace of the config, by name, and the primary networks.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Hash)]
 pub(crate) struct NamespaceIndex {
     labels: BTreeMap<String, Labels>,
     /// Each `ClusterUserDefinedNetwork` with role `Primary`, by name, with the namespaces it
@@ -27,34 +27,17 @@ pub(crate) struct NamespaceIndex {
 }
 
 impl NamespaceIndex {
-    /// Collects the Namespaces and primary networks among `values` (manifest documents); a
-    /// malformed one is reported where its document is translated.
-    pub fn of<'a>(values: impl Iterator<Item = &'a Value>) -> Self {
+    /// Collects the Namespaces and primary networks read from the documents (see
+    /// [`super::Facts`]); a malformed one is reported where its document is translated.
+    pub fn of<'a>(facts: impl Iterator<Item = &'a Facts>) -> Self {
         let mut index = Self::default();
-        for value in values {
-            let metadata = value.get("metadata");
-            let name = metadata.and_then(|m| m.get("name")).and_then(Value::as_str);
-            match value.get("kind").and_then(Value::as_str) {
-                Some("Namespace") => {
-                    let labels = metadata
-                        .and_then(|m| m.get("labels"))
-                        .map_or(Some(Labels::new()), string_map);
-                    if let (Some(name), Some(labels)) = (name, labels) {
-                        index.labels.insert(name.to_string(), labels);
-                    }
+        for fact in facts {
+            match fact {
+                Facts::Namespace { name, labels } => {
+                    index.labels.insert(name.clone(), labels.clone());
                 }
-                Some("ClusterUserDefinedNetwork") => {
-                    let spec = value.get("spec");
-                    let network = spec.and_then(|s| s.get("network"));
-                    let role = ["layer3", "layer2"]
-                        .iter()
-                        .find_map(|topology| network?.get(*topology)?.get("role")?.as_str());
-                    let selector = spec
-                        .and_then(|s| s.get("namespaceSelector"))
-                        .and_then(|s| selector_of(s).ok());
-                    if let (Some(name), Some("Primary"), Some(selector)) = (name, role, selector) {
-                        index.primary_networks.insert(name.to_string(), selector);
-                    }
+                Facts::PrimaryNetwork { name, selector } => {
+                    index.primary_networks.insert(name.clone(), selector.clone());
                 }
                 _ => {}
             }
@@ -86,5 +69,29 @@ impl NamespaceIndex {
                     .map_or_else(|| DEFAULT_NETWORK.to_string(), |(name, _)| name.clone())
             })
             .collect()
+    }
+}
+
+/// What the index keeps of a `Namespace` or `ClusterUserDefinedNetwork` document.
+pub(super) fn facts_of(kind: &str, value: &Value) -> Option<Facts> {
+    let metadata = value.get("metadata");
+    let name = metadata.and_then(|m| m.get("name")).and_then(Value::as_str)?.to_string();
+    match kind {
+        "Namespace" => {
+            let labels =
+                metadata.and_then(|m| m.get("labels")).map_or(Some(Labels::new()), string_map)?;
+            Some(Facts::Namespace { name, labels })
+        }
+        "ClusterUserDefinedNetwork" => {
+            let spec = value.get("spec");
+            let network = spec.and_then(|s| s.get("network"));
+            let role = ["layer3", "layer2"]
+                .iter()
+                .find_map(|topology| network?.get(*topology)?.get("role")?.as_str());
+            let selector =
+                spec.and_then(|s| s.get("namespaceSelector")).and_then(|s| selector_of(s).ok())?;
+            (role == Some("Primary")).then_some(Facts::PrimaryNetwork { name, selector })
+        }
+        _ => None,
     }
 }

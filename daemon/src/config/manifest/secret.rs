@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use serde_norway::{Mapping, Value};
 
-use super::Document;
+use super::{Context, Document};
 
 /// The type upstream requires of a password Secret (`corev1.SecretTypeBasicAuth`).
 const BASIC_AUTH: &str = "kubernetes.io/basic-auth";
@@ -23,8 +23,8 @@ const SECRET_FIELDS: [&str; 4] = ["type", "data", "stringData", "immutable"];
 #[derive(Debug, Default)]
 pub(crate) struct SecretIndex(BTreeMap<String, Vec<SecretEntry>>);
 
-#[derive(Debug)]
-struct SecretEntry {
+#[derive(Debug, Clone)]
+pub(crate) struct SecretEntry {
     namespace: Option<String>,
     kind: Option<String>,
     /// The `password` key, decoded; `None` when the Secret has none.
@@ -35,18 +35,12 @@ struct SecretEntry {
 type Refusal = (String, String);
 
 impl SecretIndex {
-    /// Collects the Secrets among `values` (manifest documents); malformed ones are left out
-    /// here and reported where their document is translated.
-    pub fn of<'a>(values: impl Iterator<Item = &'a Value>) -> Self {
+    /// Collects the Secrets read from the documents (see [`super::Facts`]); malformed ones
+    /// were left out there and are reported where their document is translated.
+    pub fn of<'a>(secrets: impl Iterator<Item = (&'a String, &'a SecretEntry)>) -> Self {
         let mut index = Self::default();
-        for value in values {
-            let Value::Mapping(top) = value else { continue };
-            if top.get("kind").and_then(Value::as_str) != Some("Secret") {
-                continue;
-            }
-            if let Ok((name, entry)) = read_secret(top) {
-                index.0.entry(name).or_default().push(entry);
-            }
+        for (name, entry) in secrets {
+            index.0.entry(name.clone()).or_default().push(entry.clone());
         }
         index
     }
@@ -97,7 +91,7 @@ impl SecretIndex {
 
 /// A Secret document's name and what the index keeps of it. `stringData` wins over `data` for
 /// the same key, as the API server merges them.
-fn read_secret(top: &Mapping) -> Result<(String, SecretEntry), Refusal> {
+pub(super) fn read_secret(top: &Mapping) -> Result<(String, SecretEntry), Refusal> {
     let metadata = top.get("metadata");
     let name = metadata
         .and_then(|m| m.get("name"))
@@ -182,7 +176,7 @@ impl Document<'_> {
         &mut self,
         neighbor: &mut Mapping,
         field: &str,
-        secrets: &SecretIndex,
+        context: &Context<'_>,
     ) -> Option<()> {
         let Some(reference) = neighbor.remove("passwordSecret") else { return Some(()) };
         let field = format!("{field}.passwordSecret");
@@ -213,7 +207,7 @@ impl Document<'_> {
             self.fail(&field, "set either password or passwordSecret, not both");
             return None;
         }
-        match secrets.password(&name, namespace.as_deref()) {
+        match context.password(&name, namespace.as_deref()) {
             Ok(password) => {
                 neighbor.insert(Value::from("password"), Value::from(password));
                 Some(())
@@ -234,7 +228,12 @@ mod tests {
         let values: Vec<Value> = serde_norway::Deserializer::from_str(yaml)
             .map(|d| serde::Deserialize::deserialize(d).unwrap())
             .collect();
-        SecretIndex::of(values.iter())
+        let read: Vec<(String, SecretEntry)> = values
+            .iter()
+            .filter_map(|v| v.as_mapping())
+            .filter_map(|top| read_secret(top).ok())
+            .collect();
+        SecretIndex::of(read.iter().map(|(name, entry)| (name, entry)))
     }
 
     const BASIC: &str = "apiVersion: v1\nkind: Secret\nmetadata: {name: tor, namespace: metallb-system}\ntype: kubernetes.io/basic-auth\n";

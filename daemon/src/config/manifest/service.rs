@@ -49,26 +49,20 @@ const IGNORED_SPEC_FIELDS: [&str; 14] = [
 #[derive(Debug, Default)]
 pub(crate) struct EndpointIndex(BTreeMap<(String, String), Vec<SliceEndpoint>>);
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct SliceEndpoint {
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SliceEndpoint {
     address: IpAddr,
     node: Option<String>,
 }
 
 impl EndpointIndex {
-    /// Collects the slices among `values` (manifest documents); malformed ones are left out
-    /// here and reported where their document is translated.
-    pub fn of<'a>(values: impl Iterator<Item = &'a Value>) -> Self {
+    /// Collects the slices read from the documents (see [`super::Facts`]); malformed ones were
+    /// left out there and are reported where their document is translated.
+    pub fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Self {
         let mut index = Self::default();
-        for value in values {
-            let Value::Mapping(top) = value else { continue };
-            if top.get("kind").and_then(Value::as_str) != Some("EndpointSlice") {
-                continue;
-            }
-            if let Ok(slice) = read_slice(top) {
-                let endpoints = index.0.entry((slice.namespace, slice.service)).or_default();
-                endpoints.extend(slice.endpoints);
-            }
+        for slice in slices {
+            let key = (slice.namespace.clone(), slice.service.clone());
+            index.0.entry(key).or_default().extend(slice.endpoints.iter().cloned());
         }
         for endpoints in index.0.values_mut() {
             endpoints.sort();
@@ -77,20 +71,21 @@ impl EndpointIndex {
         index
     }
 
-    fn endpoints(&self, namespace: &str, service: &str) -> &[SliceEndpoint] {
+    pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[SliceEndpoint] {
         self.0.get(&(namespace.to_string(), service.to_string())).map_or(&[], Vec::as_slice)
     }
 }
 
 /// One EndpointSlice's ready endpoints.
-struct Slice {
+#[derive(Debug)]
+pub(crate) struct Slice {
     namespace: String,
     service: String,
     endpoints: Vec<SliceEndpoint>,
 }
 
 /// An EndpointSlice document (`kind` already known), or the field that is wrong and why.
-fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
+pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
     let metadata = top.get("metadata").and_then(Value::as_mapping);
     let namespace = metadata
         .and_then(|m| m.get("namespace"))
@@ -181,14 +176,13 @@ impl Document<'_> {
         meta: Meta,
         context: &Context<'_>,
     ) -> Option<Fragment> {
-        let endpoints = context.endpoints;
         let service_type = spec.remove("type");
         if service_type.as_ref().and_then(Value::as_str) != Some("LoadBalancer") {
             return None;
         }
         // MetalLB's `--lb-class`: the Services of the configured class, or without a class.
         let class = spec.remove("loadBalancerClass");
-        if class.as_ref().and_then(Value::as_str) != context.load_balancer_class {
+        if class.as_ref().and_then(Value::as_str) != context.load_balancer_class() {
             return None;
         }
         for field in IGNORED_SPEC_FIELDS {
@@ -199,7 +193,7 @@ impl Document<'_> {
         entry.insert(Value::from("name"), Value::from(meta.name.as_str()));
         entry.insert(Value::from("namespace"), Value::from(namespace.as_str()));
         entry.insert(Value::from("labels"), labels_value(&meta.labels));
-        if let Some(labels) = context.namespaces.labels(&namespace) {
+        if let Some(labels) = context.namespace_labels(&namespace) {
             entry.insert(Value::from("namespace_labels"), labels_value(labels));
         }
         if meta.annotations.contains_key(ALLOW_SHARED_IP) {
@@ -232,7 +226,7 @@ impl Document<'_> {
             self.fail(&format!("spec.{key}"), format!("unknown field `{key}` of a Service"));
             return None;
         }
-        let listed: Vec<Value> = endpoints
+        let listed: Vec<Value> = context
             .endpoints(&namespace, &meta.name)
             .iter()
             .map(|endpoint| {
@@ -409,7 +403,8 @@ endpoints:
                 object("kubernetes:Service/shop/web", WEB.split("---").next().unwrap()),
             ],
         };
-        let (loaded, refused) = crate::config::load_with_api(&main, &objects);
+        let (loaded, refused) =
+            crate::config::load_with_api(&main, &objects, &mut Default::default());
         let config = loaded.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.announce.node.labels.get("rack").map(String::as_str), Some("r7"));
         let names: Vec<&str> = config.announce.services.iter().map(|s| s.name.as_str()).collect();
@@ -419,7 +414,7 @@ endpoints:
         assert_eq!(refused[0].field, "documents[0].spec.loadBalancerIP");
         // A mistake in a file still refuses the whole.
         std::fs::write(&main, format!("{MAIN}{POOL}bogus = 1\n")).unwrap();
-        let (loaded, _) = crate::config::load_with_api(&main, &objects);
+        let (loaded, _) = crate::config::load_with_api(&main, &objects, &mut Default::default());
         assert!(loaded.is_err());
     }
 

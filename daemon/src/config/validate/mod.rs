@@ -62,7 +62,7 @@ pub(crate) const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(15);
 pub(crate) const TCP_MD5_MAX_KEY_LEN: usize = 80;
 
 /// One file's validated content.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Fragment {
     pub file: PathBuf,
     pub routers: Vec<RouterFragment>,
@@ -88,7 +88,7 @@ pub(crate) struct Fragment {
     pub network: super::network_validate::NetworkFragment,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct RouterFragment {
     /// `bgp.routers[i]` in this file.
     pub field: String,
@@ -109,7 +109,7 @@ pub(crate) struct RouterFragment {
     pub imports: Vec<String>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct NeighborFragment {
     /// `bgp.routers[i].neighbors[j]` in this file.
     pub field: String,
@@ -156,7 +156,7 @@ pub(crate) enum Advertised {
     WithCommunity(Community),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct BfdProfileFragment {
     pub profile: BfdProfile,
     pub loc: Loc,

@@ -475,7 +475,7 @@ impl Checker<'_, '_> {
             (None, Some(file)) => {
                 let name = format!("{field}.password_file");
                 let path = self.file_dir().join(file.get_ref());
-                let text = match crate::config::check::read_secret_file(&path) {
+                let text = match self.source.read_secret_file(&path) {
                     Ok(text) => text,
                     Err(error) => {
                         self.fail(

@@ -1,0 +1,144 @@
+//! What translating a document reads from the rest of the config, and the record of it.
+//!
+//! Every read goes through [`Context`], which notes what was asked and a digest of the answer.
+//! A translation kept from an earlier load (`manifest/cache.rs`) still holds when the document
+//! is unchanged and asking the same questions of the new config gives the same answers: so a
+//! change to one EndpointSlice re-translates its Service alone, not the cluster's thousands.
+//! The fields are private so no read can bypass the record.
+
+use std::cell::{Cell, RefCell};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use super::{EndpointIndex, NamespaceIndex, SecretIndex, SliceEndpoint};
+use crate::config::announce::Labels;
+
+/// The rest of the config, as a translation may read it.
+pub(crate) struct Inputs<'a> {
+    /// `[node] name`: which `Node` object is this node.
+    pub node_name: Option<&'a str>,
+    /// This node's labels, for `nodeSelector`s.
+    pub node_labels: &'a Labels,
+    /// Every EndpointSlice of the config, for the Services.
+    pub endpoints: &'a EndpointIndex,
+    /// Every Secret of the config, for `passwordSecret`.
+    pub secrets: &'a SecretIndex,
+    /// Every Namespace's labels, for the Services in them and the EgressIPs' selectors.
+    pub namespaces: &'a NamespaceIndex,
+    /// `[kubernetes] load_balancer_class`: the Services uplink answers for.
+    pub load_balancer_class: Option<&'a str>,
+}
+
+/// One question a translation asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Read {
+    NodeName,
+    NodeLabels,
+    /// The ready endpoints of (namespace, Service).
+    Endpoints(String, String),
+    NamespaceLabels(String),
+    /// Every Namespace and primary network (a namespace selector reads them all).
+    Namespaces,
+    /// The key a `passwordSecret` (name, namespace) names, or why there is none.
+    Password(String, Option<String>),
+    LoadBalancerClass,
+}
+
+/// What translating one document read: each question and its answer's digest. `None` when it
+/// read what the record cannot follow (a key file on disk): such a translation is not kept.
+pub(crate) type Reads = Option<Vec<(Read, u64)>>;
+
+/// [`Inputs`] with the record of the document being translated.
+pub(crate) struct Context<'a> {
+    inputs: Inputs<'a>,
+    reads: RefCell<Vec<(Read, u64)>>,
+    followed: Cell<bool>,
+}
+
+impl<'a> Context<'a> {
+    pub fn new(inputs: Inputs<'a>) -> Self {
+        Context { inputs, reads: RefCell::new(Vec::new()), followed: Cell::new(true) }
+    }
+
+    /// What the translation since the last call read.
+    pub fn take_reads(&self) -> Reads {
+        let reads = std::mem::take(&mut *self.reads.borrow_mut());
+        self.followed.replace(true).then_some(reads)
+    }
+
+    /// Whether `reads` get the same answers from these inputs.
+    pub fn same_answers(&self, reads: &[(Read, u64)]) -> bool {
+        reads.iter().all(|(read, digest)| self.inputs.answer(read) == *digest)
+    }
+
+    /// The translation read a file: it cannot be kept.
+    pub fn read_a_file(&self) {
+        self.followed.set(false);
+    }
+
+    fn note(&self, read: Read) {
+        let digest = self.inputs.answer(&read);
+        self.reads.borrow_mut().push((read, digest));
+    }
+
+    pub fn node_name(&self) -> Option<&'a str> {
+        self.note(Read::NodeName);
+        self.inputs.node_name
+    }
+
+    pub fn node_labels(&self) -> &'a Labels {
+        self.note(Read::NodeLabels);
+        self.inputs.node_labels
+    }
+
+    pub fn endpoints(&self, namespace: &str, service: &str) -> &'a [SliceEndpoint] {
+        self.note(Read::Endpoints(namespace.to_string(), service.to_string()));
+        self.inputs.endpoints.endpoints(namespace, service)
+    }
+
+    pub fn namespace_labels(&self, namespace: &str) -> Option<&'a Labels> {
+        self.note(Read::NamespaceLabels(namespace.to_string()));
+        self.inputs.namespaces.labels(namespace)
+    }
+
+    pub fn namespaces(&self) -> &'a NamespaceIndex {
+        self.note(Read::Namespaces);
+        self.inputs.namespaces
+    }
+
+    pub fn password(&self, name: &str, namespace: Option<&str>) -> Result<String, String> {
+        self.note(Read::Password(name.to_string(), namespace.map(str::to_string)));
+        self.inputs.secrets.password(name, namespace)
+    }
+
+    pub fn load_balancer_class(&self) -> Option<&'a str> {
+        self.note(Read::LoadBalancerClass);
+        self.inputs.load_balancer_class
+    }
+}
+
+impl Inputs<'_> {
+    /// The digest of the answer to `read`: the one place both the record and the check ask.
+    fn answer(&self, read: &Read) -> u64 {
+        match read {
+            Read::NodeName => digest(&self.node_name),
+            Read::NodeLabels => digest(self.node_labels),
+            Read::Endpoints(namespace, service) => {
+                digest(self.endpoints.endpoints(namespace, service))
+            }
+            Read::NamespaceLabels(namespace) => digest(&self.namespaces.labels(namespace)),
+            Read::Namespaces => digest(self.namespaces),
+            Read::Password(name, namespace) => {
+                digest(&self.secrets.password(name, namespace.as_deref()))
+            }
+            Read::LoadBalancerClass => digest(&self.load_balancer_class),
+        }
+    }
+}
+
+/// SipHash with fixed keys: the same answer gives the same digest in every load of a run.
+fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}

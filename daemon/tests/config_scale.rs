@@ -1,0 +1,80 @@
+//! How the config path scales with the objects a cluster holds: times `load_with_api` over
+//! N Services with their EndpointSlices. Run by hand: `cargo test --release --test config_scale
+//! -- --ignored --nocapture`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use uplink::config::{load_with_api, ApiObjects, ManifestCache};
+
+fn service(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: shop\nspec:\n  type: LoadBalancer\n  selector:\n    app: {name}\n  ports:\n  - port: 80\n    targetPort: 8080\n"
+    )
+}
+
+fn slice(service: &str, index: usize) -> String {
+    let endpoints: String = (0..5)
+        .map(|k| {
+            let n = index * 5 + k;
+            format!(
+                "- addresses:\n  - 10.{}.{}.{}\n  conditions:\n    ready: true\n  nodeName: n{:03}\n",
+                128 + n / 65536,
+                n / 256 % 256,
+                n % 256,
+                n % 500
+            )
+        })
+        .collect();
+    format!(
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-1\n  namespace: shop\n  labels:\n    kubernetes.io/service-name: {service}\naddressType: IPv4\nendpoints:\n{endpoints}ports:\n- port: 8080\n  protocol: TCP\n"
+    )
+}
+
+#[test]
+#[ignore]
+fn load_with_api_at_a_clusters_size() {
+    let services: usize =
+        std::env::var("SCALE_SERVICES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("uplink.toml");
+    std::fs::write(
+        &main,
+        "[node]\nname = \"n001\"\n[kubernetes]\nnamespace = \"metallb-system\"\n[[bgp.routers]]\nasn = 65801\n[[bgp.routers.neighbors]]\naddress = \"172.18.20.1\"\nasn = 65102\n",
+    )
+    .unwrap();
+    let mut objects = vec![
+        (
+            PathBuf::from("kubernetes:IPAddressPool/metallb-system/vips"),
+            "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata:\n  name: vips\n  namespace: metallb-system\nspec:\n  addresses:\n  - 10.200.0.0/16\n".to_string(),
+        ),
+        (
+            PathBuf::from("kubernetes:BGPAdvertisement/metallb-system/all"),
+            "apiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata:\n  name: all\n  namespace: metallb-system\nspec:\n  ipAddressPools:\n  - vips\n".to_string(),
+        ),
+    ];
+    for i in 0..services {
+        let name = format!("s{i:05}");
+        objects.push((PathBuf::from(format!("kubernetes:Service/shop/{name}")), service(&name)));
+        objects.push((
+            PathBuf::from(format!("kubernetes:EndpointSlice/shop/{name}-1")),
+            slice(&name, i),
+        ));
+    }
+    objects.sort();
+    let api = ApiObjects { objects };
+    let mut cache = ManifestCache::default();
+    let rounds: usize =
+        std::env::var("SCALE_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    for round in 0..rounds {
+        let started = Instant::now();
+        let (config, refused) = load_with_api(&main, &api, &mut cache);
+        let config = config.unwrap_or_else(|e| panic!("{e}"));
+        assert!(refused.is_empty(), "{refused:?}");
+        println!(
+            "round {round}: {services} Services: load_with_api {:.1} ms ({} VIPs)",
+            started.elapsed().as_secs_f64() * 1000.0,
+            config.announce.services.len()
+        );
+    }
+}
