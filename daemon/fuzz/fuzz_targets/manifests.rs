@@ -8,7 +8,9 @@
 //! `config_files` would list them: only fragments (`is_fragment_name`), sorted by name.
 //!
 //! Besides "never panics": every error names one of the files it was given and a line inside
-//! that file (0 for the whole file), and renders; a config that loads serialises to JSON.
+//! that file (0 for the whole file), and renders; a config that loads serialises to JSON; and
+//! the translations a reload keeps (`config::ManifestCache`), made from all files but the last,
+//! give what a fresh load gives once the last file is there.
 
 #![no_main]
 
@@ -42,7 +44,20 @@ fuzz_target!(|text: &str| {
     let conf_d = PathBuf::from(DIR).join(uplink::config::FRAGMENT_DIR);
     sources.extend(fragments.into_iter().map(|(name, body)| (conf_d.join(name), body)));
 
-    match uplink::config::load_sources(&sources) {
+    let fresh = uplink::config::load_sources(&sources);
+    let mut cache = uplink::config::ManifestCache::default();
+    let all: Vec<&(PathBuf, String)> = sources.iter().collect();
+    let before = all.get(..all.len().saturating_sub(1).max(1)).unwrap_or(&all);
+    let _ = uplink::config::load_sources_kept(before, &mut cache);
+    match (&fresh, uplink::config::load_sources_kept(&all, &mut cache)) {
+        (Ok(fresh), Ok(kept)) => assert_eq!(*fresh, kept, "the kept translations differ"),
+        (Err(fresh), Err(kept)) => {
+            assert_eq!(fresh.to_string(), kept.to_string(), "the kept translations differ")
+        }
+        (fresh, kept) => panic!("the kept translations differ: {fresh:?} / {kept:?}"),
+    }
+
+    match fresh {
         Ok(config) => {
             let json = serde_json::to_string(&config).expect("a loaded config must serialise");
             assert!(!json.is_empty());

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -112,6 +112,31 @@ struct KindState {
     /// Listed at least once (or not served by this API server).
     ready: bool,
     objects: BTreeMap<PathBuf, String>,
+    /// Counts the changes to `objects`: an event that changes nothing the config reads (a
+    /// status write, the apiserver's bookkeeping) leaves it, and publishes nothing.
+    version: u64,
+}
+
+impl KindState {
+    fn insert(&mut self, path: PathBuf, text: String) {
+        if self.objects.get(&path) != Some(&text) {
+            self.objects.insert(path, text);
+            self.version = self.version.wrapping_add(1);
+        }
+    }
+
+    fn remove(&mut self, path: &Path) {
+        if self.objects.remove(path).is_some() {
+            self.version = self.version.wrapping_add(1);
+        }
+    }
+
+    fn replace(&mut self, objects: BTreeMap<PathBuf, String>) {
+        if self.objects != objects {
+            self.objects = objects;
+            self.version = self.version.wrapping_add(1);
+        }
+    }
 }
 
 struct Shared {
@@ -288,7 +313,7 @@ async fn watch_once(
                 let objects = listing.take().unwrap_or_default();
                 let count = objects.len();
                 shared.update(index, |state| {
-                    state.objects = objects;
+                    state.replace(objects);
                     state.ready = true;
                 });
                 shared.health(|h| {
@@ -309,7 +334,7 @@ async fn watch_once(
                 shared.note_service(kind, &object, false);
                 let (path, text) = reduce(kind, object);
                 let count = shared.update(index, |state| {
-                    state.objects.insert(path, text);
+                    state.insert(path, text);
                     state.objects.len()
                 });
                 shared.count(kind, count);
@@ -318,7 +343,7 @@ async fn watch_once(
                 shared.note_service(kind, &object, true);
                 let (path, _) = reduce(kind, object);
                 let count = shared.update(index, |state| {
-                    state.objects.remove(&path);
+                    state.remove(&path);
                     state.objects.len()
                 });
                 shared.count(kind, count);
@@ -408,6 +433,8 @@ impl Shared {
 /// it differs from the last one published.
 async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjects>>) {
     let mut waiting_logged = false;
+    // The kinds' versions at the last set published: none yet.
+    let mut published: Option<Vec<u64>> = None;
     loop {
         shared.changed.notified().await;
         tokio::time::sleep(GATHER).await;
@@ -420,25 +447,31 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
                 }
                 continue;
             }
-            let mut objects: Vec<(PathBuf, String)> = kinds
-                .iter()
-                .flat_map(|k| k.objects.iter().map(|(p, t)| (p.clone(), t.clone())))
-                .collect();
-            objects.sort();
-            objects
-        };
-        let count = objects.len();
-        publish.send_if_modified(|current| {
-            if current.objects == objects {
-                return false;
+            let versions: Vec<u64> = kinds.iter().map(|k| k.version).collect();
+            if published.as_ref() == Some(&versions) {
+                None
+            } else {
+                published = Some(versions);
+                let mut objects: Vec<(PathBuf, String)> = kinds
+                    .iter()
+                    .flat_map(|k| k.objects.iter().map(|(p, t)| (p.clone(), t.clone())))
+                    .collect();
+                objects.sort();
+                Some(objects)
             }
-            *current = Arc::new(ApiObjects { objects });
-            true
-        });
-        shared.health(|h| {
-            h.last_sync = Some(health::unix_now());
-            h.objects = count;
-        });
+        };
+        if let Some(objects) = objects {
+            let count = objects.len();
+            publish.send_if_modified(|current| {
+                if current.objects == objects {
+                    return false;
+                }
+                *current = Arc::new(ApiObjects { objects });
+                true
+            });
+            shared.health(|h| h.objects = count);
+        }
+        shared.health(|h| h.last_sync = Some(health::unix_now()));
     }
 }
 
