@@ -563,11 +563,23 @@ spec:
     }
     assert_eq!((updates("10.99.1.2"), updates("10.99.3.2")), before, "the relist sent UPDATEs");
 
-    // wk1 cut off from the API while the Service is deleted.
+    // wk1's connections to the API server carry TCP keepalive (as client-go's do): a watch on
+    // a connection whose far end went silent fails in 25 s, whatever the watch's timeout.
+    let api_sockets = wk1.run(&["ss", "-tnoH", "state", "established", "dst", API_ADDRESS]);
+    assert!(
+        !api_sockets.trim().is_empty()
+            && api_sockets.lines().all(|socket| socket.contains("timer:(keepalive")),
+        "wk1's connections to the API server without keepalive:\n{api_sockets}"
+    );
+    // wk1 cut off from the API while the Service is deleted: it says it is stale, and keeps
+    // what it announced.
     wk1.run(&["ip", "link", "set", &wk1_api_link, "down"]);
     plane.kubectl(&["delete", "service", "web", "-n", "shop"]);
     tor_hops(&tor, &prefix, &["10.99.1.2"], "wk2 withdraws; wk1, cut off, keeps announcing");
-    std::thread::sleep(Duration::from_secs(3));
+    wait_for("wk1 says it cannot see the API (stale)", UP, || {
+        let v = node1.json(&["show", "kubernetes"])?;
+        (v["stale"] == true).then_some(()).ok_or_else(|| v.to_string())
+    });
     tor_hops(&tor, &prefix, &["10.99.1.2"], "wk1 still announces while it cannot see the API");
     wk1.run(&["ip", "link", "set", &wk1_api_link, "up"]);
     tor_hops(&tor, &prefix, &[], "wk1 withdraws once it sees the API again");

@@ -3,9 +3,16 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::retry::RetryPolicy;
+use kube::client::ConfigExt;
 use kube::Client;
 use tokio::sync::watch as channel;
+use tower::retry::RetryLayer;
+use tower::{BoxError, ServiceBuilder};
 use tracing::info;
 
 use super::events::{self, Events};
@@ -55,6 +62,15 @@ pub async fn start(
     Ok(Source { objects, health })
 }
 
+/// TCP keepalive on every connection to the API server, as client-go's dialer has it: a watch
+/// waiting for events on a connection whose far end is gone without a FIN or RST (a silent
+/// partition) fails after [`KEEPALIVE_IDLE`] + [`KEEPALIVE_INTERVAL`] × [`KEEPALIVE_PROBES`]
+/// (25 s), so the source says it is stale and lists again when the path returns, instead of
+/// waiting out the watch's own timeout (`[kubernetes] watch_timeout`, 290 s).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 3;
+
 /// The client, and the API server's URL for `show kubernetes`.
 async fn client(settings: &KubernetesConfig) -> Result<(Client, String), String> {
     let config = match &settings.kubeconfig {
@@ -71,6 +87,34 @@ async fn client(settings: &KubernetesConfig) -> Result<(Client, String), String>
     };
     let server = config.cluster_url.to_string();
     let client =
-        Client::try_from(config).map_err(|e| format!("[kubernetes] cannot make a client: {e}"))?;
+        with_keepalive(&config).map_err(|e| format!("[kubernetes] cannot make a client: {e}"))?;
     Ok((client, server))
+}
+
+/// kube's client stack, as its builder makes it (the server's URL, its retry of 429/503/504
+/// answers, the credentials, which it renews, rustls over HTTP/1), on a connector with
+/// keepalive.
+fn with_keepalive(config: &kube::Config) -> Result<Client, kube::Error> {
+    let mut connector = HttpConnector::new();
+    connector.enforce_http(false);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_keepalive(Some(KEEPALIVE_IDLE));
+    connector.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    connector.set_keepalive_retries(Some(KEEPALIVE_PROBES));
+    // A request sent on a pooled connection that died meanwhile fails as soon (data not
+    // acknowledged), rather than waiting for an answer that cannot come.
+    connector.set_tcp_user_timeout(Some(
+        KEEPALIVE_IDLE.saturating_add(KEEPALIVE_INTERVAL.saturating_mul(KEEPALIVE_PROBES)),
+    ));
+    let https = config.rustls_https_connector_with_connector(connector)?;
+    let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(http);
+    Ok(Client::new(service, config.default_namespace.clone()))
 }
