@@ -1,6 +1,8 @@
 //! How the config path scales with the objects a cluster holds: times `load_with_api` over
-//! N Services with their EndpointSlices. Run by hand: `cargo test --release --test config_scale
-//! -- --ignored --nocapture`.
+//! `SCALE_SERVICES` Services (2,000) with their EndpointSlices, `SCALE_ROUNDS` times (3) with one
+//! kept cache — the first load translates everything, the next ones what a reload after no
+//! change redoes — and prints the process's RSS. Run by hand: `cargo test --release -p uplink
+//! --test config_scale -- --ignored --nocapture`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -29,6 +31,12 @@ fn slice(service: &str, index: usize) -> String {
     format!(
         "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-1\n  namespace: shop\n  labels:\n    kubernetes.io/service-name: {service}\naddressType: IPv4\nendpoints:\n{endpoints}ports:\n- port: 8080\n  protocol: TCP\n"
     )
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 #[test]
@@ -63,6 +71,8 @@ fn load_with_api_at_a_clusters_size() {
     }
     objects.sort();
     let api = ApiObjects { objects };
+    let text: usize = api.objects.iter().map(|(_, t)| t.len()).sum();
+    println!("{services} Services: the objects' text {} KiB; RSS {} KiB", text / 1024, rss_kib());
     let mut cache = ManifestCache::default();
     let rounds: usize =
         std::env::var("SCALE_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
@@ -76,5 +86,7 @@ fn load_with_api_at_a_clusters_size() {
             started.elapsed().as_secs_f64() * 1000.0,
             config.announce.services.len()
         );
+        println!("  RSS {} KiB with the config and the cache", rss_kib());
+        drop(config);
     }
 }

@@ -8,15 +8,14 @@
 //! The result is the same as without it: a load with an empty cache (`uplink check`, the
 //! tests) takes the same path.
 //!
-//! Only the facts and the translation are kept, not the parsed YAML: a document whose
-//! translation must be redone while its text is unchanged is parsed again from that text.
+//! Only the facts and the translation are kept, not the parsed YAML: a document to translate
+//! is parsed again from its text (at 10,000 Services, holding every parsed object until its
+//! translation doubled the first load's peak memory).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-
-use serde_norway::Value;
 
 use super::context::{Context, Read};
 use super::{parse, translate, Facts, ManifestDocument};
@@ -46,14 +45,13 @@ struct CachedDocument {
     index: usize,
     line: usize,
     facts: Facts,
-    /// The parsed document, until its first translation.
-    value: Option<Value>,
     translation: Option<Translation>,
 }
 
 struct Translation {
     reads: Vec<(Read, u64)>,
-    fragment: Option<Fragment>,
+    /// Boxed: a fragment is a kilobyte inline, and most documents (EndpointSlices) have none.
+    fragment: Option<Box<Fragment>>,
     errors: Vec<ConfigError>,
 }
 
@@ -98,17 +96,15 @@ impl ManifestCache {
         for document in &mut source.documents {
             let kept = document.translation.as_ref().filter(|t| context.same_answers(&t.reads));
             if let Some(kept) = kept {
-                out.extend(kept.fragment.clone());
+                out.extend(kept.fragment.as_deref().cloned());
                 errors.extend(kept.errors.iter().cloned());
                 continue;
             }
-            let value = document.value.take().or_else(|| {
-                // Unchanged text, changed inputs: parse the text again for this document.
-                let again = parsed_again.get_or_insert_with(|| parse(path, text, &mut Vec::new()));
-                let at = again.iter().position(|d| d.index == document.index)?;
-                Some(again.swap_remove(at).value)
-            });
-            let Some(value) = value else { continue };
+            // The parsed text is not kept (at a cluster's size, every object's parsed YAML at
+            // once was most of the first load's memory): parsed again, once per source.
+            let again = parsed_again.get_or_insert_with(|| parse(path, text, &mut Vec::new()));
+            let Some(at) = again.iter().position(|d| d.index == document.index) else { continue };
+            let value = again.swap_remove(at).value;
             let doc = ManifestDocument {
                 path: path.to_path_buf(),
                 index: document.index,
@@ -120,7 +116,7 @@ impl ManifestCache {
             errors.extend(doc_errors.iter().cloned());
             document.translation = context.take_reads().map(|reads| Translation {
                 reads,
-                fragment,
+                fragment: fragment.map(Box::new),
                 errors: doc_errors,
             });
         }
@@ -137,7 +133,6 @@ impl CachedSource {
                 index: d.index,
                 line: d.line,
                 facts: Facts::of(&d.value),
-                value: Some(d.value),
                 translation: None,
             })
             .collect();
