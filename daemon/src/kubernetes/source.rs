@@ -86,6 +86,13 @@ async fn client(settings: &KubernetesConfig) -> Result<(Client, String), String>
         })?,
     };
     let server = config.cluster_url.to_string();
+    // As kube's own builder without its proxy features: refused, not ignored.
+    if let Some(proxy) = &config.proxy_url {
+        return Err(format!(
+            "[kubernetes] the kubeconfig names a proxy ({proxy}); uplink connects to the API \
+             server directly"
+        ));
+    }
     let client =
         with_keepalive(&config).map_err(|e| format!("[kubernetes] cannot make a client: {e}"))?;
     Ok((client, server))
