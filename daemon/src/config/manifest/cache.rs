@@ -12,12 +12,10 @@
 //! is parsed again from its text (at 10,000 Services, holding every parsed object until its
 //! translation doubled the first load's peak memory).
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
-use super::context::{Context, Read};
+use super::context::{digest, Context, Read};
 use super::{parse, translate, Facts, ManifestDocument};
 use crate::config::error::ConfigError;
 use crate::config::validate::Fragment;
@@ -62,13 +60,13 @@ impl ManifestCache {
         self.load = self.load.wrapping_add(1);
         let load = self.load;
         for (path, text) in manifests {
-            let digest = text_digest(text);
+            let text_digest = digest(text);
             match self.sources.get_mut(path) {
-                Some(entry) if entry.text == digest => entry.seen = load,
-                Some(entry) => *entry = CachedSource::parse(path, text, digest, load),
+                Some(entry) if entry.text == text_digest => entry.seen = load,
+                Some(entry) => *entry = CachedSource::parse(path, text, text_digest, load),
                 None => {
                     self.sources
-                        .insert(path.clone(), CachedSource::parse(path, text, digest, load));
+                        .insert(path.clone(), CachedSource::parse(path, text, text_digest, load));
                 }
             }
         }
@@ -125,7 +123,7 @@ impl ManifestCache {
 }
 
 impl CachedSource {
-    fn parse(path: &Path, text: &str, digest: u64, load: u64) -> Self {
+    fn parse(path: &Path, text: &str, text_digest: u64, load: u64) -> Self {
         let mut parse_errors = Vec::new();
         let documents = parse(path, text, &mut parse_errors)
             .into_iter()
@@ -136,14 +134,8 @@ impl CachedSource {
                 translation: None,
             })
             .collect();
-        CachedSource { seen: load, text: digest, parse_errors, documents }
+        CachedSource { seen: load, text: text_digest, parse_errors, documents }
     }
-}
-
-fn text_digest(text: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
 }
 
 #[cfg(test)]

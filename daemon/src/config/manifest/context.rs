@@ -136,8 +136,9 @@ impl Inputs<'_> {
     }
 }
 
-/// SipHash with fixed keys: the same answer gives the same digest in every load of a run.
-fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
+/// SipHash with fixed keys: the same answer (or text) gives the same digest in every load of
+/// a run.
+pub(super) fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()
