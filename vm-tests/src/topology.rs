@@ -198,6 +198,12 @@ pub fn worker_uplink_toml(name: &str, addr: &str, pod_subnet: &str) -> String {
     // The other worker keeps the default (helper only: the ToR's routes are kept while the
     // ToR restarts, and the ToR sends End-of-RIB).
     let graceful_restart = if name == GR_WORKER { "graceful_restart = true\n" } else { "" };
+    // The graceful-restart worker sends a KEEPALIVE every second: when it hangs, the ToR's 9 s
+    // hold timer then runs from at most a second before the hang, and the watchdog scenario's
+    // 4 s kill ends the connection (which graceful restart covers) well before the hold timer
+    // expires (which it does not: uplink does not advertise RFC 8538's N bit). At 3 s, a
+    // watchdog kill under TCG came a second or two from it.
+    let keepalive = if name == GR_WORKER { "1s" } else { "3s" };
     format!(
         r#"# Worker {name} of the VM tests (vm-tests/src/topology.rs).
 [node]
@@ -226,7 +232,7 @@ maximum_paths = 16
 address = "{TOR_ADDR}"
 asn = {TOR_ASN}
 hold_time = "9s"
-keepalive_time = "3s"
+keepalive_time = "{keepalive}"
 connect_time = "5s"
 bfd_profile = "tor"
 {graceful_restart}

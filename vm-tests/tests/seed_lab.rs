@@ -411,7 +411,13 @@ fn survivor_drops(topo: &Topology, addr: &str) -> Result<u64, String> {
 /// Why sessions with a worker went down: the ToR's and the worker's view.
 fn flap_report(topo: &Topology, i: usize) -> String {
     let Some(w) = topo.workers.get(i) else { return String::new() };
-    let mut out = String::new();
+    // The ToR's log first: it says why a session ended (hold timer, BFD, a closed connection),
+    // and a CI log keeps only the first lines of a reason.
+    let f = topo
+        .tor
+        .sh(&format!("journalctl --no-pager -t bgpd -t bfdd | grep -F '{}' | tail -n 15", w.addr))
+        .unwrap_or_else(|e| e);
+    let mut out = format!("\n--- r2 bgpd/bfdd log for {} ---\n{f}", w.addr);
     for cmd in [format!("show bgp neighbors {} json", w.addr), format!("show bfd peer {}", w.addr)]
     {
         let o = topo.vtysh(&cmd).unwrap_or_else(|e| e);
@@ -430,11 +436,6 @@ fn flap_report(topo: &Topology, i: usize) -> String {
         };
         out.push_str(&format!("\n--- r2# {cmd} ---\n{o}"));
     }
-    let f = topo
-        .tor
-        .sh(&format!("journalctl --no-pager -t bgpd -t bfdd | grep -F '{}' | tail -n 15", w.addr))
-        .unwrap_or_else(|e| e);
-    out.push_str(&format!("\n--- r2 bgpd/bfdd log for {} ---\n{f}", w.addr));
     let j = w
         .vm
         .sh("journalctl -u uplink --no-pager | grep -iE 'bfd|down|closed|notification|hold' | tail -n 20")
@@ -607,6 +608,54 @@ fn observe_stop(topo: &Topology) -> Result<Value, String> {
     tor_script_result(topo, "observe")
 }
 
+/// The observer's summary on two short lines, times in seconds from its first sample: each
+/// change of the VIP's next hop and of the session, then the client's failures (the first
+/// five). The whole JSON follows in a report, but a CI log folds and cuts long lines.
+fn observed_timeline(summary: &Value) -> String {
+    let start = summary["events"][0]["at"].as_f64().unwrap_or_default();
+    let flag = |v: &Value, yes: &str, no: &str| -> String {
+        if v.as_bool().unwrap_or_default() {
+            yes.into()
+        } else {
+            no.into()
+        }
+    };
+    let events: Vec<String> = summary["events"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            format!(
+                "+{:.1} s {}/{}",
+                e["at"].as_f64().unwrap_or_default() - start,
+                flag(&e["next_hop"], "next hop", "NO NEXT HOP"),
+                flag(&e["session"], "session", "no session")
+            )
+        })
+        .collect();
+    let failures = summary["failures"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let first: Vec<String> = failures
+        .iter()
+        .take(5)
+        .map(|f| {
+            format!(
+                "+{:.1} s rc {} {}",
+                f["at"].as_f64().unwrap_or_default() - start,
+                f["rc"],
+                f["error"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    format!(
+        "observed: {}\n{} of {} client requests failed: {}",
+        events.join(", "),
+        failures.len(),
+        summary["requests"],
+        first.join("; ")
+    )
+}
+
 /// The first time in `summary` at which `field` became `value`.
 fn first_event(summary: &Value, field: &str, value: bool) -> Option<f64> {
     summary["events"]
@@ -638,7 +687,9 @@ fn graceful_restart_and_watchdog(topo: &Topology) -> Outcome {
     observe_start(topo, &wk.addr)?;
     // This scenario's watchdog is short: the ToR's hold time is 9 s, and a hung uplink must be
     // killed before it expires (a hold timer expiry ends graceful restart without RFC 8538's
-    // N bit). With the usual hold times (90-180 s) the unit's 30 s is short enough.
+    // N bit): the watchdog fires 2-4 s into the hang, and the worker's last KEEPALIVE came at
+    // most 1 s before it (topology.rs). With the usual hold times (90-180 s) the unit's 30 s is
+    // short enough.
     let dropin = "/run/systemd/system/uplink.service.d/watchdog.conf";
     // wait-ready's own bound scales with the machine, and the SSH command outlives it.
     let ready = topo.scaled(Duration::from_secs(120)).as_secs();
@@ -678,8 +729,10 @@ fn graceful_restart_and_watchdog(topo: &Topology) -> Outcome {
     let failures = seen["failures"].as_array().map_or(0, Vec::len);
     if first_event(&seen, "next_hop", false).is_some() || failures > 0 {
         return Err(format!(
-            "the ToR lost {} as the VIP's next hop or the client saw failures: {seen}{}",
+            "the ToR lost {} as the VIP's next hop or the client saw failures (SIGSTOP → restart {:.1} s)\n{}{}\n--- the observer ---\n{seen}",
             wk.name,
+            restarted_after.as_secs_f64(),
+            observed_timeline(&seen),
             flap_report(topo, 0)
         ));
     }
