@@ -69,7 +69,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         // graceful restart, keeps the previous run's until the peers have sent End-of-RIB.
         let graceful = config.bgp.routers.iter().flat_map(|r| &r.neighbors).any(|n| n.graceful_restart.restarts());
         let fib = crate::fib::start(
-            fib_instances(&config, &announcer.current()),
+            fib_instances(&config),
             &config.fib,
             graceful,
         )?;

@@ -235,7 +235,22 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
     });
     assert_eq!(connections(&tor, "10.0.2.2"), sessions2, "health changes must not reset sessions");
 
-    // A config change (SIGHUP) adds a service: announced without resetting the session.
+    // A config change (SIGHUP) adds a service: announced without resetting the session, and
+    // without touching the health-checked VIP (its check and verdict are kept through the
+    // reload: the path the ToR has from node1 is the same one, not withdrawn and sent again).
+    let web_path_since = |tor: &Frr| -> u64 {
+        let paths = tor.route("192.0.2.5/32")["paths"].clone();
+        paths
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["peer"]["peerId"] == "10.0.1.2")
+            .and_then(|p| p["lastUpdate"]["epoch"].as_u64())
+            .unwrap_or_else(|| panic!("no path from node1 for 192.0.2.5/32: {paths}"))
+    };
+    let web_before = web_path_since(&tor);
+    // lastUpdate counts seconds: a path sent again after this would show a later one.
+    std::thread::sleep(Duration::from_millis(1100));
     let mut config = node_config("node1", "10.0.1.2", "10.0.1.1");
     config.push_str(
         "\n[[services]]\nname = \"late\"\nnamespace = \"demo\"\nload_balancer_ip = \"192.0.2.9\"\n",
@@ -251,6 +266,12 @@ fn vips_ecmp_health_local_policy_attributes_and_aggregation() {
         }
     });
     assert_eq!(connections(&tor, "10.0.1.2"), sessions1, "a reload must not reset sessions");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        web_path_since(&tor),
+        web_before,
+        "a reload that leaves the health-checked 192.0.2.5 alone withdrew and re-sent it"
+    );
     let running = node1.json(&["show", "running-config"]).unwrap();
     let names: Vec<&str> = running["announce"]["services"]
         .as_array()

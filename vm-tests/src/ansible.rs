@@ -559,8 +559,9 @@ fn first_run(topo: &Topology, runner: &Runner, binary: &Path) -> Result<String, 
 }
 
 /// Step 2: a second run would change nothing but what changed: a check run with a community
-/// added shows the main config's diff, changes only that task (and its reload handler, which
-/// check mode skips), and leaves the node alone. One run for both points: the plain second
+/// added shows the main config's diff, changes only the tasks of that file (staged for
+/// `uplink check`, then installed) and its reload handler (which check mode skips), and leaves
+/// the node alone. One run for both points: the plain second
 /// run that changes nothing is `make ansible-check`'s, on a stand-in node, and each playbook
 /// run costs minutes under TCG.
 fn check_run(topo: &Topology, runner: &Runner, binary: &Path) -> Result<String, String> {
@@ -597,7 +598,7 @@ fn check_run(topo: &Topology, runner: &Runner, binary: &Path) -> Result<String, 
             .into_iter()
             .filter(|o| o.host == w.name && o.changed)
             .filter(|o| {
-                !o.task.ends_with("Install the main config")
+                !o.task.ends_with("the main config")
                     && !config_handlers.iter().any(|h| o.task.ends_with(h))
             })
             .map(|o| o.task)

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -216,12 +217,17 @@ pub struct Candidate {
 }
 
 /// The whole result.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Announcements {
     /// Sorted by VRF; the default VRF (`""`) first.
     pub routers: Vec<RouterAnnouncements>,
     pub candidates: Vec<Candidate>,
-    pub allocation: Allocation,
+    /// Shared: computed once per config, kept through health and drain changes.
+    pub allocation: Arc<Allocation>,
+    /// The config it was computed from: what reads the announcements (the Kubernetes status
+    /// and Events) reads the same config with them, never a newer or older one.
+    #[serde(skip)]
+    pub config: Arc<AnnounceConfig>,
 }
 
 impl Announcements {
@@ -252,7 +258,27 @@ struct Builder<'a> {
     candidates: Vec<Candidate>,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    /// Every configured router, with what it imports and nothing originated yet.
+    fn for_routers(routers: &'a [RouterInput]) -> Self {
+        Builder {
+            routers: routers
+                .iter()
+                .map(|r| {
+                    let router = RouterAnnouncements {
+                        vrf: r.vrf.clone(),
+                        configured: true,
+                        imports: r.imports.iter().cloned().collect(),
+                        ..Default::default()
+                    };
+                    (r.vrf.clone(), router)
+                })
+                .collect(),
+            inputs: routers,
+            candidates: Vec::new(),
+        }
+    }
+
     fn withdraw(
         &mut self,
         prefix: Option<IpNet>,
@@ -302,30 +328,39 @@ impl Builder<'_> {
     }
 }
 
+/// Which VRFs each router (configured, or implied by a route advertisement) imports from: the
+/// part of [`compute`] that the FIB's leaks need, without the services (no allocation).
+pub fn imports(
+    config: &AnnounceConfig,
+    routers: &[RouterInput],
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut builder = Builder::for_routers(routers);
+    networks(config, &mut builder);
+    builder.routers.into_iter().map(|(vrf, r)| (vrf, r.imports)).collect()
+}
+
 /// Computes every router's announcements. See the module doc.
 pub fn compute(
     config: &AnnounceConfig,
     routers: &[RouterInput],
     runtime: RuntimeState<'_>,
 ) -> Announcements {
+    let allocation = Arc::new(allocate(&config.pools, &config.services));
+    compute_allocated(config, allocation, routers, runtime)
+}
+
+/// [`compute`] with the config's allocation already made (the announcer makes it once per
+/// config, not at every health verdict). The result's `config` is left empty: the announcer
+/// puts in the shared config it computed from.
+pub fn compute_allocated(
+    config: &AnnounceConfig,
+    allocation: Arc<Allocation>,
+    routers: &[RouterInput],
+    runtime: RuntimeState<'_>,
+) -> Announcements {
     let empty = HealthStates::new();
     let health = runtime.health.unwrap_or(&empty);
-    let mut builder = Builder {
-        routers: routers
-            .iter()
-            .map(|r| {
-                let router = RouterAnnouncements {
-                    vrf: r.vrf.clone(),
-                    configured: true,
-                    imports: r.imports.iter().cloned().collect(),
-                    ..Default::default()
-                };
-                (r.vrf.clone(), router)
-            })
-            .collect(),
-        inputs: routers,
-        candidates: Vec::new(),
-    };
+    let mut builder = Builder::for_routers(routers);
     for router in routers {
         for prefix in &router.prefixes {
             let route = Route {
@@ -337,7 +372,6 @@ pub fn compute(
             builder.announce(*prefix, &router.vrf, Origin::Router, route);
         }
     }
-    let allocation = allocate(&config.pools, &config.services);
     services(config, &allocation, health, runtime.drained, &mut builder);
     networks(config, &mut builder);
 
@@ -370,6 +404,7 @@ pub fn compute(
         routers: builder.routers.into_values().collect(),
         candidates: builder.candidates,
         allocation,
+        config: Arc::default(),
     }
 }
 

@@ -79,6 +79,9 @@ pub struct Verdict {
     pub service: String,
     pub address: IpAddr,
     pub healthy: bool,
+    /// The run of the check that reached it ([`spawn`]'s `run`): a verdict still queued from a
+    /// check that a reload stopped or changed is told from the current run's.
+    pub run: u64,
 }
 
 /// Runs one probe.
@@ -288,12 +291,13 @@ fn exec(command: &[String], timeout: Duration) -> bool {
     }
 }
 
-/// Starts the probe task for one endpoint. It reports each verdict change on `verdicts` and
-/// stops when the receiver is gone or the handle is aborted.
+/// Starts the probe task for one endpoint, as check run `run`. It reports each verdict change
+/// on `verdicts` and stops when the receiver is gone or the handle is aborted.
 pub fn spawn(
     service: String,
     address: IpAddr,
     check: HealthCheck,
+    run: u64,
     verdicts: mpsc::Sender<Verdict>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -305,7 +309,7 @@ pub fn spawn(
             let ok = probe(&check, address).await;
             if let Some(healthy) = tracker.record(ok) {
                 info!(%service, %address, healthy, "health check verdict changed");
-                let verdict = Verdict { service: service.clone(), address, healthy };
+                let verdict = Verdict { service: service.clone(), address, healthy, run };
                 if verdicts.send(verdict).await.is_err() {
                     return;
                 }

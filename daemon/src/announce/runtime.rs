@@ -5,17 +5,19 @@
 //! gets the current set the moment it subscribes.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use super::compute::{compute, Announcements, RouterInput, RuntimeState};
+use super::allocate::{allocate, Allocation};
+use super::compute::{compute_allocated, Announcements, RouterInput, RuntimeState};
 use super::health::{self, Verdict};
 use super::readiness::{endpoints_to_probe, HealthStates};
 use super::set::{announced_set, AnnouncedSet};
-use crate::config::announce::AnnounceConfig;
+use crate::config::announce::{AnnounceConfig, HealthCheck};
 
 /// Depth of the verdict channel; verdicts are rare (only changes are sent).
 const CHANNEL_DEPTH: usize = 64;
@@ -45,7 +47,22 @@ impl DrainPhase {
 enum Event {
     Verdict(Verdict),
     Drain(DrainPhase),
-    Config(Box<AnnounceConfig>, Vec<RouterInput>),
+    Config(Arc<AnnounceConfig>, Vec<RouterInput>),
+}
+
+/// One endpoint's health check while it runs: a reload that leaves the service's endpoint and
+/// its check as they were keeps the task and its verdict, so the address is not withdrawn
+/// until a new check has risen again (every Kubernetes event is a reload).
+struct RunningCheck {
+    check: HealthCheck,
+    run: u64,
+    task: JoinHandle<()>,
+}
+
+impl Drop for RunningCheck {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// One `watch` channel per VRF that a router subscribed to. Shared by the handle (which
@@ -98,52 +115,76 @@ impl AnnouncerHandle {
         let _ = self.tx.send(Event::Drain(phase)).await;
     }
 
-    /// A reloaded config and its routers: recompute, and restart the health checks it names.
-    pub async fn replace_config(&self, config: AnnounceConfig, routers: Vec<RouterInput>) {
-        let _ = self.tx.send(Event::Config(Box::new(config), routers)).await;
+    /// A reloaded config and its routers: recompute; start the health checks it adds or
+    /// changes, stop those it drops, keep the others running.
+    pub async fn replace_config(&self, config: Arc<AnnounceConfig>, routers: Vec<RouterInput>) {
+        let _ = self.tx.send(Event::Config(config, routers)).await;
     }
 }
 
 struct Announcer {
-    config: AnnounceConfig,
+    config: Arc<AnnounceConfig>,
+    /// The config's allocation (a pure function of it), made once per config.
+    allocation: Arc<Allocation>,
     routers: Vec<RouterInput>,
     feeds: Feeds,
     health: HealthStates,
     drain: DrainPhase,
-    checks: Vec<JoinHandle<()>>,
-    verdicts: mpsc::Sender<Event>,
+    /// By (service key, endpoint address).
+    checks: BTreeMap<(String, IpAddr), RunningCheck>,
+    /// The number of check runs started so far: the next run's id.
+    runs: u64,
+    verdicts: mpsc::Sender<Verdict>,
     latest: watch::Sender<Arc<Announcements>>,
     config_out: watch::Sender<Arc<AnnounceConfig>>,
 }
 
 impl Announcer {
-    fn start_checks(&mut self) {
-        for task in self.checks.drain(..) {
-            task.abort();
-        }
-        self.health.clear();
+    /// Makes the running health checks the config's: a check whose endpoint and settings are
+    /// unchanged keeps running and keeps its verdict.
+    fn sync_checks(&mut self) {
         let node = self.config.node.name.clone().unwrap_or_default();
-        let (tx, mut rx) = mpsc::channel::<Verdict>(CHANNEL_DEPTH);
+        let mut wanted: BTreeMap<(String, IpAddr), &HealthCheck> = BTreeMap::new();
         for service in &self.config.services {
             let Some(check) = &service.health else { continue };
             for address in endpoints_to_probe(service, &node) {
-                self.checks.push(health::spawn(service.key(), address, check.clone(), tx.clone()));
+                wanted.insert((service.key(), address), check);
             }
         }
-        // Forward verdicts into the announcer's own queue.
-        let events = self.verdicts.clone();
-        self.checks.push(tokio::spawn(async move {
-            while let Some(verdict) = rx.recv().await {
-                if events.send(Event::Verdict(verdict)).await.is_err() {
-                    return;
-                }
+        let health = &mut self.health;
+        self.checks.retain(|key, running| {
+            let keep = wanted.get(key).is_some_and(|check| **check == running.check);
+            if !keep {
+                health.remove(key);
             }
-        }));
+            keep
+        });
+        for (key, check) in wanted {
+            if self.checks.contains_key(&key) {
+                continue;
+            }
+            let run = self.runs;
+            self.runs += 1;
+            let task =
+                health::spawn(key.0.clone(), key.1, check.clone(), run, self.verdicts.clone());
+            self.checks.insert(key, RunningCheck { check: check.clone(), run, task });
+        }
+    }
+
+    /// Records a verdict of a check that still runs as it did when it reached it.
+    fn record(&mut self, verdict: Verdict) {
+        let key = (verdict.service, verdict.address);
+        if self.checks.get(&key).is_some_and(|running| running.run == verdict.run) {
+            self.health.insert(key, verdict.healthy);
+        }
     }
 
     fn publish(&mut self) {
         let runtime = self.drain.runtime(Some(&self.health));
-        let result = Arc::new(compute(&self.config, &self.routers, runtime));
+        let mut result =
+            compute_allocated(&self.config, self.allocation.clone(), &self.routers, runtime);
+        result.config = self.config.clone();
+        let result = Arc::new(result);
         // `latest` first: a subscription made meanwhile starts from this result or gets it below.
         self.latest.send_replace(result.clone());
         let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
@@ -161,22 +202,21 @@ impl Announcer {
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
-        self.start_checks();
+        self.sync_checks();
         self.publish();
         while let Some(event) = rx.recv().await {
             match event {
-                Event::Verdict(v) => {
-                    self.health.insert((v.service, v.address), v.healthy);
-                }
+                Event::Verdict(v) => self.record(v),
                 Event::Drain(phase) => {
                     info!(?phase, "drain state changed");
                     self.drain = phase;
                 }
                 Event::Config(config, routers) => {
-                    self.config = *config;
+                    self.allocation = Arc::new(allocate(&config.pools, &config.services));
+                    self.config = config;
                     self.routers = routers;
-                    let _ = self.config_out.send(Arc::new(self.config.clone()));
-                    self.start_checks();
+                    let _ = self.config_out.send(self.config.clone());
+                    self.sync_checks();
                 }
             }
             self.publish();
@@ -187,23 +227,37 @@ impl Announcer {
 /// Starts the announcer for `config` and its `routers`, in `drain` (drained when the node was
 /// drained before the daemon restarted). Routers subscribe to their VRF's set.
 pub fn spawn(
-    config: AnnounceConfig,
+    config: Arc<AnnounceConfig>,
     routers: Vec<RouterInput>,
     drain: DrainPhase,
 ) -> AnnouncerHandle {
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-    let initial = compute(&config, &routers, drain.runtime(None));
+    let allocation = Arc::new(allocate(&config.pools, &config.services));
+    let mut initial = compute_allocated(&config, allocation.clone(), &routers, drain.runtime(None));
+    initial.config = config.clone();
     let (latest_tx, latest_rx) = watch::channel(Arc::new(initial));
-    let (config_tx, config_rx) = watch::channel(Arc::new(config.clone()));
+    let (config_tx, config_rx) = watch::channel(config.clone());
+    // The checks' verdicts, forwarded into the announcer's own queue.
+    let (verdicts, mut verdicts_rx) = mpsc::channel::<Verdict>(CHANNEL_DEPTH);
+    let events = tx.clone();
+    tokio::spawn(async move {
+        while let Some(verdict) = verdicts_rx.recv().await {
+            if events.send(Event::Verdict(verdict)).await.is_err() {
+                return;
+            }
+        }
+    });
     let feeds = Feeds::default();
     let announcer = Announcer {
         config,
+        allocation,
         routers,
         feeds: feeds.clone(),
         health: HealthStates::new(),
         drain,
-        checks: Vec::new(),
-        verdicts: tx.clone(),
+        checks: BTreeMap::new(),
+        runs: 0,
+        verdicts,
         latest: latest_tx,
         config_out: config_tx,
     };

@@ -533,6 +533,16 @@ fn deck_layer2_cudn_is_announced_whole_from_the_default_vrf_with_leaking() {
     assert!(!cudn2.configured);
     assert_eq!(cudn2.imports, [String::new()].into());
     assert_eq!(cudn2.imported.get(&net("172.22.0.0/16")), Some(&String::new()));
+    assert_imports_agree(&config, &[router("", &["172.18.20.1"])]);
+}
+
+/// [`super::compute::imports`], which the FIB's leaks are made from without an allocation,
+/// says what [`compute`] says.
+fn assert_imports_agree(config: &AnnounceConfig, routers: &[RouterInput]) {
+    let full = compute(config, routers, RuntimeState::default());
+    let from_compute: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        full.routers.iter().map(|r| (r.vrf.clone(), r.imports.clone())).collect();
+    assert_eq!(super::compute::imports(config, routers), from_compute);
 }
 
 #[test]
@@ -558,6 +568,7 @@ fn deck_vrf_lite_layer3_and_layer2_from_their_own_vrfs() {
     assert_eq!(originated(&result, "cudn4"), vec![net("172.24.0.0/16")]);
     // No leaking with VRF-lite.
     assert!(result.router("cudn3").unwrap().imports.is_empty());
+    assert_imports_agree(&config, &routers);
     let reasons: Vec<&Reason> = result
         .candidates
         .iter()
@@ -584,8 +595,9 @@ fn router_imports_list_the_routes_of_the_other_vrf() {
     let routers = [router("", &["172.18.20.1"]), blue];
     let result = compute(&config, &routers, RuntimeState::default());
     assert!(originated(&result, "blue").is_empty());
-    let blue = result.router("blue").unwrap();
-    assert_eq!(blue.imported.get(&net("172.18.20.201/32")), Some(&String::new()));
+    let blue_router = result.router("blue").unwrap();
+    assert_eq!(blue_router.imported.get(&net("172.18.20.201/32")), Some(&String::new()));
+    assert_imports_agree(&config, &routers);
 }
 
 #[test]

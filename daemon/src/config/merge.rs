@@ -130,7 +130,7 @@ pub(crate) fn merge(
             select_defer_time: select_defer_time.map_or(DEFAULT_SELECT_DEFER_TIME, |(d, _)| d),
         },
         files,
-        announce: super::announce::merge(announce, errors),
+        announce: std::sync::Arc::new(super::announce::merge(announce, errors)),
         // Filled in by `load`, which knows the node's labels.
         network: Default::default(),
     }

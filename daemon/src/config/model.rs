@@ -7,6 +7,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -33,8 +34,10 @@ pub struct Config {
     pub graceful_restart: GracefulRestartConfig,
     /// The files this config was loaded from, in merge order.
     pub files: Vec<PathBuf>,
-    /// What the node announces besides router `prefixes` (`crate::announce`).
-    pub announce: AnnounceConfig,
+    /// What the node announces besides router `prefixes` (`crate::announce`). Shared: the
+    /// announcer keeps the config it computes from, and a reload hands it over uncopied
+    /// (tens of thousands of Services from the API).
+    pub announce: Arc<AnnounceConfig>,
     /// The node's own network: `[network]` and the policies selecting this node.
     pub network: super::network::NetworkConfig,
 }

@@ -20,13 +20,13 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
-use tokio::sync::{watch as channel, Mutex};
+use tokio::sync::Mutex;
 use tracing::warn;
 
 use super::watch::Services;
 use crate::announce::compute::{Announcements, Origin, Reason, State};
 use crate::announce::runtime::AnnouncerHandle;
-use crate::config::{is_api_source, Config};
+use crate::config::is_api_source;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The reporting controller of every event (`reportingController` must be a qualified name).
@@ -106,18 +106,13 @@ impl Events {
 }
 
 /// Sends an event whenever a Service read from the API changes state on this node.
-pub(super) fn spawn(
-    events: Arc<Events>,
-    announcer: AnnouncerHandle,
-    running: channel::Receiver<Arc<Config>>,
-) {
+pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     let mut changes = announcer.changes();
     tokio::spawn(async move {
         let mut told: BTreeMap<String, Told> = BTreeMap::new();
         loop {
             let announcements = changes.borrow_and_update().clone();
-            let config = running.borrow().clone();
-            let now = states(&announcements, &config, &events.node);
+            let now = states(&announcements, &events.node);
             for (key, state) in &now {
                 if told.get(key) != Some(state) {
                     events.send(key, state).await;
@@ -132,9 +127,9 @@ pub(super) fn spawn(
 }
 
 /// Each API Service's state on this node: announced if any of its prefixes is, else why not.
-fn states(announcements: &Announcements, config: &Config, node: &str) -> BTreeMap<String, Told> {
-    let from_api: BTreeSet<String> = config
-        .announce
+fn states(announcements: &Announcements, node: &str) -> BTreeMap<String, Told> {
+    let from_api: BTreeSet<String> = announcements
+        .config
         .services
         .iter()
         .filter(|service| service.sources.iter().any(|source| is_api_source(source)))

@@ -52,11 +52,12 @@ pub async fn start(
     let (publish, objects) = channel::channel(Arc::new(kept));
     let services = watch::spawn(client.clone(), settings, node, publish, health.clone());
     let events = Events::new(client.clone(), node, services.clone());
-    events::spawn(events.clone(), announcer, running.clone());
+    let announcements = announcer.changes();
+    events::spawn(events.clone(), announcer);
     session_state::spawn(client.clone(), &settings.namespace, node, sessions, health.clone());
     node_state::spawn(client.clone(), node, running.clone(), health.clone());
     enactment_writer::spawn(client.clone(), node, running.clone(), objects.clone(), health.clone());
-    status::spawn(client, running, services, health.clone(), events);
+    status::spawn(client, announcements, services, health.clone(), events);
     snapshot::spawn(objects.clone(), state_dir);
     info!(namespace = %settings.namespace, "watching the Kubernetes API");
     Ok(Source { objects, health })

@@ -18,8 +18,8 @@ use tracing::{info, warn};
 use super::events::Events;
 use super::health::{self, Health};
 use super::watch::Services;
-use crate::announce::allocate::allocate;
-use crate::config::{is_api_source, Config};
+use crate::announce::{Allocation, Announcements};
+use crate::config::is_api_source;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The field manager of every status uplink writes.
@@ -31,11 +31,12 @@ const RETRY_FIRST: Duration = Duration::from_secs(2);
 /// in a storm.
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// Writes the allocated addresses of the API's Services after every change of the running
-/// config, where the API's status differs; what failed is tried again with a growing wait.
+/// Writes the allocated addresses of the API's Services after every new allocation (the
+/// announcer's, made once per config), where the API's status differs; what failed is tried
+/// again with a growing wait.
 pub(super) fn spawn(
     client: Client,
-    mut running: channel::Receiver<Arc<Config>>,
+    mut announcements: channel::Receiver<Arc<Announcements>>,
     services: Services,
     health: Health,
     events: Arc<Events>,
@@ -43,10 +44,18 @@ pub(super) fn spawn(
     tokio::spawn(async move {
         let mut failures = LogThrottle::new(LOG_PERIOD);
         let mut retry = RETRY_FIRST;
+        // The allocation last written in full: health and drain changes keep it.
+        let mut written: Option<Arc<Allocation>> = None;
         loop {
-            let config = running.borrow_and_update().clone();
+            let current = announcements.borrow_and_update().clone();
+            if written.as_ref().is_some_and(|w| Arc::ptr_eq(w, &current.allocation)) {
+                if announcements.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
             let mut failed = false;
-            for (key, addresses) in wanted(&config) {
+            for (key, addresses) in wanted(&current) {
                 let current = services
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -82,13 +91,14 @@ pub(super) fn spawn(
             }
             if !failed {
                 retry = RETRY_FIRST;
-                if running.changed().await.is_err() {
+                written = Some(current.allocation.clone());
+                if announcements.changed().await.is_err() {
                     return;
                 }
                 continue;
             }
             tokio::select! {
-                changed = running.changed() => if changed.is_err() { return },
+                changed = announcements.changed() => if changed.is_err() { return },
                 () = tokio::time::sleep(retry) => {}
             }
             retry = retry.saturating_mul(2).min(RETRY_MAX);
@@ -108,14 +118,17 @@ fn explain(error: &kube::Error) -> String {
 }
 
 /// The addresses each Service read from the API gets, by `namespace/name`.
-fn wanted(config: &Config) -> BTreeMap<String, Vec<IpAddr>> {
-    let announce = &config.announce;
-    let allocation = allocate(&announce.pools, &announce.services);
-    announce
+fn wanted(announcements: &Announcements) -> BTreeMap<String, Vec<IpAddr>> {
+    announcements
+        .config
         .services
         .iter()
         .filter(|service| service.sources.iter().any(|source| is_api_source(source)))
-        .map(|service| (service.key(), allocation.addresses_of(&service.key())))
+        .map(|service| {
+            let key = service.key();
+            let addresses = announcements.allocation.addresses_of(&key);
+            (key, addresses)
+        })
         .collect()
 }
 

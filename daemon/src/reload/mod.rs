@@ -38,15 +38,15 @@
 pub mod metrics;
 pub mod plan;
 
+use crate::announce::router_inputs;
 use crate::announce::runtime::AnnouncerHandle;
-use crate::announce::{compute_config, router_inputs, Announcements, RuntimeState};
 use crate::bgp::instance::{Instance, Prepared, ReloadReport};
 use crate::config::{self, vrf_display_name, ConfigError, Router};
 use crate::fib::{Fib, FibInstanceConfig};
 use crate::netconf::gate::{NetworkGate, PolicyOutcome, APPLY_WAIT};
 use plan::{NodeView, RouterStep};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -281,17 +281,11 @@ impl ReloadOutcome {
     }
 }
 
-/// Which VRFs each router (configured, or implied by a route advertisement) imports from.
-pub fn imports_of(announcements: &Announcements) -> BTreeMap<String, BTreeSet<String>> {
-    announcements.routers.iter().map(|r| (r.vrf.clone(), r.imports.clone())).collect()
-}
-
-/// The FIB writer's instances for `config`: one per router, one per VRF leak.
-pub fn fib_instances(
-    config: &config::Config,
-    announcements: &Announcements,
-) -> Vec<FibInstanceConfig> {
-    crate::fib::instances_for(&config.bgp.routers, &imports_of(announcements))
+/// The FIB writer's instances for `config`: one per router, one per VRF leak (what each
+/// router, configured or implied by a route advertisement, imports from).
+pub fn fib_instances(config: &config::Config) -> Vec<FibInstanceConfig> {
+    let imports = crate::announce::compute::imports(&config.announce, &router_inputs(config));
+    crate::fib::instances_for(&config.bgp.routers, &imports)
 }
 
 /// One router's part of a prepared reload.
@@ -644,9 +638,7 @@ impl Reloader {
             }
         }
         self.instances.send_replace(Arc::new(kept));
-        // Only the VRFs each router imports from are read from it (for the FIB's leaks).
-        let announcements = compute_config(config, RuntimeState::default());
-        if let Err(e) = self.fib.configure(fib_instances(config, &announcements)).await {
+        if let Err(e) = self.fib.configure(fib_instances(config)).await {
             error!("reload: {e}");
         }
         if config.fib.nexthop_compat_mode != old.fib.nexthop_compat_mode {
