@@ -33,17 +33,22 @@ pub(super) fn spawn(
     let node = node.to_string();
     tokio::spawn(async move {
         let mut failures = LogThrottle::new(LOG_PERIOD);
-        let mut written: Option<Value> = None;
+        // What the last status written was made from: the running config (the same Arc
+        // while no reload applied) and the results. Serializing a config of ten thousand
+        // Services takes a while, so it is done only when one of them changed.
+        let mut written: Option<(Arc<Config>, Results)> = None;
         let mut created = false;
         let mut tick = tokio::time::interval(PERIOD);
         loop {
             tick.tick().await;
-            let status = status_of(&running.borrow().clone(), &health::read(&health));
-            if written.as_ref() == Some(&status) {
+            let config = running.borrow().clone();
+            let results = Results::of(&health::read(&health));
+            if written.as_ref().is_some_and(|(c, r)| Arc::ptr_eq(c, &config) && *r == results) {
                 continue;
             }
+            let status = status_of(&config, &results);
             match write(&api, &node, &status, &mut created).await {
-                Ok(()) => written = Some(status),
+                Ok(()) => written = Some((config, results)),
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     info!("FRRNodeState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): the node state is not written");
                     return;
@@ -58,23 +63,58 @@ pub(super) fn spawn(
     });
 }
 
-fn status_of(config: &Config, record: &health::SourceHealth) -> Value {
-    let running = serde_json::to_string_pretty(config).unwrap_or_default();
-    let conversion = if record.refused.is_empty() {
-        "success".to_string()
-    } else {
-        let refused: Vec<String> = record
-            .refused
-            .iter()
-            .map(|r| format!("{} {}: {}", r.object, r.field, r.message))
-            .collect();
-        format!("refused, left out: {}", refused.join("; "))
-    };
+/// The most `runningConfig` holds. etcd refuses a request over 1.5 MiB (its default
+/// `--max-request-bytes`), and the apiserver an object over that: a config that large (some
+/// ten thousand Services) keeps its Services out, counted.
+const RUNNING_CONFIG_MAX: usize = 1 << 20;
+
+/// `lastConversionResult` and `lastReloadResult`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Results {
+    conversion: String,
+    reload: String,
+}
+
+impl Results {
+    fn of(record: &health::SourceHealth) -> Results {
+        let conversion = if record.refused.is_empty() {
+            "success".to_string()
+        } else {
+            let refused: Vec<String> = record
+                .refused
+                .iter()
+                .map(|r| format!("{} {}: {}", r.object, r.field, r.message))
+                .collect();
+            format!("refused, left out: {}", refused.join("; "))
+        };
+        let reload = record.last_reload.clone().unwrap_or_else(|| "success".into());
+        Results { conversion, reload }
+    }
+}
+
+fn status_of(config: &Config, results: &Results) -> Value {
     json!({
-        "runningConfig": running,
-        "lastConversionResult": conversion,
-        "lastReloadResult": record.last_reload.clone().unwrap_or_else(|| "success".into()),
+        "runningConfig": running_config(config),
+        "lastConversionResult": results.conversion,
+        "lastReloadResult": results.reload,
     })
+}
+
+/// The running config as `uplink show running-config --json` has it, or, past
+/// [`RUNNING_CONFIG_MAX`], without its Services (their count in their place).
+fn running_config(config: &Config) -> String {
+    let full = serde_json::to_string_pretty(config).unwrap_or_default();
+    if full.len() <= RUNNING_CONFIG_MAX {
+        return full;
+    }
+    let mut value = serde_json::to_value(config).unwrap_or_default();
+    if let Some(services) = value.pointer_mut("/announce/services") {
+        let count = config.announce.services.len();
+        *services = json!(format!(
+            "{count} services, left out: more than an object holds; `uplink show running-config` on the node has them"
+        ));
+    }
+    serde_json::to_string_pretty(&value).unwrap_or_default()
 }
 
 async fn write(
@@ -101,4 +141,36 @@ async fn write(
     }
     api.patch_status(node, &params, &Patch::Apply(&typed(("status", status.clone())))).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn config_with_services(count: usize) -> Config {
+        let mut toml = String::from(
+            "[node]\nname = \"wk1\"\n\n[[pools]]\nname = \"vips\"\naddresses = [\"10.200.0.0/16\"]\n",
+        );
+        for i in 0..count {
+            toml.push_str(&format!("\n[[services]]\nname = \"web{i}\"\nnamespace = \"shop\"\n"));
+        }
+        crate::config::load_sources(&[(PathBuf::from("uplink.toml"), toml)])
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A config small enough is written whole; past what etcd takes, its Services are left
+    /// out and counted, and the rest stays.
+    #[test]
+    fn the_running_config_fits_in_an_object() {
+        let small = running_config(&config_with_services(3));
+        assert!(small.contains("\"web2\""), "{small}");
+        let config = config_with_services(12_000);
+        let full = serde_json::to_string_pretty(&config).unwrap_or_default();
+        assert!(full.len() > RUNNING_CONFIG_MAX, "the test needs a config over the limit");
+        let written = running_config(&config);
+        assert!(written.len() <= RUNNING_CONFIG_MAX, "{} bytes", written.len());
+        assert!(written.contains("12000 services, left out"), "{written}");
+        assert!(written.contains("\"vips\""), "the pools stay: {written}");
+    }
 }
