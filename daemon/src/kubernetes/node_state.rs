@@ -103,11 +103,11 @@ fn status_of(config: &Config, results: &Results) -> Value {
 /// The running config as `uplink show running-config --json` has it, or, past
 /// [`RUNNING_CONFIG_MAX`], without its Services (their count in their place).
 fn running_config(config: &Config) -> String {
-    let full = serde_json::to_string_pretty(config).unwrap_or_default();
+    let mut value = serde_json::to_value(config).unwrap_or_default();
+    let full = serde_json::to_string_pretty(&value).unwrap_or_default();
     if full.len() <= RUNNING_CONFIG_MAX {
         return full;
     }
-    let mut value = serde_json::to_value(config).unwrap_or_default();
     if let Some(services) = value.pointer_mut("/announce/services") {
         let count = config.announce.services.len();
         *services = json!(format!(
