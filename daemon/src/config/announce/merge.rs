@@ -198,7 +198,12 @@ impl<T> Default for ByName<T> {
 
 impl<T> ByName<T> {
     fn into_items(self) -> Vec<T> {
-        self.placed.into_iter().map(|p| p.item).collect()
+        // Collected in place, the list would keep the room of the placed items (each with its
+        // file and field) and their growth: at 2,000 Services 3 MB the running config holds
+        // for nothing (a heap profile of the Kubernetes benchmark).
+        let mut items: Vec<T> = self.placed.into_iter().map(|p| p.item).collect();
+        items.shrink_to_fit();
+        items
     }
 }
 
