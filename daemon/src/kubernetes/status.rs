@@ -47,15 +47,15 @@ pub(super) fn spawn(
         // The allocation last written in full: health and drain changes keep it.
         let mut written: Option<Arc<Allocation>> = None;
         loop {
-            let current = announcements.borrow_and_update().clone();
-            if written.as_ref().is_some_and(|w| Arc::ptr_eq(w, &current.allocation)) {
+            let latest = announcements.borrow_and_update().clone();
+            if written.as_ref().is_some_and(|w| Arc::ptr_eq(w, &latest.allocation)) {
                 if announcements.changed().await.is_err() {
                     return;
                 }
                 continue;
             }
             let mut failed = false;
-            for (key, addresses) in wanted(&current) {
+            for (key, addresses) in wanted(&latest) {
                 let current = services
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -91,7 +91,7 @@ pub(super) fn spawn(
             }
             if !failed {
                 retry = RETRY_FIRST;
-                written = Some(current.allocation.clone());
+                written = Some(latest.allocation.clone());
                 if announcements.changed().await.is_err() {
                     return;
                 }
