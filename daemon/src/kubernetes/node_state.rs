@@ -34,7 +34,7 @@ pub(super) fn spawn(
     tokio::spawn(async move {
         let mut failures = LogThrottle::new(LOG_PERIOD);
         // What the last status written was made from: the running config (the same Arc
-        // while no reload applied) and the results. Serializing a config of ten thousand
+        // while no reload applied) and the results. Serializing a config of thousands of
         // Services takes a while, so it is done only when one of them changed.
         let mut written: Option<(Arc<Config>, Results)> = None;
         let mut created = false;
@@ -64,8 +64,8 @@ pub(super) fn spawn(
 }
 
 /// The most `runningConfig` holds. etcd refuses a request over 1.5 MiB (its default
-/// `--max-request-bytes`), and the apiserver an object over that: a config that large (some
-/// ten thousand Services) keeps its Services out, counted.
+/// `--max-request-bytes`), and the apiserver an object over that: a config that large (a few
+/// thousand Services with their endpoints) keeps its Services out, counted.
 const RUNNING_CONFIG_MAX: usize = 1 << 20;
 
 /// `lastConversionResult` and `lastReloadResult`.
