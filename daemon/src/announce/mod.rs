@@ -49,7 +49,9 @@ pub fn router_inputs(config: &crate::config::Config) -> Vec<RouterInput> {
         .collect()
 }
 
-/// [`compute`] for a whole loaded config.
+/// [`compute`] for a whole loaded config (the tests'; the daemon's announcer computes from
+/// the shared announcement config).
+#[cfg(test)]
 pub fn compute_config(config: &crate::config::Config, runtime: RuntimeState<'_>) -> Announcements {
     compute(&config.announce, &router_inputs(config), runtime)
 }

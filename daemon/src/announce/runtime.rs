@@ -74,7 +74,6 @@ type Feeds = Arc<Mutex<BTreeMap<String, watch::Sender<Arc<AnnouncedSet>>>>>;
 pub struct AnnouncerHandle {
     tx: mpsc::Sender<Event>,
     latest: watch::Receiver<Arc<Announcements>>,
-    config: watch::Receiver<Arc<AnnounceConfig>>,
     feeds: Feeds,
 }
 
@@ -97,7 +96,7 @@ impl AnnouncerHandle {
 
     /// The announcement config in force (changes on reload).
     pub fn config(&self) -> Arc<AnnounceConfig> {
-        self.config.borrow().clone()
+        self.latest.borrow().config.clone()
     }
 
     /// The last computed announcements.
@@ -136,7 +135,6 @@ struct Announcer {
     runs: u64,
     verdicts: mpsc::Sender<Verdict>,
     latest: watch::Sender<Arc<Announcements>>,
-    config_out: watch::Sender<Arc<AnnounceConfig>>,
 }
 
 impl Announcer {
@@ -215,7 +213,6 @@ impl Announcer {
                     self.allocation = Arc::new(allocate(&config.pools, &config.services));
                     self.config = config;
                     self.routers = routers;
-                    let _ = self.config_out.send(self.config.clone());
                     self.sync_checks();
                 }
             }
@@ -236,7 +233,6 @@ pub fn spawn(
     let mut initial = compute_allocated(&config, allocation.clone(), &routers, drain.runtime(None));
     initial.config = config.clone();
     let (latest_tx, latest_rx) = watch::channel(Arc::new(initial));
-    let (config_tx, config_rx) = watch::channel(config.clone());
     // The checks' verdicts, forwarded into the announcer's own queue.
     let (verdicts, mut verdicts_rx) = mpsc::channel::<Verdict>(CHANNEL_DEPTH);
     let events = tx.clone();
@@ -259,8 +255,7 @@ pub fn spawn(
         runs: 0,
         verdicts,
         latest: latest_tx,
-        config_out: config_tx,
     };
     tokio::spawn(announcer.run(rx));
-    AnnouncerHandle { tx, latest: latest_rx, config: config_rx, feeds }
+    AnnouncerHandle { tx, latest: latest_rx, feeds }
 }

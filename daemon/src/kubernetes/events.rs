@@ -26,7 +26,6 @@ use tracing::warn;
 use super::watch::Services;
 use crate::announce::compute::{Announcements, Origin, Reason, State};
 use crate::announce::runtime::AnnouncerHandle;
-use crate::config::is_api_source;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The reporting controller of every event (`reportingController` must be a qualified name).
@@ -132,7 +131,7 @@ fn states(announcements: &Announcements, node: &str) -> BTreeMap<String, Told> {
         .config
         .services
         .iter()
-        .filter(|service| service.sources.iter().any(|source| is_api_source(source)))
+        .filter(|service| service.read_from_api())
         .map(|service| service.key())
         .collect();
     let mut out: BTreeMap<String, Told> = BTreeMap::new();

@@ -19,7 +19,6 @@ use super::events::Events;
 use super::health::{self, Health};
 use super::watch::Services;
 use crate::announce::{Allocation, Announcements};
-use crate::config::is_api_source;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The field manager of every status uplink writes.
@@ -123,7 +122,7 @@ fn wanted(announcements: &Announcements) -> BTreeMap<String, Vec<IpAddr>> {
         .config
         .services
         .iter()
-        .filter(|service| service.sources.iter().any(|source| is_api_source(source)))
+        .filter(|service| service.read_from_api())
         .map(|service| {
             let key = service.key();
             let addresses = announcements.allocation.addresses_of(&key);

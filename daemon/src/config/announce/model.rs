@@ -154,6 +154,12 @@ impl Service {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// Whether the Kubernetes API is among its sources (its status and Events are uplink's to
+    /// write there).
+    pub fn read_from_api(&self) -> bool {
+        self.sources.iter().any(|source| crate::config::is_api_source(source))
+    }
 }
 
 /// An address family of a service (`spec.ipFamilies`).
