@@ -54,19 +54,22 @@ fn load_with_api_at_a_clusters_size() {
     let mut objects = vec![
         (
             PathBuf::from("kubernetes:IPAddressPool/metallb-system/vips"),
-            "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata:\n  name: vips\n  namespace: metallb-system\nspec:\n  addresses:\n  - 10.200.0.0/16\n".to_string(),
+            "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata:\n  name: vips\n  namespace: metallb-system\nspec:\n  addresses:\n  - 10.200.0.0/16\n".into(),
         ),
         (
             PathBuf::from("kubernetes:BGPAdvertisement/metallb-system/all"),
-            "apiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata:\n  name: all\n  namespace: metallb-system\nspec:\n  ipAddressPools:\n  - vips\n".to_string(),
+            "apiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata:\n  name: all\n  namespace: metallb-system\nspec:\n  ipAddressPools:\n  - vips\n".into(),
         ),
     ];
     for i in 0..services {
         let name = format!("s{i:05}");
-        objects.push((PathBuf::from(format!("kubernetes:Service/shop/{name}")), service(&name)));
+        objects.push((
+            PathBuf::from(format!("kubernetes:Service/shop/{name}")),
+            service(&name).into(),
+        ));
         objects.push((
             PathBuf::from(format!("kubernetes:EndpointSlice/shop/{name}-1")),
-            slice(&name, i),
+            slice(&name, i).into(),
         ));
     }
     objects.sort();

@@ -264,25 +264,40 @@ fn kubernetes_at_a_clusters_size() {
     let snapshot =
         std::fs::metadata(dir.join("state/kubernetes-objects.json")).map(|m| m.len()).unwrap_or(0);
 
+    // The objects the samples change, made beforehand and left to settle, so that each sample
+    // times the one event it makes: the EndpointSlices of the Services created one by one,
+    // and the Services and (not ready) EndpointSlices whose endpoint turns ready.
+    let new_name = |i: usize| format!("new{i:03}");
+    let ready_name = |i: usize| format!("ready{i:03}");
+    let ready_address = |i: usize| format!("10.201.1.{}", i + 1);
+    let beforehand: Vec<String> = (0..SAMPLES)
+        .flat_map(|i| {
+            [
+                slice(&new_name(i), services + i, nodes, true),
+                service(&ready_name(i), Some(&ready_address(i))),
+                slice(&ready_name(i), services + SAMPLES + i, nodes, false),
+            ]
+        })
+        .collect();
+    let new_services: Vec<(String, String)> = (0..SAMPLES)
+        .map(|i| {
+            let address = format!("10.201.0.{}", i + 1);
+            (address.clone(), service(&new_name(i), Some(&address)))
+        })
+        .collect();
+    let new_bodies =
+        to_json(&plane, &lab, &new_services.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>());
+    create_all(&lab, &plane, "beforehand", &beforehand);
+    std::thread::sleep(Duration::from_secs(5));
+    let profile = Profile::start(pid);
+
     // One more Service, its endpoints ready beforehand: request to UPDATE.
     let mut create_ms = Vec::new();
     let mut request_ms = Vec::new();
-    for i in 0..SAMPLES {
-        let name = format!("new{i:03}");
-        let address = format!("10.201.0.{}", i + 1);
-        let slice_json = yaml_to_json(&plane, &lab, &slice(&name, services + i, nodes, true));
-        plane
-            .curl(
-                "POST",
-                "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices",
-                "application/json",
-                &slice_json,
-            )
-            .unwrap();
-        let body = yaml_to_json(&plane, &lab, &service(&name, Some(&address)));
+    for ((address, _), body) in new_services.iter().zip(&new_bodies) {
         wire.assert_unseen(&format!("{address}/32"));
         let t0 = unix_now();
-        plane.curl("POST", "/api/v1/namespaces/shop/services", "application/json", &body).unwrap();
+        plane.curl("POST", "/api/v1/namespaces/shop/services", "application/json", body).unwrap();
         let t1 = unix_now();
         let seen = wire.wait(&format!("{address}/32"), "the new Service's UPDATE");
         create_ms.push((seen - t0) * 1000.0);
@@ -291,12 +306,7 @@ fn kubernetes_at_a_clusters_size() {
     // An endpoint turning ready: PATCH to UPDATE.
     let mut ready_ms = Vec::new();
     for i in 0..SAMPLES {
-        let name = format!("ready{i:03}");
-        let address = format!("10.201.1.{}", i + 1);
-        let docs =
-            [service(&name, Some(&address)), slice(&name, services + SAMPLES + i, nodes, false)];
-        create_all(&lab, &plane, &format!("ready{i}"), &docs);
-        std::thread::sleep(Duration::from_millis(200));
+        let address = ready_address(i);
         let patch =
             "[{\"op\": \"replace\", \"path\": \"/endpoints/0/conditions/ready\", \"value\": true}]";
         wire.assert_unseen(&format!("{address}/32"));
@@ -304,7 +314,10 @@ fn kubernetes_at_a_clusters_size() {
         plane
             .curl(
                 "PATCH",
-                &format!("/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/{name}-1"),
+                &format!(
+                    "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices/{}-1",
+                    ready_name(i)
+                ),
                 "application/json-patch+json",
                 patch,
             )
@@ -313,6 +326,7 @@ fn kubernetes_at_a_clusters_size() {
             wire.wait(&format!("{address}/32"), "the UPDATE after the endpoint turned ready");
         ready_ms.push((seen - t0) * 1000.0);
     }
+    drop(profile);
 
     // The apiserver restarted: the relist at full size, quietly.
     let established = |tor: &Frr| {
@@ -389,11 +403,48 @@ fn kubernetes_at_a_clusters_size() {
     assert_eq!(up_after, up_since, "the relist reset the session");
 }
 
-/// `yaml` as JSON, by kubectl (no YAML parser among the test's dependencies).
-fn yaml_to_json(plane: &ControlPlane, lab: &Lab, yaml: &str) -> String {
+/// Each of `documents` (YAML) as JSON, by one kubectl (no YAML parser among the test's
+/// dependencies).
+fn to_json(plane: &ControlPlane, lab: &Lab, documents: &[String]) -> Vec<String> {
     let path = lab.path("convert.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    plane.kubectl(&["create", "--dry-run=client", "-o", "json", "-f", path.to_str().unwrap()])
+    std::fs::write(&path, documents.join("---\n")).unwrap();
+    let out =
+        plane.kubectl(&["create", "--dry-run=client", "-o", "json", "-f", path.to_str().unwrap()]);
+    // One JSON document per object, one after the other.
+    let items: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&out)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("kubectl's JSON: {e}: {out}"));
+    assert_eq!(items.len(), documents.len(), "kubectl converted {out}");
+    items.iter().map(|item| item.to_string()).collect()
+}
+
+/// `perf record` of uplink over the timed samples when `BENCH_PERF` names its output file
+/// (to see where an event's time goes; docs/BENCHMARKS.md).
+struct Profile(Option<std::process::Child>);
+
+impl Profile {
+    fn start(pid: u32) -> Profile {
+        let Ok(output) = std::env::var("BENCH_PERF") else { return Profile(None) };
+        require_tool("perf");
+        let child = std::process::Command::new("perf")
+            .args(["record", "-F", "999", "-g", "-o", &output, "-p", &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("perf record");
+        std::thread::sleep(Duration::from_millis(500));
+        Profile(Some(child))
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ =
+                std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// `uplink run` in `ns` with `config` (as `Uplink::start`), and with the environment of its

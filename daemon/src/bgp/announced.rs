@@ -8,6 +8,7 @@
 //! entries carry the attributes. A neighbor whose configured `to_advertise` is `mode = "all"`
 //! already sends every local prefix (frr-k8s: the more permissive filter wins).
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::configure;
@@ -28,37 +29,40 @@ pub fn effective_export(
         match &mut out.to_advertise {
             AdvertiseFilter::All => {}
             AdvertiseFilter::Filtered(list) => {
-                if !list.contains(prefix) {
-                    list.push(*prefix);
-                }
+                list.insert(*prefix);
             }
-            none @ AdvertiseFilter::None => *none = AdvertiseFilter::Filtered(vec![*prefix]),
+            none @ AdvertiseFilter::None => {
+                *none = AdvertiseFilter::Filtered(BTreeSet::from([*prefix]))
+            }
         }
         for configured in &route.communities {
             let community = configure::community(*configured);
             match out.with_community.iter_mut().find(|r| r.community == community) {
-                Some(rule) if !rule.prefixes.contains(prefix) => rule.prefixes.push(*prefix),
-                Some(_) => {}
-                None => {
-                    out.with_community.push(CommunityRule { community, prefixes: vec![*prefix] })
+                Some(rule) => {
+                    rule.prefixes.insert(*prefix);
                 }
+                None => out
+                    .with_community
+                    .push(CommunityRule { community, prefixes: BTreeSet::from([*prefix]) }),
             }
         }
         // A configured `with_local_pref` for the prefix wins over the announcement's, except
         // during a graceful shutdown (RFC 8326 §4: LOCAL_PREF 0 for every route).
         if route.graceful_shutdown {
             for rule in &mut out.with_local_pref {
-                rule.prefixes.retain(|p| p != prefix);
+                rule.prefixes.remove(prefix);
             }
             out.with_local_pref.retain(|r| !r.prefixes.is_empty());
         }
         if let Some(local_pref) = route.local_pref {
             if !out.with_local_pref.iter().any(|r| r.prefixes.contains(prefix)) {
                 match out.with_local_pref.iter_mut().find(|r| r.local_pref == local_pref) {
-                    Some(rule) => rule.prefixes.push(*prefix),
+                    Some(rule) => {
+                        rule.prefixes.insert(*prefix);
+                    }
                     None => out
                         .with_local_pref
-                        .push(LocalPrefRule { local_pref, prefixes: vec![*prefix] }),
+                        .push(LocalPrefRule { local_pref, prefixes: BTreeSet::from([*prefix]) }),
                 }
             }
         }
@@ -108,22 +112,28 @@ mod tests {
         let one = effective_export(&base, &announced, ip("10.0.0.1"));
         assert_eq!(
             one.to_advertise,
-            AdvertiseFilter::Filtered(vec![net("10.128.7.0/24"), net("192.0.2.1/32")])
+            AdvertiseFilter::Filtered(BTreeSet::from([net("10.128.7.0/24"), net("192.0.2.1/32")]))
         );
         assert_eq!(one.with_community.len(), 2);
         assert_eq!(
             one.with_local_pref,
-            vec![LocalPrefRule { local_pref: 200, prefixes: vec![net("192.0.2.1/32")] }]
+            vec![LocalPrefRule {
+                local_pref: 200,
+                prefixes: BTreeSet::from([net("192.0.2.1/32")])
+            }]
         );
         let other = effective_export(&base, &announced, ip("10.0.0.2"));
-        assert_eq!(other.to_advertise, AdvertiseFilter::Filtered(vec![net("10.128.7.0/24")]));
+        assert_eq!(
+            other.to_advertise,
+            AdvertiseFilter::Filtered(BTreeSet::from([net("10.128.7.0/24")]))
+        );
         assert!(other.with_community.is_empty() && other.with_local_pref.is_empty());
         // mode = "all" stays all; a configured local_pref wins.
         let base = ExportPolicy {
             to_advertise: AdvertiseFilter::All,
             with_local_pref: vec![LocalPrefRule {
                 local_pref: 50,
-                prefixes: vec![net("192.0.2.1/32")],
+                prefixes: BTreeSet::from([net("192.0.2.1/32")]),
             }],
             with_community: vec![],
         };
@@ -140,7 +150,7 @@ mod tests {
             draining.with_local_pref,
             vec![LocalPrefRule {
                 local_pref: 0,
-                prefixes: vec![net("10.128.7.0/24"), net("192.0.2.1/32")]
+                prefixes: BTreeSet::from([net("10.128.7.0/24"), net("192.0.2.1/32")])
             }]
         );
     }

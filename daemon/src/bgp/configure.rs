@@ -95,7 +95,9 @@ pub fn advertise_filter(a: &AdvertisePolicy) -> policy::AdvertiseFilter {
     match a.mode {
         AllowMode::All => policy::AdvertiseFilter::All,
         AllowMode::Filtered if a.prefixes.is_empty() => policy::AdvertiseFilter::None,
-        AllowMode::Filtered => policy::AdvertiseFilter::Filtered(a.prefixes.clone()),
+        AllowMode::Filtered => {
+            policy::AdvertiseFilter::Filtered(a.prefixes.iter().copied().collect())
+        }
     }
 }
 
@@ -109,7 +111,7 @@ pub fn export_policy(n: &Neighbor) -> policy::ExportPolicy {
             .iter()
             .map(|r| policy::LocalPrefRule {
                 local_pref: r.local_pref,
-                prefixes: r.prefixes.clone(),
+                prefixes: r.prefixes.iter().copied().collect(),
             })
             .collect(),
         with_community: a
@@ -117,7 +119,7 @@ pub fn export_policy(n: &Neighbor) -> policy::ExportPolicy {
             .iter()
             .map(|r| policy::CommunityRule {
                 community: community(r.community),
-                prefixes: r.prefixes.clone(),
+                prefixes: r.prefixes.iter().copied().collect(),
             })
             .collect(),
     }

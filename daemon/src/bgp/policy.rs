@@ -6,6 +6,7 @@
 //! and route-maps; the protocol rules around them (loop detection, split horizon, well-known
 //! communities, attribute rewrite) are RFC 4271, RFC 1997 and RFC 4456.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -78,8 +79,9 @@ pub enum AdvertiseFilter {
     /// Every locally originated prefix. frr-k8s renders `mode: all` as a prefix-list of the
     /// router's own `prefixes`, so a node never becomes transit for routes it learned.
     All,
-    /// Exactly these prefixes (local or learned). An empty list advertises nothing.
-    Filtered(Vec<IpNet>),
+    /// Exactly these prefixes (local or learned). An empty list advertises nothing. A set: each
+    /// route exported looks itself up in it, and a cluster announces thousands.
+    Filtered(BTreeSet<IpNet>),
     /// Nothing (the frr-k8s default when `toAdvertise` is absent).
     #[default]
     None,
@@ -96,14 +98,14 @@ pub enum Community {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalPrefRule {
     pub local_pref: u32,
-    pub prefixes: Vec<IpNet>,
+    pub prefixes: BTreeSet<IpNet>,
 }
 
 /// frr-k8s `withCommunity`: a community added to these exact prefixes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommunityRule {
     pub community: Community,
-    pub prefixes: Vec<IpNet>,
+    pub prefixes: BTreeSet<IpNet>,
 }
 
 /// Per-peer export policy.
@@ -112,6 +114,43 @@ pub struct ExportPolicy {
     pub to_advertise: AdvertiseFilter,
     pub with_local_pref: Vec<LocalPrefRule>,
     pub with_community: Vec<CommunityRule>,
+}
+
+impl ExportPolicy {
+    /// The prefixes whose export may differ between `self` and `new`, or `None` when any
+    /// prefix's may (the filter's mode changed, or the order in which communities are added).
+    /// A policy change re-exports only these: with announcements every Service added to a
+    /// cluster widens the policy by one prefix, and the table holds thousands.
+    pub fn changed_prefixes(&self, new: &ExportPolicy) -> Option<BTreeSet<IpNet>> {
+        let mut changed = BTreeSet::new();
+        match (&self.to_advertise, &new.to_advertise) {
+            (AdvertiseFilter::Filtered(old), AdvertiseFilter::Filtered(new)) => {
+                changed.extend(old.symmetric_difference(new));
+            }
+            (AdvertiseFilter::None, AdvertiseFilter::Filtered(list))
+            | (AdvertiseFilter::Filtered(list), AdvertiseFilter::None) => changed.extend(list),
+            (old, new) if old == new => {}
+            _ => return None,
+        }
+        if self.with_local_pref != new.with_local_pref {
+            // The first rule that holds a prefix sets its LOCAL_PREF: every prefix of either.
+            for rule in self.with_local_pref.iter().chain(&new.with_local_pref) {
+                changed.extend(&rule.prefixes);
+            }
+        }
+        if self.with_community != new.with_community {
+            let order = |p: &ExportPolicy| -> Vec<Community> {
+                p.with_community.iter().map(|rule| rule.community).collect()
+            };
+            if order(self) != order(new) {
+                return None;
+            }
+            for (old, new) in self.with_community.iter().zip(&new.with_community) {
+                changed.extend(old.prefixes.symmetric_difference(&new.prefixes));
+            }
+        }
+        Some(changed)
+    }
 }
 
 /// Why an announcement was not accepted into the RIB.
@@ -410,5 +449,44 @@ mod tests {
             check_import_prefix(&net("10.0.1.0/24"), &[], &filtered),
             Err(ImportReject::NotAllowed)
         );
+    }
+
+    /// A policy that widens by one prefix changes that prefix only; a change of mode, or of
+    /// the order communities are added in, changes every one.
+    #[test]
+    fn changed_prefixes_are_the_difference() {
+        let set =
+            |prefixes: &[&str]| -> BTreeSet<IpNet> { prefixes.iter().map(|p| net(p)).collect() };
+        let filtered = |prefixes: &[&str]| ExportPolicy {
+            to_advertise: AdvertiseFilter::Filtered(set(prefixes)),
+            ..Default::default()
+        };
+        let (a, b, c) = ("10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24");
+        assert_eq!(filtered(&[a]).changed_prefixes(&filtered(&[a, b])), Some(set(&[b])));
+        assert_eq!(filtered(&[a, b]).changed_prefixes(&filtered(&[b, c])), Some(set(&[a, c])));
+        assert_eq!(ExportPolicy::default().changed_prefixes(&filtered(&[a])), Some(set(&[a])));
+        assert_eq!(filtered(&[a]).changed_prefixes(&filtered(&[a])), Some(set(&[])));
+        let all = ExportPolicy { to_advertise: AdvertiseFilter::All, ..Default::default() };
+        assert_eq!(all.changed_prefixes(&filtered(&[a])), None);
+        let rule = |community: u32, prefixes: &[&str]| CommunityRule {
+            community: Community::Standard(community),
+            prefixes: set(prefixes),
+        };
+        let with =
+            |rules: Vec<CommunityRule>| ExportPolicy { with_community: rules, ..filtered(&[a, b]) };
+        assert_eq!(
+            with(vec![rule(1, &[a])]).changed_prefixes(&with(vec![rule(1, &[a, b])])),
+            Some(set(&[b]))
+        );
+        assert_eq!(
+            with(vec![rule(1, &[a]), rule(2, &[b])])
+                .changed_prefixes(&with(vec![rule(2, &[b]), rule(1, &[a])])),
+            None
+        );
+        let local_pref = ExportPolicy {
+            with_local_pref: vec![LocalPrefRule { local_pref: 50, prefixes: set(&[b]) }],
+            ..filtered(&[a, b])
+        };
+        assert_eq!(filtered(&[a, b]).changed_prefixes(&local_pref), Some(set(&[b])));
     }
 }

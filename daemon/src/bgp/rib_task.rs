@@ -307,13 +307,13 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
     let mut task = RibTask {
         rib,
         peers: HashMap::new(),
-        announced: AnnouncedSet::new(),
+        announced: Arc::default(),
         base_export: HashMap::new(),
         fib: setup.fib,
     };
     let mut announced = setup.announced;
     let current = announced.borrow_and_update().clone();
-    span.in_scope(|| task.set_announced(&current));
+    span.in_scope(|| task.set_announced(current));
     tokio::spawn(tracing::Instrument::instrument(task.run(rx, announced), span));
     RibHandle { tx }
 }
@@ -321,7 +321,8 @@ pub fn spawn(setup: RibSetup) -> RibHandle {
 struct RibTask {
     rib: Rib,
     peers: HashMap<PeerId, PeerSide>,
-    announced: AnnouncedSet,
+    /// The announcer's set, shared with it (thousands of Services: not copied).
+    announced: Arc<AnnouncedSet>,
     /// Each peer's configured export policy, before announcements widen it.
     base_export: HashMap<PeerId, ExportPolicy>,
     fib: Option<FibSender>,
@@ -352,7 +353,7 @@ impl RibTask {
                 changed = announced.changed(), if following => match changed {
                     Ok(()) => {
                         let set = announced.borrow_and_update().clone();
-                        self.set_announced(&set);
+                        self.set_announced(set);
                     }
                     Err(_) => following = false,
                 },
@@ -621,8 +622,8 @@ impl RibTask {
 
     /// Originates what is new, withdraws what is gone, then re-derives every peer's export
     /// policy so each prefix reaches its peers.
-    fn set_announced(&mut self, announced: &AnnouncedSet) {
-        if *announced == self.announced {
+    fn set_announced(&mut self, announced: Arc<AnnouncedSet>) {
+        if announced == self.announced {
             return;
         }
         let mut outbound = BTreeSet::new();
@@ -641,7 +642,7 @@ impl RibTask {
             let changes = self.rib.originate(prefix, &PathAttributes::default());
             outbound.extend(changes.outbound);
         }
-        self.announced = announced.clone();
+        self.announced = announced;
         let peers: Vec<(PeerId, IpAddr)> =
             self.rib.peers().map(|(id, info)| (id, info.address)).collect();
         for (id, address) in peers {

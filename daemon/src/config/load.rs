@@ -1,6 +1,7 @@
 //! Finding and reading the config files, then parsing, validating and merging them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::error::{ConfigError, ConfigErrors, Loc};
 use super::manifest::{self, ManifestCache};
@@ -87,11 +88,17 @@ pub fn load(main_path: &Path) -> Result<Config, ConfigErrors> {
 /// `sources`): `kubernetes:Kind/namespace/name`. Its text is the object as YAML.
 pub const API_SOURCE_PREFIX: &str = "kubernetes:";
 
+/// One source of the config: its name (a file's path, or `kubernetes:Kind/namespace/name`)
+/// and its text. The text is shared: at a cluster's size the objects' texts are megabytes, and
+/// the API source's set, the set it publishes, the manifest cache and the snapshot all hold the
+/// same copy (the cache knows an unchanged object by it, without reading the text).
+pub type Source = (PathBuf, Arc<str>);
+
 /// Objects read from the Kubernetes API as config sources: (`kubernetes:Kind/namespace/name`,
 /// the object as YAML), sorted by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApiObjects {
-    pub objects: Vec<(PathBuf, String)>,
+    pub objects: Vec<Source>,
 }
 
 /// [`load_with`], where an object from the API that the config refuses is left out (and
@@ -103,7 +110,7 @@ pub fn load_with_api(
     api: &ApiObjects,
     cache: &mut ManifestCache,
 ) -> (Result<Config, ConfigErrors>, Vec<ConfigError>) {
-    let mut objects: Vec<&(PathBuf, String)> = api.objects.iter().collect();
+    let mut objects: Vec<&Source> = api.objects.iter().collect();
     let mut refused = Vec::new();
     // Leaving an object out can leave another without what it names (a pool, a peer): that one
     // goes the next round.
@@ -135,7 +142,7 @@ pub fn is_api_source(path: &Path) -> bool {
 /// the files: they go through the same parser and merge as manifests in `conf.d/`.
 pub fn load_with(
     main_path: &Path,
-    api: &[&(PathBuf, String)],
+    api: &[&Source],
     cache: &mut ManifestCache,
 ) -> Result<Config, ConfigErrors> {
     let files = config_files(main_path)?;
@@ -143,13 +150,13 @@ pub fn load_with(
     let mut sources = Vec::with_capacity(files.len());
     for file in files {
         match std::fs::read_to_string(&file) {
-            Ok(text) => sources.push((file, text)),
+            Ok(text) => sources.push((file, Arc::from(text))),
             Err(error) => {
                 errors.push(Loc::file(&file).error("", format!("cannot read config file: {error}")))
             }
         }
     }
-    let sources: Vec<&(PathBuf, String)> = sources.iter().chain(api.iter().copied()).collect();
+    let sources: Vec<&Source> = sources.iter().chain(api.iter().copied()).collect();
     let result = load_sources_kept(&sources, cache);
     match result {
         Ok(config) if errors.is_empty() => Ok(config),
@@ -178,19 +185,22 @@ fn is_manifest(path: &Path) -> bool {
 /// TOML files are read first, because a manifest's `nodeSelector` is matched against the node
 /// labels that TOML `[node]` sections give; the fragments still merge in file order.
 pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
-    let sources: Vec<&(PathBuf, String)> = sources.iter().collect();
+    let sources: Vec<Source> =
+        sources.iter().map(|(path, text)| (path.clone(), Arc::from(text.as_str()))).collect();
+    let sources: Vec<&Source> = sources.iter().collect();
     load_sources_kept(&sources, &mut ManifestCache::default())
 }
 
 /// [`load_sources`], keeping in `cache` what the next load can use again (see
 /// `manifest/cache.rs`): the same config, sooner when few sources changed.
 pub fn load_sources_kept(
-    sources: &[&(PathBuf, String)],
+    sources: &[&Source],
     cache: &mut ManifestCache,
 ) -> Result<Config, ConfigErrors> {
     let mut errors: Vec<ConfigError> = Vec::new();
     let mut slots: Vec<Vec<Fragment>> = Vec::with_capacity(sources.len());
     for (path, text) in sources.iter().copied() {
+        let text: &str = text;
         let source = SourceText::new(path, text);
         if is_manifest(path) {
             slots.push(Vec::new());
@@ -236,9 +246,9 @@ pub fn load_sources_kept(
         namespaces: &indexes.namespaces,
         load_balancer_class: load_balancer_class.as_deref(),
     });
-    for ((path, text), slot) in sources.iter().copied().zip(slots.iter_mut()) {
+    for ((path, _), slot) in sources.iter().copied().zip(slots.iter_mut()) {
         if is_manifest(path) {
-            *slot = cache.fragments(path, text, &context, &mut errors);
+            *slot = cache.fragments(path, &context, &mut errors);
         }
     }
     let mut fragments: Vec<Fragment> = slots.into_iter().flatten().collect();

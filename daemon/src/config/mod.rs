@@ -75,7 +75,8 @@ pub(crate) use validate::DEFAULT_METRIC;
 pub use error::{ConfigError, ConfigErrors};
 pub use load::{
     config_files, is_api_source, is_fragment_name, load, load_sources, load_sources_kept, load_str,
-    load_with, load_with_api, ApiObjects, API_SOURCE_PREFIX, DEFAULT_CONFIG_PATH, FRAGMENT_DIR,
+    load_with, load_with_api, ApiObjects, Source, API_SOURCE_PREFIX, DEFAULT_CONFIG_PATH,
+    FRAGMENT_DIR,
 };
 pub use manifest::ManifestCache;
 pub use model::vrf_display_name;

@@ -376,7 +376,7 @@ fn api_policies(objects: &ApiObjects) -> BTreeMap<String, String> {
         .iter()
         .filter_map(|(path, text)| {
             let name = path.to_str()?.strip_prefix(&prefix)?;
-            Some((name.to_string(), text.clone()))
+            Some((name.to_string(), text.to_string()))
         })
         .collect()
 }

@@ -15,7 +15,7 @@ use tokio::sync::{watch as channel, Notify};
 use tracing::{info, warn};
 
 use super::health::{self, Health, SourceHealth, WatchState};
-use crate::config::{ApiObjects, KubernetesConfig, API_SOURCE_PREFIX};
+use crate::config::{ApiObjects, KubernetesConfig, Source, API_SOURCE_PREFIX};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// Where the objects of a kind are read.
@@ -111,14 +111,14 @@ pub(super) type Services = Arc<Mutex<BTreeMap<String, SeenService>>>;
 struct KindState {
     /// Listed at least once (or not served by this API server).
     ready: bool,
-    objects: BTreeMap<PathBuf, String>,
+    objects: BTreeMap<PathBuf, Arc<str>>,
     /// Counts the changes to `objects`: an event that changes nothing the config reads (a
     /// status write, the apiserver's bookkeeping) leaves it, and publishes nothing.
     version: u64,
 }
 
 impl KindState {
-    fn insert(&mut self, path: PathBuf, text: String) {
+    fn insert(&mut self, path: PathBuf, text: Arc<str>) {
         if self.objects.get(&path) != Some(&text) {
             self.objects.insert(path, text);
             self.version = self.version.wrapping_add(1);
@@ -131,7 +131,14 @@ impl KindState {
         }
     }
 
-    fn replace(&mut self, objects: BTreeMap<PathBuf, String>) {
+    /// The objects of a new list. Those whose text is unchanged keep their copy, so the
+    /// manifest cache knows them without reading them.
+    fn replace(&mut self, mut objects: BTreeMap<PathBuf, Arc<str>>) {
+        for (path, text) in objects.iter_mut() {
+            if let Some(held) = self.objects.get(path).filter(|held| *held == text) {
+                *text = held.clone();
+            }
+        }
         if self.objects != objects {
             self.objects = objects;
             self.version = self.version.wrapping_add(1);
@@ -287,7 +294,7 @@ async fn watch_once(
     shared: &Shared,
 ) -> (Ended, bool) {
     let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
-    let mut listing: Option<BTreeMap<PathBuf, String>> = None;
+    let mut listing: Option<BTreeMap<PathBuf, Arc<str>>> = None;
     let mut listed = false;
     while let Some(event) = stream.next().await {
         match event {
@@ -452,7 +459,7 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
                 None
             } else {
                 published = Some(versions);
-                let mut objects: Vec<(PathBuf, String)> = kinds
+                let mut objects: Vec<Source> = kinds
                     .iter()
                     .flat_map(|k| k.objects.iter().map(|(p, t)| (p.clone(), t.clone())))
                     .collect();
@@ -478,7 +485,7 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
 /// An object as a config source: its name, and its text with only what the config reads —
 /// `status` and the server's metadata go, so neither our status writes nor the apiserver's
 /// bookkeeping make a new set. An EgressIP keeps its status: which node holds each address.
-fn reduce(kind: &Kind, object: DynamicObject) -> (PathBuf, String) {
+fn reduce(kind: &Kind, object: DynamicObject) -> Source {
     let name = object.metadata.name.clone().unwrap_or_default();
     let path = match &object.metadata.namespace {
         Some(namespace) => format!("{API_SOURCE_PREFIX}{}/{namespace}/{name}", kind.kind),
@@ -517,5 +524,5 @@ fn reduce(kind: &Kind, object: DynamicObject) -> (PathBuf, String) {
         }
     }
     let text = serde_norway::to_string(&Value::Object(top)).unwrap_or_default();
-    (PathBuf::from(path), text)
+    (PathBuf::from(path), Arc::from(text))
 }

@@ -468,6 +468,14 @@ impl<P: RibFamily> Parts<'_, P> {
         }
     }
 
+    /// Re-evaluates export of one prefix to one peer (its export policy changed for it).
+    fn export_prefix_to_peer(&mut self, id: PeerId, prefix: P, changes: &mut Changes) {
+        let best = self.table.map.get(&prefix).and_then(|dest| dest.best());
+        let best = best.map(|p| ExportCandidate::new(self.peers, p.peer, &p.attrs));
+        let Some(peer) = self.peers.get_mut(&id) else { return };
+        export_to_peer(self.interner, prefix, best, id, peer, changes);
+    }
+
     /// After a configuration change: drops learned paths that `always_block` now covers, and
     /// reruns the decision everywhere. Returns how many paths each peer lost.
     fn reapply_config(&mut self, changes: &mut Changes) -> BTreeMap<PeerId, usize> {
@@ -798,10 +806,27 @@ impl Rib {
         export: ExportPolicy,
     ) -> Result<Changes, RibError> {
         let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
+        let changed = peer.info.export.changed_prefixes(&export);
         peer.info.export = export;
         let mut changes = Changes::default();
-        Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
-        Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
+        match changed {
+            Some(prefixes) => {
+                for prefix in prefixes {
+                    match prefix {
+                        IpNet::V4(p) => {
+                            Ipv4Net::parts(self).export_prefix_to_peer(id, p, &mut changes)
+                        }
+                        IpNet::V6(p) => {
+                            Ipv6Net::parts(self).export_prefix_to_peer(id, p, &mut changes)
+                        }
+                    }
+                }
+            }
+            None => {
+                Ipv4Net::parts(self).export_table_to_peer(id, &mut changes);
+                Ipv6Net::parts(self).export_table_to_peer(id, &mut changes);
+            }
+        }
         Ok(changes)
     }
 

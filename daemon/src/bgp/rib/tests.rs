@@ -473,7 +473,7 @@ fn ibgp_export_keeps_learned_next_hop_and_sets_local_pref() {
     let e = rib.peer_up(peer(1, 65001));
     let mut info = peer_exporting(2, LOCAL_ASN, &["10.1.0.0/24", "10.9.0.0/24"]);
     info.export.with_local_pref =
-        vec![LocalPrefRule { local_pref: 250, prefixes: vec![net("10.9.0.0/24")] }];
+        vec![LocalPrefRule { local_pref: 250, prefixes: BTreeSet::from([net("10.9.0.0/24")]) }];
     let i = rib.peer_up(info);
     let received = PathAttributes { med: Some(5), local_pref: Some(999), ..learned(&[65001], 1) };
     announce(&mut rib, e, &["10.1.0.0/24"], &received);
@@ -498,7 +498,7 @@ fn with_local_pref_is_not_sent_to_ebgp() {
     let mut rib = rib();
     let mut info = peer(1, 65001);
     info.export.with_local_pref =
-        vec![LocalPrefRule { local_pref: 250, prefixes: vec![net("10.9.0.0/24")] }];
+        vec![LocalPrefRule { local_pref: 250, prefixes: BTreeSet::from([net("10.9.0.0/24")]) }];
     let e = rib.peer_up(info);
     rib.originate(net("10.9.0.0/24"), &PathAttributes::default());
     let batch = rib.take_pending(e, V4).unwrap();
@@ -552,12 +552,15 @@ fn with_community_adds_standard_and_large() {
     info.export.with_community = vec![
         CommunityRule {
             community: Community::Standard(0xFDE8_0001),
-            prefixes: vec![net("10.9.0.0/24")],
+            prefixes: BTreeSet::from([net("10.9.0.0/24")]),
         },
-        CommunityRule { community: Community::Large(large), prefixes: vec![net("10.9.0.0/24")] },
+        CommunityRule {
+            community: Community::Large(large),
+            prefixes: BTreeSet::from([net("10.9.0.0/24")]),
+        },
         CommunityRule {
             community: Community::Standard(0xFDE8_0002),
-            prefixes: vec![net("10.8.0.0/24")],
+            prefixes: BTreeSet::from([net("10.8.0.0/24")]),
         },
     ];
     let e = rib.peer_up(info);
@@ -869,4 +872,81 @@ fn full_table_mix_memory() {
         (after - before).saturating_sub(table) / sets.max(1)
     );
     assert_eq!(routes, 900_000);
+}
+
+/// What `id` has been sent, kept up to date from its pending batches.
+fn drain_into(rib: &mut Rib, id: PeerId, sent: &mut BTreeMap<IpNet, Arc<PathAttributes>>) {
+    while let Some(batch) = rib.take_pending(id, V4) {
+        for (attrs, prefixes) in batch.announce {
+            for prefix in prefixes {
+                sent.insert(prefix, attrs.clone());
+            }
+        }
+        for prefix in batch.withdraw {
+            sent.remove(&prefix);
+        }
+    }
+}
+
+/// A policy change re-exports only the prefixes it changes (`ExportPolicy::changed_prefixes`);
+/// after each, the peer has been sent exactly what a peer that comes up with the new policy
+/// is sent, attributes included.
+#[test]
+fn an_export_policy_change_leaves_the_peer_with_what_a_fresh_peer_is_sent() {
+    let (a, b, c, d) = ("10.9.0.0/24", "10.8.0.0/24", "10.7.0.0/24", "10.1.0.0/24");
+    let set = |prefixes: &[&str]| -> BTreeSet<IpNet> { prefixes.iter().map(|p| net(p)).collect() };
+    let filtered = |prefixes: &[&str]| ExportPolicy {
+        to_advertise: AdvertiseFilter::Filtered(set(prefixes)),
+        ..Default::default()
+    };
+    let community = |value: u32, prefixes: &[&str]| CommunityRule {
+        community: Community::Standard(value),
+        prefixes: set(prefixes),
+    };
+    let local_pref =
+        |local_pref: u32, prefixes: &[&str]| LocalPrefRule { local_pref, prefixes: set(prefixes) };
+    let policies = vec![
+        filtered(&[a]),
+        filtered(&[a, b]),
+        ExportPolicy { with_community: vec![community(1, &[b])], ..filtered(&[a, b, d]) },
+        ExportPolicy {
+            with_community: vec![community(1, &[b]), community(2, &[d])],
+            ..filtered(&[b, d])
+        },
+        // The communities' order changes: every prefix again.
+        ExportPolicy {
+            with_community: vec![community(2, &[d, b]), community(1, &[b])],
+            ..filtered(&[b, d])
+        },
+        ExportPolicy {
+            with_community: vec![community(2, &[d, b]), community(1, &[b])],
+            with_local_pref: vec![local_pref(250, &[b])],
+            ..filtered(&[b, d])
+        },
+        ExportPolicy::default(),
+        ExportPolicy { to_advertise: AdvertiseFilter::All, ..Default::default() },
+        ExportPolicy { with_local_pref: vec![local_pref(50, &[c])], ..filtered(&[c]) },
+        filtered(&[]),
+    ];
+    let mut rib = rib();
+    let e = rib.peer_up(peer(1, 65001));
+    announce(&mut rib, e, &[d], &learned(&[65001], 1));
+    for prefix in [a, b, c] {
+        rib.originate(net(prefix), &PathAttributes::default());
+    }
+    let watched = rib.peer_up(peer_exporting(2, LOCAL_ASN, &[]));
+    let mut sent = BTreeMap::new();
+    drain_into(&mut rib, watched, &mut sent);
+    for (step, policy) in policies.into_iter().enumerate() {
+        rib.set_export_policy(watched, policy.clone()).unwrap();
+        drain_into(&mut rib, watched, &mut sent);
+        let mut info = peer(3, LOCAL_ASN);
+        info.export = policy;
+        let fresh = rib.peer_up(info);
+        let mut fresh_sent = BTreeMap::new();
+        drain_into(&mut rib, fresh, &mut fresh_sent);
+        // The two peers differ in address only: the same next hop (ours), the same attributes.
+        assert_eq!(sent, fresh_sent, "step {step}");
+        rib.peer_down(fresh);
+    }
 }

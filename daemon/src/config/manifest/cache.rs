@@ -14,11 +14,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::context::{digest, Context, Read};
 use super::{parse, translate, Facts, ManifestDocument};
 use crate::config::error::ConfigError;
 use crate::config::validate::Fragment;
+use crate::config::Source;
 
 /// The manifests of the last load, by path.
 #[derive(Default)]
@@ -31,8 +33,10 @@ pub struct ManifestCache {
 struct CachedSource {
     /// The last load whose sources had it.
     seen: u64,
-    /// A digest of the text the entry was made from.
-    text: u64,
+    /// The text the entry was made from: the source's own (shared) copy, so an unchanged
+    /// object is known by the pointer, and a changed one by its digest.
+    text: Arc<str>,
+    digest: u64,
     /// Its YAML errors, reported by every load.
     parse_errors: Vec<ConfigError>,
     documents: Vec<CachedDocument>,
@@ -56,17 +60,25 @@ struct Translation {
 impl ManifestCache {
     /// Brings the cache to `manifests` (path, text): entries of paths no longer there go,
     /// texts new or changed are parsed.
-    pub(crate) fn refresh<'a>(&mut self, manifests: impl Iterator<Item = &'a (PathBuf, String)>) {
+    pub(crate) fn refresh<'a>(&mut self, manifests: impl Iterator<Item = &'a Source>) {
         self.load = self.load.wrapping_add(1);
         let load = self.load;
         for (path, text) in manifests {
-            let text_digest = digest(text);
             match self.sources.get_mut(path) {
-                Some(entry) if entry.text == text_digest => entry.seen = load,
-                Some(entry) => *entry = CachedSource::parse(path, text, text_digest, load),
+                Some(entry) if Arc::ptr_eq(&entry.text, text) => entry.seen = load,
+                Some(entry) => {
+                    let text_digest = digest(text);
+                    if entry.digest == text_digest {
+                        // The same text in another copy (a file read again).
+                        entry.text = text.clone();
+                        entry.seen = load;
+                    } else {
+                        *entry = CachedSource::parse(path, text, text_digest, load);
+                    }
+                }
                 None => {
-                    self.sources
-                        .insert(path.clone(), CachedSource::parse(path, text, text_digest, load));
+                    let parsed = CachedSource::parse(path, text, digest(text), load);
+                    self.sources.insert(path.clone(), parsed);
                 }
             }
         }
@@ -78,12 +90,11 @@ impl ManifestCache {
         self.sources.get(path).into_iter().flat_map(|s| s.documents.iter().map(|d| &d.facts))
     }
 
-    /// The fragments of `path` (whose text is `text`), translated again where the document is
-    /// new or what its translation read has changed; its errors go to `errors`.
+    /// The fragments of `path`, translated again where the document is new or what its
+    /// translation read has changed; its errors go to `errors`.
     pub(crate) fn fragments(
         &mut self,
         path: &Path,
-        text: &str,
         context: &Context<'_>,
         errors: &mut Vec<ConfigError>,
     ) -> Vec<Fragment> {
@@ -100,7 +111,8 @@ impl ManifestCache {
             }
             // The parsed text is not kept (at a cluster's size, every object's parsed YAML at
             // once was most of the first load's memory): parsed again, once per source.
-            let again = parsed_again.get_or_insert_with(|| parse(path, text, &mut Vec::new()));
+            let again =
+                parsed_again.get_or_insert_with(|| parse(path, &source.text, &mut Vec::new()));
             let Some(at) = again.iter().position(|d| d.index == document.index) else { continue };
             let value = again.swap_remove(at).value;
             let doc = ManifestDocument {
@@ -123,7 +135,7 @@ impl ManifestCache {
 }
 
 impl CachedSource {
-    fn parse(path: &Path, text: &str, text_digest: u64, load: u64) -> Self {
+    fn parse(path: &Path, text: &Arc<str>, text_digest: u64, load: u64) -> Self {
         let mut parse_errors = Vec::new();
         let documents = parse(path, text, &mut parse_errors)
             .into_iter()
@@ -134,15 +146,23 @@ impl CachedSource {
                 translation: None,
             })
             .collect();
-        CachedSource { seen: load, text: text_digest, parse_errors, documents }
+        CachedSource {
+            seen: load,
+            text: text.clone(),
+            digest: text_digest,
+            parse_errors,
+            documents,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+    use std::sync::Arc;
 
     use super::ManifestCache;
+    use crate::config::Source;
     use crate::config::{load_sources, load_sources_kept};
 
     const MAIN: &str = "[node]\nname = \"wk1\"\n[[bgp.routers]]\nasn = 65801\n";
@@ -229,7 +249,11 @@ mod tests {
                     (PathBuf::from(format!("kubernetes:Object/{name}")), text)
                 }));
             let fresh = load_sources(&sources);
-            let refs: Vec<&(PathBuf, String)> = sources.iter().collect();
+            let shared: Vec<Source> = sources
+                .iter()
+                .map(|(path, text)| (path.clone(), Arc::from(text.as_str())))
+                .collect();
+            let refs: Vec<&Source> = shared.iter().collect();
             let kept = load_sources_kept(&refs, &mut cache);
             match (fresh, kept) {
                 (Ok(fresh), Ok(kept)) => assert_eq!(fresh, kept, "{step}"),
