@@ -108,16 +108,15 @@ impl Events {
 pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     let mut changes = announcer.changes();
     tokio::spawn(async move {
-        let mut told: BTreeMap<String, Told> = BTreeMap::new();
+        // The announcements the events sent so far were made from (none at the start: every
+        // Service's state is new).
+        let mut told: Option<Arc<Announcements>> = None;
         loop {
             let announcements = changes.borrow_and_update().clone();
-            let now = states(&announcements, &events.node);
-            for (key, state) in &now {
-                if told.get(key) != Some(state) {
-                    events.send(key, state).await;
-                }
+            for (key, told) in changed(told.as_deref(), &announcements, &events.node) {
+                events.send(key, &told).await;
             }
-            told = now;
+            told = Some(announcements);
             if changes.changed().await.is_err() {
                 return;
             }
@@ -125,45 +124,71 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     });
 }
 
-/// Each API Service's state on this node: announced if any of its prefixes is, else why not.
-fn states(announcements: &Announcements, node: &str) -> BTreeMap<String, Told> {
-    let from_api: BTreeSet<String> = announcements
+/// The API Services whose event differs between `before` and `now`, with the new one. Only
+/// the Services whose state changed are put in words: at a cluster's size every change of one
+/// Service recomputes every other's.
+fn changed<'a>(
+    before: Option<&Announcements>,
+    now: &'a Announcements,
+    node: &str,
+) -> Vec<(&'a str, Told)> {
+    let before = before.map(states).unwrap_or_default();
+    states(now)
+        .into_iter()
+        .filter(|(key, state)| before.get(key) != Some(state))
+        .filter_map(|(key, state)| {
+            let told = told(key, state, node);
+            let same = before.get(key).is_some_and(|was| self::told(key, was, node) == told);
+            (!same).then_some((key, told))
+        })
+        .collect()
+}
+
+/// Each API Service's state on this node, by `namespace/name`: announced if any of its
+/// prefixes is, else the state of its first candidate.
+fn states(announcements: &Announcements) -> BTreeMap<&str, &State> {
+    let from_api: BTreeSet<(&str, &str)> = announcements
         .config
         .services
         .iter()
         .filter(|service| service.read_from_api())
-        .map(|service| service.key())
+        .map(|service| (service.namespace.as_str(), service.name.as_str()))
         .collect();
-    let mut out: BTreeMap<String, Told> = BTreeMap::new();
+    let mut out: BTreeMap<&str, &State> = BTreeMap::new();
     for candidate in &announcements.candidates {
         let Origin::Service { service, .. } = &candidate.origin else { continue };
-        if !from_api.contains(service) {
+        let Some(namespace_name) = service.split_once('/') else { continue };
+        if !from_api.contains(&namespace_name) {
             continue;
         }
-        let told = match &candidate.state {
-            State::Announced { .. } => Told {
-                warning: false,
-                reason: "nodeAssigned",
-                note: format!("announcing from node {node:?} with protocol \"bgp\""),
-            },
-            State::Withdrawn { reason: Reason::NoAddress { error } } => Told {
-                warning: true,
-                reason: "AllocationFailed",
-                note: format!("Failed to allocate IP for {service:?}: {error}"),
-            },
-            State::Withdrawn { reason } => Told {
-                warning: false,
-                reason: "notAnnounced",
-                note: format!("not announcing from node {node:?}: {reason}"),
-            },
-        };
-        match out.get(service) {
+        match out.get(service.as_str()) {
             // One family announced is the Service announced.
-            Some(kept) if kept.reason == "nodeAssigned" => {}
+            Some(State::Announced { .. }) => {}
             _ => {
-                out.insert(service.clone(), told);
+                out.insert(service, &candidate.state);
             }
         }
     }
     out
+}
+
+/// The event that says `state` of the Service `key` on `node`.
+fn told(key: &str, state: &State, node: &str) -> Told {
+    match state {
+        State::Announced { .. } => Told {
+            warning: false,
+            reason: "nodeAssigned",
+            note: format!("announcing from node {node:?} with protocol \"bgp\""),
+        },
+        State::Withdrawn { reason: Reason::NoAddress { error } } => Told {
+            warning: true,
+            reason: "AllocationFailed",
+            note: format!("Failed to allocate IP for {key:?}: {error}"),
+        },
+        State::Withdrawn { reason } => Told {
+            warning: false,
+            reason: "notAnnounced",
+            note: format!("not announcing from node {node:?}: {reason}"),
+        },
+    }
 }

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::events::Events;
 use super::health::{self, Health};
-use super::watch::Services;
+use super::watch::{SeenService, Services};
 use crate::announce::{Allocation, Announcements};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
@@ -54,16 +54,11 @@ pub(super) fn spawn(
                 continue;
             }
             let mut failed = false;
-            for (key, addresses) in wanted(&latest) {
-                let current = services
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(&key)
-                    .map(|seen| seen.ingress.clone())
-                    .unwrap_or_default();
-                if current == addresses {
-                    continue;
-                }
+            let differing = {
+                let seen = services.lock().unwrap_or_else(PoisonError::into_inner);
+                differing(&latest, &seen)
+            };
+            for (key, addresses) in differing {
                 match write(&client, &key, &addresses).await {
                     Ok(()) => {
                         info!(service = %key, ?addresses, "status.loadBalancer.ingress written");
@@ -116,19 +111,28 @@ fn explain(error: &kube::Error) -> String {
     }
 }
 
-/// The addresses each Service read from the API gets, by `namespace/name`.
-fn wanted(announcements: &Announcements) -> BTreeMap<String, Vec<IpAddr>> {
-    announcements
-        .config
-        .services
-        .iter()
-        .filter(|service| service.read_from_api())
-        .map(|service| {
-            let key = service.key();
-            let addresses = announcements.allocation.addresses_of(&key);
-            (key, addresses)
-        })
-        .collect()
+/// The Services read from the API whose status (as last read or written) differs from the
+/// addresses they get, by `namespace/name`, with those addresses. Thousands of Services are
+/// compared at every new allocation: their keys are made in one buffer, and only the few that
+/// differ are kept.
+fn differing(
+    announcements: &Announcements,
+    seen: &BTreeMap<String, SeenService>,
+) -> Vec<(String, Vec<IpAddr>)> {
+    let mut key = String::new();
+    let mut out = Vec::new();
+    for service in announcements.config.services.iter().filter(|s| s.read_from_api()) {
+        key.clear();
+        key.push_str(&service.namespace);
+        key.push('/');
+        key.push_str(&service.name);
+        let addresses = announcements.allocation.addresses_of(&key);
+        let current = seen.get(&key).map(|seen| seen.ingress.as_slice()).unwrap_or_default();
+        if current != addresses.as_slice() {
+            out.push((key.clone(), addresses));
+        }
+    }
+    out
 }
 
 async fn write(client: &Client, key: &str, addresses: &[IpAddr]) -> Result<(), kube::Error> {

@@ -25,7 +25,9 @@ use crate::config::Source;
 /// The manifests of the last load, by path.
 #[derive(Default)]
 pub struct ManifestCache {
-    sources: HashMap<PathBuf, CachedSource>,
+    /// Looked up three times per source and load (20,000 sources at 10,000 Services): foldhash,
+    /// not SipHash.
+    sources: HashMap<PathBuf, CachedSource, foldhash::fast::RandomState>,
     /// Counts the loads: an entry not seen by the last one is dropped.
     load: u64,
 }

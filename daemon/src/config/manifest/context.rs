@@ -51,13 +51,30 @@ pub(crate) type Reads = Option<Vec<(Read, u64)>>;
 /// [`Inputs`] with the record of the document being translated.
 pub(crate) struct Context<'a> {
     inputs: Inputs<'a>,
+    /// The answers every Service asks for, digested once per load rather than once per
+    /// Service checked.
+    common: Common,
     reads: RefCell<Vec<(Read, u64)>>,
     followed: Cell<bool>,
 }
 
+/// The digests of the answers to the questions without arguments.
+struct Common {
+    node_name: u64,
+    node_labels: u64,
+    namespaces: u64,
+    load_balancer_class: u64,
+}
+
 impl<'a> Context<'a> {
     pub fn new(inputs: Inputs<'a>) -> Self {
-        Context { inputs, reads: RefCell::new(Vec::new()), followed: Cell::new(true) }
+        let common = Common {
+            node_name: digest(&inputs.node_name),
+            node_labels: digest(inputs.node_labels),
+            namespaces: digest(inputs.namespaces),
+            load_balancer_class: digest(&inputs.load_balancer_class),
+        };
+        Context { inputs, common, reads: RefCell::new(Vec::new()), followed: Cell::new(true) }
     }
 
     /// What the translation since the last call read.
@@ -68,7 +85,7 @@ impl<'a> Context<'a> {
 
     /// Whether `reads` get the same answers from these inputs.
     pub fn same_answers(&self, reads: &[(Read, u64)]) -> bool {
-        reads.iter().all(|(read, digest)| self.inputs.answer(read) == *digest)
+        reads.iter().all(|(read, digest)| self.answer(read) == *digest)
     }
 
     /// The translation read a file: it cannot be kept.
@@ -77,7 +94,7 @@ impl<'a> Context<'a> {
     }
 
     fn note(&self, read: Read) {
-        let digest = self.inputs.answer(&read);
+        let digest = self.answer(&read);
         self.reads.borrow_mut().push((read, digest));
     }
 
@@ -117,21 +134,22 @@ impl<'a> Context<'a> {
     }
 }
 
-impl Inputs<'_> {
+impl Context<'_> {
     /// The digest of the answer to `read`: the one place both the record and the check ask.
     fn answer(&self, read: &Read) -> u64 {
+        let inputs = &self.inputs;
         match read {
-            Read::NodeName => digest(&self.node_name),
-            Read::NodeLabels => digest(self.node_labels),
+            Read::NodeName => self.common.node_name,
+            Read::NodeLabels => self.common.node_labels,
             Read::Endpoints(namespace, service) => {
-                digest(self.endpoints.endpoints(namespace, service))
+                digest(inputs.endpoints.endpoints(namespace, service))
             }
-            Read::NamespaceLabels(namespace) => digest(&self.namespaces.labels(namespace)),
-            Read::Namespaces => digest(self.namespaces),
+            Read::NamespaceLabels(namespace) => digest(&inputs.namespaces.labels(namespace)),
+            Read::Namespaces => self.common.namespaces,
             Read::Password(name, namespace) => {
-                digest(&self.secrets.password(name, namespace.as_deref()))
+                digest(&inputs.secrets.password(name, namespace.as_deref()))
             }
-            Read::LoadBalancerClass => digest(&self.load_balancer_class),
+            Read::LoadBalancerClass => self.common.load_balancer_class,
         }
     }
 }
