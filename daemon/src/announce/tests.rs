@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -60,7 +61,7 @@ fn vip_config(vip: &str) -> AnnounceConfig {
     AnnounceConfig {
         node: node("wk1", &[]),
         pools: vec![pool("vips", &["172.18.20.200/29"])],
-        services: vec![svc],
+        services: vec![Arc::new(svc)],
         advertisements: vec![advertisement("all")],
         ..Default::default()
     }
@@ -97,8 +98,9 @@ fn vip_is_originated_to_all_peers_of_every_router() {
 #[test]
 fn unhealthy_service_is_withdrawn_with_the_reason() {
     let mut config = vip_config("172.18.20.201");
-    config.services[0].health = Some(tcp_check());
-    config.services[0].endpoints = vec![Endpoint { address: ip("10.128.1.5"), node: "wk2".into() }];
+    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check());
+    Arc::make_mut(&mut config.services[0]).endpoints =
+        vec![Endpoint { address: ip("10.128.1.5"), node: "wk2".into() }];
     let routers = [router("", &["172.18.20.1"])];
     let mut health = HealthStates::new();
     health.insert(("ns/web".into(), ip("10.128.1.5")), false);
@@ -122,7 +124,7 @@ fn unhealthy_service_is_withdrawn_with_the_reason() {
     assert_eq!(originated(&result, ""), vec![net("172.18.20.201/32")]);
 
     // local: only the node with the endpoint announces.
-    config.services[0].traffic_policy = TrafficPolicy::Local;
+    Arc::make_mut(&mut config.services[0]).traffic_policy = TrafficPolicy::Local;
     let result = compute(
         &config,
         &routers,
@@ -230,7 +232,7 @@ fn aggregation_announces_the_aggregate_and_explains_the_members() {
     let mut config = vip_config("172.18.20.201");
     let mut second = service("ns", "api");
     second.load_balancer_ips = vec![ip("172.18.20.202")];
-    config.services.push(second);
+    config.services.push(Arc::new(second));
     config.advertisements[0].aggregation_length = 24;
     config.advertisements[0].communities = vec![Community::Standard(1)];
     let routers = [router("", &["172.18.20.1"])];
@@ -265,7 +267,7 @@ fn aggregation_announces_the_aggregate_and_explains_the_members() {
 #[test]
 fn allocation_failures_are_explained() {
     let mut config = vip_config("192.0.2.1");
-    config.services[0].load_balancer_ips = vec![ip("192.0.2.1")];
+    Arc::make_mut(&mut config.services[0]).load_balancer_ips = vec![ip("192.0.2.1")];
     let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
     assert!(matches!(
         &result.candidates[0].state,
@@ -282,7 +284,7 @@ fn dual_stack_config() -> AnnounceConfig {
     AnnounceConfig {
         node: node("wk1", &[]),
         pools: vec![pool("vips", &["172.18.20.200/29", "2001:db8::/120"])],
-        services: vec![svc],
+        services: vec![Arc::new(svc)],
         advertisements: vec![advertisement("all")],
         ..Default::default()
     }
@@ -321,8 +323,9 @@ fn dual_stack_service_announces_both_addresses_each_on_its_own_line() {
 #[test]
 fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
     let mut config = dual_stack_config();
-    config.services[0].health = Some(tcp_check());
-    config.services[0].endpoints = vec![Endpoint { address: ip("10.128.1.5"), node: "wk1".into() }];
+    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check());
+    Arc::make_mut(&mut config.services[0]).endpoints =
+        vec![Endpoint { address: ip("10.128.1.5"), node: "wk1".into() }];
     let routers = [router("", &["172.18.20.1"])];
     let mut health = HealthStates::new();
     health.insert(("ns/web".into(), ip("10.128.1.5")), false);
@@ -366,7 +369,7 @@ fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
 fn require_dual_stack_without_a_dual_pool_says_why() {
     let mut config = dual_stack_config();
     config.pools = vec![pool("vips", &["172.18.20.200/29"])];
-    config.services[0].load_balancer_ips = vec![];
+    Arc::make_mut(&mut config.services[0]).load_balancer_ips = vec![];
     let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
     assert!(originated(&result, "").is_empty());
     let State::Withdrawn { reason } = &result.candidates[0].state else { panic!("announced") };

@@ -149,6 +149,9 @@ impl KindState {
 struct Shared {
     kinds: Mutex<Vec<KindState>>,
     changed: Notify,
+    /// A kind listed again after failing: the API server is back, and the other failing kinds
+    /// list at once instead of waiting out their back-off (up to [`RETRY_MAX`]).
+    returned: Notify,
     services: Services,
     health: Health,
 }
@@ -164,6 +167,7 @@ pub(super) fn spawn(
     let shared = Arc::new(Shared {
         kinds: Mutex::new(KINDS.iter().map(|_| KindState::default()).collect()),
         changed: Notify::new(),
+        returned: Notify::new(),
         services: Arc::default(),
         health,
     });
@@ -240,7 +244,7 @@ async fn watch_kind(
         if listed {
             retry = RETRY_FIRST;
         }
-        let wait = match ended {
+        match ended {
             Ended::Absent(state, why) => {
                 let changed = shared.health(|h| {
                     let Some(k) = h.kind_mut(kind.kind) else { return false };
@@ -258,7 +262,7 @@ async fn watch_kind(
                 // Never listed: counts as listed and empty, so one missing kind does not
                 // hold back every other. Listed before: what was read stays.
                 shared.update(index, |state| state.ready = true);
-                RETRY_ABSENT
+                tokio::time::sleep(RETRY_ABSENT).await;
             }
             Ended::Failed(error) => {
                 if let Some(held_back) = failures.event(Instant::now()) {
@@ -278,10 +282,12 @@ async fn watch_kind(
                 });
                 let wait = retry.mul_f64(rand::random_range(0.75..1.0));
                 retry = retry.saturating_mul(2).min(RETRY_MAX);
-                wait
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = shared.returned.notified() => {}
+                }
             }
-        };
-        tokio::time::sleep(wait).await;
+        }
     }
 }
 
@@ -323,19 +329,21 @@ async fn watch_once(
                     state.replace(objects);
                     state.ready = true;
                 });
-                shared.health(|h| {
-                    if let Some(k) = h.kind_mut(kind.kind) {
-                        if k.state == WatchState::Failing {
-                            info!(kind = kind.kind, "listed again after the failure; watching");
-                        }
-                        k.state = WatchState::Watching;
-                        k.objects = count;
-                        k.last_list = Some(health::unix_now());
-                        k.lists += 1;
-                        k.failing_since = None;
-                        k.error = None;
-                    }
+                let was_failing = shared.health(|h| {
+                    let Some(k) = h.kind_mut(kind.kind) else { return false };
+                    let was_failing = k.state == WatchState::Failing;
+                    k.state = WatchState::Watching;
+                    k.objects = count;
+                    k.last_list = Some(health::unix_now());
+                    k.lists += 1;
+                    k.failing_since = None;
+                    k.error = None;
+                    was_failing
                 });
+                if was_failing {
+                    info!(kind = kind.kind, "listed again after the failure; watching");
+                    shared.returned.notify_waiters();
+                }
             }
             Ok(Event::Apply(object)) => {
                 shared.note_service(kind, &object, false);

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::model::*;
 use super::validate::{AnnounceFragment, NetworkFragment, PendingAdvertisement, Placed};
@@ -20,7 +21,7 @@ pub(crate) fn merge(
     let mut node_name: Option<Placed<String>> = None;
     let mut node_labels: BTreeMap<String, Placed<String>> = BTreeMap::new();
     let mut pools: ByName<Pool> = ByName::default();
-    let mut services: ByName<Service> = ByName::default();
+    let mut services: ByName<Arc<Service>> = ByName::default();
     let mut advertisements: ByName<PendingAdvertisement> = ByName::default();
     let mut communities: ByName<CommunityAlias> = ByName::default();
     let mut networks: Vec<(Placed<NetworkFragment>, Vec<PathBuf>)> = Vec::new();
@@ -68,8 +69,8 @@ pub(crate) fn merge(
         merge_identical(
             &mut services,
             fragment.services,
-            Service::key,
-            |s| Some(&mut s.sources),
+            |s| s.key(),
+            |s| Some(&mut Arc::make_mut(s).sources),
             "service",
             errors,
         );

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -25,7 +26,10 @@ pub type Labels = BTreeMap<String, String>;
 pub struct AnnounceConfig {
     pub node: Node,
     pub pools: Vec<Pool>,
-    pub services: Vec<Service>,
+    /// Shared with the manifest cache's translations (`config/manifest/cache.rs`): a reload at
+    /// a cluster's size merges thousands of Services, each one copy whatever the configs and
+    /// translations that hold it.
+    pub services: Vec<Arc<Service>>,
     pub advertisements: Vec<Advertisement>,
     pub communities: Vec<CommunityAlias>,
     pub networks: Vec<Network>,

@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -45,7 +46,7 @@ pub(crate) struct AnnounceFragment {
     pub node_name: Option<Placed<String>>,
     pub node_labels: Vec<Placed<(String, String)>>,
     pub pools: Vec<Placed<Pool>>,
-    pub services: Vec<Placed<Service>>,
+    pub services: Vec<Placed<Arc<Service>>>,
     pub advertisements: Vec<Placed<PendingAdvertisement>>,
     pub communities: Vec<Placed<CommunityAlias>>,
     pub networks: Vec<Placed<NetworkFragment>>,
@@ -214,8 +215,8 @@ pub(crate) fn validate(
             push_unique(
                 &mut check,
                 &mut out.services,
-                Placed { item: service, loc, field },
-                Service::key,
+                Placed { item: Arc::new(service), loc, field },
+                |service| service.key(),
                 "service",
             );
         }
