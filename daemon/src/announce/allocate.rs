@@ -545,7 +545,8 @@ fn place_in_pool(
 ) {
     let wants: Vec<(String, Vec<IpFamily>, IpFamilyPolicy)> =
         services.iter().map(|s| (s.key(), wanted(&pool.families, s), s.ip_family_policy)).collect();
-    let mut got: HashMap<(String, IpFamily), Address> = HashMap::new();
+    // What each key got, IPv4 then IPv6.
+    let mut got: HashMap<String, (Option<Address>, Option<Address>)> = HashMap::new();
     for family in [IpFamily::Ipv4, IpFamily::Ipv6] {
         let keys: Vec<String> = wants
             .iter()
@@ -553,12 +554,22 @@ fn place_in_pool(
             .map(|(k, _, _)| k.clone())
             .collect();
         for (key, address) in place(pool.family(family), &keys, taken, &mut out.collisions) {
-            got.insert((key, family), address);
+            let slot = got.entry(key).or_default();
+            match family {
+                IpFamily::Ipv4 => slot.0 = Some(address),
+                IpFamily::Ipv6 => slot.1 = Some(address),
+            }
         }
     }
     for (key, wanted, policy) in wants {
-        let addresses: Vec<Address> =
-            wanted.iter().filter_map(|f| got.get(&(key.clone(), *f)).copied()).collect();
+        let found = got.get(&key);
+        let addresses: Vec<Address> = wanted
+            .iter()
+            .filter_map(|family| match family {
+                IpFamily::Ipv4 => found.and_then(|slot| slot.0),
+                IpFamily::Ipv6 => found.and_then(|slot| slot.1),
+            })
+            .collect();
         let complete = addresses.len() == wanted.len();
         if addresses.is_empty() {
             continue;

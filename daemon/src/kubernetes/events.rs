@@ -12,7 +12,7 @@
 //! when the Service's state on this node changes, not at every recomputation, and each one
 //! stands alone (a new state is a new event with its own message).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
@@ -124,16 +124,16 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     });
 }
 
-/// The API Services whose event differs between `before` and `now`, with the new one. Only
-/// the Services whose state changed are put in words: at a cluster's size every change of one
-/// Service recomputes every other's.
+/// The API Services whose event differs between `before` and `now`, with the new one, by
+/// key. Only the Services whose state changed are put in words: at a cluster's size every
+/// change of one Service recomputes every other's.
 fn changed<'a>(
     before: Option<&Announcements>,
     now: &'a Announcements,
     node: &str,
 ) -> Vec<(&'a str, Told)> {
     let before = before.map(states).unwrap_or_default();
-    states(now)
+    let mut out: Vec<(&str, Told)> = states(now)
         .into_iter()
         .filter(|(key, state)| before.get(key) != Some(state))
         .filter_map(|(key, state)| {
@@ -141,20 +141,25 @@ fn changed<'a>(
             let same = before.get(key).is_some_and(|was| self::told(key, was, node) == told);
             (!same).then_some((key, told))
         })
-        .collect()
+        .collect();
+    out.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    out
 }
 
+/// Hash maps with foldhash: two maps of every Service are made at every change.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Each API Service's state on this node, by `namespace/name`: announced if any of its
-/// prefixes is, else the state of its first candidate.
-fn states(announcements: &Announcements) -> BTreeMap<&str, &State> {
-    let from_api: BTreeSet<(&str, &str)> = announcements
+/// prefixes is, else the state of its last candidate.
+fn states(announcements: &Announcements) -> Map<&str, &State> {
+    let from_api: HashSet<(&str, &str), foldhash::fast::RandomState> = announcements
         .config
         .services
         .iter()
         .filter(|service| service.read_from_api())
         .map(|service| (service.namespace.as_str(), service.name.as_str()))
         .collect();
-    let mut out: BTreeMap<&str, &State> = BTreeMap::new();
+    let mut out: Map<&str, &State> = Map::default();
     for candidate in &announcements.candidates {
         let Origin::Service { service, .. } = &candidate.origin else { continue };
         let Some(namespace_name) = service.split_once('/') else { continue };
