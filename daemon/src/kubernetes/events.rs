@@ -110,13 +110,13 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     tokio::spawn(async move {
         // The announcements the events sent so far were made from (none at the start: every
         // Service's state is new).
-        let mut told: Option<Arc<Announcements>> = None;
+        let mut last: Option<Arc<Announcements>> = None;
         loop {
             let announcements = changes.borrow_and_update().clone();
-            for (key, told) in changed(told.as_deref(), &announcements, &events.node) {
-                events.send(key, &told).await;
+            for (key, event) in changed(last.as_deref(), &announcements, &events.node) {
+                events.send(key, &event).await;
             }
-            told = Some(announcements);
+            last = Some(announcements);
             if changes.changed().await.is_err() {
                 return;
             }
@@ -137,9 +137,9 @@ fn changed<'a>(
         .into_iter()
         .filter(|(key, state)| before.get(key) != Some(state))
         .filter_map(|(key, state)| {
-            let told = told(key, state, node);
-            let same = before.get(key).is_some_and(|was| self::told(key, was, node) == told);
-            (!same).then_some((key, told))
+            let event = told(key, state, node);
+            let same = before.get(key).is_some_and(|was| told(key, was, node) == event);
+            (!same).then_some((key, event))
         })
         .collect();
     out.sort_unstable_by(|a, b| a.0.cmp(b.0));
