@@ -134,12 +134,15 @@ impl KindState {
     /// The objects of a new list. Those whose text is unchanged keep their copy, so the
     /// manifest cache knows them without reading them.
     fn replace(&mut self, mut objects: BTreeMap<PathBuf, Arc<str>>) {
+        // Compared once: the same objects when every one is held with the same text.
+        let mut same = objects.len() == self.objects.len();
         for (path, text) in objects.iter_mut() {
-            if let Some(held) = self.objects.get(path).filter(|held| *held == text) {
-                *text = held.clone();
+            match self.objects.get(path) {
+                Some(held) if held == text => *text = held.clone(),
+                _ => same = false,
             }
         }
-        if self.objects != objects {
+        if !same {
             self.objects = objects;
             self.version = self.version.wrapping_add(1);
         }
