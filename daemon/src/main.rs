@@ -263,6 +263,9 @@ fn main() -> ExitCode {
                     model.files.len(),
                     model.bgp.routers.len()
                 );
+                for skipped in &model.skipped {
+                    println!("note: {skipped}");
+                }
                 // Allocation is a pure function of the config: say which services share a home
                 // slot, since adding or removing one of them moves the other.
                 let allocation =

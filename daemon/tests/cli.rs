@@ -37,6 +37,21 @@ fn check_accepts_the_example_and_a_fragment() {
     assert!(ok, "{stderr}");
     assert!(stdout.contains("OK (2 file(s), 1 router(s), 2 neighbor(s))"), "{stdout}");
 
+    // An application's Deployment beside its pool: one line, and the rest applies.
+    std::fs::write(
+        dir.path().join("conf.d/20-app.yaml"),
+        "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips}\nspec:\n  addresses: [10.9.0.0/24]\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 2}\n",
+    )
+    .unwrap();
+    let (ok, stdout, stderr) = uplink(&["check", "--config", main.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("OK (3 file(s), 1 router(s), 2 neighbor(s))"), "{stdout}");
+    let note = format!(
+        "note: {}:7: documents[1]: Deployment \"web\" (apps/v1) skipped: uplink does not act on this kind\n",
+        dir.path().join("conf.d/20-app.yaml").display()
+    );
+    assert!(stdout.contains(&note), "{stdout}");
+
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/uplink.toml");
     let (ok, _, stderr) = uplink(&["check", "--config", example]);
     assert!(ok, "the documented example must pass `uplink check`: {stderr}");

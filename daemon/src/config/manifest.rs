@@ -45,6 +45,7 @@ use serde::Deserialize;
 use serde_norway::{Mapping, Value};
 
 use super::error::ConfigError;
+use super::model::SkippedDocument;
 use super::raw::RawFile;
 use super::source::SourceText;
 use super::validate::{validate_file, Fragment, TimerDefaults};
@@ -75,6 +76,12 @@ const KINDS: [(&str, &str); 15] = [
     ("Secret", ""),
     ("Namespace", ""),
 ];
+
+/// The API groups of the projects uplink stands in for: a kind of theirs that uplink does not
+/// implement is an error (the config asks for something that would not happen). A kind of any
+/// other group (an application's `Deployment`, a `ConfigMap`) is skipped with a note, as the
+/// speaker and frr-k8s ignore what they do not watch.
+const ACTED_ON_GROUPS: [&str; 4] = ["metallb.io", "frrk8s.metallb.io", "k8s.ovn.org", "nmstate.io"];
 
 /// `ObjectMeta` fields the apiserver sets (as `kubectl get -o yaml` shows them): accepted and
 /// ignored, so an object read back from a cluster means what it meant when applied.
@@ -369,12 +376,20 @@ impl Document<'_> {
         };
         self.kind = kind.clone();
         let Some((_, group)) = KINDS.iter().find(|(k, _)| *k == kind) else {
-            let known: Vec<&str> = KINDS.iter().map(|(k, _)| *k).collect();
-            self.fail(
-                "kind",
-                format!("kind \"{kind}\" is not supported here; supported: {}", known.join(", ")),
-            );
-            return None;
+            let version = api_version.unwrap_or_default();
+            let group = version.split_once('/').map_or("", |(group, _)| group);
+            if version.is_empty() || ACTED_ON_GROUPS.contains(&group) {
+                let known: Vec<&str> = KINDS.iter().map(|(k, _)| *k).collect();
+                self.fail(
+                    "kind",
+                    format!(
+                        "kind \"{kind}\" is not supported here; supported: {}",
+                        known.join(", ")
+                    ),
+                );
+                return None;
+            }
+            return Some(self.skipped(kind, version, metadata.as_ref()));
         };
         let group_matches = match api_version.as_deref() {
             Some("v1") => group.is_empty(),
@@ -813,6 +828,21 @@ impl Document<'_> {
 
     /// Validates `value` as the TOML table `key = value`, as if a TOML file held it.
     /// `toml_prefix` is the field path that corresponds to `yaml_prefix` in error messages.
+    /// The fragment of a document of a kind uplink does not act on: nothing but its note.
+    fn skipped(&self, kind: String, api_version: String, metadata: Option<&Value>) -> Fragment {
+        let name = metadata.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("");
+        let mut fragment = Fragment::empty(self.path.to_path_buf());
+        fragment.skipped.push(SkippedDocument {
+            file: self.path.to_path_buf(),
+            line: self.line,
+            index: self.index,
+            api_version,
+            kind,
+            name: name.to_string(),
+        });
+        fragment
+    }
+
     fn emit(
         &mut self,
         key: &str,
@@ -1392,18 +1422,57 @@ spec:
             crate::config::GracefulRestartMode::Enabled
         );
 
-        let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\n";
-        let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;
-        assert_eq!(errors[0].field, "documents[0].kind");
-        assert!(
-            errors[0].message.contains("not supported here; supported: FRRConfiguration"),
-            "{}",
-            errors[0].message
-        );
         let hold = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: p}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  holdTime: 90\n";
         let errors = load("", &[(PathBuf::from("x.yaml"), hold.to_string())]).unwrap_err().0;
         assert_eq!(errors[0].field, "documents[0].spec.holdTime", "{errors:?}");
         assert!(errors[0].message.contains("\"90s\""), "{}", errors[0].message);
+    }
+
+    /// An application's objects beside its pool (MetalLB's samples put a `Deployment` and its
+    /// `Service` in the pool's file) are skipped with a note; a kind of the groups uplink stands
+    /// in for that it does not implement, or a document without `apiVersion`, stays an error.
+    #[test]
+    fn kinds_uplink_does_not_act_on_are_skipped_and_named() {
+        let pool = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips}\nspec:\n  addresses: [10.9.0.0/24]\n";
+        let app = format!(
+            "{pool}---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  replicas: 2\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings}}\ndata: {{a: b}}\n"
+        );
+        let config = load("", &[(PathBuf::from("conf.d/app.yaml"), app)]).unwrap();
+        assert_eq!(config.announce.pools.len(), 1);
+        let notes: Vec<String> = config.skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            notes,
+            [
+                "conf.d/app.yaml:7: documents[1]: Deployment \"web\" (apps/v1) skipped: uplink does not act on this kind",
+                "conf.d/app.yaml:13: documents[2]: ConfigMap \"settings\" (v1) skipped: uplink does not act on this kind",
+            ]
+        );
+
+        for (document, field) in [
+            (
+                "apiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: l2}\n",
+                "documents[0].kind",
+            ),
+            (
+                "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRNodeState\nmetadata: {name: n}\n",
+                "documents[0].kind",
+            ),
+            (
+                "apiVersion: nmstate.io/v1\nkind: NMState\nmetadata: {name: nmstate}\n",
+                "documents[0].kind",
+            ),
+            ("kind: Deployment\nmetadata: {name: web}\n", "documents[0].kind"),
+        ] {
+            let errors =
+                load("", &[(PathBuf::from("x.yaml"), document.to_string())]).unwrap_err().0;
+            assert_eq!(errors.len(), 1, "{document}: {errors:?}");
+            assert_eq!(errors[0].field, field, "{document}");
+            assert!(
+                errors[0].message.contains("not supported here; supported: FRRConfiguration"),
+                "{}",
+                errors[0].message
+            );
+        }
     }
 
     /// An EgressIP's `status.items` say which node holds each address: this node's become

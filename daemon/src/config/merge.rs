@@ -32,7 +32,10 @@ pub(crate) fn merge(
     check_references: bool,
     errors: &mut Vec<ConfigError>,
 ) -> Config {
-    let files: Vec<PathBuf> = fragments.iter().map(|f| f.file.clone()).collect();
+    let mut files: Vec<PathBuf> = fragments.iter().map(|f| f.file.clone()).collect();
+    // A manifest file has a fragment per document.
+    files.dedup();
+    let mut skipped = Vec::new();
     let mut routers: Vec<MergedRouter> = Vec::new();
     let mut profiles: Vec<BfdProfileFragment> = Vec::new();
     let mut always_block = BTreeSet::new();
@@ -48,6 +51,7 @@ pub(crate) fn merge(
     let mut announce = Vec::with_capacity(fragments.len());
     for mut fragment in fragments {
         announce.push((fragment.file.clone(), std::mem::take(&mut fragment.announce)));
+        skipped.append(&mut fragment.skipped);
         always_block.extend(fragment.always_block);
         node_setting(&mut nexthop_objects, fragment.nexthop_objects, "fib.nexthop_objects", errors);
         node_setting(
@@ -133,6 +137,7 @@ pub(crate) fn merge(
         announce: std::sync::Arc::new(super::announce::merge(announce, errors)),
         // Filled in by `load`, which knows the node's labels.
         network: Default::default(),
+        skipped,
     }
 }
 

@@ -84,6 +84,7 @@ pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
     FibConfig, GracefulRestartConfig, GracefulRestartMode, KubernetesConfig, LocalPrefPrefixes,
     MaxPrefixes, MetricsConfig, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
+    SkippedDocument,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

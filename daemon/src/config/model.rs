@@ -40,6 +40,36 @@ pub struct Config {
     pub announce: Arc<AnnounceConfig>,
     /// The node's own network: `[network]` and the policies selecting this node.
     pub network: super::network::NetworkConfig,
+    /// Manifest documents of kinds uplink does not act on (an application's `Deployment` in
+    /// the file that holds its pool), left out; `uplink check` and the log name each.
+    pub skipped: Vec<SkippedDocument>,
+}
+
+/// A manifest document left out because uplink does not act on its kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkippedDocument {
+    pub file: PathBuf,
+    pub line: usize,
+    /// Its place in the file (`documents[N]`).
+    pub index: usize,
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+impl fmt::Display for SkippedDocument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = if self.name.is_empty() { String::new() } else { format!(" \"{}\"", self.name) };
+        write!(
+            f,
+            "{}:{}: documents[{}]: {}{name} ({}) skipped: uplink does not act on this kind",
+            self.file.display(),
+            self.line,
+            self.index,
+            self.kind,
+            self.api_version
+        )
+    }
 }
 
 /// Node-wide FIB settings.

@@ -406,6 +406,10 @@ impl Reloader {
         let started = Instant::now();
         let mut outcome = ReloadOutcome::new(self.config_path.clone());
         let old = self.running.borrow().clone();
+        // Said once, when a document is first left out (not at every reload).
+        for skipped in config.skipped.iter().filter(|s| !old.skipped.contains(s)) {
+            info!("config: {skipped}");
+        }
         let running_vrfs: BTreeSet<String> =
             self.instances.borrow().iter().map(|i| i.vrf.clone()).collect();
         // 1. What needs no change to the node's network. New routers whose VRF device is

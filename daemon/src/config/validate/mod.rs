@@ -26,7 +26,7 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, KubernetesConfig,
-    MaxPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn,
+    MaxPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, SkippedDocument,
 };
 use super::model::{DEFAULT_KUBERNETES_NAMESPACE, DEFAULT_WATCH_TIMEOUT};
 use super::raw::{
@@ -65,6 +65,8 @@ pub(crate) const TCP_MD5_MAX_KEY_LEN: usize = 80;
 #[derive(Debug, Clone)]
 pub(crate) struct Fragment {
     pub file: PathBuf,
+    /// Manifest documents of kinds uplink does not act on, left out.
+    pub skipped: Vec<SkippedDocument>,
     pub routers: Vec<RouterFragment>,
     pub bfd_profiles: Vec<BfdProfileFragment>,
     pub always_block: Vec<IpNet>,
@@ -86,6 +88,30 @@ pub(crate) struct Fragment {
     pub select_defer_time: Option<(Duration, Loc)>,
     pub announce: AnnounceFragment,
     pub network: super::network_validate::NetworkFragment,
+}
+
+impl Fragment {
+    /// A file's fragment with nothing in it yet.
+    pub fn empty(file: PathBuf) -> Self {
+        Self {
+            file,
+            skipped: Vec::new(),
+            routers: Vec::new(),
+            bfd_profiles: Vec::new(),
+            always_block: Vec::new(),
+            nexthop_objects: None,
+            nexthop_compat_mode: None,
+            metrics_listen: None,
+            kubernetes: None,
+            default_max_prefixes: None,
+            drain_time: None,
+            restart_time: None,
+            stale_path_time: None,
+            select_defer_time: None,
+            announce: AnnounceFragment::default(),
+            network: Default::default(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -173,23 +199,7 @@ pub(crate) fn validate_file(
     errors: &mut Vec<ConfigError>,
 ) -> Fragment {
     let mut check = Checker::new(source, errors);
-    let mut fragment = Fragment {
-        file: source.path.clone(),
-        routers: Vec::new(),
-        bfd_profiles: Vec::new(),
-        always_block: Vec::new(),
-        nexthop_objects: None,
-        nexthop_compat_mode: None,
-        metrics_listen: None,
-        kubernetes: None,
-        default_max_prefixes: None,
-        drain_time: None,
-        restart_time: None,
-        stale_path_time: None,
-        select_defer_time: None,
-        announce: AnnounceFragment::default(),
-        network: Default::default(),
-    };
+    let mut fragment = Fragment::empty(source.path.clone());
     let announce = RawAnnounce {
         node: raw.node,
         pools: raw.pools,
