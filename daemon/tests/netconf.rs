@@ -396,6 +396,91 @@ fn policies_apply_through_networkmanager_and_a_failed_probe_rolls_back() {
     assert_eq!(nm.kernel_addresses("br-up"), back);
 }
 
+/// kubernetes-nmstate's captures, filled by nmstate from this node's NetworkManager: a route
+/// copies the default gateway's next hop (the kubernetes-nmstate examples' pattern), written as
+/// the NNCP users apply. An OVS bridge is nmstate's schema too (the check accepts it), and
+/// where the node has no Open vSwitch (nor NetworkManager's OVS plugin), applying it fails with
+/// nmstate's reason and what was applied before stays.
+#[test]
+fn a_capture_is_filled_from_the_nodes_state_and_ovs_without_open_vswitch_fails_clearly() {
+    let nm = NmNode::start();
+    let state_dir = nm.lab.path("state");
+    let cfg = config(nm.lab.dir.path(), &state_dir, UPLINK_POLICY);
+    let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
+    assert!(ok, "uplink0 not applied: {out}\n{}", nm.lab.dump_logs());
+    nm.node.run(&["ip", "link", "set", &nm.veth, "master", "br-up"]);
+
+    let conf_d = nm.lab.dir.path().join("conf.d");
+    std::fs::create_dir_all(&conf_d).unwrap();
+    std::fs::write(
+        conf_d.join("copy-gateway.yaml"),
+        r#"apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata:
+  name: copy-gateway
+spec:
+  capture:
+    defaultGw: routes.running.destination=="0.0.0.0/0"
+  desiredState:
+    routes:
+      config:
+      - destination: 198.51.100.0/24
+        next-hop-address: "{{ capture.defaultGw.routes.running.0.next-hop-address }}"
+        next-hop-interface: "{{ capture.defaultGw.routes.running.0.next-hop-interface }}"
+"#,
+    )
+    .unwrap();
+    let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
+    assert!(ok, "copy-gateway not applied: {out}\n{}", nm.lab.dump_logs());
+    let enactments = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
+    let copied = enactment(&enactments, "copy-gateway");
+    assert_eq!(copied["status"], "Available", "{copied}");
+    let route = nm.node.run(&["ip", "-j", "route", "show", "198.51.100.0/24"]);
+    assert!(route.contains("\"gateway\":\"10.77.0.1\"") && route.contains("br-up"), "{route}");
+
+    std::fs::write(
+        conf_d.join("ovs.yaml"),
+        r#"apiVersion: nmstate.io/v1
+kind: NodeNetworkConfigurationPolicy
+metadata:
+  name: ovs-br0
+spec:
+  desiredState:
+    interfaces:
+    - name: ovs-br0
+      type: ovs-bridge
+      state: up
+      bridge:
+        options:
+          stp: false
+        port:
+        - name: ovs0
+    - name: ovs0
+      type: ovs-interface
+      state: up
+      ipv4:
+        enabled: false
+"#,
+    )
+    .unwrap();
+    let (ok, out) = nm.uplink(&["check"], &cfg);
+    assert!(ok, "nmstate's schema has OVS bridges: {out}");
+    let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
+    assert!(!ok, "an OVS bridge without NetworkManager's OVS plugin must fail: {out}");
+    let enactments = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
+    let ovs = enactment(&enactments, "ovs-br0");
+    assert_eq!(ovs["status"], "Failing", "{ovs}");
+    let message = ovs["message"].as_str().unwrap();
+    // nmstate looks for Open vSwitch before it asks NetworkManager.
+    assert!(
+        message.contains("PluginFailure") && message.contains("not able to connect OVS daemon"),
+        "{ovs}"
+    );
+    // What was applied before stays.
+    let route = nm.node.run(&["ip", "-j", "route", "show", "198.51.100.0/24"]);
+    assert!(route.contains("10.77.0.1"), "{route}");
+}
+
 /// Kernel mode (no NetworkManager): the same flow without a checkpoint. uplink keeps the state
 /// that undoes the policy and applies it when a probe fails.
 #[test]

@@ -112,9 +112,10 @@ const RENAMES: [(&str, &str); 7] = [
 ];
 
 /// Maps whose keys are label names, copied as written.
-/// Also `node_selector` and nmstate's `desired_state` (kebab-case keys of its own).
-const VERBATIM: [&str; 5] =
-    ["matchLabels", "labels", "namespaceLabels", "node_selector", "desired_state"];
+/// Also `node_selector`, nmstate's `desired_state` (kebab-case keys of its own) and an NNCP's
+/// `capture` (names its templates use).
+const VERBATIM: [&str; 6] =
+    ["matchLabels", "labels", "namespaceLabels", "node_selector", "desired_state", "capture"];
 
 /// One document of a manifest file, parsed, with where it starts.
 pub(crate) struct ManifestDocument {

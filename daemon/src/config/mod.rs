@@ -56,6 +56,7 @@ pub mod announce;
 mod bfd_auth;
 mod check;
 pub mod community;
+mod desired_state;
 pub mod duration;
 mod error;
 mod load;

@@ -9,7 +9,6 @@
 //! `${values.KEY}`, see `node_values`), resolved on the node just before applying.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -127,6 +126,10 @@ pub struct NetworkPolicy {
     pub max_unavailable: Option<String>,
     /// nmstate's schema, per-node values still unresolved.
     pub desired_state: DesiredState,
+    /// kubernetes-nmstate's captures (NNCP `spec.capture`): name → nmstate capture expression,
+    /// read against the node's current state to fill `{{ capture.NAME.… }}` templates.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub capture: BTreeMap<String, String>,
     /// Created by uplink for a `[[networks]]` entry rather than written by a user.
     pub generated: bool,
     pub sources: Vec<PathBuf>,
@@ -139,204 +142,36 @@ impl NetworkPolicy {
     }
 }
 
-/// nmstate's desired state (the supported subset), serialised in nmstate's own spelling.
+/// nmstate's desired state as written: its own JSON, every key nmstate knows, checked by its
+/// types at load (`config::desired_state`); per-node values still unresolved.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct DesiredState {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub interfaces: Vec<Interface>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub routes: Option<RouteSection>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub route_rules: Option<RouteRuleSection>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dns_resolver: Option<DnsResolver>,
-}
+#[serde(transparent)]
+pub struct DesiredState(pub serde_json::Value);
 
 impl DesiredState {
     /// The state as nmstate's JSON.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+        self.0.clone()
     }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InterfaceType {
-    Ethernet,
-    Vlan,
-    Vrf,
-    Bond,
-    LinuxBridge,
-    Dummy,
-}
+    /// The names of the interfaces it configures.
+    pub fn interface_names(&self) -> Vec<String> {
+        let interfaces = self.0.get("interfaces").and_then(serde_json::Value::as_array);
+        interfaces
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.get("name").and_then(serde_json::Value::as_str))
+            .map(str::to_string)
+            .collect()
+    }
 
-impl InterfaceType {
-    pub const ALL: [(&'static str, Self); 6] = [
-        ("ethernet", Self::Ethernet),
-        ("vlan", Self::Vlan),
-        ("vrf", Self::Vrf),
-        ("bond", Self::Bond),
-        ("linux-bridge", Self::LinuxBridge),
-        ("dummy", Self::Dummy),
-    ];
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InterfaceState {
-    Up,
-    Down,
-    Absent,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Interface {
-    pub name: String,
-    /// May be left out only with `state: absent`.
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub kind: Option<InterfaceType>,
-    pub state: InterfaceState,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mtu: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mac_address: Option<String>,
-    /// The bond, bridge or VRF this interface is a port of (nmstate's `controller`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub controller: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ipv4: Option<IpConfig>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ipv6: Option<IpConfig>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vlan: Option<Vlan>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vrf: Option<Vrf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub link_aggregation: Option<Bond>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub bridge: Option<Bridge>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct IpConfig {
-    pub enabled: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dhcp: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub autoconf: Option<bool>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub address: Vec<IpAddress>,
-}
-
-/// `ip` is an address or a per-node value that resolves to one.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct IpAddress {
-    pub ip: String,
-    pub prefix_length: u8,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Vlan {
-    pub base_iface: String,
-    pub id: u16,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Vrf {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub port: Vec<String>,
-    pub route_table_id: u32,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Bond {
-    pub mode: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub port: Vec<String>,
-    /// Bond options as nmstate names them (`miimon`, `lacp_rate`, …), passed through.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub options: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Bridge {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub port: Option<Vec<BridgePort>>,
-    /// Bridge options (`stp`, …), passed through.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub options: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BridgePort {
-    pub name: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct RouteSection {
-    pub config: Vec<Route>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct Route {
-    pub destination: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_hop_address: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_hop_interface: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metric: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub table_id: Option<u32>,
-    /// `absent` removes matching routes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct RouteRuleSection {
-    pub config: Vec<RouteRule>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct RouteRule {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ip_from: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ip_to: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub route_table: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub iif: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct DnsResolver {
-    pub config: DnsConfig,
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct DnsConfig {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub server: Vec<IpAddr>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub search: Vec<String>,
+    /// The VRF device uplink creates for a network: `name` with kernel table `table`.
+    pub fn vrf(name: &str, table: u32) -> Self {
+        Self(serde_json::json!({"interfaces": [{
+            "name": name, "type": "vrf", "state": "up",
+            "vrf": {"port": [], "route-table-id": table},
+        }]}))
+    }
 }
 
 /// A stable kernel table id for a VRF that uplink creates: FNV-1a of the name into
@@ -369,38 +204,12 @@ mod tests {
     }
 
     #[test]
-    fn desired_state_serialises_in_nmstate_spelling() {
-        let state = DesiredState {
-            interfaces: vec![Interface {
-                name: "vlan2001".into(),
-                kind: Some(InterfaceType::Vlan),
-                state: InterfaceState::Up,
-                mtu: None,
-                description: None,
-                mac_address: None,
-                controller: Some("cudn3".into()),
-                ipv4: Some(IpConfig {
-                    enabled: true,
-                    dhcp: Some(false),
-                    autoconf: None,
-                    address: vec![IpAddress { ip: "172.19.23.113".into(), prefix_length: 24 }],
-                }),
-                ipv6: None,
-                vlan: Some(Vlan { base_iface: "enp3s0".into(), id: 2001 }),
-                vrf: None,
-                link_aggregation: None,
-                bridge: None,
-            }],
-            ..Default::default()
-        };
+    fn a_networks_vrf_is_nmstates_vrf() {
         assert_eq!(
-            state.to_json(),
-            serde_json::json!({"interfaces": [{
-                "name": "vlan2001", "type": "vlan", "state": "up", "controller": "cudn3",
-                "ipv4": {"enabled": true, "dhcp": false,
-                         "address": [{"ip": "172.19.23.113", "prefix-length": 24}]},
-                "vlan": {"base-iface": "enp3s0", "id": 2001}
-            }]})
+            DesiredState::vrf("cudn3", 1234).to_json(),
+            serde_json::json!({"interfaces": [{"name": "cudn3", "type": "vrf", "state": "up",
+                "vrf": {"port": [], "route-table-id": 1234}}]})
         );
+        assert_eq!(DesiredState::vrf("cudn3", 1234).interface_names(), ["cudn3"]);
     }
 }

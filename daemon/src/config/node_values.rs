@@ -14,8 +14,9 @@
 //!   address is an error.
 //! - `${values.KEY}` — this node's entry in the per-node table `[network.node_values.<node>]`.
 //!
-//! `${` always starts a per-node value; nmstate's own `{{ capture.… }}` templates are rejected
-//! by name (they need the kubernetes-nmstate controller's captures).
+//! `${` always starts a per-node value. nmstate's own `{{ capture.… }}` templates are left as
+//! they are here: nmstate fills them from the policy's `capture` against the node's current
+//! state, after the per-node values (`netconf::apply`).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -47,19 +48,13 @@ pub enum Piece {
     Ref(Reference),
 }
 
-/// Whether `text` uses a per-node value (or an nmstate template, which `parse` rejects).
+/// Whether `text` uses a per-node value or an nmstate capture template.
 pub fn has_reference(text: &str) -> bool {
     text.contains("${") || text.contains("{{")
 }
 
 /// Splits `text` into pieces; an error says what is wrong with the first bad reference.
 pub fn parse(text: &str) -> Result<Vec<Piece>, String> {
-    if text.contains("{{") {
-        return Err("nmstate templates ({{ capture.… }}) are not supported: uplink has no NNCP \
-             captures; use per-node values such as ${node.host(172.19.23.0/24)} or \
-             ${values.KEY} (docs/network.md)"
-            .into());
-    }
     let mut pieces = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -325,9 +320,9 @@ mod tests {
             .unwrap_err()
             .contains("write 172.19.23.0/24"));
         assert!(parse("${node.host(nope)}").unwrap_err().contains("not a subnet"));
-        assert!(parse("{{ capture.gw.routes.running.0.next-hop-address }}")
-            .unwrap_err()
-            .contains("nmstate templates"));
+        // nmstate's capture templates are text here (nmstate fills them).
+        let template = "{{ capture.gw.routes.running.0.next-hop-address }}";
+        assert_eq!(parse(template).unwrap(), [Piece::Text(template.into())]);
     }
 
     #[test]

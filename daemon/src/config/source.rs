@@ -96,6 +96,31 @@ impl<'a> SourceText<'a> {
     /// Converts a TOML syntax or deserialisation error. Serde does not report which field it was
     /// deserialising, so the field path is recovered by finding the innermost key or value in the
     /// document whose span contains the error's span.
+    /// Where the value at `path` (`a.b[0].c`, as errors name fields) is written, if the text
+    /// is TOML that has it.
+    pub fn span_of(&self, path: &str) -> Option<Range<usize>> {
+        fn find(value: &Spanned<DeValue<'_>>, here: &str, path: &str) -> Option<Range<usize>> {
+            if here == path {
+                return Some(value.span());
+            }
+            if !path.starts_with(here) {
+                return None;
+            }
+            match value.get_ref() {
+                DeValue::Table(table) => table.iter().find_map(|(key, value)| {
+                    find(value, &format!("{here}.{}", key.get_ref()), path)
+                }),
+                DeValue::Array(array) => array
+                    .iter()
+                    .enumerate()
+                    .find_map(|(index, value)| find(value, &format!("{here}[{index}]"), path)),
+                _ => None,
+            }
+        }
+        let (root, _) = DeTable::parse_recoverable(self.text);
+        root.get_ref().iter().find_map(|(key, value)| find(value, key.get_ref(), path))
+    }
+
     pub fn toml_error(&self, error: &toml::de::Error) -> ConfigError {
         let Some(span) = error.span() else {
             return self.loc(0).error("", error.message());

@@ -37,7 +37,7 @@ pub fn policies(network: &NetworkConfig) -> Value {
                     "nodeSelector": p.node_selector,
                     "maxUnavailable": p.max_unavailable,
                     "generated": p.generated,
-                    "interfaces": p.desired_state.interfaces.iter().map(|i| i.name.clone()).collect::<Vec<_>>(),
+                    "interfaces": p.desired_state.interface_names(),
                     "desiredState": p.desired_state.to_json(),
                     "sources": p.sources,
                 })

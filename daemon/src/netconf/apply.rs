@@ -193,10 +193,19 @@ async fn finish_interrupted(backend: &Backend, store: &mut EnactmentStore, now: 
     }
 }
 
-/// The state `policy` asks for on this node, per-node values resolved.
-pub fn resolved_state(policy: &NetworkPolicy, node: &NodeIdentity) -> Result<Value, String> {
+/// The state `policy` asks for on this node: per-node values resolved, then (with a
+/// `capture`) nmstate's templates filled from its captures of `current`, as kubernetes-nmstate's
+/// handler does.
+pub fn resolved_state(
+    policy: &NetworkPolicy,
+    node: &NodeIdentity,
+    current: &Snapshot,
+) -> Result<Value, String> {
     let mut desired = policy.desired_state.to_json();
     resolve_json(&mut desired, node)?;
+    if !policy.capture.is_empty() {
+        desired = Backend::fill_captures(&policy.capture, &desired, current)?;
+    }
     Backend::validate(&desired)?;
     Ok(desired)
 }
@@ -221,7 +230,7 @@ async fn apply_one(
         }
     };
     let node = node_identity(config.announce.node.name.as_deref(), &config.network);
-    let desired = match resolved_state(policy, &node) {
+    let desired = match resolved_state(policy, &node, &current) {
         Ok(desired) => desired,
         Err(error) => {
             // The same failure as last time is no new failure (a reload must not be refused
@@ -483,7 +492,7 @@ pub async fn plan(config: &Config) -> Result<Vec<(String, Result<Value, String>)
         .policies
         .iter()
         .map(|policy| {
-            let change = resolved_state(policy, &node).and_then(|desired| {
+            let change = resolved_state(policy, &node, &current).and_then(|desired| {
                 Backend::diff(&desired, &current)
                     .map(|diff| effective_change(diff, &desired, &current.json))
             });

@@ -135,6 +135,22 @@ mod imp {
         pub fn validate(desired: &Value) -> Result<(), String> {
             parse(desired).map(|_| ())
         }
+
+        /// `desired` with its `{{ capture.… }}` templates filled from `capture` run against
+        /// `current`: nmstate's policy, as kubernetes-nmstate's handler runs it (the result
+        /// is what the template asks for that `current` does not have yet).
+        pub fn fill_captures(
+            capture: &std::collections::BTreeMap<String, String>,
+            desired: &Value,
+            current: &Snapshot,
+        ) -> Result<Value, String> {
+            let policy = serde_json::json!({"capture": capture, "desired": desired});
+            let mut policy: nmstate::NetworkPolicy =
+                serde_json::from_value(policy).map_err(|e| format!("nmstate policy: {e}"))?;
+            policy.current = Some(current.state.clone());
+            let state = NetworkState::try_from(policy).map_err(message)?;
+            serde_json::to_value(&state).map_err(|e| format!("nmstate policy: {e}"))
+        }
     }
 }
 
@@ -167,5 +183,12 @@ impl Backend {
     }
     pub fn validate(_desired: &Value) -> Result<(), String> {
         Ok(())
+    }
+    pub fn fill_captures(
+        _capture: &std::collections::BTreeMap<String, String>,
+        _desired: &Value,
+        _current: &Snapshot,
+    ) -> Result<Value, String> {
+        Err(NOT_BUILT.into())
     }
 }

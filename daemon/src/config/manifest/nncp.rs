@@ -3,8 +3,8 @@
 //! `[[network_policies]]` entry, validated by the same code as TOML (desired-state keys are
 //! nmstate's own in both). `spec.maxUnavailable` is accepted and kept for display: it paces a
 //! rollout across a fleet, which is the rollout tool's job, not a node's (docs/network.md).
-//! `spec.capture` is rejected by name: captures are evaluated by the kubernetes-nmstate
-//! controller against each node's state; uplink's per-node values replace them.
+//! `spec.capture` is read as kubernetes-nmstate reads it: nmstate fills the desired state's
+//! `{{ capture.… }}` templates from it against the node's current state, on the node.
 
 use serde_norway::{Mapping, Value};
 
@@ -13,21 +13,13 @@ use super::{list, Document};
 
 impl Document<'_> {
     pub(super) fn nncp(&mut self, mut spec: Mapping, name: String) -> Option<Fragment> {
-        if spec.contains_key("capture") {
-            self.fail(
-                "spec.capture",
-                "nmstate captures are not supported (they need the kubernetes-nmstate \
-                 controller); write per-node values such as ${node.host(172.19.23.0/24)} or \
-                 ${values.KEY} instead (docs/network.md)",
-            );
-            return None;
-        }
         let mut policy = Mapping::new();
         policy.insert(Value::from("name"), Value::from(name));
         for (from, to) in [
             ("nodeSelector", "node_selector"),
             ("desiredState", "desired_state"),
             ("maxUnavailable", "max_unavailable"),
+            ("capture", "capture"),
         ] {
             if let Some(value) = spec.remove(from) {
                 policy.insert(Value::from(to), value);
@@ -39,7 +31,7 @@ impl Document<'_> {
                 &format!("spec.{key}"),
                 format!(
                     "unknown or unsupported field `{key}`; expected nodeSelector, desiredState, \
-                     maxUnavailable"
+                     maxUnavailable, capture"
                 ),
             );
             return None;
