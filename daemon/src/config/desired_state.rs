@@ -80,8 +80,9 @@ pub(crate) fn check_captures(
 
 /// uplink's defaults where nmstate would take the node's current value, as uplink has always
 /// read a desired state: an interface without `state` is `up`, and an `ipv4`/`ipv6` section
-/// without `enabled` is enabled when it has addresses, DHCP or autoconf (nmstate would keep a
-/// new interface's IP disabled and drop the addresses).
+/// without `enabled` that has addresses, DHCP or autoconf is enabled (nmstate would keep a new
+/// interface's IP disabled and drop the addresses). A section with none of them and no
+/// `enabled` (`ipv4: {forwarding: true}`) changes only what it names, as in nmstate.
 pub(crate) fn with_defaults(mut state: Value) -> Value {
     let interfaces = state.get_mut("interfaces").and_then(Value::as_array_mut);
     for interface in interfaces.into_iter().flatten() {
@@ -96,7 +97,9 @@ pub(crate) fn with_defaults(mut state: Value) -> Value {
             let automatic = ["dhcp", "autoconf"]
                 .iter()
                 .any(|key| ip.get(*key).and_then(Value::as_bool) == Some(true));
-            ip.entry("enabled").or_insert_with(|| Value::from(has_addresses || automatic));
+            if has_addresses || automatic {
+                ip.entry("enabled").or_insert(Value::Bool(true));
+            }
         }
     }
     state
@@ -488,5 +491,19 @@ mod tests {
         assert!(found[0].message.contains("its captures: eth2"), "{found:?}");
         let odd = json!({"interfaces": [{"name": "{{ interfaces.0.name }}", "type": "dummy"}]});
         assert!(check(&odd, &captures).1[0].message.contains("read captures"));
+    }
+
+    #[test]
+    fn defaults_enable_an_ip_section_with_addresses_and_leave_a_partial_one() {
+        let state = with_defaults(json!({"interfaces": [
+            {"name": "br0", "type": "linux-bridge", "ipv4": {"address": [{"ip": "192.0.2.1", "prefix-length": 24}]}},
+            {"name": "eth1", "type": "ethernet", "state": "down", "ipv6": {"autoconf": true}},
+            {"name": "eth2", "type": "ethernet", "ipv4": {"forwarding": true}},
+        ]}));
+        assert_eq!(state["interfaces"][0]["state"], "up");
+        assert_eq!(state["interfaces"][0]["ipv4"]["enabled"], true);
+        assert_eq!(state["interfaces"][1]["state"], "down");
+        assert_eq!(state["interfaces"][1]["ipv6"]["enabled"], true);
+        assert_eq!(state["interfaces"][2]["ipv4"], json!({"forwarding": true}));
     }
 }
