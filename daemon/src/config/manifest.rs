@@ -615,6 +615,10 @@ impl Document<'_> {
                         let Value::Mapping(neighbor) = neighbor else { continue };
                         let field = format!("spec.bgp.routers[{r}].neighbors[{n}]");
                         self.resolve_password_secret(neighbor, &field, context)?;
+                        // frr-k8s's JSON name is all lower case, MetalLB's BGPPeer's camel case.
+                        if let Some(source) = neighbor.remove("sourceaddress") {
+                            neighbor.insert(Value::from("sourceAddress"), source);
+                        }
                         // frr-k8s's CRD defaults it to [unicast], which is what uplink runs.
                         if let Some(families) = neighbor.remove("addressFamilies") {
                             let unicast = families.as_sequence().is_some_and(|list| {
@@ -768,10 +772,25 @@ impl Document<'_> {
             );
             return None;
         }
-        // role (Primary/Secondary) and ipam.lifecycle decide how pods attach, not what is announced.
-        layer.remove("role");
+        // role (Primary/Secondary), the MTU, the join subnets (inside OVN's own topology) and
+        // the IPAM lifecycle decide how pods attach, not what is announced.
+        for attachment in ["role", "mtu", "joinSubnets", "ipamLifecycle"] {
+            layer.remove(attachment);
+        }
+        let mut ipam_disabled = false;
         if let Some(Value::Mapping(mut ipam)) = layer.remove("ipam") {
             ipam.remove("lifecycle");
+            match take_str(&mut ipam, "mode").as_deref() {
+                None | Some("Enabled") => {}
+                Some("Disabled") => ipam_disabled = true,
+                Some(other) => {
+                    self.fail(
+                        &format!("spec.network.{key}.ipam.mode"),
+                        format!("{other:?} is not a mode; valid: Enabled, Disabled"),
+                    );
+                    return None;
+                }
+            }
             if let Some((other, _)) = ipam.iter().next() {
                 let other = other.as_str().unwrap_or("?").to_string();
                 self.fail(
@@ -780,6 +799,16 @@ impl Document<'_> {
                 );
                 return None;
             }
+        }
+        if ipam_disabled {
+            // No subnets (OVN-Kubernetes requires them unset): layer 2 only, nothing to announce.
+            if layer.contains_key("subnets") {
+                self.fail(
+                    &format!("spec.network.{key}.subnets"),
+                    "must be unset when ipam.mode is Disabled (OVN-Kubernetes's rule)",
+                );
+            }
+            return None;
         }
         let mut subnets = Vec::new();
         if let Some(Value::Sequence(list)) = layer.remove("subnets") {
@@ -827,8 +856,6 @@ impl Document<'_> {
         self.emit("networks", list(Value::Mapping(entry)), "networks[0]", "spec.network", None)
     }
 
-    /// Validates `value` as the TOML table `key = value`, as if a TOML file held it.
-    /// `toml_prefix` is the field path that corresponds to `yaml_prefix` in error messages.
     /// The fragment of a document of a kind uplink does not act on: nothing but its note.
     fn skipped(&self, kind: String, api_version: String, metadata: Option<&Value>) -> Fragment {
         let name = metadata.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("");
@@ -844,6 +871,8 @@ impl Document<'_> {
         fragment
     }
 
+    /// Validates `value` as the TOML table `key = value`, as if a TOML file held it.
+    /// `toml_prefix` is the field path that corresponds to `yaml_prefix` in error messages.
     fn emit(
         &mut self,
         key: &str,
@@ -1427,6 +1456,62 @@ spec:
         let errors = load("", &[(PathBuf::from("x.yaml"), hold.to_string())]).unwrap_err().0;
         assert_eq!(errors[0].field, "documents[0].spec.holdTime", "{errors:?}");
         assert!(errors[0].message.contains("\"90s\""), "{}", errors[0].message);
+    }
+
+    /// What decides how pods attach to a user-defined network (its MTU, join subnets, IPAM
+    /// lifecycle) is accepted and changes nothing announced; with IPAM disabled the network has
+    /// no subnets and nothing to announce.
+    #[test]
+    fn a_cudns_attachment_settings_are_accepted() {
+        let cudn = |name: &str, network: &str| {
+            format!("---\napiVersion: k8s.ovn.org/v1\nkind: ClusterUserDefinedNetwork\nmetadata: {{name: {name}}}\nspec:\n  namespaceSelector: {{matchLabels: {{team: {name}}}}}\n  network:\n{network}")
+        };
+        let yaml = [
+            cudn("blue", "    topology: Layer3\n    layer3:\n      role: Primary\n      mtu: 1400\n      joinSubnets: [100.66.0.0/16]\n      subnets: [{cidr: 172.25.0.0/16, hostSubnet: 24}]\n"),
+            cudn("green", "    topology: Layer2\n    layer2:\n      role: Primary\n      mtu: 9000\n      subnets: [172.26.0.0/16]\n      ipam: {mode: Enabled, lifecycle: Persistent}\n"),
+            cudn("plain", "    topology: Layer2\n    layer2:\n      role: Secondary\n      ipam: {mode: Disabled}\n"),
+        ]
+        .concat();
+        let config = load("", &[(PathBuf::from("cudn.yaml"), yaml.clone())]).unwrap();
+        let networks: Vec<(&str, Vec<IpNet>)> =
+            config.announce.networks.iter().map(|n| (n.name.as_str(), n.subnets.clone())).collect();
+        assert_eq!(
+            networks,
+            [("blue", vec![net("172.25.0.0/16")]), ("green", vec![net("172.26.0.0/16")])]
+        );
+
+        let both = yaml.replace(
+            "      ipam: {mode: Disabled}\n",
+            "      ipam: {mode: Disabled}\n      subnets: [172.27.0.0/16]\n",
+        );
+        let errors = load("", &[(PathBuf::from("cudn.yaml"), both)]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[2].spec.network.layer2.subnets", "{errors:?}");
+        let mode = yaml.replace("mode: Disabled", "mode: Off");
+        let errors = load("", &[(PathBuf::from("cudn.yaml"), mode)]).unwrap_err().0;
+        assert_eq!(errors[0].field, "documents[2].spec.network.layer2.ipam.mode", "{errors:?}");
+    }
+
+    /// The source address in each project's own spelling: frr-k8s's `sourceaddress`, MetalLB's
+    /// `sourceAddress`.
+    #[test]
+    fn source_addresses_in_frr_k8s_and_metallb_spelling() {
+        let frr = "apiVersion: frrk8s.metallb.io/v1beta1\nkind: FRRConfiguration\nmetadata: {name: f}\nspec:\n  bgp:\n    routers:\n    - asn: 65801\n      neighbors:\n      - address: 10.0.0.5\n        asn: 65102\n        sourceaddress: 10.0.0.9\n";
+        let peer = "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {name: p}\nspec:\n  myASN: 65801\n  peerASN: 65102\n  peerAddress: 10.0.0.1\n  sourceAddress: 10.0.0.8\n";
+        let config = load(
+            "",
+            &[
+                (PathBuf::from("frr.yaml"), frr.to_string()),
+                (PathBuf::from("p.yaml"), peer.to_string()),
+            ],
+        )
+        .unwrap();
+        let sources: Vec<Option<IpAddr>> = config
+            .bgp
+            .routers
+            .iter()
+            .flat_map(|r| r.neighbors.iter().map(|n| n.source_address))
+            .collect();
+        assert_eq!(sources, [Some(ip("10.0.0.9")), Some(ip("10.0.0.8"))]);
     }
 
     /// An application's objects beside its pool (MetalLB's samples put a `Deployment` and its
