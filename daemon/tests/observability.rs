@@ -18,6 +18,10 @@ use std::process::Command;
 use std::time::Duration;
 
 const PROMETHEUS: &str = "127.0.0.1:9090";
+/// The shipped alert rules, in both forms.
+const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/prometheus/uplink-rules.yaml");
+const PROMETHEUS_RULE: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/kubernetes/prometheusrule.yaml");
 const METRICS: &str = "127.0.0.1:9181";
 
 /// An FRR peer of the node (AS 65001) at `address`, announcing `networks`, with a BFD peer
@@ -94,11 +98,15 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     lab.link(&node, &["10.0.2.2/24"], &peer2, &["10.0.2.1/24"]);
     // Prometheus scrapes every second, in the node's namespace; it starts first, as its
     // storage takes a few seconds to open.
+    // The shipped alert rules, as an operator loads them.
+    let (ok, out) = node.try_run(&["promtool", "check", "rules", RULES]);
+    assert!(ok, "promtool refuses the shipped rules: {out}");
     let prom_conf = lab.path("prometheus.yml");
     std::fs::write(
         &prom_conf,
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  \
+             - '{RULES}'\nscrape_configs:\n  \
              - job_name: uplink\n    static_configs:\n      - targets: ['{METRICS}']\n"
         ),
     )
@@ -202,6 +210,40 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     wait_query(&lab, &node, success, "result", &[("success", "1")]);
     wait_query(&lab, &node, "uplink_config_last_reload_successful", "job", &[("uplink", "1")]);
     wait_query(&lab, &node, "frrk8s_bgp_session_up == 1", "peer", &both);
+
+    // MetalLB's pool families, for its pool alerts: the pool's 16 addresses, one in use.
+    wait_query(&lab, &node, "metallb_allocator_addresses_total", "pool", &[("vips", "16")]);
+    wait_query(&lab, &node, "metallb_allocator_addresses_in_use_total", "pool", &[("vips", "1")]);
+    // No shipped alert fires while all is well.
+    let firing = by_label(&node, "ALERTS{alertstate=\"firing\"}", "alertname").unwrap();
+    assert!(firing.is_empty(), "{firing:?}");
+
+    // The FRR peer stops: the shipped session-down alert fires for it (after its minute).
+    lab.stop(&format!("frr-{}", peer1.name));
+    let alert = "ALERTS{alertname=\"MetalLBBGPSessionDown\",alertstate=\"firing\"}";
+    wait_for(&format!("Prometheus: {alert}"), Duration::from_secs(150), || {
+        let got = by_label(&node, alert, "peer")?;
+        let want: BTreeMap<String, String> = [("10.0.1.1:179".into(), "1".into())].into();
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    });
+}
+
+/// The shipped rules file and the PrometheusRule hold the same groups.
+#[test]
+fn the_prometheus_rule_holds_the_rules_files_groups() {
+    let read = |path: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let file = read(RULES);
+    let rule = read(PROMETHEUS_RULE);
+    assert_eq!(rule["kind"], "PrometheusRule");
+    assert_eq!(rule["spec"]["groups"], file["groups"]);
+    assert!(file["groups"][0]["rules"].as_array().is_some_and(|r| r.len() >= 5), "{file}");
 }
 
 /// `tools/idle_http.py`: idle HTTP clients and a one-shot scraper.

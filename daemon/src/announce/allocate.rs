@@ -295,6 +295,14 @@ fn wanted(pool_has: &[IpFamily], service: &Service) -> Vec<IpFamily> {
     }
 }
 
+/// How many addresses `pool` can hand out (both families; `.0`/`.255` left out with
+/// `avoid_buggy_ips`), saturating: MetalLB's `metallb_allocator_addresses_total`.
+pub fn pool_capacity(pool: &Pool) -> u128 {
+    [IpFamily::Ipv4, IpFamily::Ipv6]
+        .into_iter()
+        .fold(0u128, |sum, family| sum.saturating_add(Slots::new(pool, family).capacity))
+}
+
 /// A pool's slot space in one family.
 struct Slots<'a> {
     pool: &'a Pool,
@@ -936,6 +944,14 @@ mod tests {
         let out = allocate(&big, &[service("ns", "x")]);
         let address = out.address_of("ns/x").unwrap();
         assert!("2001:db8:2::/64".parse::<ipnet::IpNet>().unwrap().contains(&address));
+    }
+
+    #[test]
+    fn a_pools_capacity_counts_both_families_and_leaves_out_buggy_ips() {
+        let mut p = pool("p", &["192.0.2.0/24", "2001:db8::/126"]);
+        assert_eq!(pool_capacity(&p), 256 + 4);
+        p.avoid_buggy_ips = true;
+        assert_eq!(pool_capacity(&p), 254 + 4);
     }
 
     #[test]

@@ -61,15 +61,18 @@ impl Collector for Families {
                     (family.name.strip_suffix("_total").unwrap_or(family.name), MetricType::Counter)
                 }
                 Kind::Gauge => (family.name, MetricType::Gauge),
-                Kind::Untyped => (family.name, MetricType::Unknown),
+                // Typed `counter` after encoding (`encode`).
+                Kind::UpstreamCounter => (family.name, MetricType::Unknown),
             };
             let mut metric = encoder.encode_descriptor(name, family.help, None, kind)?;
             for (labels, value) in samples {
                 let sample = metric.encode_family(labels)?;
                 match family.kind {
                     Kind::Counter => ConstCounter::new(*value).encode(sample)?,
-                    // An untyped sample is written as a gauge's is: name, labels, value.
-                    Kind::Gauge | Kind::Untyped => ConstGauge::new(*value).encode(sample)?,
+                    // Written as a gauge's sample is: name, labels, value (no `_total`).
+                    Kind::Gauge | Kind::UpstreamCounter => {
+                        ConstGauge::new(*value).encode(sample)?
+                    }
                 }
             }
         }
@@ -79,10 +82,26 @@ impl Collector for Families {
 
 /// The text a scrape returns.
 pub fn encode(snapshot: &Snapshot) -> Result<String, std::fmt::Error> {
+    let families = families(snapshot).sorted();
+    let upstream_counters: Vec<&'static str> = families
+        .0
+        .iter()
+        .filter(|s| s.family.kind == Kind::UpstreamCounter)
+        .map(|s| s.family.name)
+        .collect();
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(families(snapshot).sorted()));
+    registry.register_collector(Box::new(families));
     let mut out = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?;
+    // Upstream's counters without `_total`: the encoder would add the suffix to a counter, so
+    // they were written untyped; the text format (0.0.4) lets a counter have any name.
+    for name in upstream_counters {
+        out = out.replacen(
+            &format!("# TYPE {name} untyped\n"),
+            &format!("# TYPE {name} counter\n"),
+            1,
+        );
+    }
     Ok(out)
 }
 
@@ -168,6 +187,23 @@ fn families(snapshot: &Snapshot) -> Families {
     out.add(families::FIB_KERNEL_ERRORS, vec![], snapshot.fib.kernel_errors);
     out.add(families::FIB_RESYNCS, vec![], snapshot.fib.resyncs);
     out.add(families::FIB_RETRIES, vec![], snapshot.fib.retries);
+    for pool in &snapshot.pools {
+        out.add(families::ALLOCATOR_ADDRESSES_TOTAL, vec![("pool", pool.pool.clone())], pool.total);
+        out.add(
+            families::ALLOCATOR_ADDRESSES_IN_USE,
+            vec![("pool", pool.pool.clone())],
+            pool.in_use,
+        );
+    }
+    for a in &snapshot.announced {
+        let labels = vec![
+            ("service", a.service.clone()),
+            ("protocol", "bgp".to_string()),
+            ("node", snapshot.node.clone()),
+            ("ip", a.ip.to_string()),
+        ];
+        out.add(families::SPEAKER_ANNOUNCED, labels, 1);
+    }
     for a in &snapshot.announcements {
         let labels = vec![
             ("vrf", a.vrf.clone()),
@@ -214,8 +250,8 @@ fn families(snapshot: &Snapshot) -> Families {
 #[cfg(test)]
 mod tests {
     use super::super::gather::{
-        AnnouncementCount, FibNumbers, KubernetesNumbers, LocRib, PolicyEnactment, Prefixes,
-        ReloadNumbers, Snapshot,
+        AnnouncedService, AnnouncementCount, FibNumbers, KubernetesNumbers, LocRib,
+        PolicyEnactment, PoolUsage, Prefixes, ReloadNumbers, Snapshot,
     };
     use super::*;
     use crate::bfd::session::Counters;
@@ -271,6 +307,12 @@ mod tests {
 
     fn snapshot() -> Snapshot {
         Snapshot {
+            node: "wk1".into(),
+            pools: vec![PoolUsage { pool: "vips".into(), total: 254, in_use: 3 }],
+            announced: vec![AnnouncedService {
+                service: "shop/web".into(),
+                ip: "192.0.2.7".parse().unwrap(),
+            }],
             bgp: vec![
                 BgpPeer {
                     vrf: "default".into(),
@@ -360,13 +402,9 @@ mod tests {
         let text = encode(&snapshot()).unwrap();
         let types = types(&text);
         for (name, upstream_type) in FRRK8S {
-            // Counters without `_total` are `untyped` (the client library's rule, see
-            // `families`); everything else is declared as upstream declares it.
-            let ours = if *upstream_type == "counter" && !name.ends_with("_total") {
-                "untyped"
-            } else {
-                upstream_type
-            };
+            // Every family is declared as upstream declares it, counters without `_total`
+            // included (`encode`).
+            let ours = *upstream_type;
             for name in [name.to_string(), name.replace("frrk8s_", "metallb_")] {
                 if name == "metallb_bgp_received_prefixes_total" {
                     assert!(!text.contains(&name), "MetalLB has no {name}");
@@ -378,15 +416,21 @@ mod tests {
                 );
             }
         }
-        // MetalLB's Kubernetes client families, gauges as MetalLB declares them.
-        let k8s_client =
-            ["metallb_k8s_client_config_loaded_bool", "metallb_k8s_client_config_stale_bool"];
-        for name in k8s_client {
+        // MetalLB's own families (its Kubernetes client, allocator and speaker), gauges as
+        // MetalLB declares them.
+        let metallb_own = [
+            "metallb_k8s_client_config_loaded_bool",
+            "metallb_k8s_client_config_stale_bool",
+            "metallb_allocator_addresses_total",
+            "metallb_allocator_addresses_in_use_total",
+            "metallb_speaker_announced",
+        ];
+        for name in metallb_own {
             assert!(types.contains(&(name.to_string(), "gauge".to_string())), "{name}:\n{text}");
         }
         // Every other frrk8s_/metallb_ family is one of frr-k8s's.
         let others = types.iter().filter(|(n, _)| !n.starts_with("uplink_"));
-        for (name, _) in others.filter(|(n, _)| !k8s_client.contains(&n.as_str())) {
+        for (name, _) in others.filter(|(n, _)| !metallb_own.contains(&n.as_str())) {
             let frrk8s = name.replace("metallb_", "frrk8s_");
             assert!(FRRK8S.iter().any(|(n, _)| *n == frrk8s), "{name} is not upstream's");
         }
@@ -456,7 +500,7 @@ mod tests {
             ("uplink_kubernetes_refused_objects", "gauge"),
         ];
         let ours: Vec<(String, String)> =
-            types.into_iter().filter(|(n, _)| n.starts_with("uplink_")).collect();
+            types.iter().filter(|(n, _)| n.starts_with("uplink_")).cloned().collect();
         let mut expected: Vec<(String, String)> =
             expect.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
         expected.sort();
@@ -484,6 +528,31 @@ mod tests {
         // MetalLB's own names, for its alert rules.
         assert_eq!(sample(&text, "metallb_k8s_client_config_loaded_bool"), Some("1"));
         assert_eq!(sample(&text, "metallb_k8s_client_config_stale_bool"), Some("1"));
+        assert_eq!(sample(&text, r#"metallb_allocator_addresses_total{pool="vips"}"#), Some("254"));
+        assert_eq!(
+            sample(&text, r#"metallb_allocator_addresses_in_use_total{pool="vips"}"#),
+            Some("3")
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"metallb_speaker_announced{service="shop/web",protocol="bgp",node="wk1",ip="192.0.2.7"}"#
+            ),
+            Some("1")
+        );
+        for (name, kind) in [
+            ("metallb_allocator_addresses_total", "gauge"),
+            ("metallb_allocator_addresses_in_use_total", "gauge"),
+            ("metallb_speaker_announced", "gauge"),
+            // Upstream's counters without `_total` are typed as upstream types them.
+            ("frrk8s_bgp_opens_sent", "counter"),
+            ("metallb_bgp_opens_sent", "counter"),
+        ] {
+            assert!(
+                types.contains(&(name.to_string(), kind.to_string())),
+                "{name} {kind}:\n{text}"
+            );
+        }
         assert_eq!(sample(&text, r#"uplink_kubernetes_objects{kind="Service"}"#), Some("3"));
         assert_eq!(sample(&text, r#"uplink_kubernetes_watch_up{kind="BGPPeer"}"#), Some("0"));
         assert_eq!(sample(&text, "uplink_config_last_reload_successful"), Some("0"));

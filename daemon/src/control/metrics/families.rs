@@ -12,11 +12,11 @@
 //!   FRR mode: the same families as frr-k8s without `received_prefixes_total`, and a BGP
 //!   `peer` label of `address:port`; the BFD `peer` is the bare address).
 //!
-//! One difference is forced by the client library: upstream's Go collectors declare some
-//! counters whose names do not end in `_total` (`frrk8s_bgp_opens_sent`, ...).
+//! Upstream's Go collectors declare some counters whose names do not end in `_total`
+//! (`frrk8s_bgp_opens_sent`, ...), which the Prometheus text format (0.0.4) allows.
 //! `prometheus-client` writes every counter with a `_total` suffix (the OpenMetrics rule), so
-//! those families are exported as `untyped`, under upstream's exact sample names and values;
-//! PromQL (`rate()`, `increase()`) treats them as it treats counters.
+//! those are encoded as untyped samples under upstream's exact names and their `TYPE` line is
+//! set to `counter` afterwards (`encode::encode`): the scrape reads as upstream's does.
 
 use std::fmt;
 
@@ -27,7 +27,7 @@ pub enum Kind {
     /// A counter; its name ends in `_total`, which the encoder adds back.
     Counter,
     /// A counter whose upstream name does not end in `_total` (see the module doc).
-    Untyped,
+    UpstreamCounter,
 }
 
 /// One metric family.
@@ -120,21 +120,21 @@ pub const BGP: [BgpFamily; 13] = [
         "frrk8s_bgp_opens_sent",
         Some("metallb_bgp_opens_sent"),
         "Number of BGP open messages sent",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::OpensSent,
     ),
     bgp(
         "frrk8s_bgp_opens_received",
         Some("metallb_bgp_opens_received"),
         "Number of BGP open messages received",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::OpensReceived,
     ),
     bgp(
         "frrk8s_bgp_notifications_sent",
         Some("metallb_bgp_notifications_sent"),
         "Number of BGP notification messages sent",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::NotificationsSent,
     ),
     bgp(
@@ -148,42 +148,42 @@ pub const BGP: [BgpFamily; 13] = [
         "frrk8s_bgp_updates_total_received",
         Some("metallb_bgp_updates_total_received"),
         "Number of BGP UPDATE messages received",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::UpdatesReceived,
     ),
     bgp(
         "frrk8s_bgp_keepalives_sent",
         Some("metallb_bgp_keepalives_sent"),
         "Number of BGP keepalive messages sent",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::KeepalivesSent,
     ),
     bgp(
         "frrk8s_bgp_keepalives_received",
         Some("metallb_bgp_keepalives_received"),
         "Number of BGP keepalive messages received",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::KeepalivesReceived,
     ),
     bgp(
         "frrk8s_bgp_route_refresh_sent",
         Some("metallb_bgp_route_refresh_sent"),
         "Number of BGP route refresh messages sent",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::RouteRefreshSent,
     ),
     bgp(
         "frrk8s_bgp_total_sent",
         Some("metallb_bgp_total_sent"),
         "Number of total BGP messages sent",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::TotalSent,
     ),
     bgp(
         "frrk8s_bgp_total_received",
         Some("metallb_bgp_total_received"),
         "Number of total BGP messages received",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BgpValue::TotalReceived,
     ),
 ];
@@ -237,49 +237,49 @@ pub const BFD: [BfdFamily; 8] = [
         "frrk8s_bfd_control_packet_input",
         "metallb_bfd_control_packet_input",
         "Number of received BFD control packets",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BfdValue::ControlPacketInput,
     ),
     bfd(
         "frrk8s_bfd_control_packet_output",
         "metallb_bfd_control_packet_output",
         "Number of sent BFD control packets",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BfdValue::ControlPacketOutput,
     ),
     bfd(
         "frrk8s_bfd_echo_packet_input",
         "metallb_bfd_echo_packet_input",
         "Number of received BFD echo packets",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BfdValue::EchoPacketInput,
     ),
     bfd(
         "frrk8s_bfd_echo_packet_output",
         "metallb_bfd_echo_packet_output",
         "Number of sent BFD echo packets",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BfdValue::EchoPacketOutput,
     ),
     bfd(
         "frrk8s_bfd_session_up_events",
         "metallb_bfd_session_up_events",
         "Number of BFD session up events",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BfdValue::SessionUpEvents,
     ),
     bfd(
         "frrk8s_bfd_session_down_events",
         "metallb_bfd_session_down_events",
         "Number of BFD session down events",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BfdValue::SessionDownEvents,
     ),
     bfd(
         "frrk8s_bfd_zebra_notifications",
         "metallb_bfd_zebra_notifications",
         "Number of BFD zebra notifications",
-        Kind::Untyped,
+        Kind::UpstreamCounter,
         BfdValue::ZebraNotifications,
     ),
 ];
@@ -397,6 +397,32 @@ pub const RELOAD_SUCCESS_TIMESTAMP: Family = Family {
     help: "Unix time of the last config applied (at start or by a reload)",
     kind: Kind::Gauge,
     labels: &[],
+};
+
+// MetalLB's allocator and speaker, under their names, HELP texts and labels
+// (`internal/allocator/stats.go`, `speaker/main.go`), so its alert rules
+// (MetalLBAddressPoolExhausted, MetalLBAddressPoolUsage*) work unchanged.
+
+pub const ALLOCATOR_ADDRESSES_TOTAL: Family = Family {
+    name: "metallb_allocator_addresses_total",
+    help: "Number of usable IP addresses, per pool",
+    kind: Kind::Gauge,
+    labels: &["pool"],
+};
+
+pub const ALLOCATOR_ADDRESSES_IN_USE: Family = Family {
+    name: "metallb_allocator_addresses_in_use_total",
+    help: "Number of IP addresses in use, per pool",
+    kind: Kind::Gauge,
+    labels: &["pool"],
+};
+
+pub const SPEAKER_ANNOUNCED: Family = Family {
+    name: "metallb_speaker_announced",
+    help: "Services being announced from this node. This is desired state, it does not \
+           guarantee that the routing protocols have converged.",
+    kind: Kind::Gauge,
+    labels: &["service", "protocol", "node", "ip"],
 };
 
 // The Kubernetes source, with `[kubernetes]`. The first two are MetalLB's speaker's, under

@@ -116,9 +116,30 @@ pub struct ReloadNumbers {
     pub last_success: u64,
 }
 
+/// One address pool's size and use, as MetalLB's allocator counts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub pool: String,
+    /// Addresses it can hand out (saturating at `u64::MAX`: an IPv6 /64 has more).
+    pub total: u64,
+    pub in_use: u64,
+}
+
+/// One service address this node announces (MetalLB's `metallb_speaker_announced`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnouncedService {
+    /// `namespace/name`.
+    pub service: String,
+    pub ip: IpAddr,
+}
+
 /// Everything one scrape exports.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// `[node] name` (MetalLB's `node` label).
+    pub node: String,
+    pub pools: Vec<PoolUsage>,
+    pub announced: Vec<AnnouncedService>,
     pub bgp: Vec<BgpPeer>,
     pub loc_rib: Vec<LocRib>,
     pub bfd: Vec<BfdPeer>,
@@ -154,7 +175,12 @@ pub struct PolicyEnactment {
 /// Reads every source once.
 pub async fn gather(sources: &Sources) -> Snapshot {
     let instances = sources.instances.borrow().clone();
+    let (pools, announced) = allocation_numbers(&sources.announcer);
+    let node = sources.running.borrow().announce.node.name.clone().unwrap_or_default();
     let mut snapshot = Snapshot {
+        node,
+        pools,
+        announced,
         bgp: Vec::new(),
         loc_rib: Vec::new(),
         bfd: Vec::new(),
@@ -239,6 +265,48 @@ fn fib_numbers(fib: &Fib) -> FibNumbers {
         resyncs: FibStats::load(&stats.resyncs),
         retries: FibStats::load(&stats.retries),
     }
+}
+
+/// Each pool's size and the addresses the allocation took from it, and the service addresses
+/// announced: from the announcer's last result (its allocation and the config it used).
+fn allocation_numbers(announcer: &AnnouncerHandle) -> (Vec<PoolUsage>, Vec<AnnouncedService>) {
+    let current = announcer.current();
+    let pools = current
+        .config
+        .pools
+        .iter()
+        .map(|pool| {
+            let in_use: usize = current
+                .allocation
+                .services
+                .values()
+                .filter_map(|result| result.as_ref().ok())
+                .filter(|assigned| assigned.pool == pool.name)
+                .map(|assigned| assigned.addresses.len())
+                .sum();
+            PoolUsage {
+                pool: pool.name.clone(),
+                total: u64::try_from(crate::announce::allocate::pool_capacity(pool))
+                    .unwrap_or(u64::MAX),
+                in_use: u64::try_from(in_use).unwrap_or(u64::MAX),
+            }
+        })
+        .collect();
+    let mut announced: Vec<AnnouncedService> = current
+        .candidates
+        .iter()
+        .filter(|c| matches!(c.state, State::Announced { .. }))
+        .filter_map(|c| match (&c.origin, c.prefix) {
+            (Origin::Service { service, .. }, Some(prefix)) => {
+                Some(AnnouncedService { service: service.clone(), ip: prefix.addr() })
+            }
+            _ => None,
+        })
+        .collect();
+    // One per address (a service announced in two VRFs is one service on the node).
+    announced.sort_by(|a, b| (&a.service, a.ip).cmp(&(&b.service, b.ip)));
+    announced.dedup();
+    (pools, announced)
 }
 
 fn announcement_counts(announcer: &AnnouncerHandle) -> Vec<AnnouncementCount> {
