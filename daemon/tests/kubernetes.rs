@@ -632,12 +632,15 @@ spec:
     // answers a compacted revision with 410) and compacting every 5 s; the nodes renew their
     // watches every 3 s (`watch_timeout`); writes move etcd's revision on.
     let before = (updates("10.99.1.2"), updates("10.99.3.2"));
+    // FRR's counts of the session's establishments and drops: a reset moves them. (Its
+    // `bgpTimerUpEstablishedEpoch` is wall clock less monotonic uptime, in whole seconds, and
+    // moves by one between two reads of one session.)
     let up_since = |peer: &str| {
-        tor.json(&format!("show bgp neighbors {peer} json"))[peer]["bgpTimerUpEstablishedEpoch"]
-            .as_u64()
-            .unwrap_or_default()
+        let n = &tor.json(&format!("show bgp neighbors {peer} json"))[peer];
+        (n["connectionsEstablished"].as_u64(), n["connectionsDropped"].as_u64())
     };
     let sessions = (up_since("10.99.1.2"), up_since("10.99.3.2"));
+    assert!(sessions.0 .0.is_some() && sessions.1 .0.is_some(), "{sessions:?}");
     lab.stop("kube-apiserver");
     plane.start_apiserver_with(&mut lab, &["--watch-cache=false", "--etcd-compaction-interval=5s"]);
     let mut writes = 0;
