@@ -165,11 +165,13 @@ impl DesiredState {
             .collect()
     }
 
-    /// The VRF device uplink creates for a network: `name` with kernel table `table`.
+    /// The VRF device uplink creates for a network: `name` with kernel table `table`. No
+    /// `port` list: to nmstate an empty one means "no ports", and would take out of the VRF
+    /// the VLANs that other policies put in it with `controller` (then their probes fail).
     pub fn vrf(name: &str, table: u32) -> Self {
         Self(serde_json::json!({"interfaces": [{
             "name": name, "type": "vrf", "state": "up",
-            "vrf": {"port": [], "route-table-id": table},
+            "vrf": {"route-table-id": table},
         }]}))
     }
 }
@@ -208,7 +210,7 @@ mod tests {
         assert_eq!(
             DesiredState::vrf("cudn3", 1234).to_json(),
             serde_json::json!({"interfaces": [{"name": "cudn3", "type": "vrf", "state": "up",
-                "vrf": {"port": [], "route-table-id": 1234}}]})
+                "vrf": {"route-table-id": 1234}}]})
         );
         assert_eq!(DesiredState::vrf("cudn3", 1234).interface_names(), ["cudn3"]);
     }
