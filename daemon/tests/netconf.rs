@@ -468,6 +468,10 @@ spec:
     let (ok, out) = nm.uplink(&["apply", "network"], &cfg);
     assert!(!ok, "an OVS bridge without NetworkManager's OVS plugin must fail: {out}");
     let enactments = nm.uplink_json(&["show", "network", "enactments", "--json"], &cfg);
+    // The capture's policy was not applied again: what it fills is what it filled.
+    let copied_again = enactment(&enactments, "copy-gateway");
+    assert_eq!(copied_again["time"], copied["time"], "{copied_again}");
+    assert_eq!(copied_again["status"], "Available", "{copied_again}");
     let ovs = enactment(&enactments, "ovs-br0");
     assert_eq!(ovs["status"], "Failing", "{ovs}");
     let message = ovs["message"].as_str().unwrap();

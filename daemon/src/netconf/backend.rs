@@ -137,19 +137,23 @@ mod imp {
         }
 
         /// `desired` with its `{{ capture.… }}` templates filled from `capture` run against
-        /// `current`: nmstate's policy, as kubernetes-nmstate's handler runs it (the result
-        /// is what the template asks for that `current` does not have yet).
+        /// `current`, by nmstate's policy code. The whole filled state, not nmstate's diff of
+        /// it against `current` (`NetworkState::try_from(NetworkPolicy)`): the diff is empty
+        /// once applied, so it would differ from the enactment's state at every reload and be
+        /// applied again; the filled state stays the same while what it captures does.
         pub fn fill_captures(
             capture: &std::collections::BTreeMap<String, String>,
             desired: &Value,
             current: &Snapshot,
         ) -> Result<Value, String> {
-            let policy = serde_json::json!({"capture": capture, "desired": desired});
-            let mut policy: nmstate::NetworkPolicy =
-                serde_json::from_value(policy).map_err(|e| format!("nmstate policy: {e}"))?;
-            policy.current = Some(current.state.clone());
-            let state = NetworkState::try_from(policy).map_err(message)?;
-            serde_json::to_value(&state).map_err(|e| format!("nmstate policy: {e}"))
+            let failed = |e: serde_json::Error| format!("nmstate policy: {e}");
+            let rules: nmstate::NetworkCaptureRules =
+                serde_json::from_value(serde_json::json!(capture)).map_err(failed)?;
+            let template: nmstate::NetworkStateTemplate =
+                serde_json::from_value(desired.clone()).map_err(failed)?;
+            let captured = rules.execute(&current.state).map_err(message)?;
+            let state = template.fill_with_captured_data(&captured).map_err(message)?;
+            serde_json::to_value(&state).map_err(failed)
         }
     }
 }
