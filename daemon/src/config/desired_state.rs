@@ -106,14 +106,15 @@ pub(crate) fn with_defaults(mut state: Value) -> Value {
 }
 
 /// Checks `state`, whose templates may use `captures` (the policy's capture names); returns the
-/// names of the interfaces it configures (in order) and every problem found.
-pub(crate) fn check(state: &Value, captures: &[String]) -> (Vec<String>, Vec<Problem>) {
+/// interfaces it configures, each name once with the index of its first entry, and every
+/// problem found.
+pub(crate) fn check(state: &Value, captures: &[String]) -> (Vec<(usize, String)>, Vec<Problem>) {
     let mut problems = Vec::new();
     let Some(top) = state.as_object() else {
         return (Vec::new(), vec![Problem::new("", "must be a table of nmstate's desired state")]);
     };
     references(state, "", captures, &mut problems);
-    let mut names: Vec<String> = Vec::new();
+    let mut names: Vec<(usize, String)> = Vec::new();
     // nmstate keys an interface by name and type (an OVS bridge and its internal interface may
     // share a name).
     let mut seen: Vec<(&str, Option<&str>)> = Vec::new();
@@ -137,8 +138,8 @@ pub(crate) fn check(state: &Value, captures: &[String]) -> (Vec<String>, Vec<Pro
             continue;
         }
         seen.push((name, kind));
-        if !names.iter().any(|n| n == name) {
-            names.push(name.to_string());
+        if !names.iter().any(|(_, n)| n == name) {
+            names.push((index, name.to_string()));
         }
         if name.is_empty() || (!node_values::has_reference(name) && name.len() > MAX_INTERFACE_NAME)
         {
@@ -435,7 +436,8 @@ mod tests {
             {"name": "eth1", "type": "ethernet", "description": "${node.nam}"},
         ]});
         let (names, found) = check(&state, &[]);
-        assert_eq!(names, ["a-name-longer-than-15", "vrf9", "eth1"]);
+        let names: Vec<(usize, &str)> = names.iter().map(|(i, n)| (*i, n.as_str())).collect();
+        assert_eq!(names, [(0, "a-name-longer-than-15"), (1, "vrf9"), (3, "eth1")]);
         let fields: Vec<&str> = found.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(
             fields,
@@ -456,7 +458,7 @@ mod tests {
             {"name": "br-ex", "type": "ovs-interface"},
         ]});
         let (names, found) = check(&state, &[]);
-        assert_eq!((names, found), (vec!["br-ex".to_string()], vec![]));
+        assert_eq!((names, found), (vec![(0, "br-ex".to_string())], vec![]));
     }
 
     /// Per-node values stand in for what they will be: an address where nmstate wants one.

@@ -299,25 +299,31 @@ impl Check<'_, '_> {
             desired_state::with_defaults(desired_state::toml_to_json(raw.desired_state.get_ref()));
         let (names, problems) = desired_state::check(&desired, &capture_names);
         if !problems.is_empty() {
-            for problem in problems {
-                let field = if problem.field.is_empty() {
-                    desired_field.clone()
-                } else {
-                    format!("{desired_field}.{}", problem.field)
-                };
-                // Where the culprit is written (a table's first key may be lines below the
-                // desired state's start).
-                let span = self.source.span_of(&field).unwrap_or_else(|| raw.desired_state.span());
+            let fields: Vec<String> = problems
+                .iter()
+                .map(|problem| match problem.field.as_str() {
+                    "" => desired_field.clone(),
+                    below => format!("{desired_field}.{below}"),
+                })
+                .collect();
+            // Where each culprit is written (a table's first key may be lines below the
+            // desired state's start).
+            let spans = self.source.spans_of(&fields);
+            for ((problem, field), span) in problems.into_iter().zip(fields).zip(spans) {
+                let span = span.unwrap_or_else(|| raw.desired_state.span());
                 self.errors.push(self.source.error_at(&span, field, problem.message));
             }
             return None;
         }
+        let name_fields: Vec<String> = names
+            .iter()
+            .map(|(index, _)| format!("{desired_field}.interfaces[{index}].name"))
+            .collect();
+        let spans = self.source.spans_of(&name_fields);
         let interfaces = names
             .into_iter()
-            .enumerate()
-            .map(|(index, name)| {
-                let span =
-                    self.source.span_of(&format!("{desired_field}.interfaces[{index}].name"));
+            .zip(spans)
+            .map(|((_, name), span)| {
                 let span = span.unwrap_or_else(|| raw.desired_state.span());
                 (name, self.source.loc(span.start))
             })

@@ -93,12 +93,10 @@ impl<'a> SourceText<'a> {
         self.loc(span.start).error(field, message)
     }
 
-    /// Converts a TOML syntax or deserialisation error. Serde does not report which field it was
-    /// deserialising, so the field path is recovered by finding the innermost key or value in the
-    /// document whose span contains the error's span.
-    /// Where the value at `path` (`a.b[0].c`, as errors name fields) is written, if the text
-    /// is TOML that has it.
-    pub fn span_of(&self, path: &str) -> Option<Range<usize>> {
+    /// Where the value at each of `paths` (`a.b[0].c`, as errors name fields) is written, if the
+    /// text is TOML that has it; the text is parsed once for all of them. A text made from a
+    /// manifest has no positions of its own (every one is the document's line): nothing to find.
+    pub fn spans_of(&self, paths: &[String]) -> Vec<Option<Range<usize>>> {
         fn find(value: &Spanned<DeValue<'_>>, here: &str, path: &str) -> Option<Range<usize>> {
             if here == path {
                 return Some(value.span());
@@ -117,10 +115,21 @@ impl<'a> SourceText<'a> {
                 _ => None,
             }
         }
+        if matches!(self.positions, Positions::MadeFrom(_)) || paths.is_empty() {
+            return vec![None; paths.len()];
+        }
         let (root, _) = DeTable::parse_recoverable(self.text);
-        root.get_ref().iter().find_map(|(key, value)| find(value, key.get_ref(), path))
+        paths
+            .iter()
+            .map(|path| {
+                root.get_ref().iter().find_map(|(key, value)| find(value, key.get_ref(), path))
+            })
+            .collect()
     }
 
+    /// Converts a TOML syntax or deserialisation error. Serde does not report which field it was
+    /// deserialising, so the field path is recovered by finding the innermost key or value in the
+    /// document whose span contains the error's span.
     pub fn toml_error(&self, error: &toml::de::Error) -> ConfigError {
         let Some(span) = error.span() else {
             return self.loc(0).error("", error.message());
