@@ -94,15 +94,23 @@ pub fn encode(snapshot: &Snapshot) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?;
     // Upstream's counters without `_total`: the encoder would add the suffix to a counter, so
-    // they were written untyped; the text format (0.0.4) lets a counter have any name.
-    for name in upstream_counters {
-        out = out.replacen(
-            &format!("# TYPE {name} untyped\n"),
-            &format!("# TYPE {name} counter\n"),
-            1,
-        );
+    // they were written untyped; the text format (0.0.4) lets a counter have any name. One
+    // pass over the lines (a scrape of many Services is megabytes).
+    let mut typed = String::with_capacity(out.len());
+    for line in out.split_inclusive('\n') {
+        let upstream_counter = line
+            .strip_prefix("# TYPE ")
+            .and_then(|rest| rest.strip_suffix(" untyped\n"))
+            .is_some_and(|name| upstream_counters.contains(&name));
+        match line.strip_suffix("untyped\n") {
+            Some(head) if upstream_counter => {
+                typed.push_str(head);
+                typed.push_str("counter\n");
+            }
+            _ => typed.push_str(line),
+        }
     }
-    Ok(out)
+    Ok(typed)
 }
 
 fn peer_vrf(peer: String, vrf: &str) -> Labels {

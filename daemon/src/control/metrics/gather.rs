@@ -7,6 +7,7 @@
 //! thread's session list. Each question has a deadline: a RIB busy with a large UPDATE burst
 //! makes the scrape leave out that VRF's prefix counts rather than wait.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -271,25 +272,21 @@ fn fib_numbers(fib: &Fib) -> FibNumbers {
 /// announced: from the announcer's last result (its allocation and the config it used).
 fn allocation_numbers(announcer: &AnnouncerHandle) -> (Vec<PoolUsage>, Vec<AnnouncedService>) {
     let current = announcer.current();
+    // One pass over the Services (tens of thousands from the API), not one per pool.
+    let mut in_use: HashMap<&str, usize> = HashMap::new();
+    for assigned in current.allocation.services.values().filter_map(|r| r.as_ref().ok()) {
+        *in_use.entry(assigned.pool.as_str()).or_default() += assigned.addresses.len();
+    }
     let pools = current
         .config
         .pools
         .iter()
-        .map(|pool| {
-            let in_use: usize = current
-                .allocation
-                .services
-                .values()
-                .filter_map(|result| result.as_ref().ok())
-                .filter(|assigned| assigned.pool == pool.name)
-                .map(|assigned| assigned.addresses.len())
-                .sum();
-            PoolUsage {
-                pool: pool.name.clone(),
-                total: u64::try_from(crate::announce::allocate::pool_capacity(pool))
-                    .unwrap_or(u64::MAX),
-                in_use: u64::try_from(in_use).unwrap_or(u64::MAX),
-            }
+        .map(|pool| PoolUsage {
+            pool: pool.name.clone(),
+            total: u64::try_from(crate::announce::allocate::pool_capacity(pool))
+                .unwrap_or(u64::MAX),
+            in_use: u64::try_from(in_use.get(pool.name.as_str()).copied().unwrap_or(0))
+                .unwrap_or(u64::MAX),
         })
         .collect();
     let mut announced: Vec<AnnouncedService> = current
