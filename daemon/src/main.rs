@@ -78,6 +78,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Answer vtysh's `show` commands as FRR 8.4 does, for scripts and tools written for FRR:
+    /// `uplink vtysh -c "show bgp vrf all ipv4 unicast summary json"`. Forms: `show [ip] bgp
+    /// [vrf NAME|all] [ipv4|ipv6 [unicast]] summary|neighbors [ADDR [advertised-routes|
+    /// received-routes]]|[PREFIX]`, `show bfd [vrf NAME] peers [counters]`, `show ip|ipv6
+    /// route [vrf NAME|all]`, each with `json` for FRR's JSON.
+    Vtysh {
+        /// A command as given to `vtysh -c`; repeat to run several in order.
+        #[arg(short = 'c', long = "command", required = true)]
+        commands: Vec<String>,
+    },
     /// Reset BGP sessions or exchange their routes again, like FRR's `clear bgp`.
     Clear {
         #[command(subcommand)]
@@ -378,6 +388,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Undrain => show(&cli.socket, &Request::Undrain, false),
+        Command::Vtysh { commands } => vtysh(&cli.socket, &commands),
         Command::WaitReady { timeout } => wait_ready(&cli.socket, timeout),
         Command::Reload { timeout, json } => reload(&cli.socket, timeout, json),
         Command::Clear { what: Clear::Bgp { target, how, common } } => {
@@ -512,6 +523,41 @@ fn wait_ready(socket: &std::path::Path, timeout: Duration) -> ExitCode {
     }
     eprintln!("uplink: not ready after {}", uplink::config::duration::format_duration(timeout));
     ExitCode::FAILURE
+}
+
+/// `uplink vtysh -c ...`: each command's answer as vtysh prints it; exit 1 at the first
+/// command that is not understood or fails, as vtysh does.
+fn vtysh(socket: &std::path::Path, commands: &[String]) -> ExitCode {
+    use uplink::control::vtysh::{parse, present, View};
+    for line in commands {
+        let command = match parse(line) {
+            Ok(command) => command,
+            Err(e) => {
+                println!("% {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let answer = match client::call(socket, &command.request) {
+            Ok(answer) => answer,
+            Err(e) => {
+                println!("% {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if command.json {
+            let value = present(command.view, answer);
+            println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        } else {
+            // The text renderers read the daemon's shape: one family's summary keeps its key.
+            let view = match command.view {
+                View::SummaryOf(family) => View::SummaryKeep { family, all_vrfs: false },
+                View::BfdCounters => View::Whole,
+                other => other,
+            };
+            print!("{}", render::text(&command.request, &present(view, answer)));
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Sends a `show` request and prints the answer as text or JSON.

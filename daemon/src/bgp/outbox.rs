@@ -36,6 +36,21 @@ pub struct Outbox {
     room: Notify,
 }
 
+/// How many BGP messages `bytes` holds, by walking their headers' Length fields.
+fn count_messages(bytes: &[u8]) -> usize {
+    let mut count = 0;
+    let mut at = 0;
+    while let Some(&[high, low]) = bytes.get(at + 16..at + 18) {
+        let length = usize::from(u16::from_be_bytes([high, low]));
+        if length == 0 {
+            break;
+        }
+        count += 1;
+        at += length;
+    }
+    count
+}
+
 impl Outbox {
     fn state(&self) -> MutexGuard<'_, State> {
         // Pushes and pops only: a panic elsewhere cannot leave it half-changed.
@@ -86,9 +101,16 @@ impl Outbox {
         }
     }
 
-    /// Bytes waiting to be written (FRR's `outq`, in bytes).
+    /// Bytes waiting to be written.
     pub fn queued_bytes(&self) -> usize {
         self.state().bytes
+    }
+
+    /// BGP messages waiting to be written (FRR's `outq`): a queued write may hold several
+    /// UPDATEs back to back, each with its header's length (RFC 4271 §4.1).
+    pub fn queued_messages(&self) -> usize {
+        let state = self.state();
+        state.queue.iter().map(|write| count_messages(write)).sum()
     }
 
     /// No more messages; the writer finishes what is queued and shuts the connection down.

@@ -71,6 +71,8 @@ enum RibCommand {
     Lookup(Lookup, oneshot::Sender<Option<RouteView>>),
     /// Every route with something to install, and its next hops (`show fib`).
     FibRoutes(oneshot::Sender<Vec<(IpNet, Vec<fib::NextHop>)>>),
+    /// What one peer was sent of a family (`advertised-routes`).
+    Advertised(IpAddr, Family, oneshot::Sender<Option<Vec<IpNet>>>),
 }
 
 /// The settings of a session that a reload changes without resetting it.
@@ -229,6 +231,15 @@ impl RibHandle {
 
     pub async fn lookup(&self, lookup: Lookup) -> Result<Option<RouteView>, String> {
         self.ask(|r| RibCommand::Lookup(lookup, r)).await
+    }
+
+    /// The prefixes the peer at `address` was sent of `family`; `None` when it has no session.
+    pub async fn advertised(
+        &self,
+        address: IpAddr,
+        family: Family,
+    ) -> Result<Option<Vec<IpNet>>, String> {
+        self.ask(|r| RibCommand::Advertised(address, family, r)).await
     }
 
     /// The routes this RIB wants in the kernel, with their next hops (the FIB writer keeps no
@@ -492,6 +503,9 @@ impl RibTask {
                 self.rib.fib_routes(|prefix, hops| routes.push((prefix, hops.to_vec())));
                 let _ = reply.send(routes);
             }
+            RibCommand::Advertised(address, family, reply) => {
+                let _ = reply.send(self.rib.advertised_to(address, family));
+            }
         }
     }
 
@@ -557,7 +571,7 @@ impl RibTask {
             }
         }
         self.wake(&outbound);
-        let count = self.rib.pfx_received(id) as u64;
+        let count = self.rib.accepted_count(id) as u64;
         let Some(side) = self.peers.get_mut(&id) else { return };
         side.last_update_applied = Some(std::time::SystemTime::now());
         side.observe_count(count, cut_off);
@@ -612,7 +626,7 @@ impl RibTask {
 
     /// How many new prefixes the peer may still add (max-prefix); unbounded without a limit.
     fn room(&self, id: PeerId) -> u64 {
-        let count = self.rib.pfx_received(id) as u64;
+        let count = self.rib.accepted_count(id) as u64;
         self.peers
             .get(&id)
             .and_then(|side| side.max_prefixes.as_ref())
@@ -672,22 +686,31 @@ impl RibTask {
         let mut out = RibSummary {
             destinations_v4: self.rib.prefix_count(Family::IPV4_UNICAST) as u64,
             destinations_v6: self.rib.prefix_count(Family::IPV6_UNICAST) as u64,
+            table_version: (
+                self.rib.table_version(Family::IPV4_UNICAST),
+                self.rib.table_version(Family::IPV6_UNICAST),
+            ),
             peers: HashMap::new(),
         };
         for (id, info) in self.rib.peers() {
             out.peers.insert(
                 info.address,
                 PeerCounts {
-                    accepted: self.rib.pfx_received(id) as u64,
-                    sent: self.rib.pfx_sent(id) as u64,
+                    accepted: self.rib.pfx_received(id),
+                    sent: self.rib.pfx_sent(id),
+                    desired: self.rib.pfx_desired(id) as u64,
                     last_update_applied: self.peers.get(&id).and_then(|s| s.last_update_applied),
                     over_limit: self
                         .peers
                         .get(&id)
                         .and_then(|s| s.max_prefixes.as_ref())
                         .is_some_and(|g| {
-                            self.rib.pfx_received(id) as u64 > u64::from(g.limit().limit)
+                            self.rib.accepted_count(id) as u64 > u64::from(g.limit().limit)
                         }),
+                    synced_version: (
+                        self.rib.synced_version(id, Family::IPV4_UNICAST),
+                        self.rib.synced_version(id, Family::IPV6_UNICAST),
+                    ),
                 },
             );
         }

@@ -663,10 +663,6 @@ impl Session {
             super::stats::NegotiatedView {
                 hold_time: negotiated.hold_time.as_secs(),
                 keepalive: negotiated.keepalive_time.as_secs(),
-                families: negotiated.families.iter().map(|f| format!("{f:?}")).collect(),
-                four_octet_as: negotiated.four_octet_as,
-                route_refresh: negotiated.route_refresh,
-                graceful_restart: negotiated.remote_graceful_restart.is_some(),
                 remote_restart_time: negotiated
                     .remote_graceful_restart
                     .as_ref()
@@ -675,6 +671,7 @@ impl Session {
                     .remote_graceful_restart
                     .as_ref()
                     .is_some_and(|gr| gr.restart_state),
+                capabilities: negotiated.capabilities.clone(),
             },
         );
         // A restarting peer's RIB entry is resumed: its stale routes are replaced in place.
@@ -692,7 +689,8 @@ impl Session {
             ebgp: negotiated.is_ebgp,
             families: negotiated.families.clone(),
         };
-        self.stats.established();
+        let outbox = self.conns.iter().find(|c| c.id == id).map(|c| c.outbox.clone());
+        self.stats.established(outbox);
         self.md5_hint_given = false;
         self.established = Some(EstablishedState {
             conn: id,

@@ -47,22 +47,22 @@ struct Slow {
     /// Down after Cease/Maximum Number of Prefixes Reached, until then (or for good: `Some`
     /// of `None`).
     held_down: Option<Option<Instant>>,
+    established_at: Option<SystemTime>,
+    /// The established connection's queue of messages to write (FRR's `outq`).
+    outbox: Option<std::sync::Arc<super::outbox::Outbox>>,
 }
 
 /// What `show bgp neighbors` prints of the negotiation.
-#[derive(Default, Clone, Debug, serde::Serialize)]
+#[derive(Default, Clone, Debug)]
 pub struct NegotiatedView {
+    /// Seconds.
     pub hold_time: u64,
     pub keepalive: u64,
-    pub families: Vec<String>,
-    pub four_octet_as: bool,
-    pub route_refresh: bool,
-    pub graceful_restart: bool,
     /// From the peer's Graceful Restart capability: its Restart Time and R bit.
-    #[serde(skip)]
     pub remote_restart_time: Option<u16>,
-    #[serde(skip)]
     pub remote_restarted: bool,
+    /// Both OPENs' capabilities (FRR's `neighborCapabilities`).
+    pub capabilities: super::fsm::CapabilityExchange,
 }
 
 /// A consistent copy for rendering.
@@ -98,6 +98,10 @@ pub struct PeerSnapshot {
     pub end_of_rib_received_families: Vec<Family>,
     /// Down after max-prefix: `Some(None)` until a reload or restart, `Some(Some(t))` until t.
     pub held_down: Option<Option<Instant>>,
+    /// Messages waiting to be written to the established connection.
+    pub outq: usize,
+    /// When the session came up, as wall-clock time (FRR's `peerUptimeEstablishedEpoch`).
+    pub established_at: Option<SystemTime>,
 }
 
 fn kind(frame: &[u8]) -> Option<MessageType> {
@@ -172,15 +176,21 @@ impl PeerStats {
         slow.negotiated = Some(negotiated);
     }
 
-    pub fn established(&self) {
+    /// The session is up; `outbox` holds what waits to be written to it.
+    pub fn established(&self, outbox: Option<std::sync::Arc<super::outbox::Outbox>>) {
         self.established_count.fetch_add(1, Ordering::Relaxed);
-        self.slow().since = Some(Instant::now());
+        let mut slow = self.slow();
+        slow.since = Some(Instant::now());
+        slow.established_at = Some(SystemTime::now());
+        slow.outbox = outbox;
     }
 
     pub fn dropped(&self) {
         self.dropped_count.fetch_add(1, Ordering::Relaxed);
         let mut slow = self.slow();
         slow.since = Some(Instant::now());
+        slow.established_at = None;
+        slow.outbox = None;
         slow.negotiated = None;
         slow.families.clear();
         slow.end_of_rib_received.clear();
@@ -237,6 +247,8 @@ impl PeerStats {
             families: slow.families.clone(),
             end_of_rib_received_families: slow.end_of_rib_received.clone(),
             held_down: slow.held_down,
+            outq: slow.outbox.as_ref().map_or(0, |o| o.queued_messages()),
+            established_at: slow.established_at,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Read-only copies of RIB state that the RIB task hands to the control socket. They hold
 //! `Arc`s to interned attributes, so a copy is cheap and never blocks the RIB for long.
 
+use super::rib::FamilyCounts;
 use super::wire::attributes::PathAttributes;
 use ipnet::IpNet;
 use std::collections::HashMap;
@@ -40,21 +41,27 @@ pub struct RouteView {
 /// Per-peer prefix counts, keyed by the peer's address.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerCounts {
-    /// Accepted after import policy (FRR's pfxRcd).
-    pub accepted: u64,
-    /// In the peer's Adj-RIB-Out (FRR's pfxSnt).
-    pub sent: u64,
+    /// Accepted after import policy, per family (FRR's pfxRcd).
+    pub accepted: FamilyCounts,
+    /// In the peer's Adj-RIB-Out, per family (FRR's pfxSnt).
+    pub sent: FamilyCounts,
+    /// What the Adj-RIB-Out will hold once pending changes are sent, over all families.
+    pub desired: u64,
     /// When the RIB last finished applying UPDATEs from this peer (the ingest benchmark
     /// reads it to time the last route into Loc-RIB to the millisecond).
     pub last_update_applied: Option<std::time::SystemTime>,
     /// More prefixes accepted than `max_prefixes` (with `max_prefixes_warning_only`).
     pub over_limit: bool,
+    /// The table versions (IPv4, IPv6) its Adj-RIB-Out was last brought up to.
+    pub synced_version: (u64, u64),
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct RibSummary {
     pub destinations_v4: u64,
     pub destinations_v6: u64,
+    /// FRR's `tableVersion` (IPv4, IPv6): best-path changes so far.
+    pub table_version: (u64, u64),
     pub peers: HashMap<IpAddr, PeerCounts>,
 }
 

@@ -15,6 +15,7 @@ use ipnet::IpNet;
 
 use super::duration::{bare_number_hint, format_duration, parse_duration};
 use super::error::{ConfigError, Loc};
+use super::model::MetricNamespaces;
 use super::raw::{RawDuration, S};
 use super::source::SourceText;
 
@@ -142,6 +143,40 @@ impl<'s, 'e> Checker<'s, 'e> {
 
     /// A TCP address to listen on: an IP address and a port other than 0 (a scraper must know
     /// where to connect, so the kernel may not pick the port).
+    /// `[metrics] namespaces`: a non-empty list of `uplink`, `frrk8s`, `metallb`.
+    pub fn metric_namespaces(
+        &mut self,
+        value: &S<Vec<String>>,
+        field: &str,
+    ) -> Option<MetricNamespaces> {
+        let mut chosen = MetricNamespaces { uplink: false, frrk8s: false, metallb: false };
+        if value.get_ref().is_empty() {
+            self.fail(
+                value,
+                field,
+                "names no namespace: a scrape would be empty; leave it out to export all",
+            );
+            return None;
+        }
+        for name in value.get_ref() {
+            match name.as_str() {
+                "uplink" => chosen.uplink = true,
+                "frrk8s" => chosen.frrk8s = true,
+                "metallb" => chosen.metallb = true,
+                other => {
+                    let known = MetricNamespaces::NAMES.join("\", \"");
+                    self.fail(
+                        value,
+                        field,
+                        format!("\"{other}\" is not a namespace; write \"{known}\""),
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(chosen)
+    }
+
     pub fn listen_address(&mut self, value: &S<String>, field: &str) -> Option<SocketAddr> {
         let text = value.get_ref().trim();
         let Ok(address) = SocketAddr::from_str(text) else {

@@ -13,8 +13,8 @@ use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    GracefulRestartConfig, KubernetesConfig, LocalPrefPrefixes, MaxPrefixes, MetricsConfig,
-    Neighbor, ReceivePolicy, Router,
+    GracefulRestartConfig, KubernetesConfig, LocalPrefPrefixes, MaxPrefixes, MetricNamespaces,
+    MetricsConfig, Neighbor, ReceivePolicy, Router,
 };
 use super::neighbor_settings;
 use super::validate::{
@@ -42,6 +42,7 @@ pub(crate) fn merge(
     let mut nexthop_objects: Option<(bool, Loc)> = None;
     let mut nexthop_compat_mode: Option<(bool, Loc)> = None;
     let mut metrics_listen: Option<(SocketAddr, Loc)> = None;
+    let mut metrics_namespaces: Option<(MetricNamespaces, Loc)> = None;
     let mut kubernetes: Option<(KubernetesConfig, Loc)> = None;
     let mut default_max_prefixes: Option<(u32, Loc)> = None;
     let mut drain_time: Option<(Duration, Loc)> = None;
@@ -80,6 +81,12 @@ pub(crate) fn merge(
             errors,
         );
         node_setting(&mut metrics_listen, fragment.metrics_listen, "metrics.listen", errors);
+        node_setting(
+            &mut metrics_namespaces,
+            fragment.metrics_namespaces,
+            "metrics.namespaces",
+            errors,
+        );
         node_setting(&mut kubernetes, fragment.kubernetes, "kubernetes", errors);
         node_setting(
             &mut default_max_prefixes,
@@ -125,7 +132,10 @@ pub(crate) fn merge(
             nexthop_objects: nexthop_objects.is_none_or(|(on, _)| on),
             nexthop_compat_mode: nexthop_compat_mode.is_some_and(|(on, _)| on),
         },
-        metrics: MetricsConfig { listen: metrics_listen.map(|(address, _)| address) },
+        metrics: MetricsConfig {
+            listen: metrics_listen.map(|(address, _)| address),
+            namespaces: metrics_namespaces.map(|(n, _)| n).unwrap_or_default(),
+        },
         kubernetes: kubernetes.map(|(settings, _)| settings),
         drain_time: drain_time.map_or(DEFAULT_DRAIN_TIME, |(d, _)| d),
         graceful_restart: GracefulRestartConfig {
@@ -168,6 +178,12 @@ fn node_setting<T: PartialEq + Written>(
 /// A value as a config file writes it.
 trait Written {
     fn written(&self) -> String;
+}
+
+impl Written for MetricNamespaces {
+    fn written(&self) -> String {
+        format!("{:?}", self.names())
+    }
 }
 
 impl Written for bool {

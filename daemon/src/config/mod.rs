@@ -84,8 +84,8 @@ pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
     FibConfig, GracefulRestartConfig, GracefulRestartMode, KubernetesConfig, LocalPrefPrefixes,
-    MaxPrefixes, MetricsConfig, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, Router,
-    SkippedDocument,
+    MaxPrefixes, MetricNamespaces, MetricsConfig, Neighbor, Password, PrefixMatch, ReceivePolicy,
+    RemoteAsn, Router, SkippedDocument,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

@@ -127,6 +127,44 @@ impl GracefulRestartMode {
 pub struct MetricsConfig {
     /// Where `GET /metrics` is served; `None` (the default) serves nothing.
     pub listen: Option<SocketAddr>,
+    /// Which families a scrape holds, by the prefix of their names.
+    pub namespaces: MetricNamespaces,
+}
+
+/// The metric namespaces a scrape exports (`[metrics] namespaces`): uplink's own families,
+/// frr-k8s's (`frrk8s_*`) and MetalLB's (`metallb_*`). All three unless the config names
+/// some: a cluster that scrapes only MetalLB's dashboards keeps one copy of each number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MetricNamespaces {
+    pub uplink: bool,
+    pub frrk8s: bool,
+    pub metallb: bool,
+}
+
+impl Default for MetricNamespaces {
+    fn default() -> Self {
+        Self { uplink: true, frrk8s: true, metallb: true }
+    }
+}
+
+impl MetricNamespaces {
+    /// The names a config may write.
+    pub const NAMES: [&'static str; 3] = ["uplink", "frrk8s", "metallb"];
+
+    /// Whether the family `name` is exported.
+    pub fn exports(&self, name: &str) -> bool {
+        match name.split('_').next() {
+            Some("frrk8s") => self.frrk8s,
+            Some("metallb") => self.metallb,
+            _ => self.uplink,
+        }
+    }
+
+    /// The names, as the config writes them.
+    pub fn names(&self) -> Vec<&'static str> {
+        let on = [self.uplink, self.frrk8s, self.metallb];
+        Self::NAMES.iter().zip(on).filter(|(_, on)| *on).map(|(n, _)| *n).collect()
+    }
 }
 
 /// Where the Kubernetes objects come from (`[kubernetes]`).

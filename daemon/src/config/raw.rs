@@ -83,6 +83,8 @@ pub(crate) struct RawFib {
 pub(crate) struct RawMetrics {
     /// `"127.0.0.1:9181"`: where `GET /metrics` is served.
     pub listen: Option<S<String>>,
+    /// `["metallb", "uplink"]`: the families exported, by namespace (all when left out).
+    pub namespaces: Option<S<Vec<String>>>,
 }
 
 /// `[kubernetes]`: read Services, EndpointSlices, the node's labels and the MetalLB / frr-k8s

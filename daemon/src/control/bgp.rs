@@ -45,6 +45,121 @@ pub async fn routes_json(
     per_vrf(instances, vrf, move |i| Box::pin(routes(i, family, lookup))).await
 }
 
+/// `show bgp [ipv4|ipv6] neighbors ADDR advertised-routes|received-routes`, in FRR's shape.
+/// Advertised: the prefixes in the neighbor's Adj-RIB-Out, shown with the best path's
+/// attributes as FRR shows them. Received: the paths uplink holds from the neighbor, which are
+/// those its import policy accepted (uplink keeps no copy of what it refused, like FRR without
+/// `soft-reconfiguration inbound`).
+pub async fn neighbor_routes_json(
+    instances: &[Arc<Instance>],
+    vrf: &VrfSelector,
+    address: &str,
+    family: FamilyArg,
+    received: bool,
+) -> Result<Value, String> {
+    let address = parse_neighbor_address(address)?;
+    let family = match family {
+        FamilyArg::Ipv4 => Family::IPV4_UNICAST,
+        FamilyArg::Ipv6 => Family::IPV6_UNICAST,
+    };
+    per_vrf(instances, vrf, move |i| Box::pin(neighbor_routes(i, address, family, received))).await
+}
+
+async fn neighbor_routes(
+    i: &Instance,
+    address: IpAddr,
+    family: Family,
+    received: bool,
+) -> Result<Value, String> {
+    if !i.neighbors().iter().any(|n| n.config.address == address) {
+        return Ok(json!({ "warning": "No such neighbor or address family" }));
+    }
+    let table = i.rib.routes(family).await?;
+    let mut routes = Map::new();
+    if received {
+        for r in &table {
+            let from_peer = |p: &&PathView| matches!(&p.source, PathSource::Peer { address: a, .. } if *a == address);
+            if let Some(p) = r.paths.iter().find(from_peer) {
+                routes.insert(r.prefix.to_string(), adj_route_json(r.prefix, p));
+            }
+        }
+    } else {
+        let sent = i.rib.advertised(address, family).await?.unwrap_or_default();
+        for prefix in sent {
+            let best = table
+                .binary_search_by_key(&prefix, |r| r.prefix)
+                .ok()
+                .and_then(|at| table.get(at))
+                .and_then(|r| r.paths.iter().find(|p| p.best));
+            if let Some(p) = best {
+                routes.insert(prefix.to_string(), adj_route_json(prefix, p));
+            }
+        }
+    }
+    let rib = i.rib.summary().await?;
+    let version = match family.afi {
+        Afi::Ipv4 => rib.table_version.0,
+        Afi::Ipv6 => rib.table_version.1,
+    };
+    let total = routes.len();
+    Ok(json!({
+        "bgpTableVersion": version,
+        "bgpLocalRouterId": i.router_id.to_string(),
+        "defaultLocPrf": 100,
+        "localAS": i.asn,
+        "bgpStatusCodes": {
+            "suppressed": "s", "damped": "d", "history": "h", "valid": "*", "best": ">",
+            "multipath": "=", "internal": "i", "ribFailure": "r", "stale": "S", "removed": "R",
+        },
+        "bgpOriginCodes": { "igp": "i", "egp": "e", "incomplete": "?" },
+        (if received { "receivedRoutes" } else { "advertisedRoutes" }): routes,
+        "totalPrefixCounter": total,
+        "filteredPrefixCounter": 0,
+    }))
+}
+
+/// One route of FRR's `advertised-routes` / `received-routes`.
+fn adj_route_json(prefix: IpNet, p: &PathView) -> Value {
+    let local = matches!(p.source, PathSource::Local);
+    let mut route = Map::new();
+    route.insert("addrPrefix".into(), json!(prefix.network().to_string()));
+    route.insert("prefixLen".into(), json!(prefix.prefix_len()));
+    route.insert("network".into(), json!(prefix.to_string()));
+    match (prefix, p.attrs.next_hop) {
+        (IpNet::V4(_), NextHop::V4(a)) => route.insert("nextHop".into(), json!(a.to_string())),
+        (IpNet::V4(_), _) => route.insert("nextHop".into(), json!("0.0.0.0")),
+        (IpNet::V6(_), NextHop::V6 { global, .. }) => {
+            route.insert("nextHopGlobal".into(), json!(global.to_string()))
+        }
+        (IpNet::V6(_), _) => route.insert("nextHopGlobal".into(), json!("::")),
+    };
+    if let Some(med) = p.attrs.med {
+        route.insert("metric".into(), json!(med));
+    }
+    if !local {
+        if let Some(pref) = p.attrs.local_pref {
+            route.insert("locPrf".into(), json!(pref));
+        }
+    }
+    route.insert("weight".into(), json!(if local { 32768 } else { 0 }));
+    route.insert("path".into(), json!(p.attrs.as_path.to_string()));
+    let origin = match p.attrs.origin {
+        Origin::Igp => "i",
+        Origin::Egp => "e",
+        Origin::Incomplete => "?",
+    };
+    route.insert("bgpOriginCode".into(), json!(origin));
+    let mut symbols = Map::new();
+    symbols.insert("*".into(), json!(true));
+    if p.best {
+        symbols.insert(">".into(), json!(true));
+    } else if p.multipath {
+        symbols.insert("=".into(), json!(true));
+    }
+    route.insert("appliedStatusSymbols".into(), Value::Object(symbols));
+    Value::Object(route)
+}
+
 /// `clear bgp ADDR|* [soft [in|out]]`: what each neighbor's session did, or why not. An
 /// address that no selected instance has is an error.
 pub async fn clear_json(
@@ -130,19 +245,25 @@ fn established(n: &NeighborHandle) -> (bool, Option<Duration>, crate::bgp::stats
 
 async fn summary(i: &Instance) -> Result<Value, String> {
     let rib = i.rib.summary().await?;
+    let relax = if i.router_config().multipath_relax { "true" } else { "false" };
     let mut out = Map::new();
     for family in [AddressFamily::Ipv4Unicast, AddressFamily::Ipv6Unicast] {
         let mut peers = Map::new();
+        let mut failed = 0;
         for n in i.neighbors().iter().filter(|n| n.config.families.contains(&family)) {
-            peers.insert(n.config.address.to_string(), peer_summary(i, n, &rib));
+            let peer = peer_summary(i, n, &rib, family);
+            if peer.get("state").and_then(Value::as_str) != Some("Established") {
+                failed += 1;
+            }
+            peers.insert(n.config.address.to_string(), peer);
         }
         if peers.is_empty() {
             continue;
         }
         let count = peers.len();
-        let entries = match family {
-            AddressFamily::Ipv4Unicast => rib.destinations_v4,
-            AddressFamily::Ipv6Unicast => rib.destinations_v6,
+        let (entries, version) = match family {
+            AddressFamily::Ipv4Unicast => (rib.destinations_v4, rib.table_version.0),
+            AddressFamily::Ipv6Unicast => (rib.destinations_v6, rib.table_version.1),
         };
         out.insert(
             family_key(family).into(),
@@ -151,50 +272,101 @@ async fn summary(i: &Instance) -> Result<Value, String> {
                 "as": i.asn,
                 "vrfId": 0,
                 "vrfName": vrf_display_name(&i.vrf),
-                "tableVersion": 0,
+                "tableVersion": version,
                 "ribCount": entries,
                 "peerCount": count,
                 "peers": peers,
-                "failedPeers": i.neighbors().iter().filter(|n| n.stats.snapshot().state != "Established").count(),
+                "failedPeers": failed,
+                "displayedPeers": count,
                 "totalPeers": count,
+                "dynamicPeers": 0,
+                "bestPath": { "multiPathRelax": relax },
             }),
         );
     }
     Ok(Value::Object(out))
 }
 
-fn peer_summary(i: &Instance, n: &NeighborHandle, rib: &RibSummary) -> Value {
+/// The peer's host name from its FQDN capability, which FRR shows beside the address.
+fn peer_hostname(snap: &crate::bgp::stats::PeerSnapshot) -> Option<String> {
+    let negotiated = snap.negotiated.as_ref()?;
+    super::bgp_capabilities::peer_hostname(&negotiated.capabilities)
+}
+
+/// FRR's `peerState`: why a session that is not up is not trying (RFC 4486 §4 max-prefix:
+/// `PfxCt`), else `OK`.
+fn peer_state(n: &NeighborHandle, snap: &crate::bgp::stats::PeerSnapshot) -> &'static str {
+    if snap.held_down.is_some() {
+        "PfxCt"
+    } else if n.config.passive {
+        "Passive"
+    } else {
+        "OK"
+    }
+}
+
+fn epoch_secs(t: Option<std::time::SystemTime>) -> Option<u64> {
+    t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs())
+}
+
+fn peer_summary(
+    i: &Instance,
+    n: &NeighborHandle,
+    rib: &RibSummary,
+    family: AddressFamily,
+) -> Value {
     let (up, uptime, snap) = established(n);
     let counts = rib.peers.get(&n.config.address).copied().unwrap_or_default();
+    let afi = family_afi(family);
     let uptime_str = match (up, uptime) {
         (true, Some(d)) => frr_uptime(d),
         (false, Some(d)) if snap.established_count > 0 => frr_uptime(d),
         _ => "never".into(),
     };
-    json!({
+    let state = match snap.held_down {
+        Some(_) if !up => "Idle (PfxCt)".to_string(),
+        _ => snap.state.clone(),
+    };
+    let mut peer = Map::new();
+    if let Some(host) = peer_hostname(&snap) {
+        peer.insert("hostname".into(), json!(host));
+    }
+    let more = json!({
         "remoteAs": snap.remote_asn.unwrap_or_else(|| configured_asn(i, n)),
         "localAs": i.asn,
         "version": 4,
         "msgRcvd": snap.msgs_rcvd,
         "msgSent": snap.msgs_sent,
-        "tableVersion": 0,
-        "outq": 0,
+        "tableVersion": match afi { Afi::Ipv4 => counts.synced_version.0, Afi::Ipv6 => counts.synced_version.1 },
+        "outq": snap.outq,
         "inq": 0,
         "peerUptime": uptime_str,
-        "peerUptimeMsec": if up { uptime.map(|d| d.as_millis() as u64).unwrap_or(0) } else { 0 },
-        "pfxRcd": counts.accepted,
-        "pfxSnt": counts.sent,
+        "peerUptimeMsec": uptime.filter(|_| up || snap.established_count > 0).map_or(0, |d| d.as_secs() * 1000),
+        "peerUptimeEstablishedEpoch": epoch_secs(snap.established_at),
+        "pfxRcd": counts.accepted.of(afi),
+        "pfxSnt": counts.sent.of(afi),
         // Not in FRR: epoch milliseconds when the RIB last applied an UPDATE from this peer.
         "lastUpdateAppliedEpochMs": counts.last_update_applied
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_millis() as u64),
-        "state": snap.state,
-        "peerState": "OK",
+        "state": state,
+        "peerState": peer_state(n, &snap),
         "connectionsEstablished": snap.established_count,
         "connectionsDropped": snap.dropped_count,
         "idType": if n.config.address.is_ipv4() { "ipv4" } else { "ipv6" },
         "lastResetDueTo": snap.last_error,
-    })
+    });
+    if let Value::Object(more) = more {
+        peer.extend(more.into_iter().filter(|(_, v)| !v.is_null()));
+    }
+    Value::Object(peer)
+}
+
+fn family_afi(f: AddressFamily) -> Afi {
+    match f {
+        AddressFamily::Ipv4Unicast => Afi::Ipv4,
+        AddressFamily::Ipv6Unicast => Afi::Ipv6,
+    }
 }
 
 fn configured_asn(i: &Instance, n: &NeighborHandle) -> u32 {
@@ -207,6 +379,10 @@ fn configured_asn(i: &Instance, n: &NeighborHandle) -> u32 {
 
 async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> {
     let rib = i.rib.summary().await?;
+    let bfd = match i.bfd() {
+        Some(bfd) => bfd.peers().await.unwrap_or_default(),
+        None => Vec::new(),
+    };
     let mut out = Map::new();
     for n in i.neighbors().iter().filter(|n| only.is_none_or(|a| a == n.config.address)) {
         let (up, uptime, snap) = established(n);
@@ -214,8 +390,9 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
         let mut afi = Map::new();
         for f in &n.config.families {
             let mut family = json!({
-                "acceptedPrefixCounter": counts.accepted,
-                "sentPrefixCounter": counts.sent,
+                "packetQueueLength": snap.outq,
+                "acceptedPrefixCounter": counts.accepted.of(family_afi(*f)),
+                "sentPrefixCounter": counts.sent.of(family_afi(*f)),
             });
             // FRR's keys of `maximum-prefix N [threshold] [warning-only|restart M]`; the
             // limit counts the session's prefixes over all its families.
@@ -246,9 +423,14 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
             })
         });
         let neg = snap.negotiated.clone();
-        out.insert(
-            n.config.address.to_string(),
-            json!({
+        // FRR reports capabilities of an established session only.
+        let capabilities = neg
+            .as_ref()
+            .filter(|_| up)
+            .map(|v| super::bgp_capabilities::neighbor_capabilities(&v.capabilities));
+        let hostname = peer_hostname(&snap).filter(|_| up);
+        let bfd_info = bfd.iter().find(|p| p.spec.peer == n.config.address).map(peer_bfd_info);
+        let neighbor = json!({
                 "remoteAs": snap.remote_asn.unwrap_or_else(|| configured_asn(i, n)),
                 "localAs": i.asn,
                 "nbrExternalLink": snap.remote_asn.map(|a| a != i.asn).unwrap_or(true),
@@ -258,12 +440,16 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
                 "bgpState": snap.state,
                 "bgpTimerUpMsec": if up { uptime.map(|d| d.as_millis() as u64).unwrap_or(0) } else { 0 },
                 "bgpTimerUpString": if up { uptime.map(frr_uptime) } else { None },
+                "bgpTimerUpEstablishedEpoch": if up { epoch_secs(snap.established_at) } else { None },
+                "hostname": hostname,
                 "bgpTimerHoldTimeMsecs": neg.as_ref().map(|v| v.hold_time * 1000).unwrap_or(n.config.hold_time.as_millis() as u64),
                 "bgpTimerKeepAliveIntervalMsecs": neg.as_ref().map(|v| v.keepalive * 1000).unwrap_or(n.config.keepalive_time.as_millis() as u64),
                 "bgpTimerConfiguredHoldTimeMsecs": n.config.hold_time.as_millis() as u64,
                 "bgpTimerConfiguredKeepAliveIntervalMsecs": n.config.keepalive_time.as_millis() as u64,
-                "neighborCapabilities": neg,
+                "neighborCapabilities": capabilities,
                 "messageStats": {
+                    "depthInq": 0, "depthOutq": snap.outq,
+                    "capabilitySent": 0, "capabilityRecv": 0,
                     "opensSent": snap.opens_sent, "opensRecv": snap.opens_rcvd,
                     "notificationsSent": snap.notifications_sent, "notificationsRecv": snap.notifications_rcvd,
                     "updatesSent": snap.updates_sent, "updatesRecv": snap.updates_rcvd,
@@ -274,18 +460,28 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
                 "addressFamilyInfo": afi,
                 "connectionsEstablished": snap.established_count,
                 "connectionsDropped": snap.dropped_count,
-                "lastResetDueTo": snap.last_error,
+                // FRR's words before a session ever went down.
+                "lastResetDueTo": snap.last_error.as_deref().unwrap_or("Waiting for peer OPEN"),
                 "hostLocal": snap.local_address.map(|a| a.to_string()),
                 "hostForeign": n.config.address.to_string(),
                 "portForeign": n.config.port,
                 "passive": n.config.passive,
                 "bfdProfile": n.config.bfd_profile,
                 "md5Password": n.config.password.is_some(),
+                "authenticationEnabled": n.config.password.is_some().then_some(1),
                 "gracefulRestartInfo": graceful_restart_json(i, n, &snap),
                 "maxPrefixState": held_down,
                 "sendHoldTimeMsecs": send_hold_time_ms(n, neg.as_ref().map(|v| v.hold_time)),
-            }),
-        );
+                "peerBfdInfo": bfd_info,
+        });
+        // FRR leaves out what does not apply rather than writing null.
+        let neighbor = match neighbor {
+            Value::Object(map) => {
+                Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+            }
+            other => other,
+        };
+        out.insert(n.config.address.to_string(), neighbor);
     }
     if let (Some(a), true) = (only, out.is_empty()) {
         return Err(format!("no such neighbor {a} in VRF {}", vrf_display_name(&i.vrf)));
@@ -350,22 +546,47 @@ fn graceful_restart_json(
     snap: &crate::bgp::stats::PeerSnapshot,
 ) -> Value {
     let remote_time = snap.negotiated.as_ref().and_then(|v| v.remote_restart_time);
-    let remote_mode = match remote_time {
+    let remote_gr = snap.negotiated.as_ref().and_then(|v| {
+        v.capabilities.received.iter().find_map(|c| match c {
+            crate::bgp::wire::open::Capability::GracefulRestart(gr) => Some(gr.clone()),
+            _ => None,
+        })
+    });
+    // FRR: a peer that preserves forwarding for some family restarts; one that lists none
+    // only helps.
+    let remote_mode = match &remote_gr {
         None => "NotApplicable",
-        Some(0) => "Helper",
+        Some(gr) if gr.families.is_empty() => "Helper",
         Some(_) => "Restart",
     };
     let mut sent = Map::new();
     let mut received = Map::new();
+    let mut per_family = Map::new();
     for family in &snap.families {
         let key = match family.afi {
-            crate::bgp::wire::attributes::Afi::Ipv4 => "ipv4Unicast",
-            crate::bgp::wire::attributes::Afi::Ipv6 => "ipv6Unicast",
+            Afi::Ipv4 => "ipv4Unicast",
+            Afi::Ipv6 => "ipv6Unicast",
         };
+        let got = snap.end_of_rib_received_families.contains(family);
         sent.insert(key.into(), json!(snap.end_of_rib_sent));
-        received.insert(key.into(), json!(snap.end_of_rib_received_families.contains(family)));
+        received.insert(key.into(), json!(got));
+        let forwarding = remote_gr
+            .as_ref()
+            .and_then(|gr| gr.families.iter().find(|(f, _)| f == family))
+            .is_some_and(|(_, preserved)| *preserved);
+        per_family.insert(
+            key.into(),
+            json!({
+                "fBit": forwarding,
+                "endOfRibStatus": {
+                    "endOfRibSend": snap.end_of_rib_sent,
+                    "endOfRibSentAfterUpdate": snap.end_of_rib_sent,
+                    "endOfRibRecv": got,
+                },
+            }),
+        );
     }
-    json!({
+    let mut info = json!({
         "localGrMode": match n.config.graceful_restart {
             GracefulRestartMode::Enabled => "Restart",
             GracefulRestartMode::Helper => "Helper",
@@ -373,6 +594,7 @@ fn graceful_restart_json(
         },
         "remoteGrMode": remote_mode,
         "rBit": snap.negotiated.as_ref().is_some_and(|v| v.remote_restarted),
+        "nBit": remote_gr.as_ref().is_some_and(|gr| gr.notification),
         "localRestarted": i.restarted(),
         "endOfRibSend": sent,
         "endOfRibRecv": received,
@@ -380,6 +602,28 @@ fn graceful_restart_json(
             "configuredRestartTimer": i.restart_time().as_secs(),
             "receivedRestartTimer": remote_time,
         },
+    });
+    if let Some(map) = info.as_object_mut() {
+        map.extend(per_family);
+    }
+    info
+}
+
+/// FRR's `peerBfdInfo` of a neighbor with BFD (lib/bfd.c `bfd_sess_show`).
+fn peer_bfd_info(p: &crate::bfd::runtime::PeerView) -> Value {
+    use crate::bfd::packet::State;
+    let secs = p.since_change.as_secs();
+    json!({
+        "type": if p.spec.hop == crate::bfd::runtime::Hop::Multi { "multi hop" } else { "single hop" },
+        "detectMultiplier": p.spec.config.detect_mult,
+        "rxMinInterval": p.spec.config.required_min_rx.as_millis() as u64,
+        "txMinInterval": p.spec.config.desired_min_tx.as_millis() as u64,
+        "status": match p.state {
+            State::Up => "Up",
+            State::Down | State::Init => "Down",
+            State::AdminDown => "Admin Down",
+        },
+        "lastUpdate": format!("{}:{:02}:{:02}:{:02}", secs / 86_400, (secs / 3600) % 24, (secs / 60) % 60, secs % 60),
     })
 }
 

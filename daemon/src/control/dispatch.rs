@@ -50,6 +50,9 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
         Request::BgpRoutes { vrf, family, prefix } => {
             super::bgp::routes_json(&instances(), &vrf, family, prefix.as_deref()).await
         }
+        Request::BgpNeighborRoutes { vrf, address, family, received } => {
+            super::bgp::neighbor_routes_json(&instances(), &vrf, &address, family, received).await
+        }
         Request::BfdPeers { vrf } => super::bfd::peers(&instances(), &vrf).await,
         Request::Fib { vrf } => super::fib::show(&ctx.fib, &instances(), &vrf).await,
         Request::Announcements { vrf } => {

@@ -6,6 +6,7 @@
 pub mod announcements;
 pub mod bfd;
 pub mod bgp;
+pub mod bgp_capabilities;
 pub mod client;
 pub mod dispatch;
 pub mod fib;
@@ -15,6 +16,7 @@ pub mod network;
 pub mod protocol;
 pub mod render;
 pub mod server;
+pub mod vtysh;
 pub mod waiting;
 
 /// Default socket path (`--socket` overrides it on every subcommand).

@@ -57,6 +57,14 @@ pub enum Request {
         family: Option<FamilyArg>,
         prefix: Option<String>,
     },
+    /// `show bgp [ipv4|ipv6] neighbors ADDR advertised-routes|received-routes`: what the
+    /// neighbor was sent, or what uplink holds from it.
+    BgpNeighborRoutes {
+        vrf: VrfSelector,
+        address: String,
+        family: FamilyArg,
+        received: bool,
+    },
     /// `show bfd peers`: every BFD session of the selected instances, as one list.
     BfdPeers {
         vrf: VrfSelector,

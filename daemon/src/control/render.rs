@@ -12,6 +12,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::BgpNeighbors { .. } => neighbors,
         Request::BgpRoutes { prefix: Some(_), .. } => single_route,
         Request::BgpRoutes { .. } => table,
+        Request::BgpNeighborRoutes { .. } => neighbor_routes,
         Request::BfdPeers { .. } => return bfd_peers(value),
         Request::Announcements { .. } => return super::announcements::announcements_text(value),
         Request::RunningConfig => return super::announcements::running_config_text(value),
@@ -26,6 +27,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::BgpSummary { vrf }
         | Request::BgpNeighbors { vrf, .. }
         | Request::BgpRoutes { vrf, .. }
+        | Request::BgpNeighborRoutes { vrf, .. }
         | Request::BfdPeers { vrf }
         | Request::Fib { vrf } => *vrf == VrfSelector::All,
         Request::Announcements { .. }
@@ -244,7 +246,23 @@ fn neighbors(v: &Value, _vrf: &str) -> String {
         if let Some(caps) = n["neighborCapabilities"].as_object() {
             let _ = writeln!(out, "  Neighbor capabilities:");
             for (k, c) in caps {
-                let _ = writeln!(out, "    {k}: {}", s(c));
+                match c.as_object() {
+                    // Per family (`multiprotocolExtensions`, `addPath`, ...): one line each.
+                    Some(families) if !families.is_empty() => {
+                        let _ = writeln!(out, "    {k}:");
+                        for (family, how) in families {
+                            let words: Vec<&str> = match how {
+                                Value::Object(flags) => flags.keys().map(String::as_str).collect(),
+                                other => other.as_str().into_iter().collect(),
+                            };
+                            let _ = writeln!(out, "      {family}: {}", words.join(", "));
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        let _ = writeln!(out, "    {k}: {}", s(c));
+                    }
+                }
             }
         }
         let m = &n["messageStats"];
@@ -285,6 +303,46 @@ fn neighbors(v: &Value, _vrf: &str) -> String {
             s(&n["portForeign"])
         );
     }
+    out
+}
+
+/// `advertised-routes` / `received-routes`, as FRR prints them.
+fn neighbor_routes(v: &Value, _vrf: &str) -> String {
+    if let Some(warning) = v["warning"].as_str() {
+        return format!("% {warning}\n");
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "BGP table version is {}, local router ID is {}, vrf id 0",
+        s(&v["bgpTableVersion"]),
+        s(&v["bgpLocalRouterId"])
+    );
+    let _ = writeln!(
+        out,
+        "Default local pref {}, local AS {}",
+        s(&v["defaultLocPrf"]),
+        s(&v["localAS"])
+    );
+    out.push_str(LEGEND);
+    let _ = writeln!(out, "\n   Network          Next Hop            Metric LocPrf Weight Path");
+    let routes = v.get("advertisedRoutes").or_else(|| v.get("receivedRoutes"));
+    for (prefix, r) in routes.and_then(Value::as_object).into_iter().flatten() {
+        let best = r.pointer("/appliedStatusSymbols/>").and_then(Value::as_bool);
+        let status = if best == Some(true) { "*>" } else { "* " };
+        let hop = r.get("nextHop").or_else(|| r.get("nextHopGlobal")).map(s).unwrap_or_default();
+        let metric = r.get("metric").map(s).unwrap_or_default();
+        let pref = r.get("locPrf").map(s).unwrap_or_default();
+        let path = s(&r["path"]);
+        let path = if path.is_empty() { String::new() } else { format!("{path} ") };
+        let _ = writeln!(
+            out,
+            "{status} {prefix:<16} {hop:<19} {metric:>6} {pref:>6} {:>6} {path}{}",
+            s(&r["weight"]),
+            s(&r["bgpOriginCode"])
+        );
+    }
+    let _ = writeln!(out, "\nTotal number of prefixes {}", s(&v["totalPrefixCounter"]));
     out
 }
 

@@ -242,6 +242,15 @@ pub struct Negotiated {
     pub route_refresh: bool,
     pub remote_graceful_restart: Option<GracefulRestart>,
     pub is_ebgp: bool,
+    pub capabilities: CapabilityExchange,
+}
+
+/// The capabilities of both OPENs as they were sent: what `show bgp neighbors` reports as
+/// advertised, received, or both (FRR's `neighborCapabilities`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CapabilityExchange {
+    pub sent: Vec<Capability>,
+    pub received: Vec<Capability>,
 }
 
 /// Why a session went down.
@@ -967,6 +976,10 @@ impl Fsm {
             route_refresh: open.supports_route_refresh(),
             remote_graceful_restart: open.graceful_restart().cloned(),
             is_ebgp,
+            capabilities: CapabilityExchange {
+                sent: cfg.open().capabilities,
+                received: open.capabilities.clone(),
+            },
         })
     }
 }

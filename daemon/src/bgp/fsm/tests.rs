@@ -183,6 +183,7 @@ fn established_reports_negotiated_parameters() {
         families: vec![(Family::IPV6_UNICAST, true)],
     };
     open.capabilities.push(Capability::GracefulRestart(gr.clone()));
+    let received = open.capabilities.clone();
     let actions = establish(&mut fsm, open);
     let n = established(&actions).unwrap();
     assert_eq!(
@@ -197,6 +198,7 @@ fn established_reports_negotiated_parameters() {
             route_refresh: true,
             remote_graceful_restart: Some(gr),
             is_ebgp: true,
+            capabilities: CapabilityExchange { sent: cfg().open().capabilities, received },
         }
     );
     assert_eq!(fsm.established().map(|(id, _)| id), Some(C1));

@@ -60,6 +60,20 @@ impl<P: Prefix> AdjRibOut<P> {
     }
 
     /// Number of prefixes the peer has been sent and not withdrawn.
+    /// Prefixes the peer should have once what is pending is sent (MetalLB's
+    /// `pending_prefixes_total`).
+    pub(crate) fn desired_count(&self) -> usize {
+        let mut count = self.sent.len();
+        for (prefix, desired) in self.pending.iter() {
+            match (self.sent.contains_key(prefix), desired.is_some()) {
+                (false, true) => count += 1,
+                (true, false) => count = count.saturating_sub(1),
+                _ => {}
+            }
+        }
+        count
+    }
+
     pub(crate) fn sent_count(&self) -> usize {
         self.sent.len()
     }

@@ -223,11 +223,13 @@ pub(crate) type PrefixMap<P, V> = HashMap<P, V, foldhash::fast::RandomState>;
 
 pub(crate) struct Table<P: Prefix> {
     pub(crate) map: PrefixMap<P, Destination>,
+    /// FRR's table version: one more each time a prefix's best path changes.
+    pub(crate) version: u64,
 }
 
 impl<P: Prefix> Default for Table<P> {
     fn default() -> Self {
-        Self { map: PrefixMap::default() }
+        Self { map: PrefixMap::default(), version: 0 }
     }
 }
 

@@ -128,12 +128,14 @@ pub enum RibError {
 #[derive(Debug)]
 struct Peer {
     info: PeerInfo,
-    accepted: usize,
+    accepted: FamilyCounts,
     /// The FIB next hops of the paths this peer sent (distinct; a handful): when the session
     /// goes down, those no other peer uses are lost.
     fib_hops: Vec<fib::NextHop>,
     out_v4: AdjRibOut<Ipv4Net>,
     out_v6: AdjRibOut<Ipv6Net>,
+    /// The table versions (IPv4, IPv6) the Adj-RIB-Out was last drained at.
+    synced_version: (u64, u64),
     /// The session is down but its routes are kept as stale (RFC 4724 §4.2): nothing is
     /// exported to it until it comes back.
     restarting: bool,
@@ -143,10 +145,11 @@ impl Peer {
     fn new(info: PeerInfo) -> Self {
         Self {
             info,
-            accepted: 0,
+            accepted: FamilyCounts::default(),
             fib_hops: Vec::new(),
             out_v4: AdjRibOut::default(),
             out_v6: AdjRibOut::default(),
+            synced_version: (0, 0),
             restarting: false,
         }
     }
@@ -171,16 +174,30 @@ pub struct Rib {
 
 const MIN_SWEEP_THRESHOLD: usize = 1024;
 
-/// Adds per-peer counts of lost paths from another family.
-trait ExtendCounts {
-    fn extend_counts(&mut self, other: BTreeMap<PeerId, usize>);
+/// A count of one peer's prefixes per address family: FRR gives `pfxRcd` and `pfxSnt` per
+/// family; `max_prefixes` is checked against the sum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FamilyCounts {
+    pub v4: usize,
+    pub v6: usize,
 }
 
-impl ExtendCounts for BTreeMap<PeerId, usize> {
-    fn extend_counts(&mut self, other: BTreeMap<PeerId, usize>) {
-        for (peer, n) in other {
-            let total = self.entry(peer).or_default();
-            *total = total.saturating_add(n);
+impl FamilyCounts {
+    pub fn total(&self) -> usize {
+        self.v4.saturating_add(self.v6)
+    }
+
+    pub fn of(&self, afi: Afi) -> usize {
+        match afi {
+            Afi::Ipv4 => self.v4,
+            Afi::Ipv6 => self.v6,
+        }
+    }
+
+    fn of_mut(&mut self, afi: Afi) -> &mut usize {
+        match afi {
+            Afi::Ipv4 => &mut self.v4,
+            Afi::Ipv6 => &mut self.v6,
         }
     }
 }
@@ -407,6 +424,7 @@ impl<P: RibFamily> Parts<'_, P> {
                 }
                 export_to_all(self.peers, self.interner, *prefix, dest.best(), changes);
                 slot.insert(dest);
+                self.table.version += 1;
                 return delta;
             }
             Entry::Occupied(mut slot) => {
@@ -455,6 +473,7 @@ impl<P: RibFamily> Parts<'_, P> {
         if old_best != dest.and_then(best_key) {
             let best = dest.and_then(Destination::best);
             export_to_all(self.peers, self.interner, *prefix, best, changes);
+            self.table.version += 1;
         }
         delta
     }
@@ -666,18 +685,20 @@ impl Rib {
     pub fn set_config(&mut self, config: RibConfig) -> Changes {
         self.config = config;
         let mut changes = Changes::default();
-        let mut lost = Ipv4Net::parts(self).reapply_config(&mut changes);
-        lost.extend_counts(Ipv6Net::parts(self).reapply_config(&mut changes));
-        self.forget_accepted(lost);
+        let lost = Ipv4Net::parts(self).reapply_config(&mut changes);
+        self.forget_accepted(Afi::Ipv4, lost);
+        let lost = Ipv6Net::parts(self).reapply_config(&mut changes);
+        self.forget_accepted(Afi::Ipv6, lost);
         self.maybe_sweep();
         changes
     }
 
-    /// Lowers each peer's accepted count by the paths it lost.
-    fn forget_accepted(&mut self, lost: BTreeMap<PeerId, usize>) {
+    /// Lowers each peer's accepted count of one family by the paths it lost.
+    fn forget_accepted(&mut self, afi: Afi, lost: BTreeMap<PeerId, usize>) {
         for (peer, n) in lost {
             if let Some(p) = self.peers.get_mut(&peer) {
-                p.accepted = p.accepted.saturating_sub(n);
+                let count = p.accepted.of_mut(afi);
+                *count = count.saturating_sub(n);
             }
         }
     }
@@ -775,9 +796,10 @@ impl Rib {
 
     /// Recomputes a peer's accepted count after paths were removed wholesale.
     fn recount(&mut self, id: PeerId) {
-        let count = Ipv4Net::parts(self)
-            .count_paths_of(id)
-            .saturating_add(Ipv6Net::parts(self).count_paths_of(id));
+        let count = FamilyCounts {
+            v4: Ipv4Net::parts(self).count_paths_of(id),
+            v6: Ipv6Net::parts(self).count_paths_of(id),
+        };
         if let Some(peer) = self.peers.get_mut(&id) {
             peer.accepted = count;
         }
@@ -843,9 +865,10 @@ impl Rib {
         let peer = self.peers.get_mut(&id).ok_or(RibError::UnknownPeer(id))?;
         peer.info.import = import;
         let mut changes = Changes::default();
-        let mut lost = Ipv4Net::parts(self).drop_rejected(Some(id), &mut changes);
-        lost.extend_counts(Ipv6Net::parts(self).drop_rejected(Some(id), &mut changes));
-        self.forget_accepted(lost);
+        let lost = Ipv4Net::parts(self).drop_rejected(Some(id), &mut changes);
+        self.forget_accepted(Afi::Ipv4, lost);
+        let lost = Ipv6Net::parts(self).drop_rejected(Some(id), &mut changes);
+        self.forget_accepted(Afi::Ipv6, lost);
         self.maybe_sweep();
         Ok(changes)
     }
@@ -906,22 +929,31 @@ impl Rib {
             .collect();
         drop(interned);
 
-        let (mut added, mut removed) = (0usize, 0usize);
-        let mut count = |delta: PathDelta| {
-            added = added.saturating_add(usize::from(delta.added));
-            removed = removed.saturating_add(usize::from(delta.removed));
+        // Paths added and removed, per family.
+        let (mut added, mut removed) = (FamilyCounts::default(), FamilyCounts::default());
+        let mut count = |prefix: &IpNet, delta: PathDelta| {
+            let afi = match prefix {
+                IpNet::V4(_) => Afi::Ipv4,
+                IpNet::V6(_) => Afi::Ipv6,
+            };
+            let (a, r) = (added.of_mut(afi), removed.of_mut(afi));
+            *a = a.saturating_add(usize::from(delta.added));
+            *r = r.saturating_add(usize::from(delta.removed));
         };
         // RFC 4271 §3.1: a prefix in both WITHDRAWN ROUTES and NLRI is treated as announced, so
         // withdrawals go first.
         for prefix in withdrawn {
-            count(self.change(prefix, PathChange::Remove(peer), &mut outcome.changes));
+            count(prefix, self.change(prefix, PathChange::Remove(peer), &mut outcome.changes));
         }
         for (prefix, change) in announced.iter().zip(announcements) {
-            count(self.change(prefix, change, &mut outcome.changes));
+            count(prefix, self.change(prefix, change, &mut outcome.changes));
         }
         if let Some(p) = self.peers.get_mut(&peer) {
-            p.accepted = p.accepted.saturating_add(added).saturating_sub(removed);
-            outcome.accepted_count = p.accepted;
+            for afi in [Afi::Ipv4, Afi::Ipv6] {
+                let n = p.accepted.of_mut(afi);
+                *n = n.saturating_add(added.of(afi)).saturating_sub(removed.of(afi));
+            }
+            outcome.accepted_count = p.accepted.total();
         }
         self.maybe_sweep();
         Ok(outcome)
@@ -972,11 +1004,34 @@ impl Rib {
 
     /// Drains the pending output of one peer for one family.
     pub fn take_pending(&mut self, peer: PeerId, family: Family) -> Option<OutboundBatch> {
+        let version = self.table_version(family);
         let p = self.peers.get_mut(&peer)?;
-        match family.afi {
+        let batch = match family.afi {
             Afi::Ipv4 => p.out_v4.take(),
             Afi::Ipv6 => p.out_v6.take(),
-        }
+        };
+        let synced = match family.afi {
+            Afi::Ipv4 => &mut p.synced_version.0,
+            Afi::Ipv6 => &mut p.synced_version.1,
+        };
+        *synced = version;
+        batch
+    }
+
+    /// Prefixes the peer should have once its pending changes are sent, over all families.
+    pub fn pfx_desired(&self, peer: PeerId) -> usize {
+        self.peers
+            .get(&peer)
+            .map_or(0, |p| p.out_v4.desired_count().saturating_add(p.out_v6.desired_count()))
+    }
+
+    /// The table version a peer's Adj-RIB-Out of `family` was last brought up to (FRR's
+    /// per-peer `tableVersion`).
+    pub fn synced_version(&self, peer: PeerId, family: Family) -> u64 {
+        self.peers.get(&peer).map_or(0, |p| match family.afi {
+            Afi::Ipv4 => p.synced_version.0,
+            Afi::Ipv6 => p.synced_version.1,
+        })
     }
 
     /// Queues the peer's whole Adj-RIB-Out of `family` again (RFC 2918 §4, ROUTE-REFRESH).
@@ -1006,11 +1061,12 @@ impl Rib {
 
     /// Prefixes accepted from `peer` (FRR `pfxRcd`); what `max_prefixes` is checked against.
     pub fn accepted_count(&self, peer: PeerId) -> usize {
-        self.peers.get(&peer).map_or(0, |p| p.accepted)
+        self.peers.get(&peer).map_or(0, |p| p.accepted.total())
     }
 
-    pub fn pfx_received(&self, peer: PeerId) -> usize {
-        self.accepted_count(peer)
+    /// Prefixes accepted from `peer`, per family (FRR `pfxRcd` of each family).
+    pub fn pfx_received(&self, peer: PeerId) -> FamilyCounts {
+        self.peers.get(&peer).map_or_else(FamilyCounts::default, |p| p.accepted)
     }
 
     /// Max-prefix, before an UPDATE is applied: keeps of `prefixes` (announced by `peer` with
@@ -1063,11 +1119,19 @@ impl Rib {
         cut
     }
 
-    /// Prefixes sent to `peer` and not withdrawn, over all families (FRR `pfxSnt`).
-    pub fn pfx_sent(&self, peer: PeerId) -> usize {
-        self.peers
-            .get(&peer)
-            .map_or(0, |p| p.out_v4.sent_count().saturating_add(p.out_v6.sent_count()))
+    /// Prefixes sent to `peer` and not withdrawn, per family (FRR `pfxSnt` of each family).
+    pub fn pfx_sent(&self, peer: PeerId) -> FamilyCounts {
+        self.peers.get(&peer).map_or_else(FamilyCounts::default, |p| FamilyCounts {
+            v4: p.out_v4.sent_count(),
+            v6: p.out_v6.sent_count(),
+        })
+    }
+
+    /// The prefixes sent to the peer at `address` for one family, sorted (FRR's
+    /// `advertised-routes`); `None` when no session with it is in the RIB.
+    pub fn advertised_to(&self, address: IpAddr, family: Family) -> Option<Vec<IpNet>> {
+        let (id, _) = self.peers.iter().find(|(_, p)| p.info.address == address)?;
+        Some(self.advertised(*id, family))
     }
 
     /// Prefixes sent to `peer` for one family, sorted (FRR `advertised-routes`).
@@ -1108,6 +1172,14 @@ impl Rib {
     }
 
     /// Number of destinations (prefixes) in a family.
+    /// FRR's `tableVersion` of a family: best-path changes so far.
+    pub fn table_version(&self, family: Family) -> u64 {
+        match family.afi {
+            Afi::Ipv4 => self.v4.version,
+            Afi::Ipv6 => self.v6.version,
+        }
+    }
+
     pub fn prefix_count(&self, family: Family) -> usize {
         match family.afi {
             Afi::Ipv4 => self.v4.map.len(),

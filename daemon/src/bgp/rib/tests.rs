@@ -421,7 +421,7 @@ fn local_route_wins_and_is_advertised_with_ebgp_rewrite() {
     assert_eq!(attrs.next_hop, nh(100));
     assert_eq!(attrs.med, Some(7));
     assert_eq!(attrs.local_pref, None);
-    assert_eq!(rib.pfx_sent(a), 1);
+    assert_eq!(rib.pfx_sent(a).total(), 1);
 }
 
 #[test]
@@ -613,7 +613,7 @@ fn adj_rib_out_coalesces_before_drain() {
     let batch = rib.take_pending(e, V4).unwrap();
     assert!(batch.announce.is_empty());
     assert_eq!(batch.withdraw, vec![net("10.9.0.0/24")]);
-    assert_eq!(rib.pfx_sent(e), 0);
+    assert_eq!(rib.pfx_sent(e).total(), 0);
 }
 
 #[test]
@@ -628,7 +628,7 @@ fn peer_up_receives_the_whole_table_grouped() {
     assert_eq!(single_group(&batch).1, vec![net("10.9.0.0/24"), net("10.9.1.0/24")]);
     assert!(rib.take_pending(e, V4).is_none());
     assert!(rib.take_pending(e, Family::IPV6_UNICAST).is_some());
-    assert_eq!(rib.pfx_sent(e), 3);
+    assert_eq!(rib.pfx_sent(e).total(), 3);
     assert_eq!(rib.advertised(e, V4), vec![net("10.9.0.0/24"), net("10.9.1.0/24")]);
 }
 

@@ -28,7 +28,7 @@ use super::model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, KubernetesConfig,
     MaxPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, SkippedDocument,
 };
-use super::model::{DEFAULT_KUBERNETES_NAMESPACE, DEFAULT_WATCH_TIMEOUT};
+use super::model::{MetricNamespaces, DEFAULT_KUBERNETES_NAMESPACE, DEFAULT_WATCH_TIMEOUT};
 use super::raw::{
     BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
     RawPrefixMatch, RawReceive, RawRouter, S,
@@ -76,6 +76,7 @@ pub(crate) struct Fragment {
     pub nexthop_compat_mode: Option<(bool, Loc)>,
     /// `[metrics] listen`, where this file sets it.
     pub metrics_listen: Option<(SocketAddr, Loc)>,
+    pub metrics_namespaces: Option<(MetricNamespaces, Loc)>,
     /// `[kubernetes]`, where this file has it.
     pub kubernetes: Option<(KubernetesConfig, Loc)>,
     /// `[bgp] default_max_prefixes`, where this file sets it.
@@ -102,6 +103,7 @@ impl Fragment {
             nexthop_objects: None,
             nexthop_compat_mode: None,
             metrics_listen: None,
+            metrics_namespaces: None,
             kubernetes: None,
             default_max_prefixes: None,
             drain_time: None,
@@ -245,10 +247,17 @@ pub(crate) fn validate_file(
         fragment.nexthop_objects = fib.nexthop_objects.map(|on| (on, loc.clone()));
         fragment.nexthop_compat_mode = fib.nexthop_compat_mode.map(|on| (on, loc));
     }
-    if let Some(listen) = raw.metrics.and_then(|m| m.into_inner().listen) {
-        let loc = check.loc(&listen);
-        fragment.metrics_listen =
-            check.listen_address(&listen, "metrics.listen").map(|address| (address, loc));
+    if let Some(metrics) = raw.metrics.map(S::into_inner) {
+        if let Some(listen) = metrics.listen {
+            let loc = check.loc(&listen);
+            fragment.metrics_listen =
+                check.listen_address(&listen, "metrics.listen").map(|address| (address, loc));
+        }
+        if let Some(names) = metrics.namespaces {
+            let loc = check.loc(&names);
+            fragment.metrics_namespaces =
+                check.metric_namespaces(&names, "metrics.namespaces").map(|n| (n, loc));
+        }
     }
     if let Some(kubernetes) = raw.kubernetes {
         let loc = source.loc(kubernetes.span().start);

@@ -231,6 +231,24 @@ fn metrics_listen_is_an_address_and_a_fixed_port() {
 }
 
 #[test]
+fn metrics_namespaces_choose_the_families_exported() {
+    let all = load_str("t", "[metrics]\n").unwrap().metrics.namespaces;
+    assert_eq!(all.names(), ["uplink", "frrk8s", "metallb"]);
+    let config = load_str("t", "[metrics]\nnamespaces = [\"metallb\", \"uplink\"]\n").unwrap();
+    let chosen = config.metrics.namespaces;
+    assert_eq!(chosen.names(), ["uplink", "metallb"]);
+    assert!(chosen.exports("metallb_bgp_session_up") && !chosen.exports("frrk8s_bgp_session_up"));
+    assert_error(
+        "[metrics]\nnamespaces = [\"frr\"]\n",
+        2,
+        14,
+        "metrics.namespaces",
+        "\"frr\" is not a namespace; write \"uplink\", \"frrk8s\", \"metallb\"",
+    );
+    assert_error("[metrics]\nnamespaces = []\n", 2, 14, "metrics.namespaces", "names no namespace");
+}
+
+#[test]
 fn maximum_paths_range() {
     assert_error(
         "[[bgp.routers]]\nasn = 1\nmaximum_paths = 0\n",

@@ -154,6 +154,9 @@ fn bfd_value(peer: &BfdPeer, value: BfdValue) -> u64 {
 fn families(snapshot: &Snapshot) -> Families {
     let mut out = Families::default();
     out.add(families::BUILD_INFO, vec![("version", env!("CARGO_PKG_VERSION").into())], 1);
+    // MetalLB's pending count has no `vrf` label: the same address in two VRFs is one sample,
+    // their sum.
+    let mut pending: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     for peer in &snapshot.bgp {
         // frr-k8s labels the neighbor by its address, MetalLB's FRR mode by address:port
         // (`fmt.Sprintf("%s:%d", ip, port)`: no brackets around an IPv6 address).
@@ -166,11 +169,18 @@ fn families(snapshot: &Snapshot) -> Families {
                 out.add(metallb_family, metallb(), value);
             }
         }
+        if let Some(prefixes) = peer.prefixes {
+            let count = pending.entry(format!("{}:{}", peer.address, peer.port)).or_default();
+            *count = count.saturating_add(prefixes.pending);
+        }
         let s = &peer.stats;
         out.add(families::BGP_ESTABLISHED, frrk8s(), s.established_count);
         out.add(families::BGP_DROPPED, frrk8s(), s.dropped_count);
         out.add(families::BGP_NOTIFICATIONS_RECEIVED, frrk8s(), s.notifications_rcvd);
         out.add(families::BGP_ROUTE_REFRESH_RECEIVED, frrk8s(), s.refreshes_rcvd);
+    }
+    for (peer, count) in pending {
+        out.add(families::BGP_PENDING_PREFIXES, vec![("peer", peer)], count);
     }
     for rib in &snapshot.loc_rib {
         for (family, count) in [("ipv4-unicast", rib.ipv4), ("ipv6-unicast", rib.ipv6)] {
@@ -252,6 +262,7 @@ fn families(snapshot: &Snapshot) -> Families {
         );
         out.add(families::NETWORK_POLICY_TRANSITION_TIMESTAMP, vec![policy()], p.since);
     }
+    out.0.retain(|samples| snapshot.namespaces.exports(samples.family.name));
     out
 }
 
@@ -264,6 +275,7 @@ mod tests {
     use super::*;
     use crate::bfd::session::Counters;
     use crate::bgp::stats::PeerSnapshot;
+    use crate::config::MetricNamespaces;
     use crate::fib::stats::RouteState;
 
     /// Upstream's families, copied from its sources by hand (see `families`), so that a typo in
@@ -316,6 +328,7 @@ mod tests {
     fn snapshot() -> Snapshot {
         Snapshot {
             node: "wk1".into(),
+            namespaces: MetricNamespaces::default(),
             pools: vec![PoolUsage { pool: "vips".into(), total: 254, in_use: 3 }],
             announced: vec![AnnouncedService {
                 service: "shop/web".into(),
@@ -327,7 +340,7 @@ mod tests {
                     address: "172.18.20.1".parse().unwrap(),
                     port: 179,
                     stats: peer_stats("Established"),
-                    prefixes: Some(Prefixes { accepted: 21, sent: 22 }),
+                    prefixes: Some(Prefixes { accepted: 21, sent: 22, pending: 23 }),
                 },
                 BgpPeer {
                     vrf: "red".into(),
@@ -406,6 +419,20 @@ mod tests {
     }
 
     #[test]
+    fn a_scrape_holds_the_namespaces_the_config_names() {
+        let mut only_metallb = snapshot();
+        only_metallb.namespaces = MetricNamespaces { uplink: false, frrk8s: false, metallb: true };
+        let text = encode(&only_metallb).unwrap();
+        let names: Vec<String> = types(&text).into_iter().map(|(name, _)| name).collect();
+        assert!(names.iter().all(|n| n.starts_with("metallb_")), "{names:?}");
+        assert!(names.iter().any(|n| n == "metallb_bgp_session_up"), "{names:?}");
+        let all = encode(&snapshot()).unwrap();
+        for prefix in ["uplink_", "frrk8s_", "metallb_"] {
+            assert!(all.contains(&format!("# TYPE {prefix}")), "no {prefix} family:\n{all}");
+        }
+    }
+
+    #[test]
     fn upstream_families_keep_their_names_help_and_labels() {
         let text = encode(&snapshot()).unwrap();
         let types = types(&text);
@@ -432,6 +459,7 @@ mod tests {
             "metallb_allocator_addresses_total",
             "metallb_allocator_addresses_in_use_total",
             "metallb_speaker_announced",
+            "metallb_bgp_pending_prefixes_total",
         ];
         for name in metallb_own {
             assert!(types.contains(&(name.to_string(), "gauge".to_string())), "{name}:\n{text}");
@@ -451,6 +479,12 @@ mod tests {
         assert!(text.contains(
             "# HELP metallb_bfd_control_packet_input Number of received BFD control packets\n"
         ));
+        // MetalLB's native mode labels the pending count by address:port alone.
+        assert_eq!(
+            sample(&text, r#"metallb_bgp_pending_prefixes_total{peer="172.18.20.1:179"}"#),
+            Some("23"),
+            "{text}"
+        );
         // Labels: frr-k8s names the peer by address, MetalLB's BGP families by address:port.
         let v4 = r#"{peer="172.18.20.1",vrf="default"}"#;
         assert_eq!(sample(&text, &format!("frrk8s_bgp_session_up{v4}")), Some("1"));

@@ -403,6 +403,16 @@ pub const RELOAD_SUCCESS_TIMESTAMP: Family = Family {
 // (`internal/allocator/stats.go`, `speaker/main.go`), so its alert rules
 // (MetalLBAddressPoolExhausted, MetalLBAddressPoolUsage*) work unchanged.
 
+/// MetalLB's native BGP mode (`internal/bgp/native/stats.go`): the prefixes that should be
+/// advertised on the session, set when the wanted set changes, before they are sent; `peer`
+/// is `address:port` and there is no `vrf` label.
+pub const BGP_PENDING_PREFIXES: Family = Family {
+    name: "metallb_bgp_pending_prefixes_total",
+    help: "Number of prefixes that should be advertised on the BGP session",
+    kind: Kind::Gauge,
+    labels: &["peer"],
+};
+
 pub const ALLOCATOR_ADDRESSES_TOTAL: Family = Family {
     name: "metallb_allocator_addresses_total",
     help: "Number of usable IP addresses, per pool",

@@ -63,6 +63,8 @@ pub struct BgpPeer {
 pub struct Prefixes {
     pub accepted: u64,
     pub sent: u64,
+    /// What should be advertised once the pending changes are sent.
+    pub pending: u64,
 }
 
 impl BgpPeer {
@@ -150,6 +152,8 @@ pub struct Snapshot {
     pub network_policies: Vec<PolicyEnactment>,
     /// `None` without `[kubernetes]`.
     pub kubernetes: Option<KubernetesNumbers>,
+    /// The families exported (`[metrics] namespaces`).
+    pub namespaces: crate::config::MetricNamespaces,
 }
 
 /// The Kubernetes source, as MetalLB's speaker exports its client's state.
@@ -190,6 +194,7 @@ pub async fn gather(sources: &Sources) -> Snapshot {
         reloads: reload_numbers(&sources.reloads),
         network_policies: policy_enactments(&sources.running.borrow()),
         kubernetes: sources.kubernetes.as_ref().map(kubernetes_numbers),
+        namespaces: sources.running.borrow().metrics.namespaces,
     };
     for instance in instances.iter() {
         gather_instance(instance, &mut snapshot).await;
@@ -223,7 +228,11 @@ async fn gather_instance(instance: &Instance, out: &mut Snapshot) {
         let prefixes = summary.as_ref().map(|s| {
             s.peers
                 .get(&address)
-                .map(|c| Prefixes { accepted: c.accepted, sent: c.sent })
+                .map(|c| Prefixes {
+                    accepted: c.accepted.total() as u64,
+                    sent: c.sent.total() as u64,
+                    pending: c.desired,
+                })
                 .unwrap_or_default()
         });
         out.bgp.push(BgpPeer {
