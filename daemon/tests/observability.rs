@@ -158,6 +158,8 @@ fn prometheus_scrapes_frrk8s_metallb_and_uplink_families() {
     let metallb = [("10.0.1.1:179", "1"), ("10.0.2.1:179", "1")];
     wait_query(&lab, &node, "metallb_bgp_session_up == 1", "peer", &metallb);
     wait_query(&lab, &node, "metallb_bgp_announced_prefixes_total", "peer", &metallb);
+    // MetalLB's native-mode count of what should be advertised: the one prefix, sent.
+    wait_query(&lab, &node, "metallb_bgp_pending_prefixes_total", "peer", &metallb);
     wait_query(&lab, &node, "metallb_bfd_session_up == 1", "peer", &both);
     for counter in ["frrk8s_bgp_updates_total", "frrk8s_bfd_control_packet_input"] {
         let expr = format!("{counter} > 0");
