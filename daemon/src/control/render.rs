@@ -167,7 +167,7 @@ fn summary(v: &Value, _vrf: &str) -> String {
             s(&f["routerId"]),
             s(&f["as"])
         );
-        let _ = writeln!(out, "BGP table version 0");
+        let _ = writeln!(out, "BGP table version {}", s(&f["tableVersion"]));
         let _ = writeln!(out, "RIB entries {}", s(&f["ribCount"]));
         let _ = writeln!(out, "Peers {}\n", s(&f["peerCount"]));
         let _ = writeln!(
@@ -189,9 +189,9 @@ fn summary(v: &Value, _vrf: &str) -> String {
                 s(&p["remoteAs"]),
                 s(&p["msgRcvd"]),
                 s(&p["msgSent"]),
-                0,
-                0,
-                0,
+                s(&p["tableVersion"]),
+                s(&p["inq"]),
+                s(&p["outq"]),
                 s(&p["peerUptime"]),
                 state,
                 s(&p["pfxSnt"]),
