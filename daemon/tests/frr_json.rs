@@ -345,7 +345,7 @@ fn uplink_answers_vtysh_as_frr_does() {
     let tor_ns = lab.ns("tor");
     let node = lab.ns("node");
     lab.link(&tor_ns, &["10.0.1.1/24", "fd00:1::1/64"], &node, &["10.0.1.2/24", "fd00:1::2/64"]);
-    let _tor = Frr::start_daemons(&mut lab, &tor_ns, TOR, &["zebra", "staticd", "bfdd", "bgpd"]);
+    let tor = Frr::start_daemons(&mut lab, &tor_ns, TOR, &["zebra", "staticd", "bfdd", "bgpd"]);
 
     // The node as FRR.
     let frr = Frr::start_daemons(&mut lab, &node, NODE_FRR, &["zebra", "staticd", "bfdd", "bgpd"]);
@@ -356,7 +356,21 @@ fn uplink_answers_vtysh_as_frr_does() {
     std::thread::sleep(Duration::from_secs(2));
     let from_frr = answers(|c| frr.vtysh(c));
     lab.stop(&frr.label);
-    std::thread::sleep(Duration::from_secs(1));
+    // The ToR has seen the FRR node go, BGP and BFD, before uplink comes: a BFD Down of the
+    // old session must not end uplink's new one (its counts would differ from FRR's).
+    wait_for("the ToR to see the FRR node gone", UP, || {
+        let summary = tor.json("show bgp summary json");
+        let bfd = tor.json("show bfd peers json");
+        let bgp_down = ["ipv4Unicast", "ipv6Unicast"].iter().all(|f| {
+            summary[f]["peers"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .all(|(_, p)| p["state"] != "Established")
+        });
+        let bfd_down = bfd.as_array().into_iter().flatten().all(|p| p["status"] != "up");
+        (bgp_down && bfd_down).then_some(()).ok_or(format!("{summary}\n{bfd}"))
+    });
 
     // The node as uplink, its sessions from conf.d manifests.
     std::fs::create_dir_all(lab.path("uplink/conf.d")).unwrap();

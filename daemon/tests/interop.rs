@@ -435,6 +435,11 @@ to_receive = { allowed = { mode = "all" } }"#;
     let v = uplink.json(&["show", "bgp", "neighbors", "10.0.1.1"]).unwrap();
     assert_ne!(v["10.0.1.1"]["bgpState"], "Established", "{v:#}");
     assert!(!uplink_has(&uplink, "198.51.100.0/24"), "routes of a closed session must be gone");
+    // Held down until a reload, in FRR's words (`show bgp summary json`).
+    let summary = uplink.json(&["show", "bgp", "summary"]).unwrap();
+    let peer = &summary["ipv4Unicast"]["peers"]["10.0.1.1"];
+    assert_eq!(peer["peerState"], "PfxCt", "{summary:#}");
+    assert_eq!(peer["state"], "Idle (PfxCt)", "{summary:#}");
 }
 
 macro_rules! per_implementation {

@@ -4,6 +4,9 @@
 //! arguments of a parsed request run through the parsers that answer it (`show bgp neighbors
 //! ADDR`, `show bgp routes PREFIX|ADDRESS`).
 //!
+//! The same bytes, as text, are a command line for `uplink vtysh -c`: read into a request or
+//! refused with a message, and an answer of any shape cut to FRR's.
+//!
 //! Besides "never panics": a parsed request, encoded the way the CLI encodes it, parses back
 //! to the same request; a prefix lookup has its host bits cleared; every answer (the request
 //! or its error) encodes as one JSON line.
@@ -25,6 +28,11 @@ fuzz_target!(|data: &[u8]| {
         rest = next;
         if line.len() > cap {
             return; // Refused, and the connection is closed.
+        }
+        if let Ok(command) = uplink::control::vtysh::parse(&String::from_utf8_lossy(line)) {
+            check(&command.request);
+            let answer = serde_json::json!({ "ipv4Unicast": {}, "red": { "10.0.0.0/8": [] } });
+            let _ = uplink::control::vtysh::present(command.view, answer);
         }
         let answer = match parse_request(line) {
             Ok(request) => {
@@ -56,6 +64,12 @@ fn check(request: &Request) {
                 if let Ok(parsed) = parse_neighbor_address(address) {
                     assert_eq!(parse_neighbor_address(&parsed.to_string()), Ok(parsed));
                 }
+            }
+            Some(vrf)
+        }
+        Request::BgpNeighborRoutes { vrf, address, .. } => {
+            if let Ok(parsed) = parse_neighbor_address(address) {
+                assert_eq!(parse_neighbor_address(&parsed.to_string()), Ok(parsed));
             }
             Some(vrf)
         }
