@@ -141,8 +141,6 @@ impl<'s, 'e> Checker<'s, 'e> {
         }
     }
 
-    /// A TCP address to listen on: an IP address and a port other than 0 (a scraper must know
-    /// where to connect, so the kernel may not pick the port).
     /// `[metrics] namespaces`: a non-empty list of `uplink`, `frrk8s`, `metallb`.
     pub fn metric_namespaces(
         &mut self,
@@ -177,6 +175,8 @@ impl<'s, 'e> Checker<'s, 'e> {
         Some(chosen)
     }
 
+    /// A TCP address to listen on: an IP address and a port other than 0 (a scraper must know
+    /// where to connect, so the kernel may not pick the port).
     pub fn listen_address(&mut self, value: &S<String>, field: &str) -> Option<SocketAddr> {
         let text = value.get_ref().trim();
         let Ok(address) = SocketAddr::from_str(text) else {
