@@ -686,10 +686,7 @@ impl RibTask {
         let mut out = RibSummary {
             destinations_v4: self.rib.prefix_count(Family::IPV4_UNICAST) as u64,
             destinations_v6: self.rib.prefix_count(Family::IPV6_UNICAST) as u64,
-            table_version: (
-                self.rib.table_version(Family::IPV4_UNICAST),
-                self.rib.table_version(Family::IPV6_UNICAST),
-            ),
+            table_version: self.rib.table_version(),
             peers: HashMap::new(),
         };
         for (id, info) in self.rib.peers() {
@@ -707,10 +704,7 @@ impl RibTask {
                         .is_some_and(|g| {
                             self.rib.accepted_count(id) as u64 > u64::from(g.limit().limit)
                         }),
-                    synced_version: (
-                        self.rib.synced_version(id, Family::IPV4_UNICAST),
-                        self.rib.synced_version(id, Family::IPV6_UNICAST),
-                    ),
+                    synced_version: self.rib.synced_version(id),
                 },
             );
         }

@@ -1,7 +1,7 @@
 //! Read-only copies of RIB state that the RIB task hands to the control socket. They hold
 //! `Arc`s to interned attributes, so a copy is cheap and never blocks the RIB for long.
 
-use super::rib::FamilyCounts;
+use super::rib::{FamilyCounts, PerFamily};
 use super::wire::attributes::PathAttributes;
 use ipnet::IpNet;
 use std::collections::HashMap;
@@ -52,16 +52,16 @@ pub struct PeerCounts {
     pub last_update_applied: Option<std::time::SystemTime>,
     /// More prefixes accepted than `max_prefixes` (with `max_prefixes_warning_only`).
     pub over_limit: bool,
-    /// The table versions (IPv4, IPv6) its Adj-RIB-Out was last brought up to.
-    pub synced_version: (u64, u64),
+    /// The table versions its Adj-RIB-Out was last brought up to.
+    pub synced_version: PerFamily<u64>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct RibSummary {
     pub destinations_v4: u64,
     pub destinations_v6: u64,
-    /// FRR's `tableVersion` (IPv4, IPv6): best-path changes so far.
-    pub table_version: (u64, u64),
+    /// FRR's `tableVersion`: best-path changes so far.
+    pub table_version: PerFamily<u64>,
     pub peers: HashMap<IpAddr, PeerCounts>,
 }
 

@@ -97,10 +97,7 @@ async fn neighbor_routes(
         }
     }
     let rib = i.rib.summary().await?;
-    let version = match family.afi {
-        Afi::Ipv4 => rib.table_version.0,
-        Afi::Ipv6 => rib.table_version.1,
-    };
+    let version = rib.table_version.of(family.afi);
     let total = routes.len();
     Ok(json!({
         "bgpTableVersion": version,
@@ -261,10 +258,11 @@ async fn summary(i: &Instance) -> Result<Value, String> {
             continue;
         }
         let count = peers.len();
-        let (entries, version) = match family {
-            AddressFamily::Ipv4Unicast => (rib.destinations_v4, rib.table_version.0),
-            AddressFamily::Ipv6Unicast => (rib.destinations_v6, rib.table_version.1),
+        let entries = match family {
+            AddressFamily::Ipv4Unicast => rib.destinations_v4,
+            AddressFamily::Ipv6Unicast => rib.destinations_v6,
         };
+        let version = rib.table_version.of(family_afi(family));
         out.insert(
             family_key(family).into(),
             json!({
@@ -337,7 +335,7 @@ fn peer_summary(
         "version": 4,
         "msgRcvd": snap.msgs_rcvd,
         "msgSent": snap.msgs_sent,
-        "tableVersion": match afi { Afi::Ipv4 => counts.synced_version.0, Afi::Ipv6 => counts.synced_version.1 },
+        "tableVersion": counts.synced_version.of(afi),
         "outq": snap.outq,
         "inq": 0,
         "peerUptime": uptime_str,

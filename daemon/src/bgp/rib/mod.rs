@@ -134,8 +134,8 @@ struct Peer {
     fib_hops: Vec<fib::NextHop>,
     out_v4: AdjRibOut<Ipv4Net>,
     out_v6: AdjRibOut<Ipv6Net>,
-    /// The table versions (IPv4, IPv6) the Adj-RIB-Out was last drained at.
-    synced_version: (u64, u64),
+    /// The table versions the Adj-RIB-Out was last drained at.
+    synced_version: PerFamily<u64>,
     /// The session is down but its routes are kept as stale (RFC 4724 §4.2): nothing is
     /// exported to it until it comes back.
     restarting: bool,
@@ -149,7 +149,7 @@ impl Peer {
             fib_hops: Vec::new(),
             out_v4: AdjRibOut::default(),
             out_v6: AdjRibOut::default(),
-            synced_version: (0, 0),
+            synced_version: PerFamily::default(),
             restarting: false,
         }
     }
@@ -174,33 +174,38 @@ pub struct Rib {
 
 const MIN_SWEEP_THRESHOLD: usize = 1024;
 
-/// A count of one peer's prefixes per address family: FRR gives `pfxRcd` and `pfxSnt` per
-/// family; `max_prefixes` is checked against the sum.
+/// One value per address family: a peer's accepted or sent prefixes (FRR gives `pfxRcd` and
+/// `pfxSnt` per family; `max_prefixes` is checked against the sum), or a table version.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FamilyCounts {
-    pub v4: usize,
-    pub v6: usize,
+pub struct PerFamily<T> {
+    pub v4: T,
+    pub v6: T,
 }
 
-impl FamilyCounts {
-    pub fn total(&self) -> usize {
-        self.v4.saturating_add(self.v6)
-    }
-
-    pub fn of(&self, afi: Afi) -> usize {
+impl<T: Copy> PerFamily<T> {
+    pub fn of(&self, afi: Afi) -> T {
         match afi {
             Afi::Ipv4 => self.v4,
             Afi::Ipv6 => self.v6,
         }
     }
 
-    fn of_mut(&mut self, afi: Afi) -> &mut usize {
+    fn of_mut(&mut self, afi: Afi) -> &mut T {
         match afi {
             Afi::Ipv4 => &mut self.v4,
             Afi::Ipv6 => &mut self.v6,
         }
     }
 }
+
+impl PerFamily<usize> {
+    pub fn total(&self) -> usize {
+        self.v4.saturating_add(self.v6)
+    }
+}
+
+/// Prefix counts per family.
+pub type FamilyCounts = PerFamily<usize>;
 
 /// A change to the paths of one prefix.
 enum PathChange {
@@ -1004,17 +1009,13 @@ impl Rib {
 
     /// Drains the pending output of one peer for one family.
     pub fn take_pending(&mut self, peer: PeerId, family: Family) -> Option<OutboundBatch> {
-        let version = self.table_version(family);
+        let version = self.table_version().of(family.afi);
         let p = self.peers.get_mut(&peer)?;
         let batch = match family.afi {
             Afi::Ipv4 => p.out_v4.take(),
             Afi::Ipv6 => p.out_v6.take(),
         };
-        let synced = match family.afi {
-            Afi::Ipv4 => &mut p.synced_version.0,
-            Afi::Ipv6 => &mut p.synced_version.1,
-        };
-        *synced = version;
+        *p.synced_version.of_mut(family.afi) = version;
         batch
     }
 
@@ -1025,13 +1026,10 @@ impl Rib {
             .map_or(0, |p| p.out_v4.desired_count().saturating_add(p.out_v6.desired_count()))
     }
 
-    /// The table version a peer's Adj-RIB-Out of `family` was last brought up to (FRR's
-    /// per-peer `tableVersion`).
-    pub fn synced_version(&self, peer: PeerId, family: Family) -> u64 {
-        self.peers.get(&peer).map_or(0, |p| match family.afi {
-            Afi::Ipv4 => p.synced_version.0,
-            Afi::Ipv6 => p.synced_version.1,
-        })
+    /// The table versions a peer's Adj-RIB-Out was last brought up to (FRR's per-peer
+    /// `tableVersion`).
+    pub fn synced_version(&self, peer: PeerId) -> PerFamily<u64> {
+        self.peers.get(&peer).map_or_else(PerFamily::default, |p| p.synced_version)
     }
 
     /// Queues the peer's whole Adj-RIB-Out of `family` again (RFC 2918 §4, ROUTE-REFRESH).
@@ -1172,12 +1170,9 @@ impl Rib {
     }
 
     /// Number of destinations (prefixes) in a family.
-    /// FRR's `tableVersion` of a family: best-path changes so far.
-    pub fn table_version(&self, family: Family) -> u64 {
-        match family.afi {
-            Afi::Ipv4 => self.v4.version,
-            Afi::Ipv6 => self.v6.version,
-        }
+    /// FRR's `tableVersion` of each family: best-path changes so far.
+    pub fn table_version(&self) -> PerFamily<u64> {
+        PerFamily { v4: self.v4.version, v6: self.v6.version }
     }
 
     pub fn prefix_count(&self, family: Family) -> usize {
