@@ -663,14 +663,6 @@ impl Session {
             super::stats::NegotiatedView {
                 hold_time: negotiated.hold_time.as_secs(),
                 keepalive: negotiated.keepalive_time.as_secs(),
-                remote_restart_time: negotiated
-                    .remote_graceful_restart
-                    .as_ref()
-                    .map(|gr| gr.restart_time),
-                remote_restarted: negotiated
-                    .remote_graceful_restart
-                    .as_ref()
-                    .is_some_and(|gr| gr.restart_state),
                 capabilities: negotiated.capabilities.clone(),
             },
         );

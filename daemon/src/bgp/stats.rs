@@ -58,10 +58,7 @@ pub struct NegotiatedView {
     /// Seconds.
     pub hold_time: u64,
     pub keepalive: u64,
-    /// From the peer's Graceful Restart capability: its Restart Time and R bit.
-    pub remote_restart_time: Option<u16>,
-    pub remote_restarted: bool,
-    /// Both OPENs' capabilities (FRR's `neighborCapabilities`).
+    /// Both OPENs' capabilities (FRR's `neighborCapabilities`; the peer's graceful restart).
     pub capabilities: super::fsm::CapabilityExchange,
 }
 

@@ -214,10 +214,15 @@ async fn per_vrf<'a>(
     }
 }
 
+/// FRR's key of a unicast family (`ipv4Unicast`).
 fn family_key(f: AddressFamily) -> &'static str {
-    match f {
-        AddressFamily::Ipv4Unicast => "ipv4Unicast",
-        AddressFamily::Ipv6Unicast => "ipv6Unicast",
+    afi_key(family_afi(f))
+}
+
+fn afi_key(afi: Afi) -> &'static str {
+    match afi {
+        Afi::Ipv4 => "ipv4Unicast",
+        Afi::Ipv6 => "ipv6Unicast",
     }
 }
 
@@ -354,10 +359,21 @@ fn peer_summary(
         "idType": if n.config.address.is_ipv4() { "ipv4" } else { "ipv6" },
         "lastResetDueTo": snap.last_error,
     });
-    if let Value::Object(more) = more {
-        peer.extend(more.into_iter().filter(|(_, v)| !v.is_null()));
+    if let Value::Object(more) = without_nulls(more) {
+        peer.extend(more);
     }
     Value::Object(peer)
+}
+
+/// An object without its null members: FRR leaves out what does not apply rather than
+/// writing null.
+fn without_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+        }
+        other => other,
+    }
 }
 
 fn family_afi(f: AddressFamily) -> Afi {
@@ -472,14 +488,7 @@ async fn neighbors(i: &Instance, only: Option<IpAddr>) -> Result<Value, String> 
             "sendHoldTimeMsecs": send_hold_time_ms(n, neg.as_ref().map(|v| v.hold_time)),
             "peerBfdInfo": bfd_info,
         });
-        // FRR leaves out what does not apply rather than writing null.
-        let neighbor = match neighbor {
-            Value::Object(map) => {
-                Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
-            }
-            other => other,
-        };
-        out.insert(n.config.address.to_string(), neighbor);
+        out.insert(n.config.address.to_string(), without_nulls(neighbor));
     }
     if let (Some(a), true) = (only, out.is_empty()) {
         return Err(format!("no such neighbor {a} in VRF {}", vrf_display_name(&i.vrf)));
@@ -510,7 +519,10 @@ pub fn ready_json(instances: &[Arc<Instance>]) -> Value {
             // may never send one (FRR does not): then Established with our table sent is
             // ready.
             let peer_sends_eor = n.config.graceful_restart.helps()
-                && snap.negotiated.as_ref().is_some_and(|v| v.remote_restart_time.is_some());
+                && snap
+                    .negotiated
+                    .as_ref()
+                    .is_some_and(|v| v.capabilities.remote_graceful_restart().is_some());
             let why = if snap.state != "Established" {
                 Some(format!("session {}", snap.state))
             } else if !snap.end_of_rib_sent {
@@ -543,16 +555,11 @@ fn graceful_restart_json(
     n: &NeighborHandle,
     snap: &crate::bgp::stats::PeerSnapshot,
 ) -> Value {
-    let remote_time = snap.negotiated.as_ref().and_then(|v| v.remote_restart_time);
-    let remote_gr = snap.negotiated.as_ref().and_then(|v| {
-        v.capabilities.received.iter().find_map(|c| match c {
-            crate::bgp::wire::open::Capability::GracefulRestart(gr) => Some(gr.clone()),
-            _ => None,
-        })
-    });
+    let remote_gr = snap.negotiated.as_ref().and_then(|v| v.capabilities.remote_graceful_restart());
+    let remote_time = remote_gr.map(|gr| gr.restart_time);
     // FRR: a peer that preserves forwarding for some family restarts; one that lists none
     // only helps.
-    let remote_mode = match &remote_gr {
+    let remote_mode = match remote_gr {
         None => "NotApplicable",
         Some(gr) if gr.families.is_empty() => "Helper",
         Some(_) => "Restart",
@@ -561,15 +568,11 @@ fn graceful_restart_json(
     let mut received = Map::new();
     let mut per_family = Map::new();
     for family in &snap.families {
-        let key = match family.afi {
-            Afi::Ipv4 => "ipv4Unicast",
-            Afi::Ipv6 => "ipv6Unicast",
-        };
+        let key = afi_key(family.afi);
         let got = snap.end_of_rib_received_families.contains(family);
         sent.insert(key.into(), json!(snap.end_of_rib_sent));
         received.insert(key.into(), json!(got));
         let forwarding = remote_gr
-            .as_ref()
             .and_then(|gr| gr.families.iter().find(|(f, _)| f == family))
             .is_some_and(|(_, preserved)| *preserved);
         per_family.insert(
@@ -591,8 +594,8 @@ fn graceful_restart_json(
             GracefulRestartMode::Disabled => "Disable",
         },
         "remoteGrMode": remote_mode,
-        "rBit": snap.negotiated.as_ref().is_some_and(|v| v.remote_restarted),
-        "nBit": remote_gr.as_ref().is_some_and(|gr| gr.notification),
+        "rBit": remote_gr.is_some_and(|gr| gr.restart_state),
+        "nBit": remote_gr.is_some_and(|gr| gr.notification),
         "localRestarted": i.restarted(),
         "endOfRibSend": sent,
         "endOfRibRecv": received,

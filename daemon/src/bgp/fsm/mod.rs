@@ -253,6 +253,14 @@ pub struct CapabilityExchange {
     pub received: Vec<Capability>,
 }
 
+impl CapabilityExchange {
+    /// The peer's Graceful Restart capability (RFC 4724 §3): its Restart Time, R and N bits,
+    /// and the families it preserves.
+    pub fn remote_graceful_restart(&self) -> Option<&GracefulRestart> {
+        super::wire::open::graceful_restart_of(&self.received)
+    }
+}
+
 /// Why a session went down.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DownCause {

@@ -67,6 +67,14 @@ pub enum Capability {
     },
 }
 
+/// The Graceful Restart capability among `capabilities`, if there is one.
+pub fn graceful_restart_of(capabilities: &[Capability]) -> Option<&GracefulRestart> {
+    capabilities.iter().find_map(|c| match c {
+        Capability::GracefulRestart(gr) => Some(gr),
+        _ => None,
+    })
+}
+
 /// An OPEN message body (RFC 4271 §4.2). Only optional parameters of type Capabilities are
 /// understood, so those are all that is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,10 +161,7 @@ impl Open {
 
     /// The sender's Graceful Restart capability (RFC 4724 §3).
     pub fn graceful_restart(&self) -> Option<&GracefulRestart> {
-        self.capabilities.iter().find_map(|c| match c {
-            Capability::GracefulRestart(gr) => Some(gr),
-            _ => None,
-        })
+        graceful_restart_of(&self.capabilities)
     }
 
     /// Decodes an OPEN body (the octets after the 19-octet header).
