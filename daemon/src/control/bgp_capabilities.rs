@@ -234,11 +234,15 @@ fn add_path(ours: &Side, theirs: &Side) -> Value {
         };
         let (ours, theirs) = (flags(ours), flags(theirs));
         let mut entry = Map::new();
+        // FRR's words: `txAdvertisedAndReceived`, `rxReceived`, ...
         for (bit, prefix) in [(2u8, "tx"), (1u8, "rx")] {
-            if let Some(word) = exchange(ours & bit != 0, theirs & bit != 0) {
-                let word = format!("{prefix}{}{}", &word[..1].to_uppercase(), &word[1..]);
-                entry.insert(word, json!(true));
-            }
+            let word = match exchange(ours & bit != 0, theirs & bit != 0) {
+                Some("advertisedAndReceived") => "AdvertisedAndReceived",
+                Some("advertised") => "Advertised",
+                Some(_) => "Received",
+                None => continue,
+            };
+            entry.insert(format!("{prefix}{word}"), json!(true));
         }
         out.insert(key.into(), Value::Object(entry));
     }

@@ -311,21 +311,7 @@ fn neighbor_routes(v: &Value, _vrf: &str) -> String {
     if let Some(warning) = v["warning"].as_str() {
         return format!("% {warning}\n");
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "BGP table version is {}, local router ID is {}, vrf id 0",
-        s(&v["bgpTableVersion"]),
-        s(&v["bgpLocalRouterId"])
-    );
-    let _ = writeln!(
-        out,
-        "Default local pref {}, local AS {}",
-        s(&v["defaultLocPrf"]),
-        s(&v["localAS"])
-    );
-    out.push_str(LEGEND);
-    let _ = writeln!(out, "\n   Network          Next Hop            Metric LocPrf Weight Path");
+    let mut out = table_header(&s(&v["bgpTableVersion"]), &v["bgpLocalRouterId"], v);
     let routes = v.get("advertisedRoutes").or_else(|| v.get("receivedRoutes"));
     for (prefix, r) in routes.and_then(Value::as_object).into_iter().flatten() {
         let best = r.pointer("/appliedStatusSymbols/>").and_then(Value::as_bool);
@@ -346,6 +332,26 @@ fn neighbor_routes(v: &Value, _vrf: &str) -> String {
     out
 }
 
+/// What FRR prints above a list of routes: the table's version, router id, default LOCAL_PREF
+/// and AS (`defaultLocPrf`, `localAS` of `v`), the codes and the column titles.
+fn table_header(version: &str, router_id: &Value, v: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "BGP table version is {version}, local router ID is {}, vrf id 0",
+        s(router_id)
+    );
+    let _ = writeln!(
+        out,
+        "Default local pref {}, local AS {}",
+        s(&v["defaultLocPrf"]),
+        s(&v["localAS"])
+    );
+    out.push_str(LEGEND);
+    let _ = writeln!(out, "\n   Network          Next Hop            Metric LocPrf Weight Path");
+    out
+}
+
 const LEGEND: &str =
     "Status codes:  s suppressed, d damped, h history, * valid, > best, = multipath,
                i internal, r RIB-failure, S Stale, R Removed
@@ -362,17 +368,7 @@ fn origin_code(o: &str) -> &'static str {
 }
 
 fn table(v: &Value, _vrf: &str) -> String {
-    let mut out = String::new();
-    let _ =
-        writeln!(out, "BGP table version is 0, local router ID is {}, vrf id 0", s(&v["routerId"]));
-    let _ = writeln!(
-        out,
-        "Default local pref {}, local AS {}",
-        s(&v["defaultLocPrf"]),
-        s(&v["localAS"])
-    );
-    out.push_str(LEGEND);
-    let _ = writeln!(out, "\n   Network          Next Hop            Metric LocPrf Weight Path");
+    let mut out = table_header("0", &v["routerId"], v);
     let mut routes = 0;
     let mut paths = 0;
     for (prefix, list) in v["routes"].as_object().into_iter().flatten() {
