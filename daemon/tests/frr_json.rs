@@ -207,8 +207,6 @@ const SAME_VALUE: &[&str] = &[
     "pfxRcd",
     "pfxSnt",
     "idType",
-    "connectionsEstablished",
-    "connectionsDropped",
     "nbrExternalLink",
     "bgpVersion",
     "remoteRouterId",
@@ -344,7 +342,23 @@ fn uplink_answers_vtysh_as_frr_does() {
     let mut lab = Lab::new("frr-json");
     let tor_ns = lab.ns("tor");
     let node = lab.ns("node");
-    lab.link(&tor_ns, &["10.0.1.1/24", "fd00:1::1/64"], &node, &["10.0.1.2/24", "fd00:1::2/64"]);
+    let (tor_if, node_if) = lab.link(
+        &tor_ns,
+        &["10.0.1.1/24", "fd00:1::1/64"],
+        &node,
+        &["10.0.1.2/24", "fd00:1::2/64"],
+    );
+    // Both ends have their IPv6 link-local address before a speaker starts: FRR resets an IPv6
+    // session that came up before it had one (its next hop changes), which would count a drop
+    // on one run and not on the next.
+    for (ns, ifname) in [(&tor_ns, &tor_if), (&node, &node_if)] {
+        wait_for(&format!("{ifname}'s link-local address"), UP, || {
+            let (_, out) =
+                ns.try_run(&["ip", "-6", "addr", "show", "dev", ifname, "scope", "link"]);
+            let ready = out.contains("fe80::") && !out.contains("tentative");
+            ready.then_some(()).ok_or(out)
+        });
+    }
     let tor = Frr::start_daemons(&mut lab, &tor_ns, TOR, &["zebra", "staticd", "bfdd", "bgpd"]);
 
     // The node as FRR.
@@ -399,6 +413,25 @@ fn uplink_answers_vtysh_as_frr_does() {
         problems.join("\n")
     );
 
+    // The connection counts are history: FRR's start can end a first session (a collision both
+    // sides connected into, a BFD Down right after Established), so they are compared as the
+    // sessions up now, and uplink's, started once, must be exactly one established, none dropped.
+    for (index, peers) in [(0, "/ipv4Unicast/peers"), (0, "/ipv6Unicast/peers"), (2, "")] {
+        let (frr, ours) = (&from_frr[index], &from_uplink[index]);
+        for (address, peer) in ours.pointer(peers).and_then(Value::as_object).into_iter().flatten()
+        {
+            let count = |v: &Value, key: &str| v[key].as_u64().unwrap_or(u64::MAX);
+            assert_eq!(
+                (count(peer, "connectionsEstablished"), count(peer, "connectionsDropped")),
+                (1, 0),
+                "{address}: {peer:#}"
+            );
+            let theirs = &frr.pointer(peers).unwrap()[address];
+            let up_now =
+                count(theirs, "connectionsEstablished") - count(theirs, "connectionsDropped");
+            assert_eq!(up_now, 1, "FRR's {address}: {theirs:#}");
+        }
+    }
     let caps = &from_uplink[2]["10.0.1.1"]["neighborCapabilities"];
     assert_eq!(caps["addPath"]["ipv4Unicast"]["rxReceived"], true, "{caps:#}");
 
