@@ -474,23 +474,28 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<String, All
 /// Allocates addresses to every service. Pure and deterministic: see the module doc.
 pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocation {
     let mut out = Allocation::default();
-    let mut order: Vec<&Service> = services.iter().map(Borrow::borrow).collect();
-    // Each key made once, not at every comparison (thousands of Services).
-    order.sort_by_cached_key(|s| s.key());
+    // Each key made once (thousands of Services): the sort, the slots and the results use it.
+    let mut order: Vec<(String, &Service)> = services
+        .iter()
+        .map(|s| {
+            let service: &Service = s.borrow();
+            (service.key(), service)
+        })
+        .collect();
+    order.sort_by(|a, b| a.0.cmp(&b.0));
     let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();
-    let mut taken: HashMap<IpAddr, String> = HashMap::new();
+    let mut taken: Taken<'_> = Taken::default();
 
     // 1. Manual addresses.
-    for service in order.iter().filter(|s| !s.load_balancer_ips.is_empty()) {
-        let key = service.key();
+    for (key, service) in order.iter().filter(|(_, s)| !s.load_balancer_ips.is_empty()) {
         let result = manual_pool(&slots, service).and_then(|pool| {
             if let Some((address, by)) =
                 service.load_balancer_ips.iter().find_map(|a| taken.get(a).map(|by| (*a, by)))
             {
-                return Err(AllocError::AddressInUse { address, by: by.clone() });
+                return Err(AllocError::AddressInUse { address, by: by.to_string() });
             }
             for address in &service.load_balancer_ips {
-                taken.insert(*address, key.clone());
+                taken.insert(*address, key);
             }
             let addresses = service
                 .load_balancer_ips
@@ -499,28 +504,28 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
                 .collect();
             Ok(Assigned { pool, addresses })
         });
-        out.services.insert(key, result);
+        out.services.insert(key.clone(), result);
     }
 
     // 2.-5. Automatic addresses, round by round.
-    let mut pending: Vec<(&Service, Vec<usize>)> = Vec::new();
-    for service in order.iter().filter(|s| s.load_balancer_ips.is_empty()) {
+    let mut pending: Vec<(&str, &Service, Vec<usize>)> = Vec::new();
+    for (key, service) in order.iter().filter(|(_, s)| s.load_balancer_ips.is_empty()) {
         match candidates(&slots, service) {
-            Ok(list) => pending.push((service, list)),
+            Ok(list) => pending.push((key, service, list)),
             Err(error) => {
-                out.services.insert(service.key(), Err(error));
+                out.services.insert(key.clone(), Err(error));
             }
         }
     }
     let mut round = 0usize;
     while !pending.is_empty() {
-        let mut groups: BTreeMap<usize, Vec<&Service>> = BTreeMap::new();
+        let mut groups: BTreeMap<usize, Vec<(&str, &Service)>> = BTreeMap::new();
         let mut next = Vec::new();
-        for (service, list) in pending {
+        for (key, service, list) in pending {
             match list.get(round) {
                 Some(pool) => {
-                    groups.entry(*pool).or_default().push(service);
-                    next.push((service, list));
+                    groups.entry(*pool).or_default().push((key, service));
+                    next.push((key, service, list));
                 }
                 None => {
                     let pools = list
@@ -528,7 +533,7 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
                         .filter_map(|i| slots.get(*i))
                         .map(|p| p.pool.name.clone())
                         .collect();
-                    out.services.insert(service.key(), Err(AllocError::PoolExhausted { pools }));
+                    out.services.insert(key.to_string(), Err(AllocError::PoolExhausted { pools }));
                 }
             }
         }
@@ -536,31 +541,34 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
             let Some(pool) = slots.get(pool) else { continue };
             place_in_pool(pool, &services, &mut taken, &mut out);
         }
-        pending = next.into_iter().filter(|(s, _)| !out.services.contains_key(&s.key())).collect();
+        pending = next.into_iter().filter(|(key, _, _)| !out.services.contains_key(*key)).collect();
         round = round.saturating_add(1);
     }
     out.collisions.sort_by(|a, b| a.service.cmp(&b.service).then(a.home.cmp(&b.home)));
     out
 }
 
+/// The addresses handed out so far, with the key of the Service holding each.
+type Taken<'k> = HashMap<IpAddr, &'k str, foldhash::fast::RandomState>;
+
 /// Places `services` (in key order) in one pool, family by family; a service that gets none
 /// of its families here stays unplaced (the caller tries its next candidate).
-fn place_in_pool(
+fn place_in_pool<'k>(
     pool: &PoolSlots<'_>,
-    services: &[&Service],
-    taken: &mut HashMap<IpAddr, String>,
+    services: &[(&'k str, &Service)],
+    taken: &mut Taken<'k>,
     out: &mut Allocation,
 ) {
-    let wants: Vec<(String, Vec<IpFamily>, IpFamilyPolicy)> =
-        services.iter().map(|s| (s.key(), wanted(&pool.families, s), s.ip_family_policy)).collect();
+    let wants: Vec<(&str, Vec<IpFamily>, IpFamilyPolicy)> = services
+        .iter()
+        .map(|(key, s)| (*key, wanted(&pool.families, s), s.ip_family_policy))
+        .collect();
     // What each key got, IPv4 then IPv6.
-    let mut got: HashMap<String, (Option<Address>, Option<Address>)> = HashMap::new();
+    let mut got: HashMap<&str, (Option<Address>, Option<Address>), foldhash::fast::RandomState> =
+        HashMap::default();
     for family in [IpFamily::Ipv4, IpFamily::Ipv6] {
-        let keys: Vec<String> = wants
-            .iter()
-            .filter(|(_, w, _)| w.contains(&family))
-            .map(|(k, _, _)| k.clone())
-            .collect();
+        let keys: Vec<&str> =
+            wants.iter().filter(|(_, w, _)| w.contains(&family)).map(|(k, _, _)| *k).collect();
         for (key, address) in place(pool.family(family), &keys, taken, &mut out.collisions) {
             let slot = got.entry(key).or_default();
             match family {
@@ -570,7 +578,7 @@ fn place_in_pool(
         }
     }
     for (key, wanted, policy) in wants {
-        let found = got.get(&key);
+        let found = got.get(key);
         let addresses: Vec<Address> = wanted
             .iter()
             .filter_map(|family| match family {
@@ -590,41 +598,41 @@ fn place_in_pool(
             }
             continue;
         }
-        out.services.insert(key, Ok(Assigned { pool: pool.pool.name.clone(), addresses }));
+        out.services
+            .insert(key.to_string(), Ok(Assigned { pool: pool.pool.name.clone(), addresses }));
     }
 }
 
 /// Places `keys` (in key order) in one family of a pool: uncontested home slots first, then
 /// probing. Returns what each placed key got.
-fn place(
+fn place<'k>(
     slots: &Slots<'_>,
-    keys: &[String],
-    taken: &mut HashMap<IpAddr, String>,
+    keys: &[&'k str],
+    taken: &mut Taken<'k>,
     collisions: &mut Vec<Collision>,
-) -> Vec<(String, Address)> {
+) -> Vec<(&'k str, Address)> {
     let mut placed = Vec::new();
     let mut used = taken.keys().filter(|a| slots.contains(**a)).count() as u128;
-    let homes: Vec<(String, Option<u128>)> =
-        keys.iter().map(|k| (k.clone(), slots.home(k))).collect();
-    let mut home_count: HashMap<u128, usize> = HashMap::new();
+    let homes: Vec<(&str, Option<u128>)> = keys.iter().map(|k| (*k, slots.home(k))).collect();
+    let mut home_count: HashMap<u128, usize, foldhash::fast::RandomState> = HashMap::default();
     for home in homes.iter().filter_map(|(_, h)| *h) {
         let count = home_count.entry(home).or_default();
         *count = count.saturating_add(1);
     }
     let mut probing = Vec::new();
-    for (key, home) in &homes {
+    for (key, home) in homes {
         let address = home.and_then(|h| slots.address(h));
         match (home, address) {
             (Some(h), Some(address))
-                if home_count.get(h) == Some(&1)
+                if home_count.get(&h) == Some(&1)
                     && !taken.contains_key(&address)
                     && slots.usable(address) =>
             {
-                taken.insert(address, key.clone());
+                taken.insert(address, key);
                 used = used.saturating_add(1);
-                placed.push((key.clone(), Address { address, how: How::Home }));
+                placed.push((key, Address { address, how: How::Home }));
             }
-            _ => probing.push((key.clone(), *home)),
+            _ => probing.push((key, home)),
         }
     }
     for (key, home) in probing {
@@ -644,7 +652,7 @@ fn place(
             }
             let holder = match home_address {
                 Some(h) if h == address => None,
-                Some(h) => Some(taken.get(&h).cloned().unwrap_or_else(|| {
+                Some(h) => Some(taken.get(&h).map(|by| by.to_string()).unwrap_or_else(|| {
                     if slots.usable(h) {
                         "another service of the same home slot".to_string()
                     } else {
@@ -656,7 +664,7 @@ fn place(
             let how = match (&holder, home_address) {
                 (Some(holder), Some(home)) => {
                     collisions.push(Collision {
-                        service: key.clone(),
+                        service: key.to_string(),
                         pool: slots.pool.name.clone(),
                         home,
                         holder: holder.clone(),
@@ -666,9 +674,9 @@ fn place(
                 }
                 _ => How::Home,
             };
-            taken.insert(address, key.clone());
+            taken.insert(address, key);
             used = used.saturating_add(1);
-            placed.push((key.clone(), Address { address, how }));
+            placed.push((key, Address { address, how }));
             break;
         }
     }

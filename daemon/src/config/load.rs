@@ -246,12 +246,21 @@ pub fn load_sources_kept(
         namespaces: &indexes.namespaces,
         load_balancer_class: load_balancer_class.as_deref(),
     });
-    for ((path, _), slot) in sources.iter().copied().zip(slots.iter_mut()) {
+    let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len());
+    let mut api_services = Vec::new();
+    for ((path, _), slot) in sources.iter().copied().zip(slots) {
         if is_manifest(path) {
-            *slot = cache.fragments(path, &context, &mut errors);
+            cache.fragments(path, &context, &mut fragments, &mut api_services, &mut errors);
+        } else {
+            fragments.extend(slot);
         }
     }
-    let mut fragments: Vec<Fragment> = slots.into_iter().flatten().collect();
+    // The API's Service objects, as one fragment after every other (manifest/cache.rs).
+    if !api_services.is_empty() {
+        let mut services = Fragment::empty(PathBuf::from(API_SOURCE_PREFIX));
+        services.announce.services = api_services;
+        fragments.push(services);
+    }
     let network: Vec<_> = fragments.iter_mut().map(|f| std::mem::take(&mut f.network)).collect();
     let check_references = errors.is_empty();
     let mut config = merge(fragments, check_references, &mut errors);

@@ -11,6 +11,7 @@ use ipnet::IpNet;
 use super::community::Community;
 use super::duration::format_duration;
 use super::error::{ConfigError, Loc};
+use super::load::is_api_source;
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
     GracefulRestartConfig, KubernetesConfig, LocalPrefPrefixes, MaxPrefixes, MetricNamespaces,
@@ -32,7 +33,9 @@ pub(crate) fn merge(
     check_references: bool,
     errors: &mut Vec<ConfigError>,
 ) -> Config {
-    let mut files: Vec<PathBuf> = fragments.iter().map(|f| f.file.clone()).collect();
+    // The files alone: not the objects from the Kubernetes API (thousands of them).
+    let mut files: Vec<PathBuf> =
+        fragments.iter().filter(|f| !is_api_source(&f.file)).map(|f| f.file.clone()).collect();
     // A manifest file has a fragment per document.
     files.dedup();
     let mut skipped = Vec::new();

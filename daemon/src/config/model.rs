@@ -32,7 +32,7 @@ pub struct Config {
     #[serde(serialize_with = "duration::serialize")]
     pub drain_time: Duration,
     pub graceful_restart: GracefulRestartConfig,
-    /// The files this config was loaded from, in merge order.
+    /// The files this config was loaded from, in merge order (not the Kubernetes objects).
     pub files: Vec<PathBuf>,
     /// What the node announces besides router `prefixes` (`crate::announce`). Shared: the
     /// announcer keeps the config it computes from, and a reload hands it over uncopied

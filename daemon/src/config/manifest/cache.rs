@@ -18,9 +18,10 @@ use std::sync::Arc;
 
 use super::context::{digest, Context, Read};
 use super::{parse, translate, Facts, ManifestDocument};
+use crate::config::announce::{Placed, Service};
 use crate::config::error::ConfigError;
 use crate::config::validate::Fragment;
-use crate::config::Source;
+use crate::config::{is_api_source, Source};
 
 /// The manifests of the last load, by path.
 #[derive(Default)]
@@ -54,9 +55,43 @@ struct CachedDocument {
 
 struct Translation {
     reads: Vec<(Read, u64)>,
-    /// Boxed: a fragment is a kilobyte inline, and most documents (EndpointSlices) have none.
-    fragment: Option<Box<Fragment>>,
+    kept: Translated,
     errors: Vec<ConfigError>,
+}
+
+/// What a document translated to.
+enum Translated {
+    /// Nothing (an EndpointSlice, a Secret: the indexes read them).
+    Nothing,
+    /// Services and nothing else, from the API (a `Service` object): merged with the other
+    /// such documents' as one list ([`Translated::services`]) rather than as a fragment each,
+    /// which copied a kilobyte per Service at every reload. The API's objects merge after
+    /// every file, so their Services keep their place among the Services.
+    Services(Vec<Placed<Arc<Service>>>),
+    /// Anything else. Boxed: a fragment is a kilobyte inline.
+    Fragment(Box<Fragment>),
+}
+
+impl Translated {
+    fn of(fragment: Option<Fragment>, from_api: bool) -> Self {
+        match fragment {
+            None => Translated::Nothing,
+            Some(fragment) if from_api => match Box::new(fragment).into_services_only() {
+                Ok(services) => Translated::Services(services),
+                Err(fragment) => Translated::Fragment(fragment),
+            },
+            Some(fragment) => Translated::Fragment(Box::new(fragment)),
+        }
+    }
+
+    /// Adds what it holds to the load's fragments, or to its list of the API's Services.
+    fn add_to(&self, out: &mut Vec<Fragment>, services: &mut Vec<Placed<Arc<Service>>>) {
+        match self {
+            Translated::Nothing => {}
+            Translated::Services(kept) => services.extend(kept.iter().cloned()),
+            Translated::Fragment(fragment) => out.push(fragment.as_ref().clone()),
+        }
+    }
 }
 
 impl ManifestCache {
@@ -93,21 +128,24 @@ impl ManifestCache {
     }
 
     /// The fragments of `path`, translated again where the document is new or what its
-    /// translation read has changed; its errors go to `errors`.
+    /// translation read has changed, added to `out`, or the Services alone of an object from
+    /// the API to `services` (see [`Translated::Services`]); its errors go to `errors`.
     pub(crate) fn fragments(
         &mut self,
         path: &Path,
         context: &Context<'_>,
+        out: &mut Vec<Fragment>,
+        services: &mut Vec<Placed<Arc<Service>>>,
         errors: &mut Vec<ConfigError>,
-    ) -> Vec<Fragment> {
-        let Some(source) = self.sources.get_mut(path) else { return Vec::new() };
+    ) {
+        let Some(source) = self.sources.get_mut(path) else { return };
+        let from_api = is_api_source(path);
         errors.extend(source.parse_errors.iter().cloned());
         let mut parsed_again: Option<Vec<ManifestDocument>> = None;
-        let mut out = Vec::new();
         for document in &mut source.documents {
             let kept = document.translation.as_ref().filter(|t| context.same_answers(&t.reads));
             if let Some(kept) = kept {
-                out.extend(kept.fragment.as_deref().cloned());
+                kept.kept.add_to(out, services);
                 errors.extend(kept.errors.iter().cloned());
                 continue;
             }
@@ -124,15 +162,15 @@ impl ManifestCache {
                 value,
             };
             let (fragment, doc_errors) = translate(doc, context);
-            out.extend(fragment.clone());
+            let translated = Translated::of(fragment, from_api);
+            translated.add_to(out, services);
             errors.extend(doc_errors.iter().cloned());
             document.translation = context.take_reads().map(|reads| Translation {
                 reads,
-                fragment: fragment.map(Box::new),
+                kept: translated,
                 errors: doc_errors,
             });
         }
-        out
     }
 }
 
@@ -265,5 +303,34 @@ mod tests {
                 (fresh, kept) => panic!("{step}: fresh {fresh:?}, kept {kept:?}"),
             }
         }
+    }
+
+    /// The API's Service objects merge as one list after the files: in the files' order, a
+    /// Service a conf.d file defines differently is reported at the API's object, and the
+    /// config's `files` are the files alone.
+    #[test]
+    fn the_apis_services_merge_after_the_files_and_are_not_files() {
+        let pool = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: vips, namespace: metallb-system}\nspec:\n  addresses: [10.200.0.0/24]\n";
+        let in_file = service("web");
+        let from_api = service("web").replace("Local", "Cluster");
+        let sources = [
+            (PathBuf::from("uplink.toml"), MAIN.to_string()),
+            (PathBuf::from("conf.d/web.yaml"), format!("{pool}---\n{in_file}")),
+            (PathBuf::from("kubernetes:Service/shop/db"), service("db")),
+            (PathBuf::from("kubernetes:Service/shop/web"), from_api),
+        ];
+        let error = load_sources(&sources).expect_err("two definitions of shop/web").to_string();
+        assert!(error.starts_with("kubernetes:Service/shop/web:"), "{error}");
+        assert!(error.contains("also defined at conf.d/web.yaml"), "{error}");
+
+        let agreeing = [sources[0].clone(), sources[1].clone(), sources[2].clone()];
+        let config = load_sources(&agreeing).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.files, vec![PathBuf::from("uplink.toml"), "conf.d/web.yaml".into()]);
+        let keys: Vec<String> = config.announce.services.iter().map(|s| s.key()).collect();
+        assert_eq!(keys, ["shop/web", "shop/db"]);
+        assert_eq!(
+            config.announce.services[1].sources,
+            vec![PathBuf::from("kubernetes:Service/shop/db")]
+        );
     }
 }

@@ -15,11 +15,12 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::announce::{AnnounceFragment, RawAnnounce, RouterLabels};
+use super::announce::{AnnounceFragment, Placed, RawAnnounce, RouterLabels, Service};
 use super::check::Checker;
 use super::community::Community;
 use super::duration::format_duration;
@@ -112,6 +113,75 @@ impl Fragment {
             select_defer_time: None,
             announce: AnnounceFragment::default(),
             network: Default::default(),
+        }
+    }
+
+    /// Its Services, when it holds nothing else (a `Service` object's): a cluster's thousands
+    /// of them are then kept and merged as one list instead of a fragment each
+    /// (`manifest/cache.rs`). Every field is named, so a field added to fragments is counted.
+    pub fn into_services_only(self: Box<Self>) -> Result<Vec<Placed<Arc<Service>>>, Box<Self>> {
+        let Fragment {
+            file: _,
+            skipped,
+            routers,
+            bfd_profiles,
+            always_block,
+            nexthop_objects,
+            nexthop_compat_mode,
+            metrics_listen,
+            metrics_namespaces,
+            kubernetes,
+            default_max_prefixes,
+            drain_time,
+            restart_time,
+            stale_path_time,
+            select_defer_time,
+            announce,
+            network,
+        } = self.as_ref();
+        let AnnounceFragment {
+            node_name,
+            node_labels,
+            pools,
+            services: _,
+            advertisements,
+            communities,
+            networks,
+            route_advertisements,
+            peer_names,
+            router_labels,
+        } = announce;
+        let super::network_validate::NetworkFragment { settings, node_values, policies } = network;
+        let only_services = skipped.is_empty()
+            && routers.is_empty()
+            && bfd_profiles.is_empty()
+            && always_block.is_empty()
+            && nexthop_objects.is_none()
+            && nexthop_compat_mode.is_none()
+            && metrics_listen.is_none()
+            && metrics_namespaces.is_none()
+            && kubernetes.is_none()
+            && default_max_prefixes.is_none()
+            && drain_time.is_none()
+            && restart_time.is_none()
+            && stale_path_time.is_none()
+            && select_defer_time.is_none()
+            && node_name.is_none()
+            && node_labels.is_empty()
+            && pools.is_empty()
+            && advertisements.is_empty()
+            && communities.is_empty()
+            && networks.is_empty()
+            && route_advertisements.is_empty()
+            && peer_names.is_empty()
+            && router_labels.is_empty()
+            && settings.is_empty()
+            && node_values.is_empty()
+            && policies.is_empty();
+        if only_services {
+            Ok(self.announce.services)
+        } else {
+            Err(self)
         }
     }
 }
