@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde_norway::{Mapping, Value};
 
@@ -45,14 +46,16 @@ const IGNORED_SPEC_FIELDS: [&str; 14] = [
     "trafficDistribution",
 ];
 
-/// The ready endpoints of every EndpointSlice in the config, by (namespace, service name).
+/// The ready endpoints of every EndpointSlice in the config, by namespace and service name:
+/// nested, so the Services' lookups (one per Service and reload) make no key.
 #[derive(Debug, Default)]
-pub(crate) struct EndpointIndex(BTreeMap<(String, String), Vec<SliceEndpoint>>);
+pub(crate) struct EndpointIndex(BTreeMap<String, BTreeMap<String, Vec<SliceEndpoint>>>);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct SliceEndpoint {
     address: IpAddr,
-    node: Option<String>,
+    /// Shared with the slice's facts: the index is made again at each reload.
+    node: Option<Arc<str>>,
 }
 
 impl EndpointIndex {
@@ -61,10 +64,17 @@ impl EndpointIndex {
     pub fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Self {
         let mut index = Self::default();
         for slice in slices {
-            let key = (slice.namespace.clone(), slice.service.clone());
-            index.0.entry(key).or_default().extend(slice.endpoints.iter().cloned());
+            let services = match index.0.get_mut(&slice.namespace) {
+                Some(services) => services,
+                None => index.0.entry(slice.namespace.clone()).or_default(),
+            };
+            let endpoints = match services.get_mut(&slice.service) {
+                Some(endpoints) => endpoints,
+                None => services.entry(slice.service.clone()).or_default(),
+            };
+            endpoints.extend(slice.endpoints.iter().cloned());
         }
-        for endpoints in index.0.values_mut() {
+        for endpoints in index.0.values_mut().flat_map(BTreeMap::values_mut) {
             endpoints.sort();
             endpoints.dedup();
         }
@@ -72,7 +82,7 @@ impl EndpointIndex {
     }
 
     pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[SliceEndpoint] {
-        self.0.get(&(namespace.to_string(), service.to_string())).map_or(&[], Vec::as_slice)
+        self.0.get(namespace).and_then(|services| services.get(service)).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -132,7 +142,8 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
         if !can_serve(endpoint.get("conditions")) {
             continue;
         }
-        let node = endpoint.get("nodeName").and_then(Value::as_str).map(str::to_string);
+        let node: Option<Arc<str>> =
+            endpoint.get("nodeName").and_then(Value::as_str).map(Arc::from);
         for (j, address) in addresses.iter().enumerate() {
             let parsed = address.as_str().and_then(|a| a.parse::<IpAddr>().ok());
             match parsed {
@@ -233,7 +244,7 @@ impl Document<'_> {
                 let mut map = Mapping::new();
                 map.insert(Value::from("address"), Value::from(endpoint.address.to_string()));
                 if let Some(node) = &endpoint.node {
-                    map.insert(Value::from("node"), Value::from(node.as_str()));
+                    map.insert(Value::from("node"), Value::from(node.as_ref()));
                 }
                 Value::Mapping(map)
             })
