@@ -135,7 +135,8 @@ pub fn load_with_api(
 
 /// Whether `path` names an object from the Kubernetes API rather than a file.
 pub fn is_api_source(path: &Path) -> bool {
-    path.to_str().is_some_and(|p| p.starts_with(API_SOURCE_PREFIX))
+    // By bytes: asked of every Service at every change (its status, its Events).
+    path.as_os_str().as_encoded_bytes().starts_with(API_SOURCE_PREFIX.as_bytes())
 }
 
 /// [`load`], with objects read from the Kubernetes API (named by [`API_SOURCE_PREFIX`]) after
@@ -227,17 +228,14 @@ pub fn load_sources_kept(
     // Manifests are read first, all of them, because a Service takes its endpoints from the
     // EndpointSlices of any manifest, and a passwordSecret its key from any Secret.
     cache.refresh(sources.iter().copied().filter(|(path, _)| is_manifest(path)));
-    let facts: Vec<&manifest::Facts> =
-        sources.iter().flat_map(|(path, _)| cache.facts(path)).collect();
-    let indexes = manifest::Indexes::of(&facts);
+    let indexes = cache.indexes(sources.iter().map(|(path, _)| path.as_path()));
     if let Some(name) = &node_name {
         // This node's `Node` object adds its labels (the TOML ones win a disagreement, which
         // the merge then reports).
-        for (key, value) in manifest::node_labels(&facts, name) {
+        for (key, value) in indexes.node_labels(name) {
             node_labels.entry(key).or_insert(value);
         }
     }
-    drop(facts);
     let context = manifest::Context::new(manifest::Inputs {
         node_name: node_name.as_deref(),
         node_labels: &node_labels,

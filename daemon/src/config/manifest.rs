@@ -218,6 +218,8 @@ pub(crate) struct Indexes {
     pub endpoints: EndpointIndex,
     pub secrets: SecretIndex,
     pub namespaces: NamespaceIndex,
+    /// Each `Node` object's name and labels.
+    nodes: Vec<(String, Labels)>,
 }
 
 impl Indexes {
@@ -232,20 +234,24 @@ impl Indexes {
                 _ => None,
             })),
             namespaces: NamespaceIndex::of(facts.iter().copied()),
+            nodes: facts
+                .iter()
+                .filter_map(|f| match f {
+                    Facts::Node { name, labels } => Some((name.clone(), labels.clone())),
+                    _ => None,
+                })
+                .collect(),
         }
     }
-}
 
-/// The labels of the `Node` object named `node` among the documents' facts.
-pub(crate) fn node_labels(facts: &[&Facts], node: &str) -> Labels {
-    facts
-        .iter()
-        .filter_map(|f| match f {
-            Facts::Node { name, labels } if name == node => Some(labels.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect()
+    /// The labels of the `Node` object named `node`.
+    pub fn node_labels(&self, node: &str) -> Labels {
+        self.nodes
+            .iter()
+            .filter(|(name, _)| name == node)
+            .flat_map(|(_, labels)| labels.clone())
+            .collect()
+    }
 }
 
 /// The fragment of one document, if it applies here, and its errors. What it read of the

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::context::{digest, Context, Read};
-use super::{parse, translate, Facts, ManifestDocument};
+use super::{parse, translate, Facts, Indexes, ManifestDocument};
 use crate::config::announce::{Placed, Service};
 use crate::config::error::ConfigError;
 use crate::config::validate::Fragment;
@@ -33,6 +33,11 @@ pub struct ManifestCache {
     sources: HashMap<OsString, CachedSource, foldhash::fast::RandomState>,
     /// Counts the loads: an entry not seen by the last one is dropped.
     load: u64,
+    /// The indexes of the sources' facts as the last load made them, kept while no source
+    /// with facts (an EndpointSlice, a Secret, a Namespace, a Node) comes, changes or goes:
+    /// a new Service does not make them again.
+    indexes: Option<Arc<Indexes>>,
+    facts_changed: bool,
 }
 
 struct CachedSource {
@@ -102,6 +107,7 @@ impl ManifestCache {
     pub(crate) fn refresh<'a>(&mut self, manifests: impl Iterator<Item = &'a Source>) {
         self.load = self.load.wrapping_add(1);
         let load = self.load;
+        let mut facts_changed = false;
         for (path, text) in manifests {
             match self.sources.get_mut(path.as_os_str()) {
                 Some(entry) if Arc::ptr_eq(&entry.text, text) => entry.seen = load,
@@ -112,16 +118,41 @@ impl ManifestCache {
                         entry.text = text.clone();
                         entry.seen = load;
                     } else {
+                        facts_changed |= entry.has_facts();
                         *entry = CachedSource::parse(path, text, text_digest, load);
+                        facts_changed |= entry.has_facts();
                     }
                 }
                 None => {
                     let parsed = CachedSource::parse(path, text, digest(text), load);
+                    facts_changed |= parsed.has_facts();
                     self.sources.insert(path.as_os_str().to_owned(), parsed);
                 }
             }
         }
-        self.sources.retain(|_, entry| entry.seen == load);
+        self.sources.retain(|_, entry| {
+            let seen = entry.seen == load;
+            facts_changed |= !seen && entry.has_facts();
+            seen
+        });
+        self.facts_changed |= facts_changed;
+    }
+
+    /// The indexes of the facts of `paths` (the load's manifests, in its order): the last
+    /// load's when no source with facts came, changed or went since (the order of the
+    /// sources that have facts cannot change then: files by name, then the API's objects by
+    /// path).
+    pub(crate) fn indexes<'a>(&mut self, paths: impl Iterator<Item = &'a Path>) -> Arc<Indexes> {
+        if let Some(kept) = self.indexes.as_ref().filter(|_| !self.facts_changed) {
+            return kept.clone();
+        }
+        let indexes = {
+            let facts: Vec<&Facts> = paths.flat_map(|path| self.facts(path)).collect();
+            Arc::new(Indexes::of(&facts))
+        };
+        self.indexes = Some(indexes.clone());
+        self.facts_changed = false;
+        indexes
     }
 
     /// The facts of `path`'s documents.
@@ -180,6 +211,11 @@ impl ManifestCache {
 }
 
 impl CachedSource {
+    /// Whether a document of it feeds the indexes.
+    fn has_facts(&self) -> bool {
+        self.documents.iter().any(|d| !matches!(d.facts, Facts::None))
+    }
+
     fn parse(path: &Path, text: &Arc<str>, text_digest: u64, load: u64) -> Self {
         let mut parse_errors = Vec::new();
         let documents = parse(path, text, &mut parse_errors)
@@ -276,6 +312,15 @@ mod tests {
             ),
             ("a slice is deleted", with(&[("web-slice", None)])),
             ("a Service is deleted", with(&[("db", None), ("db-slice", None)])),
+            ("a slice before its Service", with(&[("api-slice", Some(slice("api", "wk1", true)))])),
+            (
+                // No facts changed: the indexes are the last load's.
+                "its Service comes",
+                with(&[
+                    ("api-slice", Some(slice("api", "wk1", true))),
+                    ("api", Some(service("api"))),
+                ]),
+            ),
             (
                 "the namespace leaves the pool's selector",
                 with(&[("namespace", Some(namespace("other")))]),
