@@ -108,15 +108,14 @@ impl Events {
 pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     let mut changes = announcer.changes();
     tokio::spawn(async move {
-        // The announcements the events sent so far were made from (none at the start: every
+        // Each Service's state when its last event was decided (empty at the start: every
         // Service's state is new).
-        let mut last: Option<Arc<Announcements>> = None;
+        let mut before: Map<String, State> = Map::default();
         loop {
             let announcements = changes.borrow_and_update().clone();
-            for (key, event) in changed(last.as_deref(), &announcements, &events.node) {
-                events.send(key, &event).await;
+            for (key, event) in changed(&mut before, &announcements, &events.node) {
+                events.send(&key, &event).await;
             }
-            last = Some(announcements);
             if changes.changed().await.is_err() {
                 return;
             }
@@ -124,29 +123,33 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     });
 }
 
-/// The API Services whose event differs between `before` and `now`, with the new one, by
-/// key. Only the Services whose state changed are put in words: at a cluster's size every
-/// change of one Service recomputes every other's.
-fn changed<'a>(
-    before: Option<&Announcements>,
-    now: &'a Announcements,
+/// The API Services whose event differs from the one their state in `before` gave, with the
+/// new one, by key; `before` becomes the states of `now`. Only the Services whose state
+/// changed are put in words and copied: at a cluster's size every change of one Service
+/// recomputes every other's.
+fn changed(
+    before: &mut Map<String, State>,
+    now: &Announcements,
     node: &str,
-) -> Vec<(&'a str, Told)> {
-    let before = before.map(states).unwrap_or_default();
-    let mut out: Vec<(&str, Told)> = states(now)
-        .into_iter()
-        .filter(|(key, state)| before.get(key) != Some(state))
-        .filter_map(|(key, state)| {
-            let event = told(key, state, node);
-            let same = before.get(key).is_some_and(|was| told(key, was, node) == event);
-            (!same).then_some((key, event))
-        })
-        .collect();
-    out.sort_unstable_by(|a, b| a.0.cmp(b.0));
+) -> Vec<(String, Told)> {
+    let now = states(now);
+    let mut out = Vec::new();
+    for (key, state) in &now {
+        let was = before.get(*key);
+        if was == Some(*state) {
+            continue;
+        }
+        let event = told(key, state, node);
+        if !was.is_some_and(|was| told(key, was, node) == event) {
+            out.push((key.to_string(), event));
+        }
+        before.insert(key.to_string(), (*state).clone());
+    }
+    before.retain(|key, _| now.contains_key(key.as_str()));
+    out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
-/// Hash maps with foldhash: two maps of every Service are made at every change.
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Each API Service's state on this node, by `namespace/name`: announced if any of its

@@ -126,10 +126,16 @@ fn differing(
         key.push_str(&service.namespace);
         key.push('/');
         key.push_str(&service.name);
-        let addresses = announcements.allocation.addresses_of(&key);
         let current = seen.get(&key).map(|seen| seen.ingress.as_slice()).unwrap_or_default();
-        if current != addresses.as_slice() {
-            out.push((key.clone(), addresses));
+        // Compared in place: a list of addresses made for each Service was most of the time.
+        let same = match announcements.allocation.services.get(&key) {
+            Some(Ok(assigned)) => {
+                assigned.addresses.iter().map(|a| a.address).eq(current.iter().copied())
+            }
+            _ => current.is_empty(),
+        };
+        if !same {
+            out.push((key.clone(), announcements.allocation.addresses_of(&key)));
         }
     }
     out
