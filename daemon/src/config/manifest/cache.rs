@@ -71,7 +71,7 @@ enum Translated {
     /// Nothing (an EndpointSlice, a Secret: the indexes read them).
     Nothing,
     /// Services and nothing else, from the API (a `Service` object): merged with the other
-    /// such documents' as one list ([`Translated::services`]) rather than as a fragment each,
+    /// such documents' as one list rather than as a fragment each,
     /// which copied a kilobyte per Service at every reload. The API's objects merge after
     /// every file, so their Services keep their place among the Services.
     Services(Vec<Placed<Arc<Service>>>),
