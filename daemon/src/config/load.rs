@@ -91,8 +91,9 @@ pub const API_SOURCE_PREFIX: &str = "kubernetes:";
 /// One source of the config: its name (a file's path, or `kubernetes:Kind/namespace/name`)
 /// and its text. The text is shared: at a cluster's size the objects' texts are megabytes, and
 /// the API source's set, the set it publishes, the manifest cache and the snapshot all hold the
-/// same copy (the cache knows an unchanged object by it, without reading the text).
-pub type Source = (PathBuf, Arc<str>);
+/// same copy (the cache knows an unchanged object by it, without reading the text). The name
+/// is shared too: the source's set is made again at each event, a copy of every name.
+pub type Source = (Arc<Path>, Arc<str>);
 
 /// Objects read from the Kubernetes API as config sources: (`kubernetes:Kind/namespace/name`,
 /// the object as YAML), sorted by name.
@@ -125,7 +126,7 @@ pub fn load_with_api(
                     all.extend(in_objects);
                     return (Err(ConfigErrors(all)), refused);
                 }
-                objects.retain(|(path, _)| !in_objects.iter().any(|e| e.file == *path));
+                objects.retain(|(path, _)| !in_objects.iter().any(|e| e.file.as_path() == &**path));
                 refused.extend(in_objects);
             }
         }
@@ -151,7 +152,7 @@ pub fn load_with(
     let mut sources = Vec::with_capacity(files.len());
     for file in files {
         match std::fs::read_to_string(&file) {
-            Ok(text) => sources.push((file, Arc::from(text))),
+            Ok(text) => sources.push((Arc::from(file), Arc::from(text))),
             Err(error) => {
                 errors.push(Loc::file(&file).error("", format!("cannot read config file: {error}")))
             }
@@ -186,8 +187,10 @@ fn is_manifest(path: &Path) -> bool {
 /// TOML files are read first, because a manifest's `nodeSelector` is matched against the node
 /// labels that TOML `[node]` sections give; the fragments still merge in file order.
 pub fn load_sources(sources: &[(PathBuf, String)]) -> Result<Config, ConfigErrors> {
-    let sources: Vec<Source> =
-        sources.iter().map(|(path, text)| (path.clone(), Arc::from(text.as_str()))).collect();
+    let sources: Vec<Source> = sources
+        .iter()
+        .map(|(path, text)| (Arc::from(path.as_path()), Arc::from(text.as_str())))
+        .collect();
     let sources: Vec<&Source> = sources.iter().collect();
     load_sources_kept(&sources, &mut ManifestCache::default())
 }
@@ -228,7 +231,7 @@ pub fn load_sources_kept(
     // Manifests are read first, all of them, because a Service takes its endpoints from the
     // EndpointSlices of any manifest, and a passwordSecret its key from any Secret.
     cache.refresh(sources.iter().copied().filter(|(path, _)| is_manifest(path)));
-    let indexes = cache.indexes(sources.iter().map(|(path, _)| path.as_path()));
+    let indexes = cache.indexes(sources.iter().map(|(path, _)| &**path));
     if let Some(name) = &node_name {
         // This node's `Node` object adds its labels (the TOML ones win a disagreement, which
         // the merge then reports).
@@ -244,6 +247,7 @@ pub fn load_sources_kept(
         namespaces: &indexes.namespaces,
         load_balancer_class: load_balancer_class.as_deref(),
     });
+    cache.check_against(&context);
     let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len());
     let mut api_services = Vec::new();
     for ((path, _), slot) in sources.iter().copied().zip(slots) {

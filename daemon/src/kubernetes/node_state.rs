@@ -2,8 +2,11 @@
 //! `status.runningConfig` (uplink's running config, as `uplink show running-config --json`
 //! has it, passwords redacted), `lastConversionResult` (`success`, or the objects the config
 //! refused and why) and `lastReloadResult` (`success`, or why the last reload was rejected), so
-//! `kubectl get frrnodestate wk1 -o yaml` answers what it answers with frr-k8s. Looked at every
-//! 5 s and written (server-side apply) when it changed.
+//! `kubectl get frrnodestate wk1 -o yaml` answers what it answers with frr-k8s. Written
+//! (server-side apply) when it changed and has been quiet for a second, or 30 s after a change
+//! while the config keeps changing: at a cluster's size the running config is a megabyte to
+//! encode here and to apply in the API server, and encoding it beside a reload (every
+//! Kubernetes event is one) delayed the reload.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +22,22 @@ use super::status::FIELD_MANAGER;
 use crate::config::Config;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
-const PERIOD: Duration = Duration::from_secs(5);
+/// How often the running config and the results are looked at: a change seen at two looks in
+/// a row has been quiet this long.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// While they keep changing (a rollout), the state is written this long after the first change
+/// not yet written.
+const WRITE_WITHIN: Duration = Duration::from_secs(30);
+/// The wait after a write failed (the API server away, the role without the right).
+const AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// What a state is made from: the running config (the same Arc while no reload applied) and
+/// the results.
+type Inputs = (Arc<Config>, Results);
+
+fn same(a: &Inputs, b: &Inputs) -> bool {
+    Arc::ptr_eq(&a.0, &b.0) && a.1 == b.1
+}
 
 pub(super) fn spawn(
     client: Client,
@@ -33,22 +51,40 @@ pub(super) fn spawn(
     let node = node.to_string();
     tokio::spawn(async move {
         let mut failures = LogThrottle::new(LOG_PERIOD);
-        // What the last status written was made from: the running config (the same Arc
-        // while no reload applied) and the results. Serializing a config of thousands of
-        // Services takes a while, so it is done only when one of them changed.
-        let mut written: Option<(Arc<Config>, Results)> = None;
+        let mut written: Option<Inputs> = None;
+        // The inputs at the last look, and since when a change is not written.
+        let mut looked: Option<Inputs> = None;
+        let mut unwritten_since: Option<Instant> = None;
         let mut created = false;
-        let mut tick = tokio::time::interval(PERIOD);
+        let mut tick = tokio::time::interval(LOOK_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let config = running.borrow().clone();
-            let results = Results::of(&health::read(&health));
-            if written.as_ref().is_some_and(|(c, r)| Arc::ptr_eq(c, &config) && *r == results) {
+            let now: Inputs = (running.borrow().clone(), Results::of(&health::read(&health)));
+            if written.as_ref().is_some_and(|w| same(w, &now)) {
+                unwritten_since = None;
+                looked = Some(now);
                 continue;
             }
-            let status = status_of(&config, &results);
+            let since = *unwritten_since.get_or_insert_with(Instant::now);
+            let quiet = looked.as_ref().is_some_and(|l| same(l, &now));
+            looked = Some(now.clone());
+            if !quiet && since.elapsed() < WRITE_WITHIN {
+                continue;
+            }
+            // Encoding a config of thousands of Services is blocking work: off the runtime's
+            // workers, which run the reloads.
+            let (config, results) = now.clone();
+            let Ok(status) =
+                tokio::task::spawn_blocking(move || status_of(&config, &results)).await
+            else {
+                continue;
+            };
             match write(&api, &node, &status, &mut created).await {
-                Ok(()) => written = Some((config, results)),
+                Ok(()) => {
+                    written = Some(now);
+                    unwritten_since = None;
+                }
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     info!("FRRNodeState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): the node state is not written");
                     return;
@@ -57,6 +93,7 @@ pub(super) fn spawn(
                     if let Some(held_back) = failures.event(Instant::now()) {
                         warn!("cannot write FRRNodeState {node}: {e}{}", held_back_note(held_back));
                     }
+                    tokio::time::sleep(AFTER_FAILURE).await;
                 }
             }
         }

@@ -92,7 +92,10 @@ const KINDS: [Kind; 15] = [
     ),
 ];
 
-/// How long a burst of events (a relist, a Deployment's endpoints) is gathered into one set.
+/// The least time between two sets: a burst of events (a relist, a Deployment's endpoints)
+/// is gathered into one set per this time. A change after a quiet spell is taken at once,
+/// not held for it: the reloader takes only the latest set, so the changes that come while it
+/// applies one are applied together anyway.
 const GATHER: Duration = Duration::from_millis(20);
 
 /// What the status writer and the events need of a Service read from the API.
@@ -111,14 +114,14 @@ pub(super) type Services = Arc<Mutex<BTreeMap<String, SeenService>>>;
 struct KindState {
     /// Listed at least once (or not served by this API server).
     ready: bool,
-    objects: BTreeMap<PathBuf, Arc<str>>,
+    objects: BTreeMap<Arc<Path>, Arc<str>>,
     /// Counts the changes to `objects`: an event that changes nothing the config reads (a
     /// status write, the apiserver's bookkeeping) leaves it, and publishes nothing.
     version: u64,
 }
 
 impl KindState {
-    fn insert(&mut self, path: PathBuf, text: Arc<str>) {
+    fn insert(&mut self, path: Arc<Path>, text: Arc<str>) {
         if self.objects.get(&path) != Some(&text) {
             self.objects.insert(path, text);
             self.version = self.version.wrapping_add(1);
@@ -133,7 +136,7 @@ impl KindState {
 
     /// The objects of a new list. Those whose text is unchanged keep their copy, so the
     /// manifest cache knows them without reading them.
-    fn replace(&mut self, mut objects: BTreeMap<PathBuf, Arc<str>>) {
+    fn replace(&mut self, mut objects: BTreeMap<Arc<Path>, Arc<str>>) {
         // Compared once: the same objects when every one is held with the same text.
         let mut same = objects.len() == self.objects.len();
         for (path, text) in objects.iter_mut() {
@@ -303,7 +306,7 @@ async fn watch_once(
     shared: &Shared,
 ) -> (Ended, bool) {
     let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
-    let mut listing: Option<BTreeMap<PathBuf, Arc<str>>> = None;
+    let mut listing: Option<BTreeMap<Arc<Path>, Arc<str>>> = None;
     let mut listed = false;
     while let Some(event) = stream.next().await {
         match event {
@@ -454,9 +457,14 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
     // The kinds' versions at the last set published: none yet.
     let mut published: Option<Vec<u64>> = None;
     let order = kinds_in_path_order();
+    // When the last set was taken.
+    let mut taken: Option<tokio::time::Instant> = None;
     loop {
         shared.changed.notified().await;
-        tokio::time::sleep(GATHER).await;
+        if let Some(taken) = taken {
+            tokio::time::sleep_until(taken + GATHER).await;
+        }
+        taken = Some(tokio::time::Instant::now());
         let objects = {
             let kinds = shared.kinds.lock().unwrap_or_else(PoisonError::into_inner);
             if !kinds.iter().all(|k| k.ready) {
@@ -547,7 +555,7 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
         }
     }
     let text = serde_norway::to_string(&Value::Object(top)).unwrap_or_default();
-    (PathBuf::from(path), Arc::from(text))
+    (Arc::from(Path::new(&path)), Arc::from(text))
 }
 
 #[cfg(test)]

@@ -59,7 +59,8 @@ pub(crate) struct Context<'a> {
 }
 
 /// The digests of the answers to the questions without arguments.
-struct Common {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Common {
     node_name: u64,
     node_labels: u64,
     namespaces: u64,
@@ -75,6 +76,12 @@ impl<'a> Context<'a> {
             load_balancer_class: digest(&inputs.load_balancer_class),
         };
         Context { inputs, common, reads: RefCell::new(Vec::new()), followed: Cell::new(true) }
+    }
+
+    /// The digests of the answers that depend on no index: with the indexes, everything an
+    /// answer is made from (see [`Context::answer`]).
+    pub fn common(&self) -> Common {
+        self.common
     }
 
     /// What the translation since the last call read.
@@ -136,6 +143,7 @@ impl<'a> Context<'a> {
 
 impl Context<'_> {
     /// The digest of the answer to `read`: the one place both the record and the check ask.
+    /// It reads the indexes and [`Common`] alone.
     fn answer(&self, read: &Read) -> u64 {
         let inputs = &self.inputs;
         match read {

@@ -401,7 +401,7 @@ endpoints:
         let dir = tempfile::tempdir().unwrap();
         let main = dir.path().join("uplink.toml");
         std::fs::write(&main, format!("{MAIN}{POOL}")).unwrap();
-        let object = |name: &str, text: &str| (PathBuf::from(name), text.into());
+        let object = |name: &str, text: &str| (std::path::Path::new(name).into(), text.into());
         let node = "apiVersion: v1\nkind: Node\nmetadata:\n  name: wk1\n  labels: {rack: r7}\nspec: {podCIDR: 10.128.1.0/24}\n";
         let other_node =
             "apiVersion: v1\nkind: Node\nmetadata:\n  name: wk2\n  labels: {rack: r9}\n";
