@@ -47,7 +47,7 @@ fuzz_target!(|text: &str| {
     let fresh = uplink::config::load_sources(&sources);
     let mut cache = uplink::config::ManifestCache::default();
     let shared: Vec<uplink::config::Source> =
-        sources.iter().map(|(path, text)| (path.clone(), text.as_str().into())).collect();
+        sources.iter().map(|(path, text)| (path.as_path().into(), text.as_str().into())).collect();
     let all: Vec<&uplink::config::Source> = shared.iter().collect();
     let before = all.get(..all.len().saturating_sub(1).max(1)).unwrap_or(&all);
     let _ = uplink::config::load_sources_kept(before, &mut cache);
