@@ -183,7 +183,13 @@ impl Allocation {
 
     /// All of the service's addresses, primary first.
     pub fn addresses_of(&self, key: &str) -> Vec<IpAddr> {
-        self.services.get(key).and_then(|r| r.as_ref().ok()).map(Assigned::ips).unwrap_or_default()
+        self.addresses(key).collect()
+    }
+
+    /// [`Allocation::addresses_of`] without making a list.
+    pub fn addresses(&self, key: &str) -> impl Iterator<Item = IpAddr> + '_ {
+        let assigned = self.services.get(key).and_then(|r| r.as_ref().ok());
+        assigned.into_iter().flat_map(|a| a.addresses.iter().map(|a| a.address))
     }
 }
 
@@ -471,10 +477,9 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<String, All
         .ok_or_else(|| AllocError::NotInOnePool { addresses: addresses.clone() })
 }
 
-/// Allocates addresses to every service. Pure and deterministic: see the module doc.
-pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocation {
-    let mut out = Allocation::default();
-    // Each key made once (thousands of Services): the sort, the slots and the results use it.
+/// The services with their keys, in key order. Each key is made once, not at every
+/// comparison: with thousands of Services a key per comparison was a third of the work.
+pub fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(String, &Service)> {
     let mut order: Vec<(String, &Service)> = services
         .iter()
         .map(|s| {
@@ -483,6 +488,14 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
         })
         .collect();
     order.sort_by(|a, b| a.0.cmp(&b.0));
+    order
+}
+
+/// Allocates addresses to every service. Pure and deterministic: see the module doc.
+pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocation {
+    let mut out = Allocation::default();
+    // The slots and the results use the keys too.
+    let order = in_key_order(services);
     let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();
     let mut taken: Taken<'_> = Taken::default();
 

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::allocate::{allocate, AllocError, Allocation};
+use super::allocate::{allocate, in_key_order, AllocError, Allocation};
 use super::readiness::{readiness, HealthStates, Readiness};
 use crate::config::announce::{
-    AdvertisementKind, AnnounceConfig, Network, NetworkSelector, RouteAdvertisement, Service,
-    TargetVrf, Topology,
+    AdvertisementKind, AnnounceConfig, Network, NetworkSelector, RouteAdvertisement, TargetVrf,
+    Topology,
 };
 use crate::config::selector::any_matches;
 use crate::config::{vrf_display_name, Community};
@@ -418,12 +418,7 @@ fn services(
     let node_labels = config.node.effective_labels();
     let node_name = config.node.name.clone().unwrap_or_default();
     let mut aggregates: BTreeMap<(IpNet, String), (Route, String)> = BTreeMap::new();
-    // Each key made once: a key per comparison was a third of this function at 5,000
-    // Services.
-    let mut order: Vec<(String, &Service)> =
-        config.services.iter().map(|s| (s.key(), s.as_ref())).collect();
-    order.sort_by(|a, b| a.0.cmp(&b.0));
-    for (key, service) in order {
+    for (key, service) in in_key_order(&config.services) {
         let plain = Origin::Service { service: key.clone(), advertisement: None };
         let assigned = match allocation.services.get(&key) {
             Some(Ok(assigned)) => assigned,

@@ -128,13 +128,8 @@ fn differing(
         key.push_str(&service.name);
         let current = seen.get(&key).map(|seen| seen.ingress.as_slice()).unwrap_or_default();
         // Compared in place: a list of addresses made for each Service was most of the time.
-        let same = match announcements.allocation.services.get(&key) {
-            Some(Ok(assigned)) => {
-                assigned.addresses.iter().map(|a| a.address).eq(current.iter().copied())
-            }
-            _ => current.is_empty(),
-        };
-        if !same {
+        let addresses = announcements.allocation.addresses(&key);
+        if !addresses.eq(current.iter().copied()) {
             out.push((key.clone(), announcements.allocation.addresses_of(&key)));
         }
     }

@@ -64,15 +64,11 @@ impl EndpointIndex {
     pub fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Self {
         let mut index = Self::default();
         for slice in slices {
-            let services = match index.0.get_mut(&slice.namespace) {
-                Some(services) => services,
-                None => index.0.entry(slice.namespace.clone()).or_default(),
-            };
-            let endpoints = match services.get_mut(&slice.service) {
-                Some(endpoints) => endpoints,
-                None => services.entry(slice.service.clone()).or_default(),
-            };
-            endpoints.extend(slice.endpoints.iter().cloned());
+            change_entry(&mut index.0, &slice.namespace, |services| {
+                change_entry(services, &slice.service, |endpoints| {
+                    endpoints.extend(slice.endpoints.iter().cloned())
+                })
+            });
         }
         for endpoints in index.0.values_mut().flat_map(BTreeMap::values_mut) {
             endpoints.sort();
@@ -83,6 +79,19 @@ impl EndpointIndex {
 
     pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[SliceEndpoint] {
         self.0.get(namespace).and_then(|services| services.get(service)).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Changes the value of `name` in `map`, made (default) if missing; the name is copied only
+/// then (the index is made again from every slice whenever one changes).
+fn change_entry<V: Default>(
+    map: &mut BTreeMap<String, V>,
+    name: &str,
+    change: impl FnOnce(&mut V),
+) {
+    match map.get_mut(name) {
+        Some(value) => change(value),
+        None => change(map.entry(name.to_string()).or_default()),
     }
 }
 
