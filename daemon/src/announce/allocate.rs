@@ -170,12 +170,33 @@ pub struct Collision {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Allocation {
-    /// By service key (`namespace/name`).
-    pub services: BTreeMap<String, Result<Assigned, AllocError>>,
+    /// By service key (`namespace/name`). Hashed: every Service is put in and looked up
+    /// several times at every change (a B-tree's string comparisons were most of that); shown
+    /// in key order.
+    #[serde(serialize_with = "in_order")]
+    pub services: ByKey<Result<Assigned, AllocError>>,
     pub collisions: Vec<Collision>,
 }
 
+/// A map by Service key.
+pub type ByKey<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
+fn in_order<V: Serialize, S: serde::Serializer>(
+    map: &ByKey<V>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let sorted: BTreeMap<&String, &V> = map.iter().collect();
+    sorted.serialize(serializer)
+}
+
 impl Allocation {
+    /// The services' results in key order.
+    pub fn in_key_order(&self) -> Vec<(&String, &Result<Assigned, AllocError>)> {
+        let mut sorted: Vec<_> = self.services.iter().collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        sorted
+    }
+
     /// The service's primary address.
     pub fn address_of(&self, key: &str) -> Option<IpAddr> {
         self.addresses_of(key).first().copied()

@@ -4,7 +4,7 @@
 //! Pure: the daemon calls [`compute`] whenever the config or a health verdict changes and hands
 //! each router's set to its RIB task, which originates and withdraws the difference.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -15,8 +15,8 @@ use serde::Serialize;
 use super::allocate::{allocate, in_key_order, AllocError, Allocation};
 use super::readiness::{readiness, HealthStates, Readiness};
 use crate::config::announce::{
-    AdvertisementKind, AnnounceConfig, Network, NetworkSelector, RouteAdvertisement, TargetVrf,
-    Topology,
+    Advertisement, AdvertisementKind, AnnounceConfig, Labels, Network, NetworkSelector, Pool,
+    RouteAdvertisement, TargetVrf, Topology,
 };
 use crate::config::selector::any_matches;
 use crate::config::{vrf_display_name, Community};
@@ -418,6 +418,8 @@ fn services(
     let node_labels = config.node.effective_labels();
     let node_name = config.node.name.clone().unwrap_or_default();
     let mut aggregates: BTreeMap<(IpNet, String), (Route, String)> = BTreeMap::new();
+    let advertisements = on_node(config, builder.inputs, &node_labels);
+    let mut by_pool = PoolAdvertisements::new(config, &advertisements);
     for (key, service) in in_key_order(&config.services) {
         let plain = Origin::Service { service: key.clone(), advertisement: None };
         let assigned = match allocation.services.get(&key) {
@@ -448,18 +450,7 @@ fn services(
             }
             continue;
         }
-        let Some(pool) = config.pools.iter().find(|p| p.name == assigned.pool) else { continue };
-        let advertisements: Vec<_> = config
-            .advertisements
-            .iter()
-            .filter(|a| {
-                let by_name = a.ip_address_pools.contains(&pool.name);
-                let by_label = a.ip_address_pool_selectors.iter().any(|s| s.matches(&pool.labels));
-                // MetalLB: an advertisement that names no pool at all applies to every pool.
-                let all = a.ip_address_pools.is_empty() && a.ip_address_pool_selectors.is_empty();
-                by_name || by_label || all
-            })
-            .collect();
+        let Some((pool, advertisements)) = by_pool.of(&assigned.pool) else { continue };
         if advertisements.is_empty() {
             for (_, host) in &hosts {
                 builder.withdraw(
@@ -472,10 +463,11 @@ fn services(
             continue;
         }
         for (address, host) in hosts {
-            for adv in &advertisements {
+            for on_node in advertisements.iter().copied() {
+                let adv = on_node.advertisement;
                 let origin =
                     Origin::Service { service: key.clone(), advertisement: Some(adv.name.clone()) };
-                if !any_matches(&adv.node_selectors, &node_labels) {
+                if !on_node.selected {
                     builder.withdraw(
                         Some(host),
                         None,
@@ -490,21 +482,22 @@ fn services(
                     IpAddr::V6(_) => adv.aggregation_length_v6,
                 };
                 let prefix = IpNet::new(address, length).map(|n| n.trunc()).unwrap_or(host);
-                let targets = match peer_targets(config, builder.inputs, &adv.peers) {
+                let targets = match &on_node.targets {
                     Ok(targets) => targets,
                     Err(reason) => {
-                        builder.withdraw(Some(host), None, origin, reason);
+                        builder.withdraw(Some(host), None, origin, reason.clone());
                         continue;
                     }
                 };
                 let route = Route {
-                    communities: adv.communities.iter().copied().collect(),
+                    communities: on_node.communities.clone(),
                     local_pref: adv.local_pref,
                     peers: PeerSet::All,
                     origins: vec![origin.to_string()],
                 };
                 for (vrf, peers) in targets {
-                    let route = Route { peers, ..route.clone() };
+                    let vrf = vrf.clone();
+                    let route = Route { peers: peers.clone(), ..route.clone() };
                     if prefix == host {
                         builder.announce(prefix, &vrf, origin.clone(), route);
                     } else {
@@ -535,6 +528,71 @@ fn services(
     for ((prefix, vrf), (route, advertisement)) in aggregates {
         builder.announce(prefix, &vrf, Origin::Aggregate { advertisement }, route);
     }
+}
+
+/// What an advertisement means on this node: worked out once per computation, not once per
+/// Service it applies to (thousands of Services share a few advertisements).
+struct AdvertisementOnNode<'a> {
+    advertisement: &'a Advertisement,
+    /// Its `node_selectors` select this node.
+    selected: bool,
+    targets: Result<Vec<(String, PeerSet)>, Reason>,
+    communities: BTreeSet<Community>,
+}
+
+fn on_node<'a>(
+    config: &'a AnnounceConfig,
+    routers: &[RouterInput],
+    node_labels: &Labels,
+) -> Vec<AdvertisementOnNode<'a>> {
+    config
+        .advertisements
+        .iter()
+        .map(|advertisement| AdvertisementOnNode {
+            advertisement,
+            selected: any_matches(&advertisement.node_selectors, node_labels),
+            targets: peer_targets(config, routers, &advertisement.peers),
+            communities: advertisement.communities.iter().copied().collect(),
+        })
+        .collect()
+}
+
+/// Each pool's advertisements on this node, found the first time a Service of the pool asks.
+struct PoolAdvertisements<'a, 'b> {
+    config: &'a AnnounceConfig,
+    advertisements: &'b [AdvertisementOnNode<'a>],
+    by_pool: HashMap<&'a str, (&'a Pool, Vec<&'b AdvertisementOnNode<'a>>)>,
+}
+
+impl<'a, 'b> PoolAdvertisements<'a, 'b> {
+    fn new(config: &'a AnnounceConfig, advertisements: &'b [AdvertisementOnNode<'a>]) -> Self {
+        PoolAdvertisements { config, advertisements, by_pool: HashMap::new() }
+    }
+
+    /// The pool named `name` and the advertisements that apply to it; `None` for no such pool.
+    fn of(&mut self, name: &str) -> Option<(&'a Pool, &[&'b AdvertisementOnNode<'a>])> {
+        if !self.by_pool.contains_key(name) {
+            let pool = self.config.pools.iter().find(|p| p.name == name)?;
+            let applying = self
+                .advertisements
+                .iter()
+                .filter(|on_node| applies(on_node.advertisement, pool))
+                .collect();
+            self.by_pool.insert(pool.name.as_str(), (pool, applying));
+        }
+        let (pool, applying) = self.by_pool.get(name)?;
+        Some((*pool, applying.as_slice()))
+    }
+}
+
+/// Whether `advertisement` applies to `pool`.
+fn applies(advertisement: &Advertisement, pool: &Pool) -> bool {
+    let by_name = advertisement.ip_address_pools.contains(&pool.name);
+    let by_label = advertisement.ip_address_pool_selectors.iter().any(|s| s.matches(&pool.labels));
+    // MetalLB: an advertisement that names no pool at all applies to every pool.
+    let all = advertisement.ip_address_pools.is_empty()
+        && advertisement.ip_address_pool_selectors.is_empty();
+    by_name || by_label || all
 }
 
 /// Routers (by VRF) and peers an advertisement's `peers` list means. Empty: every router with

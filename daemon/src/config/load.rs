@@ -205,11 +205,11 @@ pub fn load_sources_kept(
     let mut slots: Vec<Vec<Fragment>> = Vec::with_capacity(sources.len());
     for (path, text) in sources.iter().copied() {
         let text: &str = text;
-        let source = SourceText::new(path, text);
         if is_manifest(path) {
             slots.push(Vec::new());
             continue;
         }
+        let source = SourceText::new(path, text);
         match toml::from_str::<RawFile>(text) {
             Ok(raw) => {
                 slots.push(vec![validate_file(&source, raw, TimerDefaults::Node, &mut errors)])

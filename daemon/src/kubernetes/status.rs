@@ -3,7 +3,6 @@
 //! status with server-side apply under one field manager: no leader, and two nodes writing at
 //! once agree instead of fighting (the second apply changes nothing).
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use tracing::{info, warn};
 
 use super::events::Events;
 use super::health::{self, Health};
-use super::watch::{SeenService, Services};
+use super::watch::{SeenServices, Services};
 use crate::announce::{Allocation, Announcements};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
@@ -115,10 +114,7 @@ fn explain(error: &kube::Error) -> String {
 /// addresses they get, by `namespace/name`, with those addresses. Thousands of Services are
 /// compared at every new allocation: their keys are made in one buffer, and only the few that
 /// differ are kept.
-fn differing(
-    announcements: &Announcements,
-    seen: &BTreeMap<String, SeenService>,
-) -> Vec<(String, Vec<IpAddr>)> {
+fn differing(announcements: &Announcements, seen: &SeenServices) -> Vec<(String, Vec<IpAddr>)> {
     let mut key = String::new();
     let mut out = Vec::new();
     for service in announcements.config.services.iter().filter(|s| s.read_from_api()) {

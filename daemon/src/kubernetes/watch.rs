@@ -1,6 +1,6 @@
 //! One watcher per kind, and the set of objects they publish together.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -107,8 +107,10 @@ pub(super) struct SeenService {
     pub ingress: Vec<IpAddr>,
 }
 
-/// The Services read from the API, by `namespace/name`.
-pub(super) type Services = Arc<Mutex<BTreeMap<String, SeenService>>>;
+/// The Services read from the API, by `namespace/name`. Hashed: the status writer looks up
+/// every Service at every new allocation.
+pub(super) type Services = Arc<Mutex<SeenServices>>;
+pub(super) type SeenServices = HashMap<String, SeenService, foldhash::fast::RandomState>;
 
 #[derive(Default)]
 struct KindState {

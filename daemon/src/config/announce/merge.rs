@@ -188,12 +188,13 @@ pub(crate) fn merge(
 /// (a cluster's thousands of Services would make a search of the list quadratic).
 struct ByName<T> {
     placed: Vec<Placed<T>>,
-    index: HashMap<String, usize>,
+    /// foldhash, not SipHash: every Service of the cluster is keyed here at every change.
+    index: HashMap<String, usize, foldhash::fast::RandomState>,
 }
 
 impl<T> Default for ByName<T> {
     fn default() -> Self {
-        ByName { placed: Vec::new(), index: HashMap::new() }
+        ByName { placed: Vec::new(), index: HashMap::default() }
     }
 }
 

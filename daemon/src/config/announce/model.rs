@@ -156,7 +156,13 @@ pub struct Service {
 impl Service {
     /// `namespace/name`, the key allocation hashes and health states are kept under.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        // Made for every Service at every change (the merge, the allocation): pushed, not
+        // `format!`ted, which took a tenth of the allocation's time.
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(&self.namespace);
+        key.push('/');
+        key.push_str(&self.name);
+        key
     }
 
     /// Whether the Kubernetes API is among its sources (its status and Events are uplink's to
