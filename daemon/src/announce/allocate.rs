@@ -515,6 +515,7 @@ pub fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(String, &Service
 /// Allocates addresses to every service. Pure and deterministic: see the module doc.
 pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocation {
     let mut out = Allocation::default();
+    out.services.reserve(services.len());
     // The slots and the results use the keys too.
     let order = in_key_order(services);
     let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One problem in one config file.
 ///
@@ -55,7 +56,9 @@ impl std::error::Error for ConfigErrors {}
 /// conflicts, cross-references) can still point at the source.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Loc {
-    pub file: PathBuf,
+    /// Shared: every value of a load keeps its position, and the API's Services are copied
+    /// into each load's merge with theirs.
+    pub file: Arc<Path>,
     pub line: usize,
     pub column: usize,
 }
@@ -63,12 +66,12 @@ pub(crate) struct Loc {
 impl Loc {
     /// A position that refers to the whole file.
     pub fn file(path: &Path) -> Self {
-        Self { file: path.to_path_buf(), line: 0, column: 0 }
+        Self { file: Arc::from(path), line: 0, column: 0 }
     }
 
     pub fn error(&self, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
         ConfigError {
-            file: self.file.clone(),
+            file: self.file.to_path_buf(),
             line: self.line,
             column: self.column,
             field: field.into(),
@@ -111,7 +114,7 @@ mod tests {
 
     #[test]
     fn errors_display_one_per_line() {
-        let loc = Loc { file: "a.toml".into(), line: 1, column: 2 };
+        let loc = Loc { file: Arc::from(Path::new("a.toml")), line: 1, column: 2 };
         let errors = ConfigErrors(vec![loc.error("x", "bad"), loc.error("y", "worse")]);
         assert_eq!(errors.to_string(), "a.toml:1:2: x: bad\na.toml:1:2: y: worse");
     }

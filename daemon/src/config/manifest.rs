@@ -723,11 +723,11 @@ impl Document<'_> {
             fragment.announce.peer_names.push(super::announce::Placed {
                 item: PeerName { name, vrf, address },
                 loc: super::error::Loc {
-                    file: self.path.to_path_buf(),
+                    file: std::sync::Arc::from(self.path),
                     line: self.line,
                     column: 1,
                 },
-                field: format!("documents[{}].metadata.name", self.index),
+                field: format!("documents[{}].metadata.name", self.index).into(),
             });
         }
         Some(fragment)

@@ -337,7 +337,7 @@ impl Check<'_, '_> {
                 desired_state,
                 capture,
                 generated: false,
-                sources: vec![self.source.path.clone()],
+                sources: vec![self.source.path.to_path_buf()],
             },
             loc,
             name_field: format!("{field}.name"),

@@ -3,7 +3,8 @@
 
 use std::cell::Cell;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
@@ -12,7 +13,7 @@ use super::error::{ConfigError, Loc};
 
 /// A config file's name and text.
 pub(crate) struct SourceText<'a> {
-    pub path: PathBuf,
+    pub path: Arc<Path>,
     pub text: &'a str,
     positions: Positions,
     /// Whether validating it read a key file (see [`Self::read_secret_file`]).
@@ -36,7 +37,7 @@ impl<'a> SourceText<'a> {
             .chain(text.match_indices('\n').map(|(i, _)| i.saturating_add(1)))
             .collect();
         Self {
-            path: path.to_path_buf(),
+            path: Arc::from(path),
             text,
             positions: Positions::Lines(line_starts),
             read_a_file: Cell::new(false),
@@ -47,7 +48,7 @@ impl<'a> SourceText<'a> {
     /// `line`, column 1.
     pub fn made_from(path: &Path, line: usize, text: &'a str) -> Self {
         Self {
-            path: path.to_path_buf(),
+            path: Arc::from(path),
             text,
             positions: Positions::MadeFrom(line),
             read_a_file: Cell::new(false),

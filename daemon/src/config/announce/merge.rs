@@ -31,7 +31,7 @@ pub(crate) fn merge(
         if let Some(name) = fragment.node_name {
             match &node_name {
                 Some(first) if first.item != name.item => errors.push(name.loc.error(
-                    name.field.clone(),
+                    name.field.to_string(),
                     format!(
                         "node name \"{}\" conflicts with \"{}\" at {}; one node has one name",
                         name.item, first.item, first.loc
@@ -45,7 +45,7 @@ pub(crate) fn merge(
             let (key, value) = label.item.clone();
             match node_labels.get(&key) {
                 Some(first) if first.item != value => errors.push(label.loc.error(
-                    label.field.clone(),
+                    label.field.to_string(),
                     format!(
                         "node label {key}={value} conflicts with {key}={} at {}",
                         first.item, first.loc

@@ -22,7 +22,8 @@ use crate::config::source::SourceText;
 pub(crate) struct Placed<T> {
     pub item: T,
     pub loc: Loc,
-    pub field: String,
+    /// Shared, as `loc`'s file.
+    pub field: Arc<str>,
 }
 
 /// An advertisement whose communities may still be alias names.
@@ -191,7 +192,7 @@ pub(crate) fn validate(
             out.node_labels.push(Placed {
                 item: (key.clone(), value.get_ref().clone()),
                 loc: check.loc(value),
-                field: format!("node.labels.{key}"),
+                field: format!("node.labels.{key}").into(),
             });
         }
     }
@@ -202,7 +203,7 @@ pub(crate) fn validate(
             push_unique(
                 &mut check,
                 &mut out.pools,
-                Placed { item: pool, loc, field },
+                Placed { item: pool, loc, field: field.into() },
                 |p| p.name.clone(),
                 "pool",
             );
@@ -215,7 +216,7 @@ pub(crate) fn validate(
             push_unique(
                 &mut check,
                 &mut out.services,
-                Placed { item: Arc::new(service), loc, field },
+                Placed { item: Arc::new(service), loc, field: field.into() },
                 |service| service.key(),
                 "service",
             );
@@ -228,7 +229,7 @@ pub(crate) fn validate(
             push_unique(
                 &mut check,
                 &mut out.advertisements,
-                Placed { item: adv, loc, field },
+                Placed { item: adv, loc, field: field.into() },
                 |a| a.advertisement.name.clone(),
                 "advertisement",
             );
@@ -249,7 +250,7 @@ pub(crate) fn validate(
         push_unique(
             &mut check,
             &mut out.communities,
-            Placed { item: CommunityAlias { name, value }, loc, field },
+            Placed { item: CommunityAlias { name, value }, loc, field: field.into() },
             |c| c.name.clone(),
             "community",
         );
@@ -261,7 +262,7 @@ pub(crate) fn validate(
             push_unique(
                 &mut check,
                 &mut out.networks,
-                Placed { item: network, loc, field },
+                Placed { item: network, loc, field: field.into() },
                 |n| n.name.clone(),
                 "network",
             );
@@ -274,7 +275,7 @@ pub(crate) fn validate(
             push_unique(
                 &mut check,
                 &mut out.route_advertisements,
-                Placed { item: ra, loc, field },
+                Placed { item: ra, loc, field: field.into() },
                 |r| r.name.clone(),
                 "route advertisement",
             );

@@ -271,7 +271,7 @@ pub(crate) fn validate_file(
     errors: &mut Vec<ConfigError>,
 ) -> Fragment {
     let mut check = Checker::new(source, errors);
-    let mut fragment = Fragment::empty(source.path.clone());
+    let mut fragment = Fragment::empty(source.path.to_path_buf());
     let announce = RawAnnounce {
         node: raw.node,
         pools: raw.pools,

@@ -143,7 +143,7 @@ impl Checker<'_, '_> {
             families: families?,
             to_advertise,
             to_receive,
-            sources: vec![self.source.path.clone()],
+            sources: vec![self.source.path.to_path_buf()],
         };
         Some(NeighborFragment {
             field: field.to_string(),
