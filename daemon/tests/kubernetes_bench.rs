@@ -384,6 +384,17 @@ fn kubernetes_at_a_clusters_size() {
         snapshot as f64 / services.max(1) as f64,
         per_service(grown_kib).max(0.0) - snapshot as f64 / services.max(1) as f64
     );
+    // The slowest samples, with their place in the run: a tail that comes back at a period is
+    // work on a timer (the snapshot, FRRNodeState), one at the start is the first event.
+    let slowest = |samples: &[f64]| {
+        let mut indexed: Vec<(usize, f64)> = samples.iter().copied().enumerate().collect();
+        indexed.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let list: Vec<String> =
+            indexed.iter().take(5).map(|(i, ms)| format!("#{i} {ms:.0} ms")).collect();
+        list.join(", ")
+    };
+    println!("slowest new Service samples: {}", slowest(&create_ms));
+    println!("slowest endpoint ready samples: {}", slowest(&ready_ms));
     println!(
         "new Service -> UPDATE: p50 {:.1} ms, p99 {:.1} ms (goal p99 < 100 ms); the create request itself p50 {:.1} ms",
         percentile(&mut create_ms.clone(), 0.5),
