@@ -286,7 +286,7 @@ fn main() -> ExitCode {
                         c.service, c.home, c.pool, c.holder, c.got
                     );
                 }
-                for (service, result) in allocation.in_key_order() {
+                for (service, result) in allocation.results_in_key_order() {
                     if let Err(e) = result {
                         println!("warning: service {service} gets no address: {e}");
                     }

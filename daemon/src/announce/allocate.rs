@@ -181,20 +181,24 @@ pub struct Allocation {
 /// A map by Service key.
 pub type ByKey<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
+/// A map's entries in key order: how the allocation is shown (JSON, `uplink check`).
+fn sorted<V>(map: &ByKey<V>) -> Vec<(&String, &V)> {
+    let mut sorted: Vec<_> = map.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    sorted
+}
+
 fn in_order<V: Serialize, S: serde::Serializer>(
     map: &ByKey<V>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    let sorted: BTreeMap<&String, &V> = map.iter().collect();
-    sorted.serialize(serializer)
+    serializer.collect_map(sorted(map))
 }
 
 impl Allocation {
     /// The services' results in key order.
-    pub fn in_key_order(&self) -> Vec<(&String, &Result<Assigned, AllocError>)> {
-        let mut sorted: Vec<_> = self.services.iter().collect();
-        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        sorted
+    pub fn results_in_key_order(&self) -> Vec<(&String, &Result<Assigned, AllocError>)> {
+        sorted(&self.services)
     }
 
     /// The service's primary address.

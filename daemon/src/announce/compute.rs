@@ -496,14 +496,13 @@ fn services(
                     origins: vec![origin.to_string()],
                 };
                 for (vrf, peers) in targets {
-                    let vrf = vrf.clone();
                     let route = Route { peers: peers.clone(), ..route.clone() };
                     if prefix == host {
-                        builder.announce(prefix, &vrf, origin.clone(), route);
+                        builder.announce(prefix, vrf, origin.clone(), route);
                     } else {
                         builder.withdraw(
                             Some(host),
-                            Some(&vrf),
+                            Some(vrf),
                             origin.clone(),
                             Reason::AggregatedInto { aggregate: prefix },
                         );
@@ -517,7 +516,8 @@ fn services(
                                 existing.origins.extend(agg_route.origins);
                             }
                             None => {
-                                aggregates.insert((prefix, vrf), (agg_route, adv.name.clone()));
+                                aggregates
+                                    .insert((prefix, vrf.clone()), (agg_route, adv.name.clone()));
                             }
                         }
                     }

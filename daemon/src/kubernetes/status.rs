@@ -118,10 +118,7 @@ fn differing(announcements: &Announcements, seen: &SeenServices) -> Vec<(String,
     let mut key = String::new();
     let mut out = Vec::new();
     for service in announcements.config.services.iter().filter(|s| s.read_from_api()) {
-        key.clear();
-        key.push_str(&service.namespace);
-        key.push('/');
-        key.push_str(&service.name);
+        service.write_key(&mut key);
         let current = seen.get(&key).map(|seen| seen.ingress.as_slice()).unwrap_or_default();
         // Compared in place: a list of addresses made for each Service was most of the time.
         let addresses = announcements.allocation.addresses(&key);

@@ -156,13 +156,20 @@ pub struct Service {
 impl Service {
     /// `namespace/name`, the key allocation hashes and health states are kept under.
     pub fn key(&self) -> String {
-        // Made for every Service at every change (the merge, the allocation): pushed, not
-        // `format!`ted, which took a tenth of the allocation's time.
         let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        self.write_key(&mut key);
+        key
+    }
+
+    /// [`Self::key`] written into `key` (cleared first), for a caller that compares the keys
+    /// of thousands of Services in one buffer. Pushed, not `format!`ted: made for every Service
+    /// at every change (the merge, the allocation), `format!` took a tenth of the allocation's
+    /// time.
+    pub fn write_key(&self, key: &mut String) {
+        key.clear();
         key.push_str(&self.namespace);
         key.push('/');
         key.push_str(&self.name);
-        key
     }
 
     /// Whether the Kubernetes API is among its sources (its status and Events are uplink's to
