@@ -51,6 +51,7 @@
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -585,6 +586,53 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
     }
     out.collisions.sort_by(|a, b| a.service.cmp(&b.service).then(a.home.cmp(&b.home)));
     out
+}
+
+/// Whether [`allocate`] gives for `pools` and `services` what it gave for `before`: the same
+/// pools, and the same Services asking the same. An endpoint's change is a new config (every
+/// Kubernetes event is a reload) whose allocation is the last one's: at 10,000 Services this
+/// check is a pointer comparison per Service where the allocation took 15 ms.
+pub fn asks_the_same(
+    before: (&[Pool], &[Arc<Service>]),
+    pools: &[Pool],
+    services: &[Arc<Service>],
+) -> bool {
+    let (pools_before, services_before) = before;
+    pools == pools_before
+        && services.len() == services_before.len()
+        && services
+            .iter()
+            .zip(services_before)
+            .all(|(now, then)| Arc::ptr_eq(now, then) || service_asks_the_same(now, then))
+}
+
+/// Whether two versions of a Service ask the allocation the same: every field but those it
+/// never reads. Taken apart in full, so that a field added to `Service` must be put on one
+/// side or the other here.
+fn service_asks_the_same(now: &Service, then: &Service) -> bool {
+    let Service {
+        name,
+        namespace,
+        labels,
+        namespace_labels,
+        address_pool,
+        load_balancer_ips,
+        ip_family_policy,
+        ip_families,
+        traffic_policy: _,
+        endpoints: _,
+        announce_without_endpoints: _,
+        health: _,
+        sources: _,
+    } = now;
+    *name == then.name
+        && *namespace == then.namespace
+        && *labels == then.labels
+        && *namespace_labels == then.namespace_labels
+        && *address_pool == then.address_pool
+        && *load_balancer_ips == then.load_balancer_ips
+        && *ip_family_policy == then.ip_family_policy
+        && *ip_families == then.ip_families
 }
 
 /// The addresses handed out so far, with the key of the Service holding each.
@@ -1275,6 +1323,64 @@ mod tests {
                     assert!(homes.contains(o), "{key} moved from {o} without a collision");
                 }
             }
+        }
+    }
+
+    /// A new config whose Services changed only in what the allocation never reads keeps the
+    /// last allocation; any change it reads makes a new one.
+    #[test]
+    fn the_allocation_is_kept_only_while_nothing_it_reads_changed() {
+        use crate::config::announce::{Endpoint, TrafficPolicy};
+        let pools = vec![pool("vips", &["10.0.0.0/28"])];
+        let services: Vec<Arc<Service>> =
+            ["a", "b", "c"].iter().map(|n| Arc::new(service("shop", n))).collect();
+        let before = (pools.as_slice(), services.as_slice());
+        let with = |change: &dyn Fn(&mut Service)| {
+            let mut changed = services.clone();
+            let mut second = changed[1].as_ref().clone();
+            change(&mut second);
+            changed[1] = Arc::new(second);
+            changed
+        };
+        let endpoint = Endpoint { address: ip("10.128.0.9"), node: "wk1".into() };
+        let kept = [
+            with(&|_| {}),
+            with(&|s| s.endpoints = vec![endpoint.clone()]),
+            with(&|s| s.traffic_policy = TrafficPolicy::Local),
+            with(&|s| s.sources = vec!["kubernetes:Service/shop/b".into()]),
+        ];
+        for now in &kept {
+            assert!(asks_the_same(before, &pools, now));
+            assert_eq!(allocate(&pools, now), allocate(&pools, &services));
+        }
+        let mut added = services.clone();
+        added.push(Arc::new(service("shop", "d")));
+        let mut other_pool = pools.clone();
+        other_pool[0].addresses = vec![tests_support::range("10.0.1.0/28")];
+        let made_again = [
+            (pools.clone(), with(&|s| s.address_pool = Some("other".into()))),
+            (pools.clone(), with(&|s| s.load_balancer_ips = vec![ip("10.0.0.3")])),
+            (pools.clone(), with(&|s| s.ip_family_policy = IpFamilyPolicy::RequireDualStack)),
+            (pools.clone(), with(&|s| s.ip_families = vec![IpFamily::Ipv6])),
+            (pools.clone(), with(&|s| s.name = "z".into())),
+            (pools.clone(), with(&|s| s.namespace = "other".into())),
+            (
+                pools.clone(),
+                with(&|s| {
+                    s.labels.insert("team".into(), "shop".into());
+                }),
+            ),
+            (
+                pools.clone(),
+                with(&|s| {
+                    s.namespace_labels.insert("team".into(), "shop".into());
+                }),
+            ),
+            (pools.clone(), added),
+            (other_pool, services.clone()),
+        ];
+        for (pools, now) in &made_again {
+            assert!(!asks_the_same(before, pools, now));
         }
     }
 }

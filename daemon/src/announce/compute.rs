@@ -296,10 +296,15 @@ impl<'a> Builder<'a> {
 
     /// Originates `prefix` from the router in `vrf` (which must be configured, or implied).
     fn announce(&mut self, prefix: IpNet, vrf: &str, origin: Origin, route: Route) {
-        let router = self
-            .routers
-            .entry(vrf.to_string())
-            .or_insert_with(|| RouterAnnouncements { vrf: vrf.to_string(), ..Default::default() });
+        // Called once per Service and target: the VRF's name is copied only for a new router.
+        let router = match self.routers.get_mut(vrf) {
+            Some(router) => router,
+            None => self.routers.entry(vrf.to_string()).or_insert_with(|| RouterAnnouncements {
+                vrf: vrf.to_string(),
+                ..Default::default()
+            }),
+        };
+        let peers = route.peers.clone();
         match router.originate.get_mut(&prefix) {
             Some(existing) => {
                 existing.communities.extend(route.communities.iter().copied());
@@ -312,14 +317,14 @@ impl<'a> Builder<'a> {
                 }
             }
             None => {
-                router.originate.insert(prefix, route.clone());
+                router.originate.insert(prefix, route);
             }
         }
         self.candidates.push(Candidate {
             prefix: Some(prefix),
             vrf: Some(vrf.to_string()),
             origin,
-            state: State::Announced { peers: route.peers },
+            state: State::Announced { peers },
         });
     }
 

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use super::allocate::{allocate, Allocation};
+use super::allocate::{allocate, asks_the_same, Allocation};
 use super::compute::{compute_allocated, Announcements, RouterInput, RuntimeState};
 use super::health::{self, Verdict};
 use super::readiness::{endpoints_to_probe, HealthStates};
@@ -123,7 +123,8 @@ impl AnnouncerHandle {
 
 struct Announcer {
     config: Arc<AnnounceConfig>,
-    /// The config's allocation (a pure function of it), made once per config.
+    /// The config's allocation (a pure function of its pools and Services), made again only
+    /// when a config changes what it reads ([`asks_the_same`]).
     allocation: Arc<Allocation>,
     routers: Vec<RouterInput>,
     feeds: Feeds,
@@ -210,7 +211,10 @@ impl Announcer {
                     self.drain = phase;
                 }
                 Event::Config(config, routers) => {
-                    self.allocation = Arc::new(allocate(&config.pools, &config.services));
+                    let before = (self.config.pools.as_slice(), self.config.services.as_slice());
+                    if !asks_the_same(before, &config.pools, &config.services) {
+                        self.allocation = Arc::new(allocate(&config.pools, &config.services));
+                    }
                     self.config = config;
                     self.routers = routers;
                     self.sync_checks();

@@ -12,7 +12,7 @@
 //! is parsed again from its text (at 10,000 Services, holding every parsed object until its
 //! translation doubled the first load's peak memory).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
@@ -35,18 +35,77 @@ pub struct ManifestCache {
     load: u64,
     /// The indexes of the sources' facts as the last load made them, kept while no source
     /// with facts (an EndpointSlice, a Secret, a Namespace, a Node) comes, changes or goes:
-    /// a new Service does not make them again.
+    /// a new Service does not make them again. An EndpointSlice's change makes only its
+    /// Service's entry again.
     indexes: Option<Arc<Indexes>>,
-    facts_changed: bool,
-    /// Counts the indexes made: a load whose indexes have the last one's number has the same.
+    /// What came, changed or went among the facts since the indexes were made.
+    fact_changes: FactChanges,
+    /// Counts the indexes made: a load whose indexes have the last one's number has the same,
+    /// but for the entries of `entries_remade`.
     indexes_made: u64,
+    /// The questions whose answers changed when the kept indexes had entries made again.
+    entries_remade: Vec<Read>,
     /// The inputs every kept translation was last checked against or made from: the indexes'
     /// number and the answers that need no index. A load with the same inputs gets the same
     /// answers to every question, so it keeps each translation without asking them again
     /// (10,000 Services ask 40,000 questions).
     checked_against: Option<(u64, Common)>,
-    /// Whether this load's inputs are `checked_against`.
-    same_inputs: bool,
+    /// Which translations this load asks their questions again.
+    recheck: Recheck,
+}
+
+/// What came, changed or went among the facts of the sources.
+#[derive(Default)]
+struct FactChanges {
+    /// A fact other than an EndpointSlice's: the indexes are made again.
+    other: bool,
+    /// The Services (namespace, name) whose EndpointSlices came, changed or went.
+    slices_of: HashSet<(String, String), foldhash::fast::RandomState>,
+}
+
+impl FactChanges {
+    /// Notes the facts of a source that came, changed (its old and its new entry) or went.
+    fn note(&mut self, source: &CachedSource) {
+        for document in &source.documents {
+            match &document.facts {
+                Facts::None => {}
+                Facts::Slice(slice) => {
+                    let (namespace, service) = slice.service();
+                    self.slices_of.insert((namespace.to_string(), service.to_string()));
+                }
+                _ => self.other = true,
+            }
+        }
+    }
+}
+
+/// Which kept translations a load asks their questions again.
+#[derive(Default)]
+enum Recheck {
+    /// Every one: the inputs are new (or the first load).
+    #[default]
+    Every,
+    /// Those that read one of these (an endpoint index entry made again); the others get the
+    /// same answers as in the last load.
+    Reading(HashSet<Read, foldhash::fast::RandomState>),
+    /// None: the inputs are the last load's.
+    None,
+}
+
+impl Recheck {
+    /// Whether a translation that read `reads` gets the same answers from `context`.
+    fn same_answers(&self, reads: &[(Read, u64)], context: &Context<'_>) -> bool {
+        match self {
+            Recheck::None => true,
+            Recheck::Reading(changed) => {
+                // Only an endpoint entry is made again: the other questions need no lookup.
+                let touched =
+                    |read: &Read| matches!(read, Read::Endpoints(..)) && changed.contains(read);
+                !reads.iter().any(|(read, _)| touched(read)) || context.same_answers(reads)
+            }
+            Recheck::Every => context.same_answers(reads),
+        }
+    }
 }
 
 struct CachedSource {
@@ -116,7 +175,7 @@ impl ManifestCache {
     pub(crate) fn refresh<'a>(&mut self, manifests: impl Iterator<Item = &'a Source>) {
         self.load = self.load.wrapping_add(1);
         let load = self.load;
-        let mut facts_changed = false;
+        let changes = &mut self.fact_changes;
         for (path, text) in manifests {
             match self.sources.get_mut(path.as_os_str()) {
                 Some(entry) if Arc::ptr_eq(&entry.text, text) => entry.seen = load,
@@ -127,49 +186,71 @@ impl ManifestCache {
                         entry.text = text.clone();
                         entry.seen = load;
                     } else {
-                        facts_changed |= entry.has_facts();
+                        changes.note(entry);
                         *entry = CachedSource::parse(path, text, text_digest, load);
-                        facts_changed |= entry.has_facts();
+                        changes.note(entry);
                     }
                 }
                 None => {
                     let parsed = CachedSource::parse(path, text, digest(text), load);
-                    facts_changed |= parsed.has_facts();
+                    changes.note(&parsed);
                     self.sources.insert(path.as_os_str().to_owned(), parsed);
                 }
             }
         }
         self.sources.retain(|_, entry| {
             let seen = entry.seen == load;
-            facts_changed |= !seen && entry.has_facts();
+            if !seen {
+                changes.note(entry);
+            }
             seen
         });
-        self.facts_changed |= facts_changed;
     }
 
     /// The indexes of the facts of `paths` (the load's manifests, in its order): the last
     /// load's when no source with facts came, changed or went since (the order of the
     /// sources that have facts cannot change then: files by name, then the API's objects by
-    /// path).
+    /// path), with the entries of the Services whose EndpointSlices did made again.
     pub(crate) fn indexes<'a>(&mut self, paths: impl Iterator<Item = &'a Path>) -> Arc<Indexes> {
-        if let Some(kept) = self.indexes.as_ref().filter(|_| !self.facts_changed) {
-            return kept.clone();
+        let changes = std::mem::take(&mut self.fact_changes);
+        if let Some(kept) = self.indexes.as_mut().filter(|_| !changes.other) {
+            // Held by no one else between loads: changed in place.
+            if let Some(indexes) = Arc::get_mut(kept) {
+                if !changes.slices_of.is_empty() {
+                    let slices = self.sources.values().flat_map(|s| &s.documents).filter_map(|d| {
+                        match &d.facts {
+                            Facts::Slice(slice) => Some(slice),
+                            _ => None,
+                        }
+                    });
+                    let remade = indexes.endpoints.remake(&changes.slices_of, slices);
+                    self.entries_remade.extend(
+                        remade
+                            .into_iter()
+                            .map(|(namespace, name)| Read::Endpoints(namespace, name)),
+                    );
+                }
+                return kept.clone();
+            }
         }
-        let indexes = {
-            let facts: Vec<&Facts> = paths.flat_map(|path| self.facts(path)).collect();
-            Arc::new(Indexes::of(&facts))
-        };
-        self.indexes = Some(indexes.clone());
+        let facts: Vec<&Facts> = paths.flat_map(|path| self.facts(path)).collect();
+        let made = Arc::new(Indexes::of(&facts));
+        self.indexes = Some(made.clone());
         self.indexes_made = self.indexes_made.wrapping_add(1);
-        self.facts_changed = false;
-        indexes
+        self.entries_remade.clear();
+        made
     }
 
     /// Starts the walk of the load's sources ([`ManifestCache::fragments`]) with `context`,
     /// made from the indexes [`ManifestCache::indexes`] returned last.
     pub(crate) fn check_against(&mut self, context: &Context<'_>) {
         let inputs = (self.indexes_made, context.common());
-        self.same_inputs = self.checked_against == Some(inputs);
+        let remade = std::mem::take(&mut self.entries_remade);
+        self.recheck = match self.checked_against == Some(inputs) {
+            false => Recheck::Every,
+            true if remade.is_empty() => Recheck::None,
+            true => Recheck::Reading(remade.into_iter().collect()),
+        };
         self.checked_against = Some(inputs);
     }
 
@@ -193,16 +274,14 @@ impl ManifestCache {
         services: &mut Vec<Placed<Arc<Service>>>,
         errors: &mut Vec<ConfigError>,
     ) {
-        let same_inputs = self.same_inputs;
+        let recheck = &self.recheck;
         let Some(source) = self.sources.get_mut(path.as_os_str()) else { return };
         let from_api = is_api_source(path);
         errors.extend(source.parse_errors.iter().cloned());
         let mut parsed_again: Option<Vec<ManifestDocument>> = None;
         for document in &mut source.documents {
-            let kept = document
-                .translation
-                .as_ref()
-                .filter(|t| same_inputs || context.same_answers(&t.reads));
+            let kept =
+                document.translation.as_ref().filter(|t| recheck.same_answers(&t.reads, context));
             if let Some(kept) = kept {
                 kept.kept.add_to(out, services);
                 errors.extend(kept.errors.iter().cloned());
@@ -234,11 +313,6 @@ impl ManifestCache {
 }
 
 impl CachedSource {
-    /// Whether a document of it feeds the indexes.
-    fn has_facts(&self) -> bool {
-        self.documents.iter().any(|d| !matches!(d.facts, Facts::None))
-    }
-
     fn parse(path: &Path, text: &Arc<str>, text_digest: u64, load: u64) -> Self {
         let mut parse_errors = Vec::new();
         let documents = parse(path, text, &mut parse_errors)
@@ -278,7 +352,11 @@ mod tests {
     }
 
     fn slice(service: &str, node: &str, ready: bool) -> String {
-        format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-1\n  namespace: shop\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: IPv4\nendpoints:\n- addresses: [10.128.0.9]\n  conditions: {{ready: {ready}}}\n  nodeName: {node}\n")
+        slice_with(service, node, ready, "10.128.0.9")
+    }
+
+    fn slice_with(service: &str, node: &str, ready: bool, address: &str) -> String {
+        format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-1\n  namespace: shop\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: IPv4\nendpoints:\n- addresses: [{address}]\n  conditions: {{ready: {ready}}}\n  nodeName: {node}\n")
     }
 
     fn secret(key: &str) -> String {
@@ -332,6 +410,28 @@ mod tests {
             (
                 "an endpoint turns not ready",
                 with(&[("web-slice", Some(slice("web", "wk1", false)))]),
+            ),
+            (
+                "a second slice of a Service",
+                with(&[("web-slice-2", Some(slice_with("web", "wk2", true, "10.128.0.7")))]),
+            ),
+            (
+                "its endpoint moves here, the first slice's goes",
+                with(&[
+                    ("web-slice", Some(slice("web", "wk2", false))),
+                    ("web-slice-2", Some(slice_with("web", "wk1", true, "10.128.0.7"))),
+                ]),
+            ),
+            (
+                "both slices list the same endpoint",
+                with(&[
+                    ("web-slice", Some(slice_with("web", "wk1", true, "10.128.0.7"))),
+                    ("web-slice-2", Some(slice_with("web", "wk1", true, "10.128.0.7"))),
+                ]),
+            ),
+            (
+                "one of them goes: the same endpoints",
+                with(&[("web-slice", Some(slice_with("web", "wk1", true, "10.128.0.7")))]),
             ),
             ("a slice is deleted", with(&[("web-slice", None)])),
             ("a Service is deleted", with(&[("db", None), ("db-slice", None)])),

@@ -30,7 +30,7 @@ pub(crate) struct Inputs<'a> {
 }
 
 /// One question a translation asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Read {
     NodeName,
     NodeLabels,

@@ -10,7 +10,7 @@
 //! another type, or of another `loadBalancerClass` than `[kubernetes] load_balancer_class`
 //! (none: only Services without a class), is skipped as MetalLB skips it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -54,7 +54,8 @@ pub(crate) struct EndpointIndex(BTreeMap<String, BTreeMap<String, Vec<SliceEndpo
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct SliceEndpoint {
     address: IpAddr,
-    /// Shared with the slice's facts: the index is made again at each reload.
+    /// Shared with the slice's facts: the index is made again when a fact other than a
+    /// slice's changes.
     node: Option<Arc<str>>,
 }
 
@@ -80,10 +81,49 @@ impl EndpointIndex {
     pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[SliceEndpoint] {
         self.0.get(namespace).and_then(|services| services.get(service)).map_or(&[], Vec::as_slice)
     }
+
+    /// Makes the entries of the `touched` Services (namespace, name) again from `slices`
+    /// (every slice of the load, in one pass): what [`EndpointIndex::of`] would make for them,
+    /// without making the others again. The Services whose entry changed.
+    pub fn remake<'a>(
+        &mut self,
+        touched: &HashSet<(String, String), foldhash::fast::RandomState>,
+        slices: impl Iterator<Item = &'a Slice>,
+    ) -> Vec<(String, String)> {
+        let mut gathered: HashMap<(&str, &str), Vec<SliceEndpoint>, foldhash::fast::RandomState> =
+            touched.iter().map(|(n, s)| ((n.as_str(), s.as_str()), Vec::new())).collect();
+        for slice in slices {
+            if let Some(endpoints) = gathered.get_mut(&slice.service()) {
+                endpoints.extend(slice.endpoints.iter().cloned());
+            }
+        }
+        let mut changed = Vec::new();
+        for ((namespace, service), mut endpoints) in gathered {
+            endpoints.sort();
+            endpoints.dedup();
+            if self.endpoints(namespace, service) == endpoints.as_slice() {
+                continue;
+            }
+            changed.push((namespace.to_string(), service.to_string()));
+            if endpoints.is_empty() {
+                if let Some(services) = self.0.get_mut(namespace) {
+                    services.remove(service);
+                    if services.is_empty() {
+                        self.0.remove(namespace);
+                    }
+                }
+            } else {
+                change_entry(&mut self.0, namespace, |services| {
+                    change_entry(services, service, |entry| *entry = endpoints)
+                });
+            }
+        }
+        changed
+    }
 }
 
 /// Changes the value of `name` in `map`, made (default) if missing; the name is copied only
-/// then (the index is made again from every slice whenever one changes).
+/// then.
 fn change_entry<V: Default>(
     map: &mut BTreeMap<String, V>,
     name: &str,
@@ -101,6 +141,13 @@ pub(crate) struct Slice {
     namespace: String,
     service: String,
     endpoints: Vec<SliceEndpoint>,
+}
+
+impl Slice {
+    /// The Service it belongs to: (namespace, name).
+    pub fn service(&self) -> (&str, &str) {
+        (&self.namespace, &self.service)
+    }
 }
 
 /// An EndpointSlice document (`kind` already known), or the field that is wrong and why.
