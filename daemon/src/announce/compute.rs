@@ -425,20 +425,20 @@ fn services(
     let mut aggregates: BTreeMap<(IpNet, String), (Route, String)> = BTreeMap::new();
     let advertisements = on_node(config, builder.inputs, &node_labels);
     let mut by_pool = PoolAdvertisements::new(config, &advertisements);
+    // Every Service at every change: a copy is made only where the result keeps one.
     for (key, service) in in_key_order(&config.services) {
-        let plain = Origin::Service { service: key.clone(), advertisement: None };
+        let plain = || Origin::Service { service: key.clone(), advertisement: None };
         let assigned = match allocation.services.get(&key) {
             Some(Ok(assigned)) => assigned,
             Some(Err(error)) => {
-                builder.withdraw(None, None, plain, Reason::NoAddress { error: error.clone() });
+                builder.withdraw(None, None, plain(), Reason::NoAddress { error: error.clone() });
                 continue;
             }
             None => continue,
         };
         // Readiness, drain and exclusion concern the service as a whole: every address of a
         // dual-stack service is withdrawn together, each on its own candidate line.
-        let hosts: Vec<(IpAddr, IpNet)> =
-            assigned.ips().into_iter().map(|a| (a, IpNet::from(a))).collect();
+        let hosts = assigned.addresses.iter().map(|a| (a.address, IpNet::from(a.address)));
         let ready = readiness(service, &node_name, health);
         let verdict = if !ready.is_ready() {
             Some(Reason::NotReady { readiness: ready })
@@ -450,18 +450,18 @@ fn services(
             None
         };
         if let Some(reason) = verdict {
-            for (_, host) in &hosts {
-                builder.withdraw(Some(*host), None, plain.clone(), reason.clone());
+            for (_, host) in hosts {
+                builder.withdraw(Some(host), None, plain(), reason.clone());
             }
             continue;
         }
         let Some((pool, advertisements)) = by_pool.of(&assigned.pool) else { continue };
         if advertisements.is_empty() {
-            for (_, host) in &hosts {
+            for (_, host) in hosts {
                 builder.withdraw(
-                    Some(*host),
+                    Some(host),
                     None,
-                    plain.clone(),
+                    plain(),
                     Reason::NoAdvertisement { pool: pool.name.clone() },
                 );
             }
@@ -500,15 +500,16 @@ fn services(
                     peers: PeerSet::All,
                     origins: vec![origin.to_string()],
                 };
-                for (vrf, peers) in targets {
-                    let route = Route { peers: peers.clone(), ..route.clone() };
+                let each = targets.iter().zip(copies((origin, route), targets.len()));
+                for ((vrf, peers), (origin, route)) in each {
+                    let route = Route { peers: peers.clone(), ..route };
                     if prefix == host {
-                        builder.announce(prefix, vrf, origin.clone(), route);
+                        builder.announce(prefix, vrf, origin, route);
                     } else {
                         builder.withdraw(
                             Some(host),
                             Some(vrf),
-                            origin.clone(),
+                            origin,
                             Reason::AggregatedInto { aggregate: prefix },
                         );
                         let agg_route =
@@ -533,6 +534,13 @@ fn services(
     for ((prefix, vrf), (route, advertisement)) in aggregates {
         builder.announce(prefix, &vrf, Origin::Aggregate { advertisement }, route);
     }
+}
+
+/// `value` `count` times: copies first, then itself, so that the usual single use copies
+/// nothing.
+fn copies<T: Clone>(value: T, count: usize) -> impl Iterator<Item = T> {
+    let mut value = Some(value);
+    (1..=count).filter_map(move |n| if n == count { value.take() } else { value.clone() })
 }
 
 /// What an advertisement means on this node: worked out once per computation, not once per
