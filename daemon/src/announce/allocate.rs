@@ -99,8 +99,8 @@ pub struct Assigned {
 
 impl Assigned {
     /// The addresses alone, primary first.
-    pub fn ips(&self) -> Vec<IpAddr> {
-        self.addresses.iter().map(|a| a.address).collect()
+    pub fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.addresses.iter().map(|a| a.address)
     }
 }
 
@@ -215,7 +215,7 @@ impl Allocation {
     /// [`Allocation::addresses_of`] without making a list.
     pub fn addresses(&self, key: &str) -> impl Iterator<Item = IpAddr> + '_ {
         let assigned = self.services.get(key).and_then(|r| r.as_ref().ok());
-        assigned.into_iter().flat_map(|a| a.addresses.iter().map(|a| a.address))
+        assigned.into_iter().flat_map(Assigned::ips)
     }
 }
 
@@ -867,8 +867,9 @@ mod tests {
         let slots = Slots::new(&pools[0], IpFamily::Ipv4);
         let newcomer_home = slots.address(slots.home("ns/newcomer").unwrap()).unwrap();
         for (key, result) in &before.services {
-            let old = result.as_ref().unwrap().ips();
-            let new = after.services.get(key).unwrap().as_ref().unwrap().ips();
+            let old: Vec<IpAddr> = result.as_ref().unwrap().ips().collect();
+            let new: Vec<IpAddr> =
+                after.services.get(key).unwrap().as_ref().unwrap().ips().collect();
             if old != new {
                 assert_eq!(old, vec![newcomer_home], "{key} moved without a collision");
             }
@@ -1315,7 +1316,7 @@ mod tests {
             })
             .collect();
         for (key, result) in &before.services {
-            let old = result.as_ref().unwrap().ips();
+            let old: Vec<IpAddr> = result.as_ref().unwrap().ips().collect();
             let new = after.addresses_of(key);
             assert_eq!(old.len(), new.len(), "{key}");
             for (o, n) in old.iter().zip(&new) {

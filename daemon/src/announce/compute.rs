@@ -438,7 +438,7 @@ fn services(
         };
         // Readiness, drain and exclusion concern the service as a whole: every address of a
         // dual-stack service is withdrawn together, each on its own candidate line.
-        let hosts = assigned.addresses.iter().map(|a| (a.address, IpNet::from(a.address)));
+        let hosts = assigned.ips().map(|a| (a, IpNet::from(a)));
         let ready = readiness(service, &node_name, health);
         let verdict = if !ready.is_ready() {
             Some(Reason::NotReady { readiness: ready })
