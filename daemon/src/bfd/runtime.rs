@@ -51,6 +51,9 @@ const RECEIVE_QUEUE: usize = 1024;
 /// up to [`RECEIVE_BACKOFF_MAX`], instead of in a busy loop.
 const RECEIVE_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const RECEIVE_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How late the session thread may wake before it counts as stopped by the node. A
+/// real-time thread wakes within a millisecond; a normal one on a busy node within a few.
+const STALL: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Hop {
@@ -201,6 +204,7 @@ impl BfdRuntime {
             peers: Vec::new(),
             listening: HashMap::new(),
             unmatched: LogThrottle::new(LOG_PERIOD),
+            stalls: LogThrottle::new(LOG_PERIOD),
         };
         let name = if vrf.is_empty() { "bfd".to_string() } else { format!("bfd-{vrf}") };
         thread::Builder::new().name(name).spawn(move || worker.run())?;
@@ -293,6 +297,8 @@ struct Worker {
     listening: HashMap<(bool, Hop), Listener>,
     /// Summarises queued packets that no session takes.
     unmatched: LogThrottle,
+    /// Summarises the thread's own stalls.
+    stalls: LogThrottle,
 }
 
 impl Worker {
@@ -301,6 +307,8 @@ impl Worker {
         if let Err(e) = super::realtime::raise_current_thread() {
             warn!("BFD thread keeps normal priority: {e}; under CPU load packets may be late");
         }
+        // When this thread asked to run again; waking much later means the node stopped it.
+        let mut asked_until = Instant::now();
         loop {
             loop {
                 match self.commands.try_recv() {
@@ -310,7 +318,22 @@ impl Worker {
                     Err(mpsc::TryRecvError::Disconnected) => return self.stopped(),
                 }
             }
+            // Packets that arrived before a deadline count before it is checked: after a
+            // stall, the queue holds the peers' proof of life. At most one queue's worth, so a
+            // flood cannot keep the timers from being looked at.
+            for _ in 0..RECEIVE_QUEUE {
+                match self.packets.try_recv() {
+                    Ok(Inbound::Packet { from, hop, packet }) => self.on_packet(from, hop, packet),
+                    Ok(Inbound::Wake) => {}
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => return self.stopped(),
+                }
+            }
             let now = Instant::now();
+            let late = now.saturating_duration_since(asked_until);
+            if late > STALL {
+                self.excuse_stall(late, now);
+            }
             for index in 0..self.peers.len() {
                 let due = self
                     .peers
@@ -322,8 +345,9 @@ impl Worker {
                 }
             }
             let next = self.peers.iter().filter_map(|p| p.session.next_deadline()).min();
-            let wait = next
-                .map_or(Duration::from_secs(1), |d| d.saturating_duration_since(Instant::now()));
+            let now = Instant::now();
+            let wait = next.map_or(Duration::from_secs(1), |d| d.saturating_duration_since(now));
+            asked_until = now + wait;
             match self.packets.recv_timeout(wait) {
                 Ok(Inbound::Packet { from, hop, packet }) => self.on_packet(from, hop, packet),
                 Ok(Inbound::Wake) | Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -331,6 +355,27 @@ impl Worker {
             }
             if self.stop.load(Ordering::Relaxed) {
                 return self.stopped();
+            }
+        }
+    }
+
+    /// This thread ran `late` after it asked to: the node did not run it, so a detection
+    /// time that ran out meanwhile says nothing about the peer (see
+    /// [`Session::excuse_local_stall`]).
+    fn excuse_stall(&mut self, late: Duration, now: Instant) {
+        let excused: Vec<IpAddr> = self
+            .peers
+            .iter_mut()
+            .filter_map(|p| p.session.excuse_local_stall(now).then_some(p.spec.peer))
+            .collect();
+        if !excused.is_empty() {
+            if let Some(held_back) = self.stalls.event(now) {
+                warn!(
+                    ?late, peers = ?excused,
+                    "BFD thread ran late (the node stopped it): detection time measured again \
+                     from now{}",
+                    held_back_note(held_back)
+                );
             }
         }
     }

@@ -107,6 +107,9 @@ pub struct Session {
     final_due: bool,
     next_tx: Option<Instant>,
     detect_deadline: Option<Instant>,
+    /// The detection time has been measured again once since the last valid packet because
+    /// this node, not the peer, stopped running ([`Session::excuse_local_stall`]).
+    stall_excused: bool,
     last_change: Instant,
     counters: Counters,
     rng: u64,
@@ -142,6 +145,7 @@ impl Session {
             final_due: false,
             next_tx: None,
             detect_deadline: None,
+            stall_excused: false,
             last_change: now,
             counters: Counters::default(),
             rng: seed | 1,
@@ -232,6 +236,23 @@ impl Session {
         }
     }
 
+    /// Called when the BFD thread itself did not run for a while (the node was frozen: a
+    /// hypervisor's pause, memory pressure). A detection time that ran out meanwhile measured
+    /// this node's stall, not the peer's silence: the peer's packets could not be read, and a
+    /// peer frozen alongside (a VM on the same host) could not send. It is measured again from
+    /// `now`, once per silence: a valid packet ends the silence, and a peer that is really gone
+    /// is declared down one detection time later than it would have been. Returns whether the
+    /// deadline moved.
+    pub fn excuse_local_stall(&mut self, now: Instant) -> bool {
+        let expired = self.detect_deadline.is_some_and(|d| d <= now);
+        if !expired || self.stall_excused {
+            return false;
+        }
+        self.detect_deadline = self.detection_time().and_then(|d| now.checked_add(d));
+        self.stall_excused = true;
+        true
+    }
+
     pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         match event {
@@ -290,6 +311,7 @@ impl Session {
             return;
         }
         self.detect_deadline = self.detection_time().and_then(|d| now.checked_add(d));
+        self.stall_excused = false;
         // The periodic packet may now be due sooner (a passive side hearing its peer for the
         // first time, or a peer that lowered its Required Min RX).
         self.reschedule_tx(now);

@@ -238,6 +238,33 @@ fn detection_time_expiry_takes_up_down_with_diag_1() {
     assert_eq!((p[0].state, p[0].diagnostic.code(), p[0].your_discriminator), (State::Down, 1, 0));
 }
 
+/// The node froze past the detection time (its thread woke 700 ms late): the peer gets one
+/// more detection time, from the wake, to be heard; a packet in it keeps the session Up and
+/// makes the next stall excusable again; a second stall in one silence is not excused.
+#[test]
+fn a_local_stall_measures_the_detection_time_again_once_per_silence() {
+    let t0 = Instant::now();
+    let mut s = up_session(t0);
+    s.handle(Event::Received(peer(State::Up, LOCAL, 50, 50, 3)), t0);
+    let woke = t0 + MS * 700;
+    assert!(s.excuse_local_stall(woke));
+    assert!(changes(&s.handle(Event::Tick, woke)).is_empty());
+    assert!(!s.excuse_local_stall(woke), "nothing expired: nothing to excuse");
+    // The peer is heard: the silence ends, and a later stall is excused again.
+    let heard = woke + MS * 20;
+    s.handle(Event::Received(peer(State::Up, LOCAL, 50, 50, 3)), heard);
+    let woke_again = heard + MS * 500;
+    assert!(s.excuse_local_stall(woke_again));
+    // Not heard this time: the next stall in the same silence is the peer's, and it goes Down
+    // one detection time after the wake.
+    let later = woke_again + MS * 400;
+    assert!(!s.excuse_local_stall(later));
+    assert_eq!(
+        changes(&s.handle(Event::Tick, later)),
+        vec![(State::Up, State::Down, Diagnostic::ControlDetectionTimeExpired, false)]
+    );
+}
+
 #[test]
 fn detection_in_init_also_goes_down() {
     let t0 = Instant::now();
