@@ -47,6 +47,24 @@
 //! is the same as another service's (or a probe landed on it): every service that was at its
 //! home slot stays there. Such services are reported as [`Collision`]s, one per family, and
 //! `uplink check` prints them.
+//!
+//! # One more Service
+//!
+//! Every Kubernetes event is a new config, and a new Service is the common one. When the new
+//! Service surely lands at home in its first candidate pool and moves no other,
+//! [`allocate_one_more`] gives [`allocate`]'s answer as the last allocation plus that Service,
+//! without placing the others again. That holds when, in each family it wants there, its home
+//! address is usable and held by no Service, the pool is not counted full without it, and the
+//! last allocation gave nothing back (a `require-dual-stack` Service whose second family was
+//! full). Then the run with it is the run without it plus its placement. Addresses are only
+//! ever taken (nothing given back), so an address free at the end was free throughout; any
+//! Service that reached it in the run without — at home, probing, in any pool that holds it —
+//! would have taken it, so none did, and no other Service has that home slot (it would hold
+//! the address, or have found the pool full). A probing Service finds the pool full only when
+//! its handed-out addresses reach the pool's capacity; were the newcomer's to tip it, the pool
+//! would end full without it too. (A manual address the pool never hands out counts as handed
+//! out, which is how a pool can end full with its home address free.) Anything else is
+//! allocated in full. A test compares the two on thousands of random configs.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -177,6 +195,10 @@ pub struct Allocation {
     #[serde(serialize_with = "in_order")]
     pub services: ByKey<Result<Assigned, AllocError>>,
     pub collisions: Vec<Collision>,
+    /// A `require-dual-stack` Service gave an address back (step 5): the one case where an
+    /// address is taken and freed again, which [`allocate_one_more`] cannot see past.
+    #[serde(skip)]
+    gave_back: bool,
 }
 
 /// A map by Service key.
@@ -635,6 +657,92 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
         && *ip_families == then.ip_families
 }
 
+/// [`allocate`] for `pools` and `services` when they are `before`'s pools and Services plus
+/// one Service that lands at home and moves no other (module doc, "One more Service"): the
+/// last allocation with that Service added, without placing the others again. `None` when that
+/// does not surely hold; the caller then allocates in full.
+pub fn allocate_one_more(
+    before: (&Allocation, &[Pool], &[Arc<Service>]),
+    pools: &[Pool],
+    services: &[Arc<Service>],
+) -> Option<Allocation> {
+    let (allocation, pools_before, services_before) = before;
+    if allocation.gave_back || pools != pools_before {
+        return None;
+    }
+    let added = the_one_added(services_before, services)?;
+    let key = added.key();
+    if !added.load_balancer_ips.is_empty() || allocation.services.contains_key(&key) {
+        return None;
+    }
+    let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();
+    let result = match candidates(&slots, added) {
+        // A Service no pool serves takes nothing from anyone.
+        Err(error) => Err(error),
+        Ok(list) => {
+            let pool = slots.get(*list.first()?)?;
+            let addresses = at_home_alone(pool, (&key, added), allocation)?;
+            Ok(Assigned { pool: pool.pool.name.clone(), addresses })
+        }
+    };
+    let mut out = allocation.clone();
+    out.services.insert(key, result);
+    Some(out)
+}
+
+/// The one Service in `now` that `before` lacks, when `now` is `before` with one Service put
+/// in and every other asking the allocation the same.
+fn the_one_added<'s>(before: &[Arc<Service>], now: &'s [Arc<Service>]) -> Option<&'s Service> {
+    if now.len() != before.len().checked_add(1)? {
+        return None;
+    }
+    let same = |now: &Arc<Service>, then: &Arc<Service>| {
+        Arc::ptr_eq(now, then) || service_asks_the_same(now, then)
+    };
+    let at = now.iter().zip(before).position(|(n, b)| !same(n, b)).unwrap_or(before.len());
+    let rest = now.get(at.checked_add(1)?..)?;
+    let rest_before = before.get(at..)?;
+    let rest_same = rest.iter().zip(rest_before).all(|(n, b)| same(n, b));
+    rest_same.then(|| now.get(at).map(|s| &**s)).flatten()
+}
+
+/// The addresses `service` (of `key`) gets at home in `pool`, one per family it wants there,
+/// when each is surely its alone (module doc, "One more Service"); `None` otherwise.
+fn at_home_alone(
+    pool: &PoolSlots<'_>,
+    (key, service): (&str, &Service),
+    before: &Allocation,
+) -> Option<Vec<Address>> {
+    let wanted = wanted(&pool.families, service);
+    if wanted.is_empty() {
+        return None;
+    }
+    let held = || before.services.values().filter_map(|r| r.as_ref().ok()).flat_map(Assigned::ips);
+    let mut addresses = Vec::with_capacity(wanted.len());
+    for family in wanted {
+        let slots = pool.family(family);
+        let address = slots.home(key).and_then(|home| slots.address(home))?;
+        if !slots.usable(address) {
+            return None;
+        }
+        // Held by nobody, and the pool not counted full without it.
+        let mut used: u128 = 0;
+        for ip in held() {
+            if ip == address {
+                return None;
+            }
+            if slots.contains(ip) {
+                used = used.saturating_add(1);
+            }
+        }
+        if used >= slots.capacity {
+            return None;
+        }
+        addresses.push(Address { address, how: How::Home });
+    }
+    Some(addresses)
+}
+
 /// The addresses handed out so far, with the key of the Service holding each.
 type Taken<'k> = HashMap<IpAddr, &'k str, foldhash::fast::RandomState>;
 
@@ -679,6 +787,7 @@ fn place_in_pool<'k>(
         }
         if !complete && policy == IpFamilyPolicy::RequireDualStack {
             // One family is full here: give the other back and try the next pool for both.
+            out.gave_back = true;
             for a in &addresses {
                 taken.remove(&a.address);
                 out.collisions.retain(|c| !(c.service == key && c.got == a.address));
@@ -1383,5 +1492,149 @@ mod tests {
         for (pools, now) in &made_again {
             assert!(!asks_the_same(before, pools, now));
         }
+    }
+
+    /// A small deterministic generator (xorshift64*): the random configs below are the same in
+    /// every run, so a failure names its case.
+    struct Dice(u64);
+
+    impl Dice {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+        fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+            &from[self.below(from.len() as u64) as usize]
+        }
+    }
+
+    /// Pools of a few addresses that overlap each other (and the `.255` edge), with both
+    /// families, auto-assign off, namespaces and priorities here and there.
+    fn random_pools(dice: &mut Dice) -> Vec<Pool> {
+        let count = 1 + dice.below(3);
+        (0..count)
+            .map(|i| {
+                let mut ranges = Vec::new();
+                for _ in 0..1 + dice.below(2) {
+                    let first = 240 + dice.below(16);
+                    let last = (first + dice.below(12)).min(255);
+                    ranges.push(format!("10.0.0.{first}-10.0.0.{last}"));
+                }
+                if dice.chance(50) {
+                    let first = dice.below(8);
+                    ranges
+                        .push(format!("2001:db8::{first:x}-2001:db8::{:x}", first + dice.below(8)));
+                }
+                let refs: Vec<&str> = ranges.iter().map(String::as_str).collect();
+                let mut p = pool(&format!("p{i}"), &refs);
+                p.auto_assign = dice.chance(85);
+                p.avoid_buggy_ips = dice.chance(30);
+                if dice.chance(30) {
+                    p.service_allocation = Some(ServiceAllocation {
+                        priority: dice.chance(50).then(|| dice.below(3) as i32),
+                        namespaces: if dice.chance(50) { vec!["a".into()] } else { vec![] },
+                        namespace_selectors: vec![],
+                        service_selectors: vec![],
+                    });
+                }
+                p
+            })
+            .collect()
+    }
+
+    fn random_service(dice: &mut Dice, name: &str, pools: &[Pool]) -> Service {
+        let namespace: &&str = dice.pick(&["a", "b", "c"]);
+        let mut s = service(namespace, name);
+        if dice.chance(15) {
+            s.address_pool = Some(if dice.chance(90) {
+                dice.pick(pools).name.clone()
+            } else {
+                "nowhere".into()
+            });
+        }
+        if dice.chance(10) {
+            s.load_balancer_ips = vec![ip(&format!("10.0.0.{}", 240 + dice.below(16)))];
+        }
+        s.ip_family_policy = *dice.pick(&[
+            IpFamilyPolicy::SingleStack,
+            IpFamilyPolicy::SingleStack,
+            IpFamilyPolicy::PreferDualStack,
+            IpFamilyPolicy::RequireDualStack,
+        ]);
+        s.ip_families = dice
+            .pick(&[vec![], vec![], vec![IpFamily::Ipv6], vec![IpFamily::Ipv6, IpFamily::Ipv4]])
+            .clone();
+        s
+    }
+
+    /// The allocation made from the last one for one more Service is the full allocation,
+    /// in every random config where it is made, and it is made often enough to mean it.
+    #[test]
+    fn one_more_service_from_the_last_allocation_is_the_full_allocation() {
+        let mut dice = Dice(0x9e37_79b9_7f4a_7c15);
+        let (mut made, mut declined) = (0, 0);
+        for case in 0..4000 {
+            let pools = random_pools(&mut dice);
+            let count = dice.below(12);
+            let services: Vec<Arc<Service>> = (0..count)
+                .map(|i| Arc::new(random_service(&mut dice, &format!("s{i}"), &pools)))
+                .collect();
+            let before = allocate(&pools, &services);
+            let mut more = services.clone();
+            let at = dice.below(count + 1) as usize;
+            more.insert(at, Arc::new(random_service(&mut dice, "new", &pools)));
+            let last = (&before, pools.as_slice(), services.as_slice());
+            match allocate_one_more(last, &pools, &more) {
+                Some(quick) => {
+                    made += 1;
+                    let full = allocate(&pools, &more);
+                    assert_eq!(quick, full, "case {case}: {pools:#?}\n{more:#?}");
+                }
+                None => declined += 1,
+            }
+        }
+        assert!(made > 800 && declined > 800, "made {made}, declined {declined}");
+        // Not for a change that is not one more Service.
+        let pools = vec![pool("p", &["10.0.0.0/24"])];
+        let services: Vec<Arc<Service>> =
+            ["x", "y"].iter().map(|n| Arc::new(service("a", n))).collect();
+        let before = allocate(&pools, &services);
+        let last = (&before, pools.as_slice(), services.as_slice());
+        let fewer = &services[..1];
+        assert!(allocate_one_more(last, &pools, fewer).is_none());
+        let other = vec![services[0].clone(), Arc::new(service("a", "z"))];
+        assert!(allocate_one_more(last, &pools, &other).is_none());
+
+        // A full pool with the home address free: .253 and .254 handed out, .255 held by a
+        // manual address and counted. Without the newcomer, the Service whose home is .255
+        // probes to .253; with it, the newcomer takes .254 at home first and the other finds
+        // the pool full.
+        let mut tight = pool("tight", &["10.0.0.253-10.0.0.255"]);
+        tight.avoid_buggy_ips = true;
+        let pools = vec![tight];
+        let named = |slot: u64| {
+            let name = (0..)
+                .map(|i| format!("s{i}"))
+                .find(|n| fnv1a64(format!("a/{n}").as_bytes()) % 3 == slot);
+            service("a", &name.unwrap())
+        };
+        let mut manual = service("a", "manual");
+        manual.load_balancer_ips = vec![ip("10.0.0.255")];
+        let services = vec![Arc::new(manual), Arc::new(named(2))];
+        let before = allocate(&pools, &services);
+        let mut more = services.clone();
+        more.push(Arc::new(named(1)));
+        let full = allocate(&pools, &more);
+        assert_eq!(full.services.values().filter(|r| r.is_err()).count(), 1, "{full:#?}");
+        let last = (&before, pools.as_slice(), services.as_slice());
+        assert_eq!(allocate_one_more(last, &pools, &more), None);
     }
 }

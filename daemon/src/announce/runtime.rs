@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
 
-use super::allocate::{allocate, asks_the_same, Allocation};
+use super::allocate::{allocate, allocate_one_more, asks_the_same, Allocation};
 use super::compute::{compute_allocated, Announcements, RouterInput, RuntimeState};
 use super::health::{self, Verdict};
 use super::readiness::{endpoints_to_probe, HealthStates};
@@ -124,7 +124,8 @@ impl AnnouncerHandle {
 struct Announcer {
     config: Arc<AnnounceConfig>,
     /// The config's allocation (a pure function of its pools and Services), made again only
-    /// when a config changes what it reads ([`asks_the_same`]).
+    /// when a config changes what it reads ([`asks_the_same`]), and from the last one when
+    /// the change is one more Service that moves no other ([`allocate_one_more`]).
     allocation: Arc<Allocation>,
     routers: Vec<RouterInput>,
     feeds: Feeds,
@@ -211,9 +212,13 @@ impl Announcer {
                     self.drain = phase;
                 }
                 Event::Config(config, routers) => {
+                    let (pools, services) = (&config.pools, &config.services);
                     let before = (self.config.pools.as_slice(), self.config.services.as_slice());
-                    if !asks_the_same(before, &config.pools, &config.services) {
-                        self.allocation = Arc::new(allocate(&config.pools, &config.services));
+                    if !asks_the_same(before, pools, services) {
+                        let last = (&*self.allocation, before.0, before.1);
+                        let allocation = allocate_one_more(last, pools, services)
+                            .unwrap_or_else(|| allocate(pools, services));
+                        self.allocation = Arc::new(allocation);
                     }
                     self.config = config;
                     self.routers = routers;
