@@ -51,19 +51,21 @@
 //! # One more Service
 //!
 //! Every Kubernetes event is a new config, and a new Service is the common one. When the new
-//! Service surely lands at home in its first candidate pool and moves no other,
-//! [`allocate_one_more`] gives [`allocate`]'s answer as the last allocation plus that Service,
-//! without placing the others again. That holds when, in each family it wants there, its home
-//! address is usable and held by no Service, the pool is not counted full without it, and the
-//! last allocation gave nothing back (a `require-dual-stack` Service whose second family was
-//! full). Then the run with it is the run without it plus its placement. Addresses are only
-//! ever taken (nothing given back), so an address free at the end was free throughout; any
-//! Service that reached it in the run without — at home, probing, in any pool that holds it —
-//! would have taken it, so none did, and no other Service has that home slot (it would hold
-//! the address, or have found the pool full). A probing Service finds the pool full only when
-//! its handed-out addresses reach the pool's capacity; were the newcomer's to tip it, the pool
-//! would end full without it too. (A manual address the pool never hands out counts as handed
-//! out, which is how a pool can end full with its home address free.) Anything else is
+//! Service surely gets its manual addresses, or lands at home in its first candidate pool,
+//! and moves no other, [`allocate_one_more`] gives [`allocate`]'s answer as the last
+//! allocation plus that Service, without placing the others again. That holds when each
+//! address it gets is held by no Service, every pool that has the address hands it out and is
+//! not counted full without it, and the last allocation gave nothing back (a
+//! `require-dual-stack` Service whose second family was full). Then the run with it is the run
+//! without it plus its placement. Addresses are only ever taken (nothing given back), so an
+//! address free at the end was free throughout; any Service that reached it in the run
+//! without — at home, probing, in any pool that has it — would have taken it (every such pool
+//! hands it out), so none did, and
+//! no other Service has that home slot (it would hold the address, or have found the pool
+//! full). A probing Service finds a pool full when the addresses held within it reach its
+//! capacity; were the newcomer's to tip it, the pool would end full without it too. (A manual
+//! address the pool never hands out counts as held, which is how a pool can end full with a
+//! free address.) Anything else is
 //! allocated in full. A test compares the two on thousands of random configs.
 
 use std::borrow::Borrow;
@@ -672,18 +674,22 @@ pub fn allocate_one_more(
     }
     let added = the_one_added(services_before, services)?;
     let key = added.key();
-    if !added.load_balancer_ips.is_empty() || allocation.services.contains_key(&key) {
+    if allocation.services.contains_key(&key) {
         return None;
     }
     let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();
-    let result = match candidates(&slots, added) {
-        // A Service no pool serves takes nothing from anyone.
-        Err(error) => Err(error),
-        Ok(list) => {
-            let pool = slots.get(*list.first()?)?;
-            let addresses = at_home_alone(pool, (&key, added), allocation)?;
-            Ok(Assigned { pool: pool.pool.name.clone(), addresses })
+    let result = if added.load_balancer_ips.is_empty() {
+        match candidates(&slots, added) {
+            // A Service no pool serves takes nothing from anyone.
+            Err(error) => Err(error),
+            Ok(list) => {
+                let pool = slots.get(*list.first()?)?;
+                let addresses = at_home_alone((pool, &slots), (&key, added), allocation)?;
+                Ok(Assigned { pool: pool.pool.name.clone(), addresses })
+            }
         }
+    } else {
+        manual_alone(&slots, added, allocation)?
     };
     let mut out = allocation.clone();
     out.services.insert(key, result);
@@ -709,7 +715,7 @@ fn the_one_added<'s>(before: &[Arc<Service>], now: &'s [Arc<Service>]) -> Option
 /// The addresses `service` (of `key`) gets at home in `pool`, one per family it wants there,
 /// when each is surely its alone (module doc, "One more Service"); `None` otherwise.
 fn at_home_alone(
-    pool: &PoolSlots<'_>,
+    (pool, pools): (&PoolSlots<'_>, &[PoolSlots<'_>]),
     (key, service): (&str, &Service),
     before: &Allocation,
 ) -> Option<Vec<Address>> {
@@ -717,30 +723,61 @@ fn at_home_alone(
     if wanted.is_empty() {
         return None;
     }
-    let held = || before.services.values().filter_map(|r| r.as_ref().ok()).flat_map(Assigned::ips);
     let mut addresses = Vec::with_capacity(wanted.len());
     for family in wanted {
         let slots = pool.family(family);
         let address = slots.home(key).and_then(|home| slots.address(home))?;
-        if !slots.usable(address) {
-            return None;
-        }
-        // Held by nobody, and the pool not counted full without it.
-        let mut used: u128 = 0;
-        for ip in held() {
-            if ip == address {
-                return None;
-            }
-            if slots.contains(ip) {
-                used = used.saturating_add(1);
-            }
-        }
-        if used >= slots.capacity {
+        if !free_everywhere(pools, address, before) {
             return None;
         }
         addresses.push(Address { address, how: How::Home });
     }
     Some(addresses)
+}
+
+/// Step 1 for `service` alone: its manual addresses when they are surely its (held by no
+/// Service, no pool that has one full without it), or the error that takes nothing from
+/// anyone; `None` otherwise.
+fn manual_alone(
+    pools: &[PoolSlots<'_>],
+    service: &Service,
+    before: &Allocation,
+) -> Option<Result<Assigned, AllocError>> {
+    let pool = match manual_pool(pools, service) {
+        Ok(pool) => pool,
+        Err(error) => return Some(Err(error)),
+    };
+    if !service.load_balancer_ips.iter().all(|a| free_everywhere(pools, *a, before)) {
+        return None;
+    }
+    let addresses =
+        service.load_balancer_ips.iter().map(|a| Address { address: *a, how: How::Manual });
+    Some(Ok(Assigned { pool, addresses: addresses.collect() }))
+}
+
+/// Whether `address` is held by no Service of `before`, and every pool that has it hands it
+/// out (else a Service may have reached it without taking it, and its collision names the
+/// address's holder) and is not counted full without it.
+fn free_everywhere(pools: &[PoolSlots<'_>], address: IpAddr, before: &Allocation) -> bool {
+    let family = IpFamily::of(address);
+    let mut holding = pools.iter().map(|p| p.family(family)).filter(|s| s.contains(address));
+    holding.all(|slots| slots.usable(address) && free_in(slots, address, before))
+}
+
+/// Whether `address` is held by no Service of `before`, and `slots` are not counted full
+/// without it (every address held within them counts, a manual one never handed out too).
+fn free_in(slots: &Slots<'_>, address: IpAddr, before: &Allocation) -> bool {
+    let held = before.services.values().filter_map(|r| r.as_ref().ok()).flat_map(Assigned::ips);
+    let mut used: u128 = 0;
+    for ip in held {
+        if ip == address {
+            return false;
+        }
+        if slots.contains(ip) {
+            used = used.saturating_add(1);
+        }
+    }
+    used < slots.capacity
 }
 
 /// The addresses handed out so far, with the key of the Service holding each.
