@@ -56,16 +56,16 @@
 //! allocation plus that Service, without placing the others again. That holds when each
 //! address it gets is held by no Service, every pool that has the address hands it out and is
 //! not counted full without it, and the last allocation gave nothing back (a
-//! `require-dual-stack` Service whose second family was full). Then the run with it is the run
-//! without it plus its placement. Addresses are only ever taken (nothing given back), so an
-//! address free at the end was free throughout; any Service that reached it in the run
-//! without — at home, probing, in any pool that has it — would have taken it (every such pool
-//! hands it out), so none did, and
-//! no other Service has that home slot (it would hold the address, or have found the pool
-//! full). A probing Service finds a pool full when the addresses held within it reach its
-//! capacity; were the newcomer's to tip it, the pool would end full without it too. (A manual
-//! address the pool never hands out counts as held, which is how a pool can end full with a
-//! free address.) Anything else is
+//! `require-dual-stack` Service whose second family was full).
+//!
+//! Then the run with it is the run without it plus its placement. Addresses are only ever
+//! taken (nothing given back), so an address free at the end was free throughout. Any Service
+//! that reached it in the run without — at home, probing, in any pool that has it — would have
+//! taken it (every such pool hands it out), so none did, and no other Service has that home
+//! slot (it would hold the address, or have found the pool full). A probing Service finds a
+//! pool full when the addresses held within it reach its capacity; were the newcomer's to tip
+//! it, the pool would end full without it too. (A manual address that the pool never hands out
+//! counts as held, which is how a pool can end full with a free address.) Anything else is
 //! allocated in full. A test compares the two on thousands of random configs.
 
 use std::borrow::Borrow;
@@ -660,9 +660,9 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
 }
 
 /// [`allocate`] for `pools` and `services` when they are `before`'s pools and Services plus
-/// one Service that lands at home and moves no other (module doc, "One more Service"): the
-/// last allocation with that Service added, without placing the others again. `None` when that
-/// does not surely hold; the caller then allocates in full.
+/// one Service that gets its manual addresses or lands at home, and moves no other (module
+/// doc, "One more Service"): the last allocation with that Service added, without placing the
+/// others again. `None` when that does not surely hold; the caller then allocates in full.
 pub fn allocate_one_more(
     before: (&Allocation, &[Pool], &[Arc<Service>]),
     pools: &[Pool],
