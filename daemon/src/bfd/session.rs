@@ -248,9 +248,15 @@ impl Session {
         if !expired || self.stall_excused {
             return false;
         }
-        self.detect_deadline = self.detection_time().and_then(|d| now.checked_add(d));
+        self.restart_detection(now);
         self.stall_excused = true;
         true
+    }
+
+    /// The detection time measured again from `now` (none while the peer's Detect Mult is
+    /// unknown).
+    fn restart_detection(&mut self, now: Instant) {
+        self.detect_deadline = self.detection_time().and_then(|d| now.checked_add(d));
     }
 
     pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Action> {
@@ -310,7 +316,7 @@ impl Session {
         if self.state == State::AdminDown {
             return;
         }
-        self.detect_deadline = self.detection_time().and_then(|d| now.checked_add(d));
+        self.restart_detection(now);
         self.stall_excused = false;
         // The periodic packet may now be due sooner (a passive side hearing its peer for the
         // first time, or a peer that lowered its Required Min RX).
