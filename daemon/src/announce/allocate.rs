@@ -111,10 +111,12 @@ pub struct Address {
 }
 
 /// A service's addresses: all from one pool, at most one per family, primary family first.
+/// Shared, not owned: the next allocation starts from a copy of the last one
+/// ([`allocate_one_more`]), which is then a few counter increments per Service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Assigned {
-    pub pool: String,
-    pub addresses: Vec<Address>,
+    pub pool: Arc<str>,
+    pub addresses: Arc<[Address]>,
 }
 
 impl Assigned {
@@ -181,11 +183,11 @@ impl std::fmt::Display for AllocError {
 /// A service that did not get its home slot (in one family).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Collision {
-    pub service: String,
-    pub pool: String,
+    pub service: ServiceKey,
+    pub pool: Arc<str>,
     pub home: IpAddr,
     /// Who holds the home slot (a service key), or why it is unusable.
-    pub holder: String,
+    pub holder: Arc<str>,
     pub got: IpAddr,
 }
 
@@ -203,11 +205,14 @@ pub struct Allocation {
     gave_back: bool,
 }
 
+/// A Service's key (`namespace/name`), made once per allocation and shared by its entries.
+pub type ServiceKey = Arc<str>;
+
 /// A map by Service key.
-pub type ByKey<V> = HashMap<String, V, foldhash::fast::RandomState>;
+pub type ByKey<V> = HashMap<ServiceKey, V, foldhash::fast::RandomState>;
 
 /// A map's entries in key order: how the allocation is shown (JSON, `uplink check`).
-fn sorted<V>(map: &ByKey<V>) -> Vec<(&String, &V)> {
+fn sorted<V>(map: &ByKey<V>) -> Vec<(&ServiceKey, &V)> {
     let mut sorted: Vec<_> = map.iter().collect();
     sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
     sorted
@@ -222,7 +227,7 @@ fn in_order<V: Serialize, S: serde::Serializer>(
 
 impl Allocation {
     /// The services' results in key order.
-    pub fn results_in_key_order(&self) -> Vec<(&String, &Result<Assigned, AllocError>)> {
+    pub fn results_in_key_order(&self) -> Vec<(&ServiceKey, &Result<Assigned, AllocError>)> {
         sorted(&self.services)
     }
 
@@ -407,6 +412,8 @@ impl<'a> Slots<'a> {
 /// A pool with its slots per family and the families it has.
 struct PoolSlots<'a> {
     pool: &'a Pool,
+    /// The pool's name as every [`Assigned`] of it holds it.
+    name: Arc<str>,
     families: Vec<IpFamily>,
     v4: Slots<'a>,
     v6: Slots<'a>,
@@ -416,6 +423,7 @@ impl<'a> PoolSlots<'a> {
     fn new(pool: &'a Pool) -> Self {
         Self {
             pool,
+            name: pool.name.as_str().into(),
             families: pool_families(pool),
             v4: Slots::new(pool, IpFamily::Ipv4),
             v6: Slots::new(pool, IpFamily::Ipv6),
@@ -498,7 +506,7 @@ fn candidates(pools: &[PoolSlots<'_>], service: &Service) -> Result<Vec<usize>, 
 }
 
 /// Step 1: the pool that holds all of a service's manual addresses.
-fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<String, AllocError> {
+fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<Arc<str>, AllocError> {
     let addresses = &service.load_balancer_ips;
     if let Some(name) = &service.address_pool {
         let pool = pools
@@ -509,32 +517,35 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<String, All
             Some(address) => {
                 Err(AllocError::NotInPool { address: *address, pool: Some(name.clone()) })
             }
-            None => Ok(name.clone()),
+            None => Ok(pool.name.clone()),
         };
     }
     if let Some(address) = addresses.iter().find(|a| !pools.iter().any(|p| p.contains(**a))) {
         return Err(AllocError::NotInPool { address: *address, pool: None });
     }
-    let mut holders: Vec<&str> = pools
+    let mut holders: Vec<&Arc<str>> = pools
         .iter()
         .filter(|p| addresses.iter().all(|a| p.contains(*a)))
-        .map(|p| p.pool.name.as_str())
+        .map(|p| &p.name)
         .collect();
     holders.sort_unstable();
     holders
         .first()
-        .map(|p| p.to_string())
+        .map(|name| Arc::clone(name))
         .ok_or_else(|| AllocError::NotInOnePool { addresses: addresses.clone() })
 }
 
 /// The services with their keys, in key order. Each key is made once, not at every
 /// comparison: with thousands of Services a key per comparison was a third of the work.
-pub fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(String, &Service)> {
-    let mut order: Vec<(String, &Service)> = services
+pub fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(ServiceKey, &Service)> {
+    // One buffer for the keys' text: each key is then one allocation, its own.
+    let mut text = String::new();
+    let mut order: Vec<(ServiceKey, &Service)> = services
         .iter()
         .map(|s| {
             let service: &Service = s.borrow();
-            (service.key(), service)
+            service.write_key(&mut text);
+            (ServiceKey::from(text.as_str()), service)
         })
         .collect();
     order.sort_by(|a, b| a.0.cmp(&b.0));
@@ -561,18 +572,15 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
             for address in &service.load_balancer_ips {
                 taken.insert(*address, key);
             }
-            let addresses = service
-                .load_balancer_ips
-                .iter()
-                .map(|a| Address { address: *a, how: How::Manual })
-                .collect();
-            Ok(Assigned { pool, addresses })
+            let addresses =
+                service.load_balancer_ips.iter().map(|a| Address { address: *a, how: How::Manual });
+            Ok(Assigned { pool, addresses: addresses.collect() })
         });
         out.services.insert(key.clone(), result);
     }
 
     // 2.-5. Automatic addresses, round by round.
-    let mut pending: Vec<(&str, &Service, Vec<usize>)> = Vec::new();
+    let mut pending: Vec<(&ServiceKey, &Service, Vec<usize>)> = Vec::new();
     for (key, service) in order.iter().filter(|(_, s)| s.load_balancer_ips.is_empty()) {
         match candidates(&slots, service) {
             Ok(list) => pending.push((key, service, list)),
@@ -583,7 +591,7 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
     }
     let mut round = 0usize;
     while !pending.is_empty() {
-        let mut groups: BTreeMap<usize, Vec<(&str, &Service)>> = BTreeMap::new();
+        let mut groups: BTreeMap<usize, Vec<(&ServiceKey, &Service)>> = BTreeMap::new();
         let mut next = Vec::new();
         for (key, service, list) in pending {
             match list.get(round) {
@@ -597,7 +605,7 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
                         .filter_map(|i| slots.get(*i))
                         .map(|p| p.pool.name.clone())
                         .collect();
-                    out.services.insert(key.to_string(), Err(AllocError::PoolExhausted { pools }));
+                    out.services.insert(key.clone(), Err(AllocError::PoolExhausted { pools }));
                 }
             }
         }
@@ -673,7 +681,7 @@ pub fn allocate_one_more(
         return None;
     }
     let added = the_one_added(services_before, services)?;
-    let key = added.key();
+    let key: ServiceKey = added.key().into();
     if allocation.services.contains_key(&key) {
         return None;
     }
@@ -685,7 +693,7 @@ pub fn allocate_one_more(
             Ok(list) => {
                 let pool = slots.get(*list.first()?)?;
                 let addresses = at_home_alone((pool, &slots), (&key, added), allocation)?;
-                Ok(Assigned { pool: pool.pool.name.clone(), addresses })
+                Ok(Assigned { pool: pool.name.clone(), addresses: addresses.into() })
             }
         }
     } else {
@@ -757,41 +765,42 @@ fn manual_alone(
 
 /// Whether `address` is held by no Service of `before`, and every pool that has it hands it
 /// out (else a Service may have reached it without taking it, and its collision names the
-/// address's holder) and is not counted full without it.
+/// address's holder) and is not counted full without it (every address held within it
+/// counts, a manual one never handed out too). One walk over the held addresses for all.
 fn free_everywhere(pools: &[PoolSlots<'_>], address: IpAddr, before: &Allocation) -> bool {
     let family = IpFamily::of(address);
-    let mut holding = pools.iter().map(|p| p.family(family)).filter(|s| s.contains(address));
-    holding.all(|slots| slots.usable(address) && free_in(slots, address, before))
-}
-
-/// Whether `address` is held by no Service of `before`, and `slots` are not counted full
-/// without it (every address held within them counts, a manual one never handed out too).
-fn free_in(slots: &Slots<'_>, address: IpAddr, before: &Allocation) -> bool {
+    let holding: Vec<&Slots<'_>> =
+        pools.iter().map(|p| p.family(family)).filter(|s| s.contains(address)).collect();
+    if !holding.iter().all(|slots| slots.usable(address)) {
+        return false;
+    }
+    let mut used = vec![0u128; holding.len()];
     let held = before.services.values().filter_map(|r| r.as_ref().ok()).flat_map(Assigned::ips);
-    let mut used: u128 = 0;
     for ip in held {
         if ip == address {
             return false;
         }
-        if slots.contains(ip) {
-            used = used.saturating_add(1);
+        for (slots, used) in holding.iter().zip(used.iter_mut()) {
+            if slots.contains(ip) {
+                *used = used.saturating_add(1);
+            }
         }
     }
-    used < slots.capacity
+    holding.iter().zip(&used).all(|(slots, used)| *used < slots.capacity)
 }
 
 /// The addresses handed out so far, with the key of the Service holding each.
-type Taken<'k> = HashMap<IpAddr, &'k str, foldhash::fast::RandomState>;
+type Taken<'k> = HashMap<IpAddr, &'k ServiceKey, foldhash::fast::RandomState>;
 
 /// Places `services` (in key order) in one pool, family by family; a service that gets none
 /// of its families here stays unplaced (the caller tries its next candidate).
 fn place_in_pool<'k>(
     pool: &PoolSlots<'_>,
-    services: &[(&'k str, &Service)],
+    services: &[(&'k ServiceKey, &Service)],
     taken: &mut Taken<'k>,
     out: &mut Allocation,
 ) {
-    let wants: Vec<(&str, Vec<IpFamily>, IpFamilyPolicy)> = services
+    let wants: Vec<(&ServiceKey, Vec<IpFamily>, IpFamilyPolicy)> = services
         .iter()
         .map(|(key, s)| (*key, wanted(&pool.families, s), s.ip_family_policy))
         .collect();
@@ -799,9 +808,9 @@ fn place_in_pool<'k>(
     let mut got: HashMap<&str, (Option<Address>, Option<Address>), foldhash::fast::RandomState> =
         HashMap::default();
     for family in [IpFamily::Ipv4, IpFamily::Ipv6] {
-        let keys: Vec<&str> =
+        let keys: Vec<&ServiceKey> =
             wants.iter().filter(|(_, w, _)| w.contains(&family)).map(|(k, _, _)| *k).collect();
-        for (key, address) in place(pool.family(family), &keys, taken, &mut out.collisions) {
+        for (key, address) in place(pool, family, &keys, taken, &mut out.collisions) {
             let slot = got.entry(key).or_default();
             match family {
                 IpFamily::Ipv4 => slot.0 = Some(address),
@@ -810,7 +819,7 @@ fn place_in_pool<'k>(
         }
     }
     for (key, wanted, policy) in wants {
-        let found = got.get(key);
+        let found = got.get(&**key);
         let addresses: Vec<Address> = wanted
             .iter()
             .filter_map(|family| match family {
@@ -827,26 +836,29 @@ fn place_in_pool<'k>(
             out.gave_back = true;
             for a in &addresses {
                 taken.remove(&a.address);
-                out.collisions.retain(|c| !(c.service == key && c.got == a.address));
+                out.collisions.retain(|c| !(c.service == *key && c.got == a.address));
             }
             continue;
         }
-        out.services
-            .insert(key.to_string(), Ok(Assigned { pool: pool.pool.name.clone(), addresses }));
+        let assigned = Assigned { pool: pool.name.clone(), addresses: addresses.into() };
+        out.services.insert(key.clone(), Ok(assigned));
     }
 }
 
 /// Places `keys` (in key order) in one family of a pool: uncontested home slots first, then
 /// probing. Returns what each placed key got.
 fn place<'k>(
-    slots: &Slots<'_>,
-    keys: &[&'k str],
+    pool: &PoolSlots<'_>,
+    family: IpFamily,
+    keys: &[&'k ServiceKey],
     taken: &mut Taken<'k>,
     collisions: &mut Vec<Collision>,
 ) -> Vec<(&'k str, Address)> {
+    let slots = pool.family(family);
     let mut placed = Vec::new();
     let mut used = taken.keys().filter(|a| slots.contains(**a)).count() as u128;
-    let homes: Vec<(&str, Option<u128>)> = keys.iter().map(|k| (*k, slots.home(k))).collect();
+    let homes: Vec<(&ServiceKey, Option<u128>)> =
+        keys.iter().map(|k| (*k, slots.home(k))).collect();
     let mut home_count: HashMap<u128, usize, foldhash::fast::RandomState> = HashMap::default();
     for home in homes.iter().filter_map(|(_, h)| *h) {
         let count = home_count.entry(home).or_default();
@@ -863,7 +875,7 @@ fn place<'k>(
             {
                 taken.insert(address, key);
                 used = used.saturating_add(1);
-                placed.push((key, Address { address, how: How::Home }));
+                placed.push((&**key, Address { address, how: How::Home }));
             }
             _ => probing.push((key, home)),
         }
@@ -885,22 +897,22 @@ fn place<'k>(
             }
             let holder = match home_address {
                 Some(h) if h == address => None,
-                Some(h) => Some(taken.get(&h).map(|by| by.to_string()).unwrap_or_else(|| {
+                Some(h) => Some(taken.get(&h).map(|by| Arc::clone(by)).unwrap_or_else(|| {
                     if slots.usable(h) {
-                        "another service of the same home slot".to_string()
+                        "another service of the same home slot".into()
                     } else {
-                        format!("{h} is never handed out (avoid_buggy_ips)")
+                        format!("{h} is never handed out (avoid_buggy_ips)").into()
                     }
                 })),
                 None => None,
             };
-            let how = match (&holder, home_address) {
+            let how = match (holder, home_address) {
                 (Some(holder), Some(home)) => {
                     collisions.push(Collision {
-                        service: key.to_string(),
-                        pool: slots.pool.name.clone(),
+                        service: key.clone(),
+                        pool: pool.name.clone(),
                         home,
-                        holder: holder.clone(),
+                        holder,
                         got: address,
                     });
                     How::Probed
@@ -909,7 +921,7 @@ fn place<'k>(
             };
             taken.insert(address, key);
             used = used.saturating_add(1);
-            placed.push((key, Address { address, how }));
+            placed.push((&**key, Address { address, how }));
             break;
         }
     }
@@ -1070,7 +1082,7 @@ mod tests {
             out.services["ns/a"],
             Ok(Assigned {
                 pool: "manual".into(),
-                addresses: vec![Address { address: ip("10.9.0.7"), how: How::Manual }]
+                addresses: vec![Address { address: ip("10.9.0.7"), how: How::Manual }].into()
             })
         );
         assert_eq!(
@@ -1107,7 +1119,7 @@ mod tests {
         asks.address_pool = Some("reserved".into());
         let out = allocate(&pools, &[service("ns", "plain"), asks]);
         assert_eq!(out.services["ns/plain"], Err(AllocError::NoPool));
-        assert_eq!(out.services["ns/asks"].as_ref().unwrap().pool, "reserved");
+        assert_eq!(&*out.services["ns/asks"].as_ref().unwrap().pool, "reserved");
         let mut unknown = service("ns", "typo");
         unknown.address_pool = Some("nope".into());
         assert_eq!(
@@ -1130,7 +1142,7 @@ mod tests {
         ];
         let out = allocate(&pools, &[service("ns", "a"), service("ns", "b"), service("ns", "c")]);
         let by_pool =
-            |p: &str| out.services.values().filter(|r| r.as_ref().unwrap().pool == p).count();
+            |p: &str| out.services.values().filter(|r| &*r.as_ref().unwrap().pool == p).count();
         // The one-address high-priority pool takes one service, the next priority the rest;
         // the pool without service_allocation is last.
         assert_eq!((by_pool("high"), by_pool("low"), by_pool("plain")), (1, 2, 0));
@@ -1252,7 +1264,7 @@ mod tests {
             let assigned = result.as_ref().unwrap();
             // Unset ip_families: the pool's family order, IPv4 (its first range) first.
             assert_eq!(families_of(assigned), vec![IpFamily::Ipv4, IpFamily::Ipv6], "{key}");
-            for a in &assigned.addresses {
+            for a in assigned.addresses.iter() {
                 assert!(seen.insert(a.address), "{} handed out twice", a.address);
                 // The home slot is the same hash, modulo the family's own slot count.
                 if a.how == How::Home {
@@ -1312,9 +1324,9 @@ mod tests {
         let prefer = dual("ns", "prefer", IpFamilyPolicy::PreferDualStack);
         let out = allocate(&pools, &[require.clone(), prefer.clone()]);
         let got = out.services["ns/require"].as_ref().unwrap();
-        assert_eq!((got.pool.as_str(), got.addresses.len()), ("both", 2), "v4only is no candidate");
+        assert_eq!((&*got.pool, got.addresses.len()), ("both", 2), "v4only is no candidate");
         let got = out.services["ns/prefer"].as_ref().unwrap();
-        assert_eq!(got.pool, "v4only", "prefer takes the first pool, single stack");
+        assert_eq!(&*got.pool, "v4only", "prefer takes the first pool, single stack");
         assert_eq!(families_of(got), vec![IpFamily::Ipv4]);
 
         // No pool with both families: require gets a reason that says so; prefer gets IPv4.
@@ -1367,16 +1379,17 @@ mod tests {
         let b = dual("ns", "b", IpFamilyPolicy::RequireDualStack);
         let out = allocate(&pools, &[a, b]);
         let pools_used: Vec<&str> =
-            out.services.values().map(|r| r.as_ref().unwrap().pool.as_str()).collect();
+            out.services.values().map(|r| &*r.as_ref().unwrap().pool).collect();
         assert_eq!(pools_used.iter().filter(|p| **p == "small").count(), 1);
         assert_eq!(pools_used.iter().filter(|p| **p == "spare").count(), 1);
         for result in out.services.values() {
             assert_eq!(result.as_ref().unwrap().addresses.len(), 2);
         }
         // The address given back in "small" is not reported as held.
-        let moved = out.services.iter().find(|(_, r)| r.as_ref().unwrap().pool == "spare").unwrap();
+        let moved =
+            out.services.iter().find(|(_, r)| &*r.as_ref().unwrap().pool == "spare").unwrap();
         assert!(
-            out.collisions.iter().all(|c| &c.service != moved.0 || c.pool != "small"),
+            out.collisions.iter().all(|c| &c.service != moved.0 || &*c.pool != "small"),
             "{:?}",
             out.collisions
         );
@@ -1418,6 +1431,7 @@ mod tests {
                     Address { address: ip("10.0.0.7"), how: How::Manual },
                     Address { address: ip("2001:db8::7"), how: How::Manual },
                 ]
+                .into()
             })
         );
         assert_eq!(

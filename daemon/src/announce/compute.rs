@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::allocate::{allocate, in_key_order, AllocError, Allocation};
+use super::allocate::{allocate, in_key_order, AllocError, Allocation, ServiceKey};
 use super::readiness::{readiness, HealthStates, Readiness};
 use crate::config::announce::{
     Advertisement, AdvertisementKind, AnnounceConfig, Labels, Network, NetworkSelector, Pool,
@@ -115,7 +115,8 @@ pub enum Origin {
     /// The router's `prefixes`.
     Router,
     Service {
-        service: String,
+        /// Shared with the allocation's entry (one key per Service per allocation).
+        service: ServiceKey,
         advertisement: Option<String>,
     },
     Aggregate {

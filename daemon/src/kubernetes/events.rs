@@ -169,7 +169,7 @@ fn states(announcements: &Announcements) -> Map<&str, &State> {
         if !from_api.contains(&namespace_name) {
             continue;
         }
-        match out.get(service.as_str()) {
+        match out.get(&**service) {
             // One family announced is the Service announced.
             Some(State::Announced { .. }) => {}
             _ => {

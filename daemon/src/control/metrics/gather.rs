@@ -284,7 +284,7 @@ fn allocation_numbers(announcer: &AnnouncerHandle) -> (Vec<PoolUsage>, Vec<Annou
     // One pass over the Services (tens of thousands from the API), not one per pool.
     let mut in_use: HashMap<&str, usize> = HashMap::new();
     for assigned in current.allocation.services.values().filter_map(|r| r.as_ref().ok()) {
-        *in_use.entry(assigned.pool.as_str()).or_default() += assigned.addresses.len();
+        *in_use.entry(&*assigned.pool).or_default() += assigned.addresses.len();
     }
     let pools = current
         .config
@@ -304,7 +304,7 @@ fn allocation_numbers(announcer: &AnnouncerHandle) -> (Vec<PoolUsage>, Vec<Annou
         .filter(|c| matches!(c.state, State::Announced { .. }))
         .filter_map(|c| match (&c.origin, c.prefix) {
             (Origin::Service { service, .. }, Some(prefix)) => {
-                Some(AnnouncedService { service: service.clone(), ip: prefix.addr() })
+                Some(AnnouncedService { service: service.to_string(), ip: prefix.addr() })
             }
             _ => None,
         })
