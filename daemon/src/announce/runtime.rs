@@ -212,6 +212,13 @@ impl Announcer {
                     self.drain = phase;
                 }
                 Event::Config(config, routers) => {
+                    // Nothing the announcements read changed (a Service's status written
+                    // back, this Node's heartbeat, a ClusterIP Service's endpoints: every
+                    // Kubernetes event is a reload): the last result stands, and nothing
+                    // downstream is woken to walk it again.
+                    if routers == self.routers && config == self.config {
+                        continue;
+                    }
                     let (pools, services) = (&config.pools, &config.services);
                     let before = (self.config.pools.as_slice(), self.config.services.as_slice());
                     if !asks_the_same(before, pools, services) {
@@ -267,4 +274,73 @@ pub fn spawn(
     };
     tokio::spawn(announcer.run(rx));
     AnnouncerHandle { tx, latest: latest_rx, feeds }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::announce::allocate::tests_support::{pool, service};
+    use crate::config::announce::Advertisement;
+
+    fn config_with(vip: &str) -> AnnounceConfig {
+        let mut web = service("ns", "web");
+        web.load_balancer_ips = vec![vip.parse().unwrap()];
+        AnnounceConfig {
+            pools: vec![pool("vips", &["10.0.0.0/24"])],
+            services: vec![Arc::new(web)],
+            advertisements: vec![Advertisement {
+                name: "all".into(),
+                ip_address_pools: vec![],
+                ip_address_pool_selectors: vec![],
+                aggregation_length: 32,
+                aggregation_length_v6: 128,
+                communities: vec![],
+                local_pref: None,
+                peers: vec![],
+                node_selectors: vec![],
+                sources: vec![],
+            }],
+            ..Default::default()
+        }
+    }
+
+    async fn next_result(changes: &mut watch::Receiver<Arc<Announcements>>) {
+        let waited = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+        assert!(matches!(waited, Ok(Ok(()))), "no result published");
+    }
+
+    #[tokio::test]
+    async fn a_config_equal_to_the_last_publishes_nothing_and_a_changed_one_does() {
+        let routers = vec![RouterInput {
+            vrf: String::new(),
+            neighbors: vec!["10.0.0.1".parse().unwrap()],
+            imports: vec![],
+            prefixes: vec![],
+        }];
+        let first = Arc::new(config_with("10.0.0.7"));
+        let handle = spawn(first.clone(), routers.clone(), DrainPhase::Serving);
+        let mut changes = handle.changes();
+        next_result(&mut changes).await;
+
+        // The same content in new allocations (a Service's status written back is translated
+        // again into an equal Service), then a drain event, which always publishes: the
+        // result is still the first config's, so the equal one published nothing.
+        let equal = Arc::new(config_with("10.0.0.7"));
+        assert!(!Arc::ptr_eq(&equal.services[0], &first.services[0]));
+        handle.replace_config(equal, routers.clone()).await;
+        handle.set_drain(DrainPhase::Serving).await;
+        next_result(&mut changes).await;
+        assert!(Arc::ptr_eq(&handle.current().config, &first), "the equal config was published");
+
+        let moved = Arc::new(config_with("10.0.0.8"));
+        handle.replace_config(moved.clone(), routers).await;
+        next_result(&mut changes).await;
+        let current = handle.current();
+        assert!(Arc::ptr_eq(&current.config, &moved));
+        let originated: Vec<String> =
+            current.routers[0].originate.keys().map(ToString::to_string).collect();
+        assert_eq!(originated, ["10.0.0.8/32"]);
+    }
 }

@@ -126,8 +126,10 @@ pub enum TrafficPolicy {
     Local,
 }
 
-/// A LoadBalancer Service.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A LoadBalancer Service. `Eq`, so that comparing two configs' `Arc<Service>`s compares the
+/// pointers first (the standard library's shortcut for `Eq` types): thousands of them are
+/// shared from one config to the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Service {
     pub name: String,
     pub namespace: String,
