@@ -202,10 +202,13 @@ pub fn load_sources_kept(
     cache: &mut ManifestCache,
 ) -> Result<Config, ConfigErrors> {
     let mut errors: Vec<ConfigError> = Vec::new();
+    // Asked once per source: the sources are walked three times, and at a cluster's size
+    // each walk is tens of thousands of paths.
+    let manifest: Vec<bool> = sources.iter().map(|(path, _)| is_manifest(path)).collect();
     let mut slots: Vec<Vec<Fragment>> = Vec::with_capacity(sources.len());
-    for (path, text) in sources.iter().copied() {
+    for ((path, text), manifest) in sources.iter().copied().zip(&manifest) {
         let text: &str = text;
-        if is_manifest(path) {
+        if *manifest {
             slots.push(Vec::new());
             continue;
         }
@@ -230,7 +233,8 @@ pub fn load_sources_kept(
     let mut node_labels = node_labels(slots.iter().flatten());
     // Manifests are read first, all of them, because a Service takes its endpoints from the
     // EndpointSlices of any manifest, and a passwordSecret its key from any Secret.
-    cache.refresh(sources.iter().copied().filter(|(path, _)| is_manifest(path)));
+    let manifests = sources.iter().copied().zip(&manifest).filter(|(_, m)| **m);
+    cache.refresh(manifests.map(|(source, _)| source));
     let indexes = cache.indexes(sources.iter().map(|(path, _)| &**path));
     if let Some(name) = &node_name {
         // This node's `Node` object adds its labels (the TOML ones win a disagreement, which
@@ -250,8 +254,8 @@ pub fn load_sources_kept(
     cache.check_against(&context);
     let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len());
     let mut api_services = Vec::new();
-    for ((path, _), slot) in sources.iter().copied().zip(slots) {
-        if is_manifest(path) {
+    for (((path, _), slot), manifest) in sources.iter().copied().zip(slots).zip(&manifest) {
+        if *manifest {
             cache.fragments(path, &context, &mut fragments, &mut api_services, &mut errors);
         } else {
             fragments.extend(slot);
