@@ -212,8 +212,8 @@ impl Announcer {
                     self.drain = phase;
                 }
                 Event::Config(config, routers) => {
-                    // Nothing the announcements read changed (a Service's status written
-                    // back, this Node's heartbeat, a ClusterIP Service's endpoints: every
+                    // Nothing the announcements read changed (a ClusterIP Service's
+                    // endpoints, a node-network policy, a neighbor's timers: every
                     // Kubernetes event is a reload): the last result stands, and nothing
                     // downstream is woken to walk it again.
                     if routers == self.routers && config == self.config {
@@ -324,9 +324,9 @@ mod tests {
         let mut changes = handle.changes();
         next_result(&mut changes).await;
 
-        // The same content in new allocations (a Service's status written back is translated
-        // again into an equal Service), then a drain event, which always publishes: the
-        // result is still the first config's, so the equal one published nothing.
+        // The same content in new allocations (an object translated again into an equal
+        // Service), then a drain event, which always publishes: the result is still the
+        // first config's, so the equal one published nothing.
         let equal = Arc::new(config_with("10.0.0.7"));
         assert!(!Arc::ptr_eq(&equal.services[0], &first.services[0]));
         handle.replace_config(equal, routers.clone()).await;

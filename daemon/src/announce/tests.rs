@@ -636,3 +636,74 @@ fn router_prefixes_go_to_the_peers_their_policy_allows_and_are_imported_like_the
     let vip = &result.router("").unwrap().originate[&net("172.18.20.201/32")];
     assert_eq!(vip.peers, PeerSet::Only([ip("172.18.20.1")].into()));
 }
+
+/// The allocation and the computation at a cluster's size, timed (docs/BENCHMARKS.md):
+/// 10,000 Services with a manual address and five endpoints each, one pool, one
+/// advertisement, one router.
+/// `cargo test --release -p uplink --lib announcements_at_ten_thousand_services -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn announcements_at_ten_thousand_services() {
+    use super::allocate::{allocate, allocate_one_more};
+    use super::compute::compute_allocated;
+    use super::set::announced_set;
+    const SERVICES: u32 = 10_000;
+    let services: Vec<Arc<Service>> = (0..SERVICES)
+        .map(|i| {
+            let [_, _, high, low] = i.to_be_bytes();
+            let mut s = service("shop", &format!("svc-{i:05}"));
+            s.load_balancer_ips = vec![IpAddr::from([10, 200, high, low])];
+            s.announce_without_endpoints = false;
+            s.endpoints = (0..5u8)
+                .map(|k| Endpoint {
+                    address: IpAddr::from([10, 128, low, k]),
+                    node: format!("n{:03}", (i * 5 + u32::from(k)) % 500),
+                })
+                .collect();
+            Arc::new(s)
+        })
+        .collect();
+    let mut all = advertisement("all");
+    all.ip_address_pools = vec!["vips".into()];
+    let config = AnnounceConfig {
+        node: node("wk1", &[]),
+        pools: vec![pool("vips", &["10.200.0.0/16"])],
+        services,
+        advertisements: vec![all],
+        ..Default::default()
+    };
+    let routers = [router("", &["10.99.1.1"])];
+    let rounds = 30;
+    let started = std::time::Instant::now();
+    let allocation = Arc::new(allocate(&config.pools, &config.services));
+    let full = started.elapsed();
+    // One more Service with an address of its own: the last allocation plus it.
+    let mut more = config.services.clone();
+    let mut new = service("shop", "svc-new");
+    new.load_balancer_ips = vec![IpAddr::from([10, 200, 255, 1])];
+    more.push(Arc::new(new));
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        let last = (&*allocation, config.pools.as_slice(), config.services.as_slice());
+        assert!(allocate_one_more(last, &config.pools, &more).is_some());
+    }
+    let one_more = started.elapsed() / rounds;
+    let health = HealthStates::new();
+    let runtime = RuntimeState { health: Some(&health), ..Default::default() };
+    let started = std::time::Instant::now();
+    // The last result is dropped while the next is made, as in the announcer.
+    let mut last = compute_allocated(&config, allocation.clone(), &routers, runtime);
+    for _ in 0..rounds {
+        last = compute_allocated(&config, allocation.clone(), &routers, runtime);
+    }
+    let compute = started.elapsed() / (rounds + 1);
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        assert_eq!(announced_set(&last, "").len(), SERVICES as usize);
+    }
+    let set = started.elapsed() / rounds;
+    println!(
+        "{SERVICES} Services: allocation {full:?}, one more {one_more:?}, compute {compute:?}, \
+         one router's set {set:?}"
+    );
+}
