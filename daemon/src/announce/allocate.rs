@@ -931,7 +931,7 @@ fn place<'k>(
 /// Builders shared by the unit tests of the `announce` modules.
 #[cfg(test)]
 pub(crate) mod tests_support {
-    use crate::config::announce::{AddressRange, Pool, Service, TrafficPolicy};
+    use crate::config::announce::{AddressRange, Advertisement, Pool, Service, TrafficPolicy};
 
     pub(crate) fn range(text: &str) -> AddressRange {
         match text.split_once('-') {
@@ -953,6 +953,22 @@ pub(crate) mod tests_support {
             auto_assign: true,
             avoid_buggy_ips: false,
             service_allocation: None,
+            sources: vec![],
+        }
+    }
+
+    /// A `BGPAdvertisement` of every pool to every peer from every node.
+    pub(crate) fn advertisement(name: &str) -> Advertisement {
+        Advertisement {
+            name: name.into(),
+            ip_address_pools: vec![],
+            ip_address_pool_selectors: vec![],
+            aggregation_length: 32,
+            aggregation_length_v6: 128,
+            communities: vec![],
+            local_pref: None,
+            peers: vec![],
+            node_selectors: vec![],
             sources: vec![],
         }
     }

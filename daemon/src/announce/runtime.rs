@@ -281,8 +281,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::announce::allocate::tests_support::{pool, service};
-    use crate::config::announce::Advertisement;
+    use crate::announce::allocate::tests_support::{advertisement, pool, service};
 
     fn config_with(vip: &str) -> AnnounceConfig {
         let mut web = service("ns", "web");
@@ -290,18 +289,7 @@ mod tests {
         AnnounceConfig {
             pools: vec![pool("vips", &["10.0.0.0/24"])],
             services: vec![Arc::new(web)],
-            advertisements: vec![Advertisement {
-                name: "all".into(),
-                ip_address_pools: vec![],
-                ip_address_pool_selectors: vec![],
-                aggregation_length: 32,
-                aggregation_length_v6: 128,
-                communities: vec![],
-                local_pref: None,
-                peers: vec![],
-                node_selectors: vec![],
-                sources: vec![],
-            }],
+            advertisements: vec![advertisement("all")],
             ..Default::default()
         }
     }

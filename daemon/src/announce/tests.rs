@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::allocate::tests_support::{pool, service};
+use super::allocate::tests_support::{advertisement, pool, service};
 use super::compute::{compute, PeerSet, Reason, RouterInput, RuntimeState, State};
 use super::readiness::{HealthStates, Readiness};
 use crate::config::announce::*;
@@ -32,21 +32,6 @@ fn router(vrf: &str, neighbors: &[&str]) -> RouterInput {
         neighbors: neighbors.iter().map(|n| ip(n)).collect(),
         imports: vec![],
         prefixes: vec![],
-    }
-}
-
-fn advertisement(name: &str) -> Advertisement {
-    Advertisement {
-        name: name.into(),
-        ip_address_pools: vec![],
-        ip_address_pool_selectors: vec![],
-        aggregation_length: 32,
-        aggregation_length_v6: 128,
-        communities: vec![],
-        local_pref: None,
-        peers: vec![],
-        node_selectors: vec![],
-        sources: vec![],
     }
 }
 
