@@ -296,6 +296,12 @@ fn kubernetes_at_a_clusters_size() {
         to_json(&plane, &lab, &new_services.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>());
     create_all(&lab, &plane, "beforehand", &beforehand);
     std::thread::sleep(Duration::from_secs(5));
+    // Whether the cluster's creation is still being written back while the samples run: its
+    // statuses (one write per Service) compete with the samples for the two cores.
+    let status_writes = |uplink: &Uplink| {
+        uplink.json(&["show", "kubernetes"]).map(|v| v["status_writes"]["succeeded"].clone())
+    };
+    let writes_before = status_writes(&uplink);
     let profile = Profile::start(pid);
 
     // One more Service, its endpoints ready beforehand: request to UPDATE.
@@ -311,6 +317,7 @@ fn kubernetes_at_a_clusters_size() {
         request_ms.push((t1 - t0) * 1000.0);
         std::thread::sleep(BETWEEN_SAMPLES);
     }
+    let writes_after = status_writes(&uplink);
     // An endpoint turning ready: PATCH to UPDATE.
     let mut ready_ms = Vec::new();
     for i in 0..SAMPLES {
@@ -374,6 +381,9 @@ fn kubernetes_at_a_clusters_size() {
     println!(
         "\n== make bench-k8s: {services} Services, {} endpoints, {nodes} Nodes ==",
         services * ENDPOINTS
+    );
+    println!(
+        "status writes succeeded: {writes_before:?} when the samples began, {writes_after:?} after the new Services' samples"
     );
     println!(
         "objects created in {:.1} s; every Service at the tor {:.1} s after the first request",
