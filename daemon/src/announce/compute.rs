@@ -130,7 +130,7 @@ pub enum Origin {
     /// The router's `prefixes`.
     Router,
     Service {
-        /// Shared with the allocation's entry (one key per Service per allocation).
+        /// The Service's key (`namespace/name`), shared by its candidates.
         service: ServiceKey,
         advertisement: Option<String>,
     },
