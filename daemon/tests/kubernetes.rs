@@ -96,11 +96,11 @@ fn ingress(plane: &ControlPlane, name: &str) -> String {
 }
 
 /// A Service created by kubectl gets its address in `status.loadBalancer.ingress` and reaches
-/// FRR once an endpoint is ready; a Node label change moves the node out of an advertisement's
-/// `node_selectors` and back; `externalTrafficPolicy: Local` with the only ready endpoint on
-/// another node withdraws it from this node; deleting the Service withdraws it. Then the
-/// node's network policies from the API and their kubernetes-nmstate objects
-/// ([`network_policies_from_the_api`]).
+/// FRR once an endpoint is ready, and keeps it when a Service of the same home slot comes; a
+/// Node label change moves the node out of an advertisement's `node_selectors` and back;
+/// `externalTrafficPolicy: Local` with the only ready endpoint on another node withdraws it
+/// from this node; deleting the Service withdraws it. Then the node's network policies from
+/// the API and their kubernetes-nmstate objects ([`network_policies_from_the_api`]).
 #[test]
 fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     let mut lab = Lab::new("k8s");
@@ -171,6 +171,29 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
         let events = events(&plane);
         (events.contains(&allocated) && events.contains(announcing)).then_some(()).ok_or(events)
     });
+
+    // A Service keeps its address when another that sorts before it and hashes to the same
+    // slot comes: its status is what the allocation keeps, as MetalLB keeps it (without, the
+    // newcomer would take the slot and move web).
+    let home =
+        |name: &str| uplink::announce::allocate::fnv1a64(format!("shop/{name}").as_bytes()) % 16;
+    let rival = (0..1000)
+        .map(|i| format!("a{i}"))
+        .find(|name| home(name) == home("web"))
+        .expect("a name of web's home slot among a0..a999");
+    plane
+        .apply(&lab, &format!("{}---\n{}", service(&rival, "Cluster"), slice(&rival, "wk1", true)));
+    let theirs =
+        wait_for("the rival's status.loadBalancer.ingress", UP, || match ingress(&plane, &rival) {
+            a if a.is_empty() => Err("none yet".to_string()),
+            a => Ok(a),
+        });
+    assert_ne!(theirs, address, "{rival} and web");
+    assert_eq!(ingress(&plane, "web"), address, "web kept its address when {rival} came");
+    tor_hops(&tor, &format!("{theirs}/32"), &["10.99.1.2"], "the tor learns the rival's address");
+    tor_hops(&tor, &prefix, &["10.99.1.2"], "web's address stays on the tor");
+    plane.kubectl(&["delete", "service", &rival, "-n", "shop"]);
+    tor_hops(&tor, &format!("{theirs}/32"), &[], "the tor loses the deleted rival's address");
 
     // The Node's label moves the node out of the advertisement's nodeSelectors, and back.
     plane.kubectl(&["label", "node", "wk1", "rack=r2", "--overwrite"]);

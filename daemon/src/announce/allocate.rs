@@ -13,7 +13,16 @@
 //!    gets them all if one pool holds them all — its `address_pool` when named, else the first
 //!    such pool by name — and no earlier service holds any of them; otherwise it gets none.
 //!    Manual addresses are taken before any automatic one, so they always win.
-//! 2. **Families a pool gives a service.** The *pool's families* are the families of its
+//! 2. **Held addresses next.** A service without manual addresses that holds addresses already
+//!    (`held_ips`: a Kubernetes Service's `status.loadBalancer.ingress`) keeps them, in
+//!    `namespace/name` order, when one of its candidate pools (step 4) hands out every one of
+//!    them, they are one per family it wants from that pool (step 3), and none is taken by a
+//!    manual address or an earlier service. MetalLB keeps a Service's address the same way
+//!    ("the assigned LB IP is the end state of convergence"): without it, a new Service whose
+//!    home slot is another's would move that one. Every node reads the same statuses, so
+//!    they still compute the same answer; a node that has not seen the latest status yet
+//!    computes what the writer computed before it wrote.
+//! 3. **Families a pool gives a service.** The *pool's families* are the families of its
 //!    ranges, in the order of their first range. The service's family order is its
 //!    `ip_families` (primary first) if set, else the pool's families. Then:
 //!    `single-stack` wants its first family, and the pool fits only if it has that family
@@ -21,19 +30,19 @@
 //!    `require-dual-stack` wants both families, and only pools with both fit (MetalLB);
 //!    `prefer-dual-stack` wants whichever of the two families the pool has, so every pool fits.
 //!    A pool without any address fits (and is full).
-//! 3. **Candidate pools.** A service without manual addresses and with `address_pool` may use
+//! 4. **Candidate pools.** A service without manual addresses and with `address_pool` may use
 //!    only that pool (naming a pool is an explicit request, so `auto_assign = false` pools serve
 //!    it). Otherwise its candidates are the `auto_assign` pools whose `service_allocation` lets
 //!    it in (namespace listed or matched by a namespace selector; service matched by a service
 //!    selector): first the pools with a `service_allocation`, by ascending `priority` (unset
 //!    last), then the pools without, each group by name — MetalLB's order. Pools that do not fit
-//!    (step 2) are dropped; if none is left, the service gets no address, and the reason names
+//!    (step 3) are dropped; if none is left, the service gets no address, and the reason names
 //!    the families it needs.
-//! 4. **Slots.** A pool's addresses of one family, in the order written, form that family's
+//! 5. **Slots.** A pool's addresses of one family, in the order written, form that family's
 //!    slots `0..size`. A service's *home slot* for a family is `fnv1a64("namespace/name") mod
 //!    size` (FNV-1a, 64 bit: fixed constants, so the result never changes with the Rust version,
 //!    unlike `DefaultHasher`). The same hash serves both families.
-//! 5. **Placement, round by round.** Round *r* places every still unplaced service in its *r*-th
+//! 6. **Placement, round by round.** Round *r* places every still unplaced service in its *r*-th
 //!    candidate pool, IPv4 first, then IPv6, each family among the services that want it there.
 //!    Within a family, first every service whose home slot no other service of the round
 //!    shares, and that is free, gets it; then the others, in `namespace/name` order, probe
@@ -46,7 +55,8 @@
 //! Adding or removing one service therefore moves no other service unless one of its home slots
 //! is the same as another service's (or a probe landed on it): every service that was at its
 //! home slot stays there. Such services are reported as [`Collision`]s, one per family, and
-//! `uplink check` prints them.
+//! `uplink check` prints them. A service that holds its addresses (step 2) is not moved even
+//! then: the newcomer probes past it.
 //!
 //! # One more Service
 //!
@@ -101,6 +111,8 @@ pub enum How {
     Home,
     /// Its home slot was taken; it probed to the next free one.
     Probed,
+    /// It held the address already (its status) and keeps it.
+    Held,
 }
 
 /// One address of a service.
@@ -199,7 +211,7 @@ pub struct Allocation {
     #[serde(serialize_with = "in_order")]
     pub services: ByKey<Result<Assigned, AllocError>>,
     pub collisions: Vec<Collision>,
-    /// A `require-dual-stack` Service gave an address back (step 5): the one case where an
+    /// A `require-dual-stack` Service gave an address back (step 6): the one case where an
     /// address is taken and freed again, which [`allocate_one_more`] cannot see past.
     #[serde(skip)]
     gave_back: bool,
@@ -328,7 +340,7 @@ pub fn pool_families(pool: &Pool) -> Vec<IpFamily> {
     out
 }
 
-/// The families `pool` gives `service`, primary first (step 2 of the module doc). Empty: the
+/// The families `pool` gives `service`, primary first (step 3 of the module doc). Empty: the
 /// pool does not fit the service.
 fn wanted(pool_has: &[IpFamily], service: &Service) -> Vec<IpFamily> {
     let mut order: Vec<IpFamily> = if service.ip_families.is_empty() {
@@ -441,7 +453,7 @@ impl<'a> PoolSlots<'a> {
         self.family(IpFamily::of(address)).contains(address)
     }
 
-    /// Step 2: whether the pool may serve `service` at all.
+    /// Step 3: whether the pool may serve `service` at all.
     fn fits(&self, service: &Service) -> bool {
         self.families.is_empty() || !wanted(&self.families, service).is_empty()
     }
@@ -535,6 +547,43 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<Arc<str>, A
         .ok_or_else(|| AllocError::NotInOnePool { addresses: addresses.clone() })
 }
 
+/// Step 2: the addresses `service` holds (its status), when they are still its: one of its
+/// candidate pools hands out every one of them, they are one per family the Service wants
+/// from that pool, and none is taken (by a manual address, or by a Service earlier in key
+/// order that holds it too). Anything else places the Service as one without (step 6).
+fn kept<'k>(
+    pools: &[PoolSlots<'_>],
+    candidates: &[usize],
+    (key, service): (&'k ServiceKey, &Service),
+    taken: &mut Taken<'k>,
+) -> Option<Assigned> {
+    let held = &service.held_ips;
+    if held.is_empty() || held.iter().any(|a| taken.contains_key(a)) {
+        return None;
+    }
+    let hands_out = |pool: &PoolSlots<'_>, address: IpAddr| {
+        let slots = pool.family(IpFamily::of(address));
+        slots.contains(address) && slots.usable(address)
+    };
+    let pool = candidates
+        .iter()
+        .filter_map(|i| pools.get(*i))
+        .find(|pool| held.iter().all(|a| hands_out(pool, *a)))?;
+    let wanted = wanted(&pool.families, service);
+    let addresses: Vec<Address> = wanted
+        .iter()
+        .filter_map(|family| held.iter().find(|a| IpFamily::of(**a) == *family))
+        .map(|a| Address { address: *a, how: How::Held })
+        .collect();
+    if addresses.len() != wanted.len() || addresses.len() != held.len() {
+        return None;
+    }
+    for address in addresses.iter() {
+        taken.insert(address.address, key);
+    }
+    Some(Assigned { pool: pool.name.clone(), addresses: addresses.into() })
+}
+
 /// The services with their keys, in key order. Each key is made once, not at every
 /// comparison: with thousands of Services a key per comparison was a third of the work.
 pub fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(ServiceKey, &Service)> {
@@ -579,11 +628,16 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
         out.services.insert(key.clone(), result);
     }
 
-    // 2.-5. Automatic addresses, round by round.
+    // 2. Held addresses, kept while still valid; 3.-6. automatic addresses, round by round.
     let mut pending: Vec<(&ServiceKey, &Service, Vec<usize>)> = Vec::new();
     for (key, service) in order.iter().filter(|(_, s)| s.load_balancer_ips.is_empty()) {
         match candidates(&slots, service) {
-            Ok(list) => pending.push((key, service, list)),
+            Ok(list) => match kept(&slots, &list, (key, service), &mut taken) {
+                Some(assigned) => {
+                    out.services.insert(key.clone(), Ok(assigned));
+                }
+                None => pending.push((key, service, list)),
+            },
             Err(error) => {
                 out.services.insert(key.clone(), Err(error));
             }
@@ -649,6 +703,7 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
         namespace_labels,
         address_pool,
         load_balancer_ips,
+        held_ips,
         ip_family_policy,
         ip_families,
         traffic_policy: _,
@@ -663,6 +718,7 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
         && *namespace_labels == then.namespace_labels
         && *address_pool == then.address_pool
         && *load_balancer_ips == then.load_balancer_ips
+        && *held_ips == then.held_ips
         && *ip_family_policy == then.ip_family_policy
         && *ip_families == then.ip_families
 }
@@ -682,7 +738,8 @@ pub fn allocate_one_more(
     }
     let added = the_one_added(services_before, services)?;
     let key: ServiceKey = added.key().into();
-    if allocation.services.contains_key(&key) {
+    // One that holds addresses already (a status) is placed in full: rare for a new Service.
+    if allocation.services.contains_key(&key) || !added.held_ips.is_empty() {
         return None;
     }
     let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();
@@ -981,6 +1038,7 @@ pub(crate) mod tests_support {
             namespace_labels: Default::default(),
             address_pool: None,
             load_balancer_ips: vec![],
+            held_ips: vec![],
             ip_family_policy: Default::default(),
             ip_families: vec![],
             traffic_policy: TrafficPolicy::Cluster,
@@ -1028,6 +1086,120 @@ mod tests {
             let slot = fnv1a64(b"ns/svc0") % 256;
             assert_eq!(a.address, IpAddr::V4(Ipv4Addr::new(10, 0, 0, slot as u8)));
         }
+    }
+
+    /// Two names of `ns` with the same home slot in a pool of `size` IPv4 slots, the first
+    /// sorting before the second.
+    fn same_home(size: u64) -> (String, String) {
+        let home = |name: &str| fnv1a64(format!("ns/{name}").as_bytes()) % size;
+        let names: Vec<String> = (0..200).map(|i| format!("s{i:03}")).collect();
+        for (i, later) in names.iter().enumerate() {
+            if let Some(earlier) = names[..i].iter().find(|n| home(n) == home(later)) {
+                return (earlier.clone(), later.clone());
+            }
+        }
+        panic!("no two of 200 names share a home slot among {size}");
+    }
+
+    fn held(mut s: Service, addresses: &[&str]) -> Service {
+        s.held_ips = addresses.iter().map(|a| ip(a)).collect();
+        s
+    }
+
+    fn addresses_of(allocation: &Allocation, key: &str) -> Vec<IpAddr> {
+        allocation.addresses_of(key)
+    }
+
+    #[test]
+    fn a_held_address_stays_when_a_service_of_the_same_home_slot_comes() {
+        let pools = vec![pool("p", &["10.0.0.0/26"])];
+        let (newcomer, holder) = same_home(64);
+        let first = allocate(&pools, &[service("ns", &holder)]);
+        let got = addresses_of(&first, &format!("ns/{holder}"));
+        assert_eq!(
+            first.services[&*format!("ns/{holder}")].as_ref().unwrap().addresses[0].how,
+            How::Home
+        );
+        // Without its status the holder moves: the newcomer sorts first and takes the slot.
+        let moved = allocate(&pools, &[service("ns", &holder), service("ns", &newcomer)]);
+        assert_ne!(addresses_of(&moved, &format!("ns/{holder}")), got, "the case needs a move");
+        // With it (what the API's status says once written), the newcomer probes past it.
+        let kept = allocate(
+            &pools,
+            &[held(service("ns", &holder), &[&got[0].to_string()]), service("ns", &newcomer)],
+        );
+        assert_eq!(addresses_of(&kept, &format!("ns/{holder}")), got);
+        let holder_result = kept.services[&*format!("ns/{holder}")].as_ref().unwrap();
+        assert_eq!(holder_result.addresses[0].how, How::Held);
+        let theirs = kept.services[&*format!("ns/{newcomer}")].as_ref().unwrap();
+        assert_eq!(theirs.addresses[0].how, How::Probed);
+        assert_ne!(theirs.addresses[0].address, got[0]);
+        assert!(kept.collisions.iter().any(|c| &*c.service == format!("ns/{newcomer}").as_str()
+            && &*c.holder == format!("ns/{holder}").as_str()));
+        // And the one whose home it is keeps its own once it holds it: nothing moves back.
+        let both = allocate(
+            &pools,
+            &[
+                held(service("ns", &holder), &[&got[0].to_string()]),
+                held(service("ns", &newcomer), &[&theirs.addresses[0].address.to_string()]),
+            ],
+        );
+        assert_eq!(addresses_of(&both, &format!("ns/{holder}")), got);
+        assert_eq!(
+            addresses_of(&both, &format!("ns/{newcomer}")),
+            vec![theirs.addresses[0].address]
+        );
+    }
+
+    #[test]
+    fn a_held_address_that_is_no_longer_valid_is_placed_again() {
+        let pools = vec![pool("p", &["10.0.0.0/24"]), pool("q", &["10.9.0.0/24"])];
+        let home = allocate(&pools[..1], &[service("ns", "a")]);
+        let home = addresses_of(&home, "ns/a");
+        let placed = |s: Service, others: &[Service]| {
+            let mut all = others.to_vec();
+            all.push(s);
+            let out = allocate(&pools, &all);
+            let result = out.services.get("ns/a").unwrap().as_ref().unwrap().clone();
+            (result.ips().collect::<Vec<_>>(), result.addresses[0].how)
+        };
+        // Kept: in its candidate pool, free.
+        assert_eq!(
+            placed(held(service("ns", "a"), &["10.0.0.77"]), &[]),
+            (vec![ip("10.0.0.77")], How::Held)
+        );
+        // In no pool (the pool changed): placed again, at home.
+        assert_eq!(placed(held(service("ns", "a"), &["10.5.0.1"]), &[]), (home.clone(), How::Home));
+        // In a pool it may not use: its address_pool names the other.
+        let mut named = held(service("ns", "a"), &["10.9.0.5"]);
+        named.address_pool = Some("p".into());
+        assert_eq!(placed(named, &[]).0, home);
+        // Taken by a manual address.
+        let mut manual = service("ns", "m");
+        manual.load_balancer_ips = vec![ip("10.0.0.77")];
+        assert_eq!(placed(held(service("ns", "a"), &["10.0.0.77"]), &[manual]).0, home);
+        // Held by a Service earlier in key order too: the earlier keeps it.
+        let earlier = held(service("ns", "0-earlier"), &["10.0.0.77"]);
+        assert_eq!(placed(held(service("ns", "a"), &["10.0.0.77"]), &[earlier]).0, home);
+        // Two addresses where the Service wants one family: placed again.
+        let v6 = vec![pool("p", &["10.0.0.0/24", "2001:db8::/120"])];
+        let out = allocate(&v6, &[held(service("ns", "a"), &["10.0.0.77", "2001:db8::7"])]);
+        assert_eq!(out.services["ns/a"].as_ref().unwrap().addresses[0].how, How::Home);
+    }
+
+    #[test]
+    fn a_changed_status_asks_again_and_a_new_service_with_one_is_placed_in_full() {
+        let pools = vec![pool("p", &["10.0.0.0/24"])];
+        let before: Vec<Arc<Service>> = vec![Arc::new(service("ns", "a"))];
+        let now: Vec<Arc<Service>> = vec![Arc::new(held(service("ns", "a"), &["10.0.0.9"]))];
+        assert!(!asks_the_same((&pools, &before), &pools, &now));
+        let allocation = allocate(&pools, &before);
+        let mut more = before.clone();
+        more.push(Arc::new(held(service("ns", "b"), &["10.0.0.10"])));
+        assert_eq!(allocate_one_more((&allocation, &pools, &before), &pools, &more), None);
+        more.pop();
+        more.push(Arc::new(service("ns", "b")));
+        assert!(allocate_one_more((&allocation, &pools, &before), &pools, &more).is_some());
     }
 
     #[test]

@@ -416,7 +416,8 @@ impl Document<'_> {
             return None;
         }
         // What the object's controllers report, not what it asks for — except an EgressIP's,
-        // whose status says which node holds each address.
+        // whose status says which node holds each address, and a Service's addresses, which
+        // it keeps.
         let status = top.remove("status");
         if kind == "EndpointSlice" {
             if let Some(metadata) = metadata {
@@ -461,7 +462,7 @@ impl Document<'_> {
                 self.fail("spec", "must be a mapping");
                 return None;
             };
-            return self.service(spec, meta, context);
+            return self.service(spec, status.as_ref(), meta, context);
         }
         let Meta { name, labels, .. } = meta;
         let Value::Mapping(mut spec) = spec else {

@@ -546,13 +546,20 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
     top.insert("metadata".into(), Value::Object(metadata));
     if let Value::Object(data) = object.data {
         for (key, value) in data {
-            let wanted = match key.as_str() {
-                "apiVersion" | "kind" | "metadata" => false,
-                "status" => kind.kind == "EgressIP",
-                _ => true,
-            };
-            if wanted {
-                top.insert(key, value);
+            match key.as_str() {
+                "apiVersion" | "kind" | "metadata" => {}
+                "status" if kind.kind == "EgressIP" => {
+                    top.insert(key, value);
+                }
+                "status" if kind.kind == "Service" => {
+                    if let Some(status) = service_addresses(&value) {
+                        top.insert(key, status);
+                    }
+                }
+                "status" => {}
+                _ => {
+                    top.insert(key, value);
+                }
             }
         }
     }
@@ -560,13 +567,64 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
     (Arc::from(Path::new(&path)), Arc::from(text))
 }
 
+/// A Service's status as far as the config reads it: the addresses of
+/// `status.loadBalancer.ingress`, which the allocation keeps (its conditions and ports, or a
+/// `hostname` entry, would only make reloads that change nothing).
+fn service_addresses(status: &Value) -> Option<Value> {
+    let ingress = status.pointer("/loadBalancer/ingress")?.as_array()?;
+    let addresses: Vec<Value> = ingress
+        .iter()
+        .filter_map(|entry| entry.get("ip"))
+        .map(|ip| serde_json::json!({ "ip": ip }))
+        .collect();
+    (!addresses.is_empty()).then(|| serde_json::json!({ "loadBalancer": { "ingress": addresses } }))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
     use std::path::PathBuf;
 
-    use super::{kinds_in_path_order, KINDS};
+    use super::{kinds_in_path_order, reduce, KINDS};
     use crate::config::API_SOURCE_PREFIX;
+
+    /// A Service's status is kept as far as the allocation reads it (the addresses of
+    /// `loadBalancer.ingress`), so that a change to the rest of it makes no reload.
+    #[test]
+    fn a_service_keeps_its_status_addresses_and_nothing_else_of_its_status() {
+        let kind = KINDS.iter().find(|k| k.kind == "Service").expect("Service is watched");
+        let object = |status: serde_json::Value| {
+            serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "7"},
+                "spec": {"type": "LoadBalancer"},
+                "status": status,
+            }))
+            .expect("a DynamicObject")
+        };
+        let (_, text) = reduce(
+            kind,
+            object(serde_json::json!({
+                "loadBalancer": {"ingress": [{"ip": "192.0.2.9", "ipMode": "VIP"}, {"hostname": "lb.example.com"}]},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            })),
+        );
+        assert!(text.contains("ip: 192.0.2.9"), "{text}");
+        for left_out in ["ipMode", "hostname", "conditions", "resourceVersion"] {
+            assert!(!text.contains(left_out), "{left_out} in {text}");
+        }
+        let (_, other_conditions) = reduce(
+            kind,
+            object(serde_json::json!({
+                "loadBalancer": {"ingress": [{"ip": "192.0.2.9"}]},
+                "conditions": [{"type": "Ready", "status": "False"}],
+            })),
+        );
+        assert_eq!(other_conditions, text);
+        let (_, without) = reduce(kind, object(serde_json::json!({"loadBalancer": {}})));
+        assert!(!without.contains("status"), "{without}");
+    }
 
     /// The set published is the kinds' objects taken in this order: it must be the order a
     /// sort of every path gives (the config merges the objects in it).

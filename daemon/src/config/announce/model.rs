@@ -141,6 +141,10 @@ pub struct Service {
     /// Manual addresses, at most one per family: `spec.loadBalancerIP` (one) or the
     /// `metallb.io/loadBalancerIPs` annotation (one per family). Empty: allocated from a pool.
     pub load_balancer_ips: Vec<IpAddr>,
+    /// The addresses it holds: a Kubernetes Service's `status.loadBalancer.ingress`. The
+    /// allocation keeps them while they stay valid, as MetalLB does, so that creating another
+    /// Service never moves this one's address (`announce::allocate`, step 2).
+    pub held_ips: Vec<IpAddr>,
     /// `spec.ipFamilyPolicy`.
     pub ip_family_policy: IpFamilyPolicy,
     /// `spec.ipFamilies`, primary first. Empty: the family of the first range of the pool the

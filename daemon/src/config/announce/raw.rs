@@ -69,6 +69,8 @@ pub(crate) struct RawService {
     pub address_pool: Option<S<String>>,
     pub load_balancer_ip: Option<S<String>>,
     pub load_balancer_ips: Option<S<Vec<S<String>>>>,
+    #[serde(default)]
+    pub held_ips: Vec<S<String>>,
     pub ip_family_policy: Option<S<String>>,
     pub ip_families: Option<S<Vec<S<String>>>>,
     pub traffic_policy: Option<S<String>>,

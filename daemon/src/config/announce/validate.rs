@@ -365,6 +365,12 @@ fn service(
     };
     let families = ip_families(check, raw, field);
     let load_balancer_ips = load_balancer_ips(check, raw, field, &families)?;
+    let held_ips = raw
+        .held_ips
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| check.ip(a, &format!("{field}.held_ips[{i}]")))
+        .collect();
     let traffic_policy = match raw.traffic_policy.as_ref().map(|t| (t, t.get_ref().as_str())) {
         None | Some((_, "cluster" | "Cluster")) => TrafficPolicy::Cluster,
         Some((_, "local" | "Local")) => TrafficPolicy::Local,
@@ -401,6 +407,7 @@ fn service(
         namespace_labels: raw.namespace_labels.clone(),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
         load_balancer_ips,
+        held_ips,
         ip_family_policy: families.policy,
         ip_families: families.families,
         traffic_policy,

@@ -240,6 +240,7 @@ impl Document<'_> {
     pub(super) fn service(
         &mut self,
         mut spec: Mapping,
+        status: Option<&Value>,
         meta: Meta,
         context: &Context<'_>,
     ) -> Option<Fragment> {
@@ -278,6 +279,10 @@ impl Document<'_> {
             let ips = ips.split(',').map(|ip| Value::from(ip.trim())).collect();
             entry.insert(Value::from("load_balancer_ips"), Value::Sequence(ips));
         }
+        let held = held_ips(status);
+        if !held.is_empty() {
+            entry.insert(Value::from("held_ips"), Value::Sequence(held));
+        }
         for (from, to) in [
             ("loadBalancerIP", "load_balancer_ip"),
             ("ipFamilyPolicy", "ip_family_policy"),
@@ -311,6 +316,24 @@ impl Document<'_> {
     }
 }
 
+/// The addresses of `status.loadBalancer.ingress`, which the Service keeps while they stay
+/// valid (MetalLB: "the assigned LB IP is the end state of convergence"). What a controller
+/// wrote there is not the user's ask: an entry without an address (a `hostname`) or with one
+/// that does not parse is passed over, never a reason to refuse the Service.
+fn held_ips(status: Option<&Value>) -> Vec<Value> {
+    let ingress = status
+        .and_then(|s| s.get("loadBalancer"))
+        .and_then(|lb| lb.get("ingress"))
+        .and_then(Value::as_sequence);
+    ingress
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.get("ip").and_then(Value::as_str))
+        .filter(|ip| ip.parse::<IpAddr>().is_ok())
+        .map(Value::from)
+        .collect()
+}
+
 /// A `[[services]]` field path as the Service manifest spells it, for error messages.
 fn service_field(field: &str) -> String {
     let rest = field.strip_prefix("services[0]").unwrap_or(field);
@@ -326,6 +349,7 @@ fn service_field(field: &str) -> String {
         "address_pool" => format!("metadata.annotations[{ADDRESS_POOL}]"),
         "load_balancer_ips" => format!("metadata.annotations[{LOAD_BALANCER_IPS}]"),
         "load_balancer_ip" => "spec.loadBalancerIP".to_string(),
+        "held_ips" => "status.loadBalancer.ingress".to_string(),
         "ip_family_policy" => "spec.ipFamilyPolicy".to_string(),
         "ip_families" => "spec.ipFamilies".to_string(),
         "traffic_policy" => "spec.externalTrafficPolicy".to_string(),
@@ -427,6 +451,22 @@ endpoints:
 
     const POOL: &str = "[[pools]]\nname = \"vips\"\naddresses = [\"192.0.2.0/28\"]\n";
 
+    /// The status's addresses are what the Service holds; a `hostname` entry or an address
+    /// that does not parse (another controller's writing, not the user's ask) is passed over
+    /// and refuses nothing.
+    #[test]
+    fn a_services_status_addresses_are_held_and_nothing_else_of_the_status_is_read() {
+        let service = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus:\n  loadBalancer:\n    ingress:\n    - {ip: 192.0.2.9, ipMode: VIP}\n    - {hostname: lb.example.com}\n    - {ip: not-an-address}\n    - {ip: \"2001:db8::9\"}\n  conditions: [{type: Ready, status: \"True\"}]\n";
+        let config =
+            load(&[("pool.toml", POOL), ("web.yaml", service)]).unwrap_or_else(|e| panic!("{e}"));
+        let [service] = config.announce.services.as_slice() else {
+            panic!("{:?}", config.announce.services)
+        };
+        let want: Vec<IpAddr> =
+            ["192.0.2.9", "2001:db8::9"].iter().map(|a| a.parse().unwrap()).collect();
+        assert_eq!(service.held_ips, want);
+    }
+
     #[test]
     fn a_service_takes_the_ready_endpoints_of_its_slices_from_any_file() {
         let config = load(&[("pool.toml", POOL), ("10-web.yaml", WEB), ("20-slices.yaml", MORE)])
@@ -437,6 +477,7 @@ endpoints:
         assert_eq!((service.namespace.as_str(), service.name.as_str()), ("shop", "web"));
         assert_eq!(service.address_pool.as_deref(), Some("vips"));
         assert_eq!(service.load_balancer_ips, vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
+        assert_eq!(service.held_ips, vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
         assert_eq!(service.ip_families, vec![IpFamily::Ipv4]);
         assert_eq!(service.traffic_policy, TrafficPolicy::Local);
         assert!(!service.announce_without_endpoints);
