@@ -16,8 +16,9 @@
 //! 2. **Held addresses next.** A service without manual addresses that holds addresses already
 //!    (`held_ips`: a Kubernetes Service's `status.loadBalancer.ingress`) keeps them, in
 //!    `namespace/name` order, when one of its candidate pools (step 4) hands out every one of
-//!    them, they are one per family it wants from that pool (step 3), and none is taken by a
-//!    manual address or an earlier service. MetalLB keeps a Service's address the same way
+//!    them, they are one per family it wants from that pool (step 3; `prefer-dual-stack` keeps
+//!    one family when it holds only one), and none is taken by a manual address or an earlier
+//!    service. MetalLB keeps a Service's address the same way
 //!    ("the assigned LB IP is the end state of convergence"): without it, a new Service whose
 //!    home slot is another's would move that one. Every node reads the same statuses, so
 //!    they still compute the same answer; a node that has not seen the latest status yet
@@ -549,7 +550,7 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<Arc<str>, A
 
 /// Step 2: the addresses `service` holds (its status), when they are still its: one of its
 /// candidate pools hands out every one of them, they are one per family the Service wants
-/// from that pool, and none is taken (by a manual address, or by a Service earlier in key
+/// from that pool (`prefer-dual-stack`: one or both), and none is taken (by a manual address, or by a Service earlier in key
 /// order that holds it too). Anything else places the Service as one without (step 6).
 fn kept<'k>(
     pools: &[PoolSlots<'_>],
@@ -575,7 +576,12 @@ fn kept<'k>(
         .filter_map(|family| held.iter().find(|a| IpFamily::of(**a) == *family))
         .map(|a| Address { address: *a, how: How::Held })
         .collect();
-    if addresses.len() != wanted.len() || addresses.len() != held.len() {
+    // Every held address is one of a wanted family; all of them, but with
+    // `prefer-dual-stack` the one family it got when the other was full (MetalLB does not
+    // move a Service to give it the second).
+    let complete = addresses.len() == wanted.len()
+        || (service.ip_family_policy == IpFamilyPolicy::PreferDualStack && !addresses.is_empty());
+    if !complete || addresses.len() != held.len() {
         return None;
     }
     for address in addresses.iter() {
@@ -1816,6 +1822,67 @@ mod tests {
 
     /// The allocation made from the last one for one more Service is the full allocation,
     /// in every random config where it is made, and it is made often enough to mean it.
+    /// A Service that holds what an allocation gave it keeps it, and no address is given
+    /// twice, whichever Services hold already (a write-back under way); once every Service
+    /// holds, no address moves. (While only some hold, one not yet written can move once in
+    /// a collision chain: one contested with a holder may now take its home slot first, before
+    /// a prober from elsewhere. The nodes then write what they computed and agree.)
+    #[test]
+    fn holding_what_it_got_keeps_it_and_once_all_hold_nothing_moves() {
+        let mut dice = Dice(0x2545_f491_4f6c_dd1d);
+        let mut held_some = 0;
+        for case in 0..4000 {
+            let pools = random_pools(&mut dice);
+            let count = dice.below(12);
+            let services: Vec<Service> =
+                (0..count).map(|i| random_service(&mut dice, &format!("s{i}"), &pools)).collect();
+            let before = allocate(&pools, &services);
+            let holding: Vec<Service> = services
+                .iter()
+                .map(|s| {
+                    let mut s = s.clone();
+                    if s.load_balancer_ips.is_empty() {
+                        s.held_ips = before.addresses_of(&s.key());
+                    }
+                    s
+                })
+                .collect();
+            held_some += usize::from(holding.iter().any(|s| !s.held_ips.is_empty()));
+            // Some hold (a write-back under way): each of them keeps what it holds, and no
+            // address is anyone else's.
+            let some: Vec<Service> = services
+                .iter()
+                .zip(&holding)
+                .map(|(s, h)| if dice.below(2) == 0 { h.clone() } else { s.clone() })
+                .collect();
+            let partly = allocate(&pools, &some);
+            for service in some.iter().filter(|s| !s.held_ips.is_empty()) {
+                assert_eq!(partly.addresses_of(&service.key()), service.held_ips, "case {case}");
+            }
+            let given: Vec<IpAddr> = partly
+                .services
+                .values()
+                .filter_map(|r| r.as_ref().ok())
+                .flat_map(Assigned::ips)
+                .collect();
+            let distinct: std::collections::BTreeSet<&IpAddr> = given.iter().collect();
+            assert_eq!(distinct.len(), given.len(), "case {case}: an address given twice");
+            let after = allocate(&pools, &holding);
+            for service in &services {
+                let key = service.key();
+                if before.addresses_of(&key).is_empty() {
+                    continue; // In a full pool one without may get one now: moves nobody.
+                }
+                assert_eq!(
+                    after.addresses_of(&key),
+                    before.addresses_of(&key),
+                    "case {case}, {key}: {pools:#?}\n{holding:#?}\n{before:#?}\n{after:#?}"
+                );
+            }
+        }
+        assert!(held_some > 2000, "{held_some}");
+    }
+
     #[test]
     fn one_more_service_from_the_last_allocation_is_the_full_allocation() {
         let mut dice = Dice(0x9e37_79b9_7f4a_7c15);

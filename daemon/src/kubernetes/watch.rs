@@ -98,6 +98,13 @@ const KINDS: [Kind; 15] = [
 /// applies one are applied together anyway.
 const GATHER: Duration = Duration::from_millis(20);
 
+/// How long a change to a Service's status alone waits for a change that publishes at once.
+/// The allocation reads a status only to keep that Service's address at its next run, which
+/// any other change starts (and the set it gets holds every status as it is then): published
+/// at once, each status uplink writes back would be a reload of its own, a burst of them
+/// (every Service of a new cluster) thousands.
+const STATUS_ALONE: Duration = Duration::from_secs(1);
+
 /// What the status writer and the events need of a Service read from the API.
 #[derive(Debug, Clone, Default)]
 pub(super) struct SeenService {
@@ -117,8 +124,8 @@ struct KindState {
     /// Listed at least once (or not served by this API server).
     ready: bool,
     objects: BTreeMap<Arc<Path>, Arc<str>>,
-    /// Counts the changes to `objects`: an event that changes nothing the config reads (a
-    /// status write, the apiserver's bookkeeping) leaves it, and publishes nothing.
+    /// Counts the changes to `objects`: an event that changes nothing the config reads (most
+    /// of a status, the apiserver's bookkeeping) leaves it, and publishes nothing.
     version: u64,
 }
 
@@ -157,6 +164,8 @@ impl KindState {
 struct Shared {
     kinds: Mutex<Vec<KindState>>,
     changed: Notify,
+    /// A Service's status changed, and nothing else of it ([`STATUS_ALONE`]).
+    status_alone: Notify,
     /// A kind listed again after failing: the API server is back, and the other failing kinds
     /// list at once instead of waiting out their back-off (up to [`RETRY_MAX`]).
     returned: Notify,
@@ -175,6 +184,7 @@ pub(super) fn spawn(
     let shared = Arc::new(Shared {
         kinds: Mutex::new(KINDS.iter().map(|_| KindState::default()).collect()),
         changed: Notify::new(),
+        status_alone: Notify::new(),
         returned: Notify::new(),
         services: Arc::default(),
         health,
@@ -356,10 +366,7 @@ async fn watch_once(
             Ok(Event::Apply(object)) => {
                 shared.note_service(kind, &object, false);
                 let (path, text) = reduce(kind, object);
-                let count = shared.update(index, |state| {
-                    state.insert(path, text);
-                    state.objects.len()
-                });
+                let count = shared.apply(index, path, text, kind.kind == "Service");
                 shared.count(kind, count);
             }
             Ok(Event::Delete(object)) => {
@@ -408,6 +415,28 @@ impl Shared {
         drop(kinds);
         self.changed.notify_one();
         out
+    }
+
+    /// An object added or changed; its kind's object count after. A change to a Service's
+    /// status alone wakes the publisher late ([`STATUS_ALONE`]); every other one at once (an
+    /// EgressIP's status says where its addresses are announced).
+    fn apply(&self, index: usize, path: Arc<Path>, text: Arc<str>, service: bool) -> usize {
+        let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(state) = kinds.get_mut(index) else { return 0 };
+        let status_alone = service
+            && state
+                .objects
+                .get(&path)
+                .is_some_and(|old| *old != text && without_status(old) == without_status(&text));
+        state.insert(path, text);
+        let count = state.objects.len();
+        drop(kinds);
+        if status_alone {
+            self.status_alone.notify_one();
+        } else {
+            self.changed.notify_one();
+        }
+        count
     }
 
     fn health<T>(&self, change: impl FnOnce(&mut SourceHealth) -> T) -> T {
@@ -462,7 +491,15 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
     // When the last set was taken.
     let mut taken: Option<tokio::time::Instant> = None;
     loop {
-        shared.changed.notified().await;
+        tokio::select! {
+            () = shared.changed.notified() => {}
+            () = shared.status_alone.notified() => {
+                tokio::select! {
+                    () = shared.changed.notified() => {}
+                    () = tokio::time::sleep(STATUS_ALONE) => {}
+                }
+            }
+        }
         if let Some(taken) = taken {
             tokio::time::sleep_until(taken + GATHER).await;
         }
@@ -516,8 +553,9 @@ fn kinds_in_path_order() -> Vec<usize> {
 }
 
 /// An object as a config source: its name, and its text with only what the config reads —
-/// `status` and the server's metadata go, so neither our status writes nor the apiserver's
-/// bookkeeping make a new set. An EgressIP keeps its status: which node holds each address.
+/// `status` and the server's metadata go, so the apiserver's bookkeeping makes no new set. An
+/// EgressIP keeps its status (which node holds each address), and a Service the addresses of
+/// its `status.loadBalancer.ingress` (which the allocation keeps).
 fn reduce(kind: &Kind, object: DynamicObject) -> Source {
     let name = object.metadata.name.clone().unwrap_or_default();
     let path = match &object.metadata.namespace {
@@ -544,6 +582,7 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
     top.insert("apiVersion".into(), Value::from(kind.api_version()));
     top.insert("kind".into(), Value::from(kind.kind));
     top.insert("metadata".into(), Value::Object(metadata));
+    let mut status = None;
     if let Value::Object(data) = object.data {
         for (key, value) in data {
             match key.as_str() {
@@ -551,11 +590,7 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
                 "status" if kind.kind == "EgressIP" => {
                     top.insert(key, value);
                 }
-                "status" if kind.kind == "Service" => {
-                    if let Some(status) = service_addresses(&value) {
-                        top.insert(key, status);
-                    }
-                }
+                "status" if kind.kind == "Service" => status = service_addresses(&value),
                 "status" => {}
                 _ => {
                     top.insert(key, value);
@@ -563,8 +598,25 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
             }
         }
     }
-    let text = serde_norway::to_string(&Value::Object(top)).unwrap_or_default();
+    let mut text = serde_norway::to_string(&Value::Object(top)).unwrap_or_default();
+    // A Service's status goes last, under its own top-level key, so that
+    // [`without_status`] finds where it begins.
+    if let Some(status) = status {
+        let mut last = serde_json::Map::new();
+        last.insert("status".into(), status);
+        text.push_str(&serde_norway::to_string(&Value::Object(last)).unwrap_or_default());
+    }
     (Arc::from(Path::new(&path)), Arc::from(text))
+}
+
+/// A reduced object's text without its status (a Service's, which [`reduce`] puts last): a
+/// top-level key is the only line that begins `status:` at its first column — nested keys
+/// are indented, and a multi-line value is indented or quoted.
+fn without_status(text: &str) -> &str {
+    match text.find("\nstatus:\n") {
+        Some(at) => text.get(..=at).unwrap_or(text),
+        None => text,
+    }
 }
 
 /// A Service's status as far as the config reads it: the addresses of
@@ -585,7 +637,13 @@ mod tests {
     use std::collections::BTreeSet;
     use std::path::PathBuf;
 
-    use super::{kinds_in_path_order, reduce, KINDS};
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::Notify;
+
+    use super::{kinds_in_path_order, reduce, without_status, KindState, Shared, KINDS};
     use crate::config::API_SOURCE_PREFIX;
 
     /// A Service's status is kept as far as the allocation reads it (the addresses of
@@ -624,6 +682,43 @@ mod tests {
         assert_eq!(other_conditions, text);
         let (_, without) = reduce(kind, object(serde_json::json!({"loadBalancer": {}})));
         assert!(!without.contains("status"), "{without}");
+        // The status goes last: what is left without it is the object without a status.
+        assert_eq!(without_status(&text), &*without);
+        assert_eq!(without_status(&without), &*without);
+    }
+
+    /// A Service's status changed alone wakes the publisher late; any other change, or a
+    /// status change of another kind, at once.
+    #[tokio::test]
+    async fn a_services_status_alone_is_published_late() {
+        async fn woke(notify: &Notify) -> bool {
+            tokio::time::timeout(Duration::from_millis(1), notify.notified()).await.is_ok()
+        }
+        let shared = Shared {
+            kinds: std::sync::Mutex::new(vec![KindState::default()]),
+            changed: Notify::new(),
+            status_alone: Notify::new(),
+            returned: Notify::new(),
+            services: Default::default(),
+            health: Default::default(),
+        };
+        let path: Arc<Path> = Arc::from(Path::new("kubernetes:Service/shop/web"));
+        let spec = "apiVersion: v1\nkind: Service\nspec:\n  type: LoadBalancer\n";
+        let with = |status: &str| -> Arc<str> { format!("{spec}status:\n  {status}\n").into() };
+        shared.apply(0, path.clone(), spec.into(), true);
+        assert!(woke(&shared.changed).await, "a new object");
+        shared.apply(0, path.clone(), with("ip: 192.0.2.9"), true);
+        assert!(!woke(&shared.changed).await, "its status alone");
+        assert!(woke(&shared.status_alone).await, "its status alone");
+        shared.apply(
+            0,
+            path.clone(),
+            format!("{spec}  ports: []\nstatus:\n  ip: 192.0.2.9\n").into(),
+            true,
+        );
+        assert!(woke(&shared.changed).await, "its spec");
+        shared.apply(0, path.clone(), with("ip: 192.0.2.10"), false);
+        assert!(woke(&shared.changed).await, "an EgressIP's status");
     }
 
     /// The set published is the kinds' objects taken in this order: it must be the order a
