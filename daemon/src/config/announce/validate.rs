@@ -383,7 +383,8 @@ fn service(
             TrafficPolicy::Cluster
         }
     };
-    let mut endpoints = Vec::new();
+    // Kept in the running config: sized once, not grown to the next power of two.
+    let mut endpoints = Vec::with_capacity(raw.endpoints.len());
     for (index, endpoint) in raw.endpoints.iter().enumerate() {
         let e = endpoint.get_ref();
         let name = format!("{field}.endpoints[{index}]");

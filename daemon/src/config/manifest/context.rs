@@ -86,7 +86,9 @@ impl<'a> Context<'a> {
 
     /// What the translation since the last call read.
     pub fn take_reads(&self) -> Reads {
-        let reads = std::mem::take(&mut *self.reads.borrow_mut());
+        let mut reads = std::mem::take(&mut *self.reads.borrow_mut());
+        // Kept with the translation until the next load: no room to grow.
+        reads.shrink_to_fit();
         self.followed.replace(true).then_some(reads)
     }
 

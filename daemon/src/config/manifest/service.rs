@@ -180,12 +180,14 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
             ))
         }
     };
-    let mut endpoints = Vec::new();
     let listed = match top.get("endpoints") {
         None | Some(Value::Null) => &[][..],
         Some(Value::Sequence(list)) => list.as_slice(),
         Some(_) => return Err(("endpoints".into(), "must be a list".into())),
     };
+    // Kept for as long as the slice is: sized once (an endpoint has one address, nearly
+    // always), not grown to the next power of two.
+    let mut endpoints = Vec::with_capacity(listed.len());
     for (i, endpoint) in listed.iter().enumerate() {
         let field = format!("endpoints[{i}]");
         let Value::Mapping(endpoint) = endpoint else {
@@ -218,6 +220,7 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
             }
         }
     }
+    endpoints.shrink_to_fit();
     Ok(Slice { namespace, service: service.to_string(), endpoints })
 }
 
