@@ -550,8 +550,9 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<Arc<str>, A
 
 /// Step 2: the addresses `service` holds (its status), when they are still its: one of its
 /// candidate pools hands out every one of them, they are one per family the Service wants
-/// from that pool (`prefer-dual-stack`: one or both), and none is taken (by a manual address, or by a Service earlier in key
-/// order that holds it too). Anything else places the Service as one without (step 6).
+/// from that pool (`prefer-dual-stack`: one or both), and none is taken (by a manual
+/// address, or by a Service earlier in key order that holds it too). Anything else places
+/// the Service as one without (step 6).
 fn kept<'k>(
     pools: &[PoolSlots<'_>],
     candidates: &[usize],

@@ -365,12 +365,7 @@ fn service(
     };
     let families = ip_families(check, raw, field);
     let load_balancer_ips = load_balancer_ips(check, raw, field, &families)?;
-    let held_ips = raw
-        .held_ips
-        .iter()
-        .enumerate()
-        .filter_map(|(i, a)| check.ip(a, &format!("{field}.held_ips[{i}]")))
-        .collect();
+    let held_ips = ip_list(check, &raw.held_ips, &format!("{field}.held_ips"));
     let traffic_policy = match raw.traffic_policy.as_ref().map(|t| (t, t.get_ref().as_str())) {
         None | Some((_, "cluster" | "Cluster")) => TrafficPolicy::Cluster,
         Some((_, "local" | "Local")) => TrafficPolicy::Local,
@@ -420,6 +415,14 @@ fn service(
         health,
         sources: vec![file.to_path_buf()],
     })
+}
+
+/// A list of addresses, each checked (`field[i]` named in an error); the valid ones.
+fn ip_list(check: &mut Checker<'_, '_>, list: &[S<String>], field: &str) -> Vec<IpAddr> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, address)| check.ip(address, &format!("{field}[{i}]")))
+        .collect()
 }
 
 /// A service's `ip_family_policy` and `ip_families`, validated together.
@@ -735,12 +738,7 @@ fn network(check: &mut Checker<'_, '_>, raw: &RawNetwork, field: &str) -> Option
     };
     let subnets = cidrs(&raw.subnet, "subnet");
     let host_subnets = cidrs(&raw.host_subnet, "host_subnet");
-    let egress_ips = raw
-        .egress_ips
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| check.ip(s, &format!("{field}.egress_ips[{i}]")))
-        .collect();
+    let egress_ips = ip_list(check, &raw.egress_ips, &format!("{field}.egress_ips"));
     Some(NetworkFragment {
         name,
         labels: raw.labels.clone(),
