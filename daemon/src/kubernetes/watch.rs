@@ -466,17 +466,7 @@ impl Shared {
             services.remove(&key);
             return;
         }
-        let ingress = object
-            .data
-            .pointer("/status/loadBalancer/ingress")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter_map(|entry| entry.get("ip").and_then(Value::as_str))
-                    .filter_map(|ip| ip.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let ingress = object.data.get("status").map(ingress_ips).unwrap_or_default();
         services.insert(key, SeenService { uid: object.metadata.uid.clone(), ingress });
     }
 }
@@ -623,13 +613,22 @@ fn without_status(text: &str) -> &str {
 /// `status.loadBalancer.ingress`, which the allocation keeps (its conditions and ports, or a
 /// `hostname` entry, would only make reloads that change nothing).
 fn service_addresses(status: &Value) -> Option<Value> {
-    let ingress = status.pointer("/loadBalancer/ingress")?.as_array()?;
-    let addresses: Vec<Value> = ingress
-        .iter()
-        .filter_map(|entry| entry.get("ip"))
-        .map(|ip| serde_json::json!({ "ip": ip }))
-        .collect();
+    let addresses: Vec<Value> =
+        ingress_ips(status).iter().map(|ip| serde_json::json!({ "ip": ip.to_string() })).collect();
     (!addresses.is_empty()).then(|| serde_json::json!({ "loadBalancer": { "ingress": addresses } }))
+}
+
+/// The addresses of a Service's `status.loadBalancer.ingress` (an entry without one, a
+/// `hostname`, or one that does not parse is passed over): what the status writer compares
+/// with the allocation, and what the config keeps.
+fn ingress_ips(status: &Value) -> Vec<IpAddr> {
+    let ingress = status.pointer("/loadBalancer/ingress").and_then(Value::as_array);
+    ingress
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.get("ip").and_then(Value::as_str))
+        .filter_map(|ip| ip.parse().ok())
+        .collect()
 }
 
 #[cfg(test)]
