@@ -1113,29 +1113,25 @@ mod tests {
         s
     }
 
-    fn addresses_of(allocation: &Allocation, key: &str) -> Vec<IpAddr> {
-        allocation.addresses_of(key)
-    }
-
     #[test]
     fn a_held_address_stays_when_a_service_of_the_same_home_slot_comes() {
         let pools = vec![pool("p", &["10.0.0.0/26"])];
         let (newcomer, holder) = same_home(64);
         let first = allocate(&pools, &[service("ns", &holder)]);
-        let got = addresses_of(&first, &format!("ns/{holder}"));
+        let got = first.addresses_of(&format!("ns/{holder}"));
         assert_eq!(
             first.services[&*format!("ns/{holder}")].as_ref().unwrap().addresses[0].how,
             How::Home
         );
         // Without its status the holder moves: the newcomer sorts first and takes the slot.
         let moved = allocate(&pools, &[service("ns", &holder), service("ns", &newcomer)]);
-        assert_ne!(addresses_of(&moved, &format!("ns/{holder}")), got, "the case needs a move");
+        assert_ne!(moved.addresses_of(&format!("ns/{holder}")), got, "the case needs a move");
         // With it (what the API's status says once written), the newcomer probes past it.
         let kept = allocate(
             &pools,
             &[held(service("ns", &holder), &[&got[0].to_string()]), service("ns", &newcomer)],
         );
-        assert_eq!(addresses_of(&kept, &format!("ns/{holder}")), got);
+        assert_eq!(kept.addresses_of(&format!("ns/{holder}")), got);
         let holder_result = kept.services[&*format!("ns/{holder}")].as_ref().unwrap();
         assert_eq!(holder_result.addresses[0].how, How::Held);
         let theirs = kept.services[&*format!("ns/{newcomer}")].as_ref().unwrap();
@@ -1151,18 +1147,15 @@ mod tests {
                 held(service("ns", &newcomer), &[&theirs.addresses[0].address.to_string()]),
             ],
         );
-        assert_eq!(addresses_of(&both, &format!("ns/{holder}")), got);
-        assert_eq!(
-            addresses_of(&both, &format!("ns/{newcomer}")),
-            vec![theirs.addresses[0].address]
-        );
+        assert_eq!(both.addresses_of(&format!("ns/{holder}")), got);
+        assert_eq!(both.addresses_of(&format!("ns/{newcomer}")), vec![theirs.addresses[0].address]);
     }
 
     #[test]
     fn a_held_address_that_is_no_longer_valid_is_placed_again() {
         let pools = vec![pool("p", &["10.0.0.0/24"]), pool("q", &["10.9.0.0/24"])];
         let home = allocate(&pools[..1], &[service("ns", "a")]);
-        let home = addresses_of(&home, "ns/a");
+        let home = home.addresses_of("ns/a");
         let placed = |s: Service, others: &[Service]| {
             let mut all = others.to_vec();
             all.push(s);
