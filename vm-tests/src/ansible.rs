@@ -840,7 +840,7 @@ fn not_ready_stops(topo: &Topology, runner: &Runner, binary: &Path) -> Result<St
     block_wk1_bgp(topo, &wk1.addr, true)?;
     start_client(topo)?;
     let vars = with(
-        json!({ "uplink_binary_src": new, "uplink_wait_ready_timeout": "10s" }),
+        json!({ "uplink_binary_src": new, "uplink_wait_ready_timeout": "20s" }),
         community_vars(),
     );
     let played =
