@@ -78,6 +78,27 @@
 //! it, the pool would end full without it too. (A manual address that the pool never hands out
 //! counts as held, which is how a pool can end full with a free address.) Anything else is
 //! allocated in full. A test compares the two on thousands of random configs.
+//!
+//! # Holding what it was given
+//!
+//! A Service's status written back is a change of its own: the Service now holds (step 2)
+//! the addresses it was given. A status change alone waits for the next event
+//! (kubernetes/watch.rs), so every new Service's change carries the status of the one before
+//! it, and placing every Service again for it took most of that event's allocation.
+//! [`allocate_one_more`] takes such Services from the last allocation too, when each was given
+//! all the families it wants in its first candidate pool, each at home, and every pool that
+//! has one of its addresses hands it out and holds no more addresses than its capacity.
+//!
+//! Then the run where it holds them is the run where it did not, with its entry marked
+//! `held`. Step 2 gives them to it: nothing took them before (a manual address or an earlier
+//! holder that had one would have kept it from this Service in the last run too). Every
+//! other Service meets them taken earlier than it did, and that changes nothing: one that
+//! reached one of them while it was free would have taken it (every pool that has it hands
+//! it out), and its home slot was nobody else's in its group (at home, so counted once), so
+//! nobody's home phase changes. A prober that found room in a pool that has one of them
+//! counts it held now, but its own address was not held yet either, so the count stays
+//! below a capacity the final count does not pass. Anything else is allocated in full; the
+//! random test covers this too.
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
@@ -703,6 +724,11 @@ pub fn asks_the_same(
 /// never reads. Taken apart in full, so that a field added to `Service` must be put on one
 /// side or the other here.
 fn service_asks_the_same(now: &Service, then: &Service) -> bool {
+    now.held_ips == then.held_ips && asks_the_same_but_held(now, then)
+}
+
+/// [`service_asks_the_same`] but for the addresses it holds (its status).
+fn asks_the_same_but_held(now: &Service, then: &Service) -> bool {
     let Service {
         name,
         namespace,
@@ -710,7 +736,7 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
         namespace_labels,
         address_pool,
         load_balancer_ips,
-        held_ips,
+        held_ips: _,
         ip_family_policy,
         ip_families,
         traffic_policy: _,
@@ -725,15 +751,16 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
         && *namespace_labels == then.namespace_labels
         && *address_pool == then.address_pool
         && *load_balancer_ips == then.load_balancer_ips
-        && *held_ips == then.held_ips
         && *ip_family_policy == then.ip_family_policy
         && *ip_families == then.ip_families
 }
 
-/// [`allocate`] for `pools` and `services` when they are `before`'s pools and Services plus
-/// one Service that gets its manual addresses or lands at home, and moves no other (module
-/// doc, "One more Service"): the last allocation with that Service added, without placing the
-/// others again. `None` when that does not surely hold; the caller then allocates in full.
+/// [`allocate`] for `pools` and `services` when they are `before`'s pools and Services, some
+/// of them now holding (their status written back) just what the last allocation gave them,
+/// plus at most one Service that gets its manual addresses or lands at home in its first
+/// candidate pool, and moves no other (module doc, "One more Service"): the last
+/// allocation with those changes, without placing the others again. `None` when that does
+/// not surely hold; the caller then allocates in full.
 pub fn allocate_one_more(
     before: (&Allocation, &[Pool], &[Arc<Service>]),
     pools: &[Pool],
@@ -743,45 +770,129 @@ pub fn allocate_one_more(
     if allocation.gave_back || pools != pools_before {
         return None;
     }
-    let added = the_one_added(services_before, services)?;
-    let key: ServiceKey = added.key().into();
-    // One that holds addresses already (a status) is placed in full: rare for a new Service.
-    if allocation.services.contains_key(&key) || !added.held_ips.is_empty() {
+    let difference = difference(services_before, services, allocation)?;
+    if difference.holding.len() > MOST_HOLDING {
         return None;
     }
     let slots: Vec<PoolSlots<'_>> = pools.iter().map(PoolSlots::new).collect();
+    let mut out = allocation.clone();
+    for service in difference.holding {
+        hold_as_given(&slots, service, &mut out)?;
+    }
+    let Some(added) = difference.added else { return Some(out) };
+    let key: ServiceKey = added.key().into();
+    // One that holds addresses already (a status) is placed in full: rare for a new Service.
+    if out.services.contains_key(&key) || !added.held_ips.is_empty() {
+        return None;
+    }
     let result = if added.load_balancer_ips.is_empty() {
         match candidates(&slots, added) {
             // A Service no pool serves takes nothing from anyone.
             Err(error) => Err(error),
             Ok(list) => {
                 let pool = slots.get(*list.first()?)?;
-                let addresses = at_home_alone((pool, &slots), (&key, added), allocation)?;
+                let addresses = at_home_alone((pool, &slots), (&key, added), &out)?;
                 Ok(Assigned { pool: pool.name.clone(), addresses: addresses.into() })
             }
         }
     } else {
-        manual_alone(&slots, added, allocation)?
+        manual_alone(&slots, added, &out)?
     };
-    let mut out = allocation.clone();
     out.services.insert(key, result);
     Some(out)
 }
 
-/// The one Service in `now` that `before` lacks, when `now` is `before` with one Service put
-/// in and every other asking the allocation the same.
-fn the_one_added<'s>(before: &[Arc<Service>], now: &'s [Arc<Service>]) -> Option<&'s Service> {
-    if now.len() != before.len().checked_add(1)? {
+/// The most Services holding what they were given that [`allocate_one_more`] takes from the
+/// last allocation: each is checked with a walk over every address held, so past this many
+/// (the statuses of a burst of new Services) the full allocation is quicker.
+const MOST_HOLDING: usize = 64;
+
+/// How a list of Services differs from the last one, when [`allocate_one_more`] can follow.
+struct Difference<'s> {
+    /// The one Service put in.
+    added: Option<&'s Service>,
+    /// Services whose only change is that they hold just the addresses the last allocation
+    /// gave them.
+    holding: Vec<&'s Service>,
+}
+
+/// The [`Difference`] of `now` from `before` (allocated as `allocation`): at most one Service
+/// put in, the others asking the same or holding what they were given; `None` otherwise.
+fn difference<'s>(
+    before: &[Arc<Service>],
+    now: &'s [Arc<Service>],
+    allocation: &Allocation,
+) -> Option<Difference<'s>> {
+    let may_add = match now.len().checked_sub(before.len())? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let mut out = Difference { added: None, holding: Vec::new() };
+    let mut before = before.iter().peekable();
+    for service in now {
+        match before.peek() {
+            Some(then) if Arc::ptr_eq(service, then) || service_asks_the_same(service, then) => {}
+            Some(then)
+                if asks_the_same_but_held(service, then)
+                    && holds_what_it_was_given(service, allocation) =>
+            {
+                out.holding.push(service);
+            }
+            _ if may_add && out.added.is_none() => {
+                out.added = Some(service);
+                continue;
+            }
+            _ => return None,
+        }
+        before.next();
+    }
+    before.next().is_none().then_some(out)
+}
+
+/// Whether `service` holds just the addresses `allocation` gave it, in any order.
+fn holds_what_it_was_given(service: &Service, allocation: &Allocation) -> bool {
+    let given = allocation.addresses_of(&service.key());
+    !given.is_empty()
+        && given.len() == service.held_ips.len()
+        && given.iter().all(|address| service.held_ips.contains(address))
+}
+
+/// `allocation` (the full allocation of the last Services) with `service` now holding just the
+/// addresses it was given, when that surely changes nothing but its own entry (module doc,
+/// "Holding what it was given"); `None` otherwise.
+fn hold_as_given(
+    pools: &[PoolSlots<'_>],
+    service: &Service,
+    allocation: &mut Allocation,
+) -> Option<()> {
+    // Step 1 places a Service with manual addresses, which never reads what it holds.
+    if !service.load_balancer_ips.is_empty() {
+        return Some(());
+    }
+    let key: ServiceKey = service.key().into();
+    let given = allocation.services.get(&key)?.as_ref().ok()?;
+    let list = candidates(pools, service).ok()?;
+    let first = pools.get(*list.first()?)?;
+    let at_home = given.addresses.iter().all(|a| a.how == How::Home);
+    if *given.pool != *first.pool.name
+        || !at_home
+        || given.addresses.len() != wanted(&first.families, service).len()
+    {
         return None;
     }
-    let same = |now: &Arc<Service>, then: &Arc<Service>| {
-        Arc::ptr_eq(now, then) || service_asks_the_same(now, then)
+    let fits = |address: IpAddr| {
+        pools_with(pools, address, allocation)
+            .is_some_and(|(_, within)| within.iter().all(|(slots, used)| *used <= slots.capacity))
     };
-    let at = now.iter().zip(before).position(|(n, b)| !same(n, b)).unwrap_or(before.len());
-    let rest = now.get(at.checked_add(1)?..)?;
-    let rest_before = before.get(at..)?;
-    let rest_same = rest.iter().zip(rest_before).all(|(n, b)| same(n, b));
-    rest_same.then(|| now.get(at).map(|s| &**s)).flatten()
+    if !given.ips().all(fits) {
+        return None;
+    }
+    // Its first candidate pool hands out all it holds, so step 2 keeps them from that pool.
+    let kept = kept(pools, &list, (&key, service), &mut Taken::default())?;
+    // At home, it had no collisions to drop.
+    allocation.services.insert(key, Ok(kept));
+    Some(())
 }
 
 /// The addresses `service` (of `key`) gets at home in `pool`, one per family it wants there,
@@ -830,27 +941,42 @@ fn manual_alone(
 /// Whether `address` is held by no Service of `before`, and every pool that has it hands it
 /// out (else a Service may have reached it without taking it, and its collision names the
 /// address's holder) and is not counted full without it (every address held within it
-/// counts, a manual one never handed out too). One walk over the held addresses for all.
+/// counts, a manual one never handed out too).
 fn free_everywhere(pools: &[PoolSlots<'_>], address: IpAddr, before: &Allocation) -> bool {
+    pools_with(pools, address, before).is_some_and(|(held, within)| {
+        !held && within.iter().all(|(slots, used)| *used < slots.capacity)
+    })
+}
+
+/// For the pools (of `address`'s family) that have `address`, when each hands it out: how
+/// many addresses `allocation` holds within each, and whether it holds `address`. One walk
+/// over the held addresses for all.
+fn pools_with<'p, 'a>(
+    pools: &'p [PoolSlots<'a>],
+    address: IpAddr,
+    allocation: &Allocation,
+) -> Option<(bool, Vec<(&'p Slots<'a>, u128)>)> {
     let family = IpFamily::of(address);
-    let holding: Vec<&Slots<'_>> =
-        pools.iter().map(|p| p.family(family)).filter(|s| s.contains(address)).collect();
-    if !holding.iter().all(|slots| slots.usable(address)) {
-        return false;
+    let mut within: Vec<(&Slots<'_>, u128)> = pools
+        .iter()
+        .map(|p| p.family(family))
+        .filter(|s| s.contains(address))
+        .map(|slots| (slots, 0))
+        .collect();
+    if !within.iter().all(|(slots, _)| slots.usable(address)) {
+        return None;
     }
-    let mut used = vec![0u128; holding.len()];
-    let held = before.services.values().filter_map(|r| r.as_ref().ok()).flat_map(Assigned::ips);
-    for ip in held {
-        if ip == address {
-            return false;
-        }
-        for (slots, used) in holding.iter().zip(used.iter_mut()) {
+    let mut held = false;
+    let ips = allocation.services.values().filter_map(|r| r.as_ref().ok()).flat_map(Assigned::ips);
+    for ip in ips {
+        held |= ip == address;
+        for (slots, used) in within.iter_mut() {
             if slots.contains(ip) {
                 *used = used.saturating_add(1);
             }
         }
     }
-    holding.iter().zip(&used).all(|(slots, used)| *used < slots.capacity)
+    Some((held, within))
 }
 
 /// The addresses handed out so far, with the key of the Service holding each.
@@ -1875,6 +2001,94 @@ mod tests {
             }
         }
         assert!(held_some > 2000, "{held_some}");
+    }
+
+    /// Services that now hold what the last allocation gave them (their statuses written
+    /// back), with or without one more Service: the allocation made from the last one is the
+    /// full allocation wherever it is made, and it is made often enough to mean it.
+    #[test]
+    fn holding_what_it_was_given_from_the_last_allocation_is_the_full_allocation() {
+        let mut dice = Dice(0x6a09_e667_f3bc_c908);
+        let (mut made, mut made_holding, mut declined) = (0, 0, 0);
+        // Enough cases to meet the rarer ways a holder moves others (a pool full sooner,
+        // a group it was in before its own).
+        for case in 0..30_000 {
+            let pools = random_pools(&mut dice);
+            let count = dice.below(12);
+            let services: Vec<Arc<Service>> = (0..count)
+                .map(|i| Arc::new(random_service(&mut dice, &format!("s{i}"), &pools)))
+                .collect();
+            let before = allocate(&pools, &services);
+            let mut holding = 0;
+            let mut now: Vec<Arc<Service>> = services
+                .iter()
+                .map(|s| {
+                    let given = before.addresses_of(&s.key());
+                    if given.is_empty() || dice.chance(40) {
+                        return s.clone();
+                    }
+                    let mut s = (**s).clone();
+                    s.held_ips = given;
+                    if dice.chance(20) {
+                        s.held_ips.reverse();
+                    }
+                    holding += usize::from(s.load_balancer_ips.is_empty());
+                    Arc::new(s)
+                })
+                .collect();
+            if dice.chance(50) {
+                let at = dice.below(count + 1) as usize;
+                now.insert(at, Arc::new(random_service(&mut dice, "new", &pools)));
+            }
+            let last = (&before, pools.as_slice(), services.as_slice());
+            match allocate_one_more(last, &pools, &now) {
+                Some(quick) => {
+                    made += 1;
+                    made_holding += usize::from(holding > 0);
+                    let full = allocate(&pools, &now);
+                    assert_eq!(quick, full, "case {case}: {pools:#?}\n{now:#?}\n{before:#?}");
+                }
+                None => declined += 1,
+            }
+        }
+        assert!(
+            made > 8000 && made_holding > 4000 && declined > 4000,
+            "made {made} ({made_holding} holding), declined {declined}"
+        );
+        // Holding anything else is not taken from the last allocation.
+        let pools = vec![pool("p", &["10.0.0.0/24"])];
+        let services: Vec<Arc<Service>> =
+            ["x", "y"].iter().map(|n| Arc::new(service("a", n))).collect();
+        let before = allocate(&pools, &services);
+        let last = (&before, pools.as_slice(), services.as_slice());
+        let mut other = (*services[0]).clone();
+        other.held_ips = before.addresses_of("a/y");
+        let now = vec![Arc::new(other), services[1].clone()];
+        assert!(allocate_one_more(last, &pools, &now).is_none());
+        // Nor many holding at once (each at home in a wide pool): allocated in full.
+        let pools = vec![pool("p", &["10.0.0.0/16"])];
+        let services: Vec<Arc<Service>> =
+            (0..=MOST_HOLDING).map(|i| Arc::new(service("a", &format!("s{i}")))).collect();
+        let before = allocate(&pools, &services);
+        let last = (&before, pools.as_slice(), services.as_slice());
+        let holding: Vec<Arc<Service>> = services
+            .iter()
+            .map(|s| {
+                let mut s = (**s).clone();
+                s.held_ips = before.addresses_of(&s.key());
+                Arc::new(s)
+            })
+            .collect();
+        assert!(allocate_one_more(last, &pools, &holding).is_none());
+        // One of them (at home) holding is taken from the last allocation.
+        let at_home = |s: &Arc<Service>| {
+            let given = before.services.get(s.key().as_str()).and_then(|r| r.as_ref().ok());
+            given.is_some_and(|a| a.addresses.iter().all(|a| a.how == How::Home))
+        };
+        let one = services.iter().position(at_home).unwrap();
+        let mut now = services.clone();
+        now[one] = holding[one].clone();
+        assert!(allocate_one_more(last, &pools, &now).is_some());
     }
 
     #[test]

@@ -125,7 +125,8 @@ struct Announcer {
     config: Arc<AnnounceConfig>,
     /// The config's allocation (a pure function of its pools and Services), made again only
     /// when a config changes what it reads ([`asks_the_same`]), and from the last one when
-    /// the change is one more Service that moves no other ([`allocate_one_more`]).
+    /// the change is one more Service that moves no other, or Services holding what they
+    /// were given ([`allocate_one_more`]).
     allocation: Arc<Allocation>,
     routers: Vec<RouterInput>,
     feeds: Feeds,
