@@ -721,13 +721,13 @@ pub fn asks_the_same(
 }
 
 /// Whether two versions of a Service ask the allocation the same: every field but those it
-/// never reads. Taken apart in full, so that a field added to `Service` must be put on one
-/// side or the other here.
+/// never reads.
 fn service_asks_the_same(now: &Service, then: &Service) -> bool {
     now.held_ips == then.held_ips && asks_the_same_but_held(now, then)
 }
 
-/// [`service_asks_the_same`] but for the addresses it holds (its status).
+/// [`service_asks_the_same`] but for the addresses it holds (its status). Taken apart in
+/// full, so that a field added to `Service` must be put on one side or the other here.
 fn asks_the_same_but_held(now: &Service, then: &Service) -> bool {
     let Service {
         name,
