@@ -1940,6 +1940,16 @@ mod tests {
         s
     }
 
+    /// Random pools, up to a dozen random Services, and their allocation.
+    fn random_allocated(dice: &mut Dice) -> (Vec<Pool>, Vec<Arc<Service>>, Allocation) {
+        let pools = random_pools(dice);
+        let count = dice.below(12);
+        let services: Vec<Arc<Service>> =
+            (0..count).map(|i| Arc::new(random_service(dice, &format!("s{i}"), &pools))).collect();
+        let before = allocate(&pools, &services);
+        (pools, services, before)
+    }
+
     /// The allocation made from the last one for one more Service is the full allocation,
     /// in every random config where it is made, and it is made often enough to mean it.
     /// A Service that holds what an allocation gave it keeps it, and no address is given
@@ -2013,12 +2023,8 @@ mod tests {
         // Enough cases to meet the rarer ways a holder moves others (a pool full sooner,
         // a group it was in before its own).
         for case in 0..30_000 {
-            let pools = random_pools(&mut dice);
-            let count = dice.below(12);
-            let services: Vec<Arc<Service>> = (0..count)
-                .map(|i| Arc::new(random_service(&mut dice, &format!("s{i}"), &pools)))
-                .collect();
-            let before = allocate(&pools, &services);
+            let (pools, services, before) = random_allocated(&mut dice);
+            let count = services.len() as u64;
             let mut holding = 0;
             let mut now: Vec<Arc<Service>> = services
                 .iter()
@@ -2096,12 +2102,8 @@ mod tests {
         let mut dice = Dice(0x9e37_79b9_7f4a_7c15);
         let (mut made, mut declined) = (0, 0);
         for case in 0..4000 {
-            let pools = random_pools(&mut dice);
-            let count = dice.below(12);
-            let services: Vec<Arc<Service>> = (0..count)
-                .map(|i| Arc::new(random_service(&mut dice, &format!("s{i}"), &pools)))
-                .collect();
-            let before = allocate(&pools, &services);
+            let (pools, services, before) = random_allocated(&mut dice);
+            let count = services.len() as u64;
             let mut more = services.clone();
             let at = dice.below(count + 1) as usize;
             more.insert(at, Arc::new(random_service(&mut dice, "new", &pools)));
