@@ -614,7 +614,7 @@ fn kept<'k>(
 
 /// The services with their keys, in key order. Each key is made once, not at every
 /// comparison: with thousands of Services a key per comparison was a third of the work.
-pub fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(ServiceKey, &Service)> {
+fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(ServiceKey, &Service)> {
     // One buffer for the keys' text: each key is then one allocation, its own.
     let mut text = String::new();
     let mut order: Vec<(ServiceKey, &Service)> = services

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::allocate::{allocate, in_key_order, AllocError, Allocation, ServiceKey};
+use super::allocate::{allocate, AllocError, Allocation, Assigned, ServiceKey};
 use super::readiness::{readiness, HealthStates, Readiness};
 use crate::config::announce::{
     Advertisement, AdvertisementKind, AnnounceConfig, Labels, Network, NetworkSelector, Pool,
-    RouteAdvertisement, TargetVrf, Topology,
+    RouteAdvertisement, Service, TargetVrf, Topology,
 };
 use crate::config::selector::any_matches;
 use crate::config::{vrf_display_name, Community};
@@ -87,8 +87,34 @@ pub struct Route {
     /// Sent to iBGP peers only (RFC 4271 §5.1.5).
     pub local_pref: Option<u32>,
     pub peers: PeerSet,
-    /// What asked for it, e.g. `service ns/web` or `PodNetwork of default (RouteAdvertisements default)`.
-    pub origins: Vec<String>,
+    /// What asked for it, shown as e.g. `service ns/web (advertisement all)` or `PodNetwork of
+    /// default (route advertisement default)`.
+    pub origins: Vec<RouteOrigin>,
+}
+
+/// What asked for a route: a candidate's origin, or a Service whose address an aggregate
+/// covers. Kept as it is and written out only when shown: formatting every Service's origin
+/// at every change was a tenth of the computation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteOrigin {
+    Candidate(Origin),
+    AggregateOf(ServiceKey),
+}
+
+impl fmt::Display for RouteOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouteOrigin::Candidate(origin) => origin.fmt(f),
+            RouteOrigin::AggregateOf(service) => write!(f, "aggregate of service {service}"),
+        }
+    }
+}
+
+/// As the text it is shown as (`uplink show announcements --json`).
+impl Serialize for RouteOrigin {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 impl Route {
@@ -132,7 +158,8 @@ pub enum Origin {
     Service {
         /// The Service's key (`namespace/name`), shared by its candidates.
         service: ServiceKey,
-        advertisement: Option<String>,
+        /// Shared by the candidates of every Service it advertises.
+        advertisement: Option<Arc<str>>,
     },
     Aggregate {
         advertisement: String,
@@ -407,7 +434,7 @@ pub fn compute_allocated(
                 communities: BTreeSet::new(),
                 local_pref: None,
                 peers: PeerSet::ByPolicy,
-                origins: vec![Origin::Router.to_string()],
+                origins: vec![RouteOrigin::Candidate(Origin::Router)],
             };
             builder.announce(*prefix, &router.vrf, Origin::Router, route);
         }
@@ -462,15 +489,14 @@ fn services(
     let advertisements = on_node(config, builder.inputs, &node_labels);
     let mut by_pool = PoolAdvertisements::new(config, &advertisements);
     // Every Service at every change: a copy is made only where the result keeps one.
-    for (key, service) in in_key_order(&config.services) {
+    for (key, service, entry) in allocated_in_key_order(&config.services, allocation) {
         let plain = || Origin::Service { service: key.clone(), advertisement: None };
-        let assigned = match allocation.services.get(&key) {
-            Some(Ok(assigned)) => assigned,
-            Some(Err(error)) => {
+        let assigned = match entry {
+            Ok(assigned) => assigned,
+            Err(error) => {
                 builder.withdraw(None, None, plain(), Reason::NoAddress { error: error.clone() });
                 continue;
             }
-            None => continue,
         };
         // Readiness, drain and exclusion concern the service as a whole: every address of a
         // dual-stack service is withdrawn together, each on its own candidate line.
@@ -506,8 +532,10 @@ fn services(
         for (address, host) in hosts {
             for on_node in advertisements.iter().copied() {
                 let adv = on_node.advertisement;
-                let origin =
-                    Origin::Service { service: key.clone(), advertisement: Some(adv.name.clone()) };
+                let origin = Origin::Service {
+                    service: key.clone(),
+                    advertisement: Some(on_node.name.clone()),
+                };
                 if !on_node.selected {
                     builder.withdraw(
                         Some(host),
@@ -534,7 +562,7 @@ fn services(
                     communities: on_node.communities.clone(),
                     local_pref: adv.local_pref,
                     peers: PeerSet::All,
-                    origins: vec![origin.to_string()],
+                    origins: vec![RouteOrigin::Candidate(origin.clone())],
                 };
                 let each = targets.iter().zip(copies((origin, route), targets.len()));
                 for ((vrf, peers), (origin, route)) in each {
@@ -549,7 +577,7 @@ fn services(
                             Reason::AggregatedInto { aggregate: prefix },
                         );
                         let agg_route =
-                            Route { origins: vec![format!("aggregate of service {key}")], ..route };
+                            Route { origins: vec![RouteOrigin::AggregateOf(key.clone())], ..route };
                         match aggregates.get_mut(&(prefix, vrf.clone())) {
                             Some((existing, _)) => {
                                 existing.communities.extend(agg_route.communities.iter().copied());
@@ -572,6 +600,26 @@ fn services(
     }
 }
 
+/// The Services the allocation has an entry for, in key order, each with the allocation's key
+/// and entry: the key is the allocation's own (shared), not made again for every Service at
+/// every change.
+fn allocated_in_key_order<'a>(
+    services: &'a [Arc<Service>],
+    allocation: &'a Allocation,
+) -> Vec<(&'a ServiceKey, &'a Service, &'a Result<Assigned, AllocError>)> {
+    let mut text = String::new();
+    let mut order: Vec<_> = services
+        .iter()
+        .filter_map(|service| {
+            service.write_key(&mut text);
+            let (key, entry) = allocation.services.get_key_value(text.as_str())?;
+            Some((key, &**service, entry))
+        })
+        .collect();
+    order.sort_by(|a, b| a.0.cmp(b.0));
+    order
+}
+
 /// `value` `count` times: copies first, then itself, so that the usual single use copies
 /// nothing.
 fn copies<T: Clone>(value: T, count: usize) -> impl Iterator<Item = T> {
@@ -583,6 +631,8 @@ fn copies<T: Clone>(value: T, count: usize) -> impl Iterator<Item = T> {
 /// Service it applies to (thousands of Services share a few advertisements).
 struct AdvertisementOnNode<'a> {
     advertisement: &'a Advertisement,
+    /// Its name, shared by the origins of the Services it advertises.
+    name: Arc<str>,
     /// Its `node_selectors` select this node.
     selected: bool,
     targets: Result<Vec<(String, PeerSet)>, Reason>,
@@ -599,6 +649,7 @@ fn on_node<'a>(
         .iter()
         .map(|advertisement| AdvertisementOnNode {
             advertisement,
+            name: Arc::from(advertisement.name.as_str()),
             selected: any_matches(&advertisement.node_selectors, node_labels),
             targets: peer_targets(config, routers, &advertisement.peers),
             communities: advertisement.communities.iter().copied().collect(),
@@ -757,7 +808,7 @@ fn networks(config: &AnnounceConfig, builder: &mut Builder<'_>) {
                                 communities: BTreeSet::new(),
                                 local_pref: None,
                                 peers: peers.clone(),
-                                origins: vec![origin.to_string()],
+                                origins: vec![RouteOrigin::Candidate(origin.clone())],
                             };
                             builder.announce(prefix, &target, origin.clone(), route);
                         }

@@ -28,8 +28,8 @@ mod tests;
 pub use crate::config::announce::AnnounceConfig;
 pub use allocate::{allocate, AllocError, Allocation, Collision};
 pub use compute::{
-    compute, Announcements, Candidate, Origin, PeerSet, Reason, Route, RouterAnnouncements,
-    RouterInput, RuntimeState, State,
+    compute, Announcements, Candidate, Origin, PeerSet, Reason, Route, RouteOrigin,
+    RouterAnnouncements, RouterInput, RuntimeState, State,
 };
 pub use readiness::HealthStates;
 pub use set::{announced_set, AnnouncedRoute, AnnouncedSet};

@@ -56,6 +56,11 @@ fn originated(result: &super::Announcements, vrf: &str) -> Vec<IpNet> {
     result.router(vrf).map(|r| r.originate.keys().copied().collect()).unwrap_or_default()
 }
 
+/// A route's origins as `uplink show announcements` writes them.
+fn origin_texts(route: &super::Route) -> Vec<String> {
+    route.origins.iter().map(ToString::to_string).collect()
+}
+
 fn tcp_check() -> HealthCheck {
     HealthCheck {
         probe: ProbeKind::Tcp { port: 8080 },
@@ -77,7 +82,7 @@ fn vip_is_originated_to_all_peers_of_every_router() {
     assert!(originated(&result, "idle").is_empty(), "a router without neighbors gets nothing");
     let route = &result.router("").unwrap().originate[&net("172.18.20.201/32")];
     assert_eq!(route.peers, PeerSet::All);
-    assert_eq!(route.origins, vec!["service ns/web (advertisement all)".to_string()]);
+    assert_eq!(origin_texts(route), ["service ns/web (advertisement all)"]);
 }
 
 #[test]
@@ -224,7 +229,11 @@ fn aggregation_announces_the_aggregate_and_explains_the_members() {
     let result = compute(&config, &routers, RuntimeState::default());
     assert_eq!(originated(&result, ""), vec![net("172.18.20.0/24")]);
     let route = &result.router("").unwrap().originate[&net("172.18.20.0/24")];
-    assert_eq!(route.origins.len(), 2);
+    assert_eq!(
+        origin_texts(route),
+        ["aggregate of service ns/api", "aggregate of service ns/web"],
+        "in key order"
+    );
     assert!(route.communities.contains(&Community::Standard(1)));
     let members: Vec<_> = result
         .candidates
@@ -600,7 +609,7 @@ fn router_prefixes_go_to_the_peers_their_policy_allows_and_are_imported_like_the
     let result = compute(&config, &[default, blue], RuntimeState::default());
     let own = &result.router("").unwrap().originate[&net("10.0.0.0/24")];
     assert_eq!(own.peers, PeerSet::ByPolicy);
-    assert_eq!(own.origins, vec!["router prefixes".to_string()]);
+    assert_eq!(origin_texts(own), ["router prefixes"]);
     // Imported: the default router's prefix and its VIP, not what blue itself originates.
     let blue = result.router("blue").unwrap();
     let imported: Vec<IpNet> = blue.imported.keys().copied().collect();
