@@ -107,7 +107,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::announce::{AddressRange, IpFamily, IpFamilyPolicy, Pool, Service};
+use crate::config::announce::{AddressRange, IpFamily, IpFamilyPolicy, Labels, Pool, Service};
 use crate::config::selector::any_matches;
 
 /// Upper bound on linear probing within one pool, so a huge, nearly full pool cannot stall.
@@ -484,7 +484,7 @@ impl<'a> PoolSlots<'a> {
 /// Whether `pool`'s `service_allocation` admits `service` (no `service_allocation`: everyone).
 pub fn pool_admits(pool: &Pool, service: &Service) -> bool {
     let Some(alloc) = &pool.service_allocation else { return true };
-    let mut namespace_labels = service.namespace_labels.clone();
+    let mut namespace_labels = Labels::clone(&service.namespace_labels);
     namespace_labels
         .entry("kubernetes.io/metadata.name".to_string())
         .or_insert_with(|| service.namespace.clone());
@@ -1475,7 +1475,7 @@ mod tests {
             service_selectors: vec![],
         });
         let mut by_label = service("other", "labelled");
-        by_label.namespace_labels.insert("tier".into(), "gold".into());
+        Arc::make_mut(&mut by_label.namespace_labels).insert("tier".into(), "gold".into());
         let out = allocate(
             &[p.clone()],
             &[service("allowed", "a"), service("other", "b"), by_label.clone()],
@@ -1848,7 +1848,7 @@ mod tests {
             (
                 pools.clone(),
                 with(&|s| {
-                    s.namespace_labels.insert("team".into(), "shop".into());
+                    Arc::make_mut(&mut s.namespace_labels).insert("team".into(), "shop".into());
                 }),
             ),
             (pools.clone(), added),

@@ -22,6 +22,7 @@
 mod merge;
 pub mod model;
 mod raw;
+mod shared_labels;
 #[cfg(test)]
 mod tests;
 mod validate;

@@ -134,8 +134,9 @@ pub struct Service {
     pub name: String,
     pub namespace: String,
     pub labels: Labels,
-    /// Labels of the service's namespace, for `namespace_selectors`.
-    pub namespace_labels: Labels,
+    /// Labels of the service's namespace, for `namespace_selectors`: one copy per namespace,
+    /// shared by its Services (`shared_labels.rs`).
+    pub namespace_labels: Arc<Labels>,
     /// The `metallb.io/address-pool` annotation.
     pub address_pool: Option<String>,
     /// Manual addresses, at most one per family: `spec.loadBalancerIP` (one) or the

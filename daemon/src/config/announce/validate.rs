@@ -400,7 +400,7 @@ fn service(
         name: name?,
         namespace: namespace?,
         labels: raw.labels.clone(),
-        namespace_labels: raw.namespace_labels.clone(),
+        namespace_labels: super::shared_labels::shared(&raw.namespace_labels),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
         load_balancer_ips,
         held_ips,
