@@ -428,6 +428,10 @@ pub fn compute_allocated(
     let empty = HealthStates::new();
     let health = runtime.health.unwrap_or(&empty);
     let mut builder = Builder::for_routers(routers);
+    // A candidate per Service and router prefix, nearly always: made at that size rather
+    // than doubled to it.
+    let prefixes: usize = routers.iter().map(|r| r.prefixes.len()).sum();
+    builder.candidates.reserve(config.services.len() + prefixes);
     for router in routers {
         for prefix in &router.prefixes {
             let route = Route {
@@ -470,7 +474,12 @@ pub fn compute_allocated(
     }
     Announcements {
         routers: builder.routers.into_values().collect(),
-        candidates: builder.candidates,
+        // Kept until the next change: without the room a few more candidates needed.
+        candidates: {
+            let mut candidates = builder.candidates;
+            candidates.shrink_to_fit();
+            candidates
+        },
         allocation,
         config: Arc::default(),
     }

@@ -54,7 +54,7 @@ pub fn endpoints_to_probe(service: &Service, node: &str) -> Vec<IpAddr> {
     service
         .endpoints
         .iter()
-        .filter(|e| service.traffic_policy == TrafficPolicy::Cluster || e.node == node)
+        .filter(|e| service.traffic_policy == TrafficPolicy::Cluster || *e.node == *node)
         .map(|e| e.address)
         .collect()
 }
@@ -75,7 +75,7 @@ pub fn readiness(service: &Service, node: &str, health: &HealthStates) -> Readin
             let mut local = service
                 .endpoints
                 .iter()
-                .filter(|e| !e.node.is_empty() && e.node == node)
+                .filter(|e| !e.node.is_empty() && *e.node == *node)
                 .peekable();
             if local.peek().is_none() {
                 return Readiness::NoLocalEndpoint;

@@ -69,6 +69,7 @@ mod network_validate;
 pub mod node_values;
 mod raw;
 pub mod selector;
+mod shared;
 mod source;
 mod validate;
 pub(crate) use validate::DEFAULT_METRIC;

@@ -22,7 +22,6 @@
 mod merge;
 pub mod model;
 mod raw;
-mod shared_labels;
 #[cfg(test)]
 mod tests;
 mod validate;

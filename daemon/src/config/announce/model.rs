@@ -135,7 +135,7 @@ pub struct Service {
     pub namespace: String,
     pub labels: Labels,
     /// Labels of the service's namespace, for `namespace_selectors`: one copy per namespace,
-    /// shared by its Services (`shared_labels.rs`).
+    /// shared by its Services (`config/shared.rs`).
     pub namespace_labels: Arc<Labels>,
     /// The `metallb.io/address-pool` annotation.
     pub address_pool: Option<String>,
@@ -247,8 +247,9 @@ impl fmt::Display for IpFamilyPolicy {
 pub struct Endpoint {
     pub address: IpAddr,
     /// The node the endpoint runs on; empty when not known (an EndpointSlice endpoint without
-    /// `nodeName`), which counts for `cluster` and never as this node's for `local`.
-    pub node: String,
+    /// `nodeName`), which counts for `cluster` and never as this node's for `local`. One copy
+    /// per node name, shared by its endpoints (`config/shared.rs`).
+    pub node: Arc<str>,
 }
 
 /// How an endpoint is probed.

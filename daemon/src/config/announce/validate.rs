@@ -388,6 +388,7 @@ fn service(
             Some(node) => check.name(node, &format!("{name}.node")),
             None => Some(String::new()),
         };
+        let node = node.map(|node| crate::config::shared::name(&node));
         if let (Some(address), Some(node)) = (address, node) {
             endpoints.push(Endpoint { address, node });
         }
@@ -400,7 +401,7 @@ fn service(
         name: name?,
         namespace: namespace?,
         labels: raw.labels.clone(),
-        namespace_labels: super::shared_labels::shared(&raw.namespace_labels),
+        namespace_labels: crate::config::shared::labels(&raw.namespace_labels),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
         load_balancer_ips,
         held_ips,

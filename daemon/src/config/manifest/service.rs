@@ -201,7 +201,7 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
             continue;
         }
         let node: Option<Arc<str>> =
-            endpoint.get("nodeName").and_then(Value::as_str).map(Arc::from);
+            endpoint.get("nodeName").and_then(Value::as_str).map(crate::config::shared::name);
         for (j, address) in addresses.iter().enumerate() {
             let parsed = address.as_str().and_then(|a| a.parse::<IpAddr>().ok());
             match parsed {
@@ -486,7 +486,7 @@ endpoints:
         assert!(!service.announce_without_endpoints);
         let endpoint = |address: &str, node: &str| Endpoint {
             address: address.parse().unwrap(),
-            node: node.to_string(),
+            node: node.into(),
         };
         assert_eq!(
             service.endpoints,
