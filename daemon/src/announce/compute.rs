@@ -93,8 +93,8 @@ pub struct Route {
 }
 
 /// What asked for a route: a candidate's origin, or a Service whose address an aggregate
-/// covers. Kept as it is and written out only when shown: formatting every Service's origin
-/// at every change was a tenth of the computation.
+/// covers. Kept as it is and written out only when shown, not formatted for every Service at
+/// every change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteOrigin {
     Candidate(Origin),
