@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const UP: Duration = Duration::from_secs(60);
 
@@ -566,9 +566,12 @@ spec:
     };
     let before = (updates("10.99.1.2"), updates("10.99.3.2"));
     lab.stop("kube-apiserver");
+    // Its watches fail, and the probe of `/readyz` finds the server away.
     wait_for("wk1 says the API is away", UP, || {
         let v = node1.json(&["show", "kubernetes"])?;
-        (v["stale"] == true).then_some(()).ok_or_else(|| v.to_string())
+        (v["stale"] == true && v["server_not_ready_since"].is_u64())
+            .then_some(())
+            .ok_or_else(|| v.to_string())
     });
     std::thread::sleep(Duration::from_secs(30));
     tor_hops(&tor, &prefix, &["10.99.1.2", "10.99.3.2"], "the tor keeps both next hops");
@@ -578,12 +581,22 @@ spec:
         "UPDATEs while the API was away"
     );
     plane.start_apiserver(&mut lab);
+    // The kinds' back-off has grown to 16-30 s by now: the probe, not their next retry, finds
+    // the server back.
+    let ready = Instant::now();
     for node in [&node1, &node2] {
         wait_for("the node lists again and is current", UP, || {
             let v = node.json(&["show", "kubernetes"])?;
-            (v["stale"] == false).then_some(()).ok_or_else(|| v.to_string())
+            (v["stale"] == false && v["server_not_ready_since"].is_null())
+                .then_some(())
+                .ok_or_else(|| v.to_string())
         });
     }
+    let current = ready.elapsed();
+    assert!(
+        current < Duration::from_secs(10),
+        "the nodes were current {current:?} after the apiserver was ready: the probe did not wake the watches"
+    );
     assert_eq!((updates("10.99.1.2"), updates("10.99.3.2")), before, "the relist sent UPDATEs");
 
     // wk1's connections to the API server carry TCP keepalive (as client-go's do): a watch on

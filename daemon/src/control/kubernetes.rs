@@ -37,6 +37,14 @@ pub fn text(v: &Value) -> String {
         s(&v["node"]),
         s(&v["namespace"])
     );
+    if let Some(since) = v["server_not_ready_since"].as_u64() {
+        let _ = writeln!(
+            out,
+            "API server NOT READY for {} s ({}); every failing watch lists as soon as it answers",
+            health::unix_now().saturating_sub(since),
+            s(&v["server_not_ready"])
+        );
+    }
     let state = if v["stale"] == Value::Bool(true) {
         "STALE: the config in force may differ from the cluster (see below)"
     } else {
@@ -123,6 +131,8 @@ mod tests {
             kind.state = WatchState::Failing;
             kind.failing_since = Some(health::unix_now());
             kind.error = Some("connection refused".into());
+            h.server_not_ready_since = Some(health::unix_now());
+            h.server_not_ready = Some("connection refused".into());
         });
         let value = show(Some(&health)).unwrap();
         assert_eq!(value["stale"], true);
@@ -134,6 +144,7 @@ mod tests {
                 && shown.contains("connection refused"),
             "{shown}"
         );
+        assert!(shown.contains("API server NOT READY for 0 s (connection refused)"), "{shown}");
         assert!(show(None).unwrap_err().contains("no [kubernetes]"));
     }
 }

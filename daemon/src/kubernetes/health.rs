@@ -22,6 +22,10 @@ pub struct SourceHealth {
     pub namespace: String,
     /// This node's `Node` object.
     pub node: String,
+    /// Unix seconds since the API server has not answered its `/readyz` (asked while a watch
+    /// fails), and why; `None` when it answers.
+    pub server_not_ready_since: Option<u64>,
+    pub server_not_ready: Option<String>,
     /// Unix seconds of the last complete set of objects (every kind listed) handed to the
     /// reloader; `None` while the set kept by the last run is in force.
     pub last_sync: Option<u64>,

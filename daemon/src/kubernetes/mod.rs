@@ -10,6 +10,8 @@
 //!   own status writes and the apiserver's bookkeeping cause no reload), are published on a
 //!   watch channel; the reloader reloads when they change, and keeps the last published set in
 //!   the state directory for a start while the API server is away (`snapshot`).
+//! - `probe`: while a watch fails, asks the API server's `/readyz` every second and lists every
+//!   failing kind the moment it answers.
 //! - `status`: writes `status.loadBalancer.ingress` of the Services uplink allocates.
 //! - `events`: Events on those Services, as MetalLB writes them (allocated, announced from
 //!   which node, or why not).
@@ -32,6 +34,8 @@ pub mod health;
 mod nmstate_conditions;
 #[cfg(feature = "kubernetes")]
 mod node_state;
+#[cfg(feature = "kubernetes")]
+mod probe;
 #[cfg(feature = "kubernetes")]
 mod session_state;
 pub mod sessions;

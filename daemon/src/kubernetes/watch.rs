@@ -15,6 +15,7 @@ use tokio::sync::{watch as channel, Notify};
 use tracing::{info, warn};
 
 use super::health::{self, Health, SourceHealth, WatchState};
+use super::probe;
 use crate::config::{ApiObjects, KubernetesConfig, Source, API_SOURCE_PREFIX};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
@@ -166,8 +167,11 @@ struct Shared {
     changed: Notify,
     /// A Service's status changed, and nothing else of it ([`STATUS_ALONE`]).
     status_alone: Notify,
-    /// A kind listed again after failing: the API server is back, and the other failing kinds
-    /// list at once instead of waiting out their back-off (up to [`RETRY_MAX`]).
+    /// A kind's watch failed: the probe asks whether the API server is there ([`probe`]).
+    failed: Notify,
+    /// The API server is back (the probe found it ready, or a kind listed again after
+    /// failing): the failing kinds list at once instead of waiting out their back-off (up to
+    /// [`RETRY_MAX`]).
     returned: Notify,
     services: Services,
     health: Health,
@@ -185,6 +189,7 @@ pub(super) fn spawn(
         kinds: Mutex::new(KINDS.iter().map(|_| KindState::default()).collect()),
         changed: Notify::new(),
         status_alone: Notify::new(),
+        failed: Notify::new(),
         returned: Notify::new(),
         services: Arc::default(),
         health,
@@ -204,6 +209,10 @@ pub(super) fn spawn(
         tokio::spawn(watch_kind(api, config, kind, index, shared.clone()));
     }
     let services = shared.services.clone();
+    let probing = shared.clone();
+    tokio::spawn(async move {
+        probe::run(client, &probing.failed, &probing.returned, &probing.health).await;
+    });
     tokio::spawn(publish_sets(shared, publish));
     services
 }
@@ -229,9 +238,11 @@ fn api_for(client: &Client, kind: &Kind, namespace: &str) -> Api<DynamicObject> 
 
 /// The first wait before listing a failing kind again; it doubles up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(500);
-/// The longest wait between two lists of a failing kind (with up to a quarter of jitter, so a
-/// fleet does not list all at once when its API server returns).
-const RETRY_MAX: Duration = Duration::from_secs(8);
+/// The longest wait between two lists of a failing kind (with up to a quarter of jitter), as
+/// client-go's reflector has it. An API server that was away is found by the [`probe`] within
+/// a second of its return, which wakes every failing kind: this paces only a kind that fails
+/// while the server answers.
+const RETRY_MAX: Duration = Duration::from_secs(30);
 /// How often a kind the API server does not serve, or RBAC forbids, is tried again (a CRD
 /// installed or a role granted later is then picked up).
 const RETRY_ABSENT: Duration = Duration::from_secs(60);
@@ -283,6 +294,12 @@ async fn watch_kind(
                 tokio::time::sleep(RETRY_ABSENT).await;
             }
             Ended::Failed(error) => {
+                // Listening for the server's return from before the probe is asked, so that
+                // no answer of the probe falls between the two.
+                let returned = shared.returned.notified();
+                tokio::pin!(returned);
+                returned.as_mut().enable();
+                shared.failed.notify_one();
                 if let Some(held_back) = failures.event(Instant::now()) {
                     warn!(
                         kind = kind.kind,
@@ -302,7 +319,7 @@ async fn watch_kind(
                 retry = retry.saturating_mul(2).min(RETRY_MAX);
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
-                    () = shared.returned.notified() => {}
+                    () = returned => {}
                 }
             }
         }
@@ -697,6 +714,7 @@ mod tests {
             kinds: std::sync::Mutex::new(vec![KindState::default()]),
             changed: Notify::new(),
             status_alone: Notify::new(),
+            failed: Notify::new(),
             returned: Notify::new(),
             services: Default::default(),
             health: Default::default(),
