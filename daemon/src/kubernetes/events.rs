@@ -23,6 +23,7 @@ use kube::Client;
 use tokio::sync::Mutex;
 use tracing::warn;
 
+use super::status::AFTER_ROUTERS;
 use super::watch::Services;
 use crate::announce::compute::{Announcements, Origin, Reason, State};
 use crate::announce::runtime::AnnouncerHandle;
@@ -119,6 +120,7 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
             if changes.changed().await.is_err() {
                 return;
             }
+            tokio::time::sleep(AFTER_ROUTERS).await;
         }
     });
 }

@@ -23,6 +23,12 @@ use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 /// The field manager of every status uplink writes.
 pub const FIELD_MANAGER: &str = "uplink";
 
+/// How long the status writer and the events wait after the announcements changed before
+/// they compare every Service with what they last wrote: the BGP routers send the UPDATEs of
+/// the same change meanwhile, on cores these comparisons (milliseconds at a cluster's size)
+/// would take from them, and the changes of a burst are compared once.
+pub(super) const AFTER_ROUTERS: Duration = Duration::from_millis(50);
+
 /// How long a failed write waits before it is tried again (a config change tries at once).
 const RETRY_FIRST: Duration = Duration::from_secs(2);
 /// The longest wait between two tries: a write RBAC forbids is tried again this often, not
@@ -50,6 +56,7 @@ pub(super) fn spawn(
                 if announcements.changed().await.is_err() {
                     return;
                 }
+                tokio::time::sleep(AFTER_ROUTERS).await;
                 continue;
             }
             let mut failed = false;
@@ -88,6 +95,7 @@ pub(super) fn spawn(
                 if announcements.changed().await.is_err() {
                     return;
                 }
+                tokio::time::sleep(AFTER_ROUTERS).await;
                 continue;
             }
             tokio::select! {
