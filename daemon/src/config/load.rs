@@ -235,7 +235,7 @@ pub fn load_sources_kept(
     // EndpointSlices of any manifest, and a passwordSecret its key from any Secret.
     let manifests = sources.iter().copied().zip(&manifest).filter(|(_, m)| **m);
     cache.refresh(manifests.map(|(source, _)| source));
-    let indexes = cache.indexes(sources.iter().map(|(path, _)| &**path));
+    let indexes = cache.indexes();
     if let Some(name) = &node_name {
         // This node's `Node` object adds its labels (the TOML ones win a disagreement, which
         // the merge then reports).
@@ -254,9 +254,11 @@ pub fn load_sources_kept(
     cache.check_against(&context);
     let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len());
     let mut api_services = Vec::new();
-    for (((path, _), slot), manifest) in sources.iter().copied().zip(slots).zip(&manifest) {
+    let mut manifests = 0;
+    for (slot, manifest) in slots.into_iter().zip(&manifest) {
         if *manifest {
-            cache.fragments(path, &context, &mut fragments, &mut api_services, &mut errors);
+            cache.fragments(manifests, &context, &mut fragments, &mut api_services, &mut errors);
+            manifests += 1;
         } else {
             fragments.extend(slot);
         }
