@@ -1,9 +1,10 @@
 //! Finding the API server back: while a watch is failing, its `/readyz` is asked every second,
-//! and the moment it answers again every failing kind lists at once. The kinds' own back-off
-//! (up to `RETRY_MAX`) then only paces a kind that fails while the server is up; without the
-//! probe, a server back after a long outage was seen only at each kind's next retry, seconds
-//! later. One small request per node is also lighter on a recovering server than fifteen kinds
-//! retrying their lists.
+//! and every failing kind lists at once when the server answers again (its lists may be served
+//! before it says it is ready) and again when it is ready. The kinds' own back-off (up to
+//! `RETRY_MAX`) then only paces a kind that fails while the server is up; without the probe, a
+//! server back after a long outage was seen only at each kind's next retry, seconds later. One
+//! small request per node is also lighter on a recovering server than fifteen kinds retrying
+//! their lists.
 
 use std::time::Duration;
 
@@ -20,44 +21,69 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// connection but leave it unanswered.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Waits for a watch to fail (`failed`), then probes the server until it is ready, and wakes
-/// the failing kinds (`returned`) if it was not ready at first: a watch that fails while the
-/// server answers (a `410 Gone`, a kind's own error) keeps its back-off.
+/// How the API server answered a probe, from worst to best.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Answer {
+    /// No answer: the connection refused, reset or left unanswered.
+    None,
+    /// It answers HTTP, and `/readyz` says it is not ready (etcd away, caches not built): its
+    /// lists may already be served.
+    NotReady,
+    Ready,
+}
+
+/// Waits for a watch to fail (`failed`), then probes the server until it is ready. Each time
+/// its answer gets better than the one before (it answers at all, then it is ready), the
+/// failing kinds are woken (`returned`) and list at once, their back-off begun again. A
+/// watch that fails while the server is ready at the first probe (a `410 Gone`, a kind's own
+/// error) keeps its back-off.
 pub(super) async fn run(client: Client, failed: &Notify, returned: &Notify, health: &Health) {
     loop {
         failed.notified().await;
-        let mut away = false;
-        while let Err(why) = ready(&client).await {
-            if !away {
-                info!("the API server is not ready ({why}); asking its /readyz every second");
-                away = true;
+        let mut last: Option<Answer> = None;
+        loop {
+            let (answer, why) = probe(&client).await;
+            if last.is_some_and(|last| answer > last) {
+                info!(?answer, "the API server answers again; every failing kind lists now");
+                returned.notify_waiters();
             }
+            if answer == Answer::Ready {
+                health::update(health, |h| {
+                    h.server_not_ready_since = None;
+                    h.server_not_ready = None;
+                });
+                break;
+            }
+            if last.is_none() {
+                info!("the API server is not ready ({why}); asking its /readyz every second");
+            }
+            last = Some(answer);
             health::update(health, |h| {
                 h.server_not_ready_since.get_or_insert_with(health::unix_now);
                 h.server_not_ready = Some(why);
             });
             tokio::time::sleep(PROBE_EVERY.mul_f64(rand::random_range(0.75..1.0))).await;
         }
-        if away {
-            info!("the API server is ready again; every failing kind lists now");
-            health::update(health, |h| {
-                h.server_not_ready_since = None;
-                h.server_not_ready = None;
-            });
-            returned.notify_waiters();
-        }
     }
 }
 
-/// Whether the server is ready: `/readyz` answers 200, or refuses uplink the path (401, 403,
-/// which a cluster that took `/readyz` from `system:public-info-viewer` answers — the server is
-/// up and serving either way).
-async fn ready(client: &Client) -> Result<(), String> {
-    let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+/// Asks `/readyz`: ready when it answers 200, or refuses uplink the path (401, 403, which a
+/// cluster that took `/readyz` from `system:public-info-viewer` answers — the server is up and
+/// serving either way); with why not.
+async fn probe(client: &Client) -> (Answer, String) {
+    let request = match http::Request::get("/readyz").body(Vec::new()) {
+        Ok(request) => request,
+        Err(e) => return (Answer::Ready, e.to_string()),
+    };
     match tokio::time::timeout(PROBE_TIMEOUT, client.request_text(request)).await {
-        Err(_) => Err(format!("no answer in {} s", PROBE_TIMEOUT.as_secs())),
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(kube::Error::Api(status))) if matches!(status.code, 401 | 403) => Ok(()),
-        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => (Answer::None, format!("no answer in {} s", PROBE_TIMEOUT.as_secs())),
+        Ok(Ok(_)) => (Answer::Ready, String::new()),
+        Ok(Err(kube::Error::Api(status))) if matches!(status.code, 401 | 403) => {
+            (Answer::Ready, String::new())
+        }
+        Ok(Err(kube::Error::Api(status))) => {
+            (Answer::NotReady, format!("/readyz answered {}: {}", status.code, status.message))
+        }
+        Ok(Err(error)) => (Answer::None, error.to_string()),
     }
 }

@@ -319,7 +319,9 @@ async fn watch_kind(
                 retry = retry.saturating_mul(2).min(RETRY_MAX);
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
-                    () = returned => {}
+                    // Back: its lists may fail a little longer (caches still filling), and
+                    // are tried again soon rather than after a back-off grown in the outage.
+                    () = returned => retry = RETRY_FIRST,
                 }
             }
         }
