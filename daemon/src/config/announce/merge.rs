@@ -218,6 +218,9 @@ fn merge_identical<T: Clone + PartialEq>(
     what: &str,
     errors: &mut Vec<ConfigError>,
 ) {
+    // Made at their size: the API's Services come as one list of thousands at every change.
+    merged.placed.reserve(new.len());
+    merged.index.reserve(new.len());
     for item in new {
         let name = key(&item.item);
         let Some(first) = merged.index.get(&name).and_then(|&at| merged.placed.get_mut(at)) else {
