@@ -22,8 +22,8 @@ pub struct SourceHealth {
     pub namespace: String,
     /// This node's `Node` object.
     pub node: String,
-    /// Unix seconds since the API server has not answered its `/readyz` (asked while a watch
-    /// fails), and why; `None` when it answers.
+    /// Unix seconds since the API server has not answered its `/readyz` with ready (asked
+    /// while a watch fails), and why; `None` when it is ready.
     pub server_not_ready_since: Option<u64>,
     pub server_not_ready: Option<String>,
     /// Unix seconds of the last complete set of objects (every kind listed) handed to the

@@ -11,7 +11,7 @@
 //!   watch channel; the reloader reloads when they change, and keeps the last published set in
 //!   the state directory for a start while the API server is away (`snapshot`).
 //! - `probe`: while a watch fails, asks the API server's `/readyz` every second and lists every
-//!   failing kind the moment it answers.
+//!   failing kind the moment it answers again.
 //! - `status`: writes `status.loadBalancer.ingress` of the Services uplink allocates.
 //! - `events`: Events on those Services, as MetalLB writes them (allocated, announced from
 //!   which node, or why not).

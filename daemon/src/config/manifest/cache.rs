@@ -272,9 +272,10 @@ impl ManifestCache {
         self.checked_against = Some(inputs);
     }
 
-    /// The fragments of the load's `index`th manifest, translated again where the document is new or what its
-    /// translation read has changed, added to `out`, or the Services alone of an object from
-    /// the API to `services` (see [`Translated::Services`]); its errors go to `errors`.
+    /// The fragments of the load's `index`th manifest, translated again where the document is
+    /// new or what its translation read has changed, added to `out`, or the Services alone of
+    /// an object from the API to `services` (see [`Translated::Services`]); its errors go to
+    /// `errors`.
     /// Every manifest of the load is walked, in its order, after
     /// [`ManifestCache::check_against`].
     pub(crate) fn fragments(
