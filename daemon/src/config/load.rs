@@ -254,11 +254,17 @@ pub fn load_sources_kept(
     cache.check_against(&context);
     let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len());
     let mut api_services = Vec::new();
-    let mut manifests = 0;
+    let mut manifest_index = 0;
     for (slot, manifest) in slots.into_iter().zip(&manifest) {
         if *manifest {
-            cache.fragments(manifests, &context, &mut fragments, &mut api_services, &mut errors);
-            manifests += 1;
+            cache.fragments(
+                manifest_index,
+                &context,
+                &mut fragments,
+                &mut api_services,
+                &mut errors,
+            );
+            manifest_index += 1;
         } else {
             fragments.extend(slot);
         }

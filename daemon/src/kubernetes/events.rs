@@ -23,7 +23,7 @@ use kube::Client;
 use tokio::sync::Mutex;
 use tracing::warn;
 
-use super::status::AFTER_ROUTERS;
+use super::status::next_change;
 use super::watch::Services;
 use crate::announce::compute::{Announcements, Origin, Reason, State};
 use crate::announce::runtime::AnnouncerHandle;
@@ -117,10 +117,9 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
             for (key, event) in changed(&mut before, &announcements, &events.node) {
                 events.send(&key, &event).await;
             }
-            if changes.changed().await.is_err() {
+            if !next_change(&mut changes).await {
                 return;
             }
-            tokio::time::sleep(AFTER_ROUTERS).await;
         }
     });
 }

@@ -73,7 +73,9 @@ pub(super) async fn run(client: Client, failed: &Notify, returned: &Notify, heal
 async fn probe(client: &Client) -> (Answer, String) {
     let request = match http::Request::get("/readyz").body(Vec::new()) {
         Ok(request) => request,
-        Err(e) => return (Answer::Ready, e.to_string()),
+        // A constant path and no headers cannot fail to build; were it ever to, the probe
+        // steps aside (as for a server that is ready) and the kinds keep their own back-off.
+        Err(e) => return (Answer::Ready, format!("cannot build the /readyz request: {e}")),
     };
     match tokio::time::timeout(PROBE_TIMEOUT, client.request_text(request)).await {
         Err(_) => (Answer::None, format!("no answer in {} s", PROBE_TIMEOUT.as_secs())),

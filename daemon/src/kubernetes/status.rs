@@ -27,7 +27,17 @@ pub const FIELD_MANAGER: &str = "uplink";
 /// they compare every Service with what they last wrote: the BGP routers send the UPDATEs of
 /// the same change meanwhile, on cores these comparisons (milliseconds at a cluster's size)
 /// would take from them, and the changes of a burst are compared once.
-pub(super) const AFTER_ROUTERS: Duration = Duration::from_millis(50);
+const AFTER_ROUTERS: Duration = Duration::from_millis(50);
+
+/// Waits for the announcements to change, then [`AFTER_ROUTERS`]; false when the announcer
+/// has stopped.
+pub(super) async fn next_change<T>(announcements: &mut channel::Receiver<T>) -> bool {
+    if announcements.changed().await.is_err() {
+        return false;
+    }
+    tokio::time::sleep(AFTER_ROUTERS).await;
+    true
+}
 
 /// How long a failed write waits before it is tried again (a config change tries at once).
 const RETRY_FIRST: Duration = Duration::from_secs(2);
@@ -53,10 +63,9 @@ pub(super) fn spawn(
         loop {
             let latest = announcements.borrow_and_update().clone();
             if written.as_ref().is_some_and(|w| Arc::ptr_eq(w, &latest.allocation)) {
-                if announcements.changed().await.is_err() {
+                if !next_change(&mut announcements).await {
                     return;
                 }
-                tokio::time::sleep(AFTER_ROUTERS).await;
                 continue;
             }
             let mut failed = false;
@@ -92,14 +101,13 @@ pub(super) fn spawn(
             if !failed {
                 retry = RETRY_FIRST;
                 written = Some(latest.allocation.clone());
-                if announcements.changed().await.is_err() {
+                if !next_change(&mut announcements).await {
                     return;
                 }
-                tokio::time::sleep(AFTER_ROUTERS).await;
                 continue;
             }
             tokio::select! {
-                changed = announcements.changed() => if changed.is_err() { return },
+                changed = next_change(&mut announcements) => if !changed { return },
                 () = tokio::time::sleep(retry) => {}
             }
             retry = retry.saturating_mul(2).min(RETRY_MAX);
