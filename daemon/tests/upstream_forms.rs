@@ -53,14 +53,8 @@ fn the_upstream_forms_are_accepted_as_written() {
 
 #[test]
 fn what_uplink_refuses_by_design_says_why() {
-    let expected = [
-        ("frr-raw.yaml", "documents[0].spec.raw", "unknown or unsupported field `raw`"),
-        (
-            "l2advertisement.yaml",
-            "documents[0].kind",
-            "kind \"L2Advertisement\" is not supported here",
-        ),
-    ];
+    let expected =
+        [("frr-raw.yaml", "documents[0].spec.raw", "unknown or unsupported field `raw`")];
     let files = fixtures("upstream-forms/refused");
     assert_eq!(files.len(), expected.len(), "a refused fixture without its expectation");
     for (file, (name, field, message)) in files.iter().zip(expected) {

@@ -12,12 +12,14 @@
 //! - [`compute`]: (config, health states) → per router: prefixes with communities, LOCAL_PREF
 //!   and peers, plus a reason for every candidate that is not announced.
 //! - [`health`]: the health checks (tokio tasks) that produce the verdicts.
+//! - [`l2`]: layer 2 mode's choice of the node that answers ARP and NDP for an address.
 //! - [`set`]: one router's announced prefixes, as its RIB task applies them.
 //! - [`runtime`]: the announcer task, publishing each VRF's set to the router subscribed to it.
 
 pub mod allocate;
 pub mod compute;
 pub mod health;
+pub mod l2;
 pub mod readiness;
 pub mod runtime;
 pub mod set;

@@ -59,10 +59,11 @@ pub(crate) use service::EndpointIndex;
 use service::SliceEndpoint;
 
 /// The kinds understood, with their API groups ("" is the core group, `apiVersion: v1`).
-const KINDS: [(&str, &str); 15] = [
+const KINDS: [(&str, &str); 16] = [
     ("FRRConfiguration", "frrk8s.metallb.io"),
     ("IPAddressPool", "metallb.io"),
     ("BGPAdvertisement", "metallb.io"),
+    ("L2Advertisement", "metallb.io"),
     ("BGPPeer", "metallb.io"),
     ("BFDProfile", "metallb.io"),
     ("Community", "metallb.io"),
@@ -493,6 +494,16 @@ impl Document<'_> {
                     "advertisements",
                     list(Value::Mapping(spec)),
                     "advertisements[0]",
+                    "spec",
+                    None,
+                )
+            }
+            "L2Advertisement" => {
+                spec.insert(Value::from("name"), Value::from(name));
+                self.emit(
+                    "l2_advertisements",
+                    list(Value::Mapping(spec)),
+                    "l2_advertisements[0]",
                     "spec",
                     None,
                 )
@@ -1259,6 +1270,37 @@ host_subnet = "10.128.7.0/24"
 egress_ips = ["172.18.20.201"]
 "#;
 
+    /// MetalLB's `L2Advertisement` reads as `[[l2_advertisements]]`, beside a
+    /// `BGPAdvertisement` of the same pool; an interface name the kernel would refuse is an
+    /// error at its line and field.
+    #[test]
+    fn an_l2_advertisement_reads_as_its_toml_beside_a_bgp_one() {
+        let pool = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: lan, namespace: metallb-system, labels: {zone: a}}\nspec:\n  addresses: [192.0.2.0/28]\n";
+        let manifests = format!(
+            "{pool}---\napiVersion: metallb.io/v1beta1\nkind: BGPAdvertisement\nmetadata: {{name: bgp, namespace: metallb-system}}\nspec:\n  ipAddressPools: [lan]\n---\napiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {{name: l2, namespace: metallb-system}}\nspec:\n  ipAddressPoolSelectors: [{{matchLabels: {{zone: a}}}}]\n  nodeSelectors: [{{matchLabels: {{rack: r1}}}}]\n  interfaces: [eth0, bond0.100]\n"
+        );
+        let from_manifest = load("", &[(PathBuf::from("conf.d/l2.yaml"), manifests)])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let toml = "[[l2_advertisements]]\nname = \"l2\"\nip_address_pool_selectors = [{ match_labels = { zone = \"a\" } }]\nnode_selectors = [{ match_labels = { rack = \"r1\" } }]\ninterfaces = [\"eth0\", \"bond0.100\"]\n";
+        let from_toml = load(toml, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let l2 = &from_manifest.announce.l2_advertisements;
+        assert_eq!(l2.len(), 1);
+        assert_eq!(l2[0].interfaces, ["eth0", "bond0.100"]);
+        assert_eq!(l2[0].node_selectors.len(), 1);
+        assert_eq!(from_manifest.announce.advertisements.len(), 1, "the BGP one beside it");
+        let mut toml_l2 = from_toml.announce.l2_advertisements.clone();
+        for adv in &mut toml_l2 {
+            adv.sources = l2[0].sources.clone();
+        }
+        assert_eq!(&toml_l2, l2);
+
+        let bad = "apiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: l2}\nspec:\n  interfaces: [eth0, \"not/a-name\"]\n";
+        let errors = load("", &[(PathBuf::from("x.yaml"), bad.to_string())]).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "documents[0].spec.interfaces[1]");
+        assert!(errors[0].message.contains("not an interface name"), "{}", errors[0].message);
+    }
+
     #[test]
     fn deck_default_pod_network_and_egress_ip() {
         let config = load(WK3, &[fixture("deck-default-pod-network.yaml")])
@@ -1543,7 +1585,7 @@ spec:
 
         for (document, field) in [
             (
-                "apiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: l2}\n",
+                "apiVersion: metallb.io/v1beta1\nkind: ServiceL2Status\nmetadata: {name: l2}\n",
                 "documents[0].kind",
             ),
             (

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::announce::{
-    RawAdvertisement, RawCommunityAlias, RawImport, RawNetwork, RawNode, RawPool,
-    RawRouteAdvertisement, RawService,
+    RawAdvertisement, RawCommunityAlias, RawImport, RawL2Advertisement, RawNetwork, RawNode,
+    RawPool, RawRouteAdvertisement, RawService,
 };
 
 use super::network_validate::{RawNetworkPolicy, RawNetworkSettings};
@@ -42,6 +42,8 @@ pub(crate) struct RawFile {
     pub services: Vec<S<RawService>>,
     #[serde(default)]
     pub advertisements: Vec<S<RawAdvertisement>>,
+    #[serde(default)]
+    pub l2_advertisements: Vec<S<RawL2Advertisement>>,
     #[serde(default)]
     pub communities: Vec<S<RawCommunityAlias>>,
     #[serde(default)]

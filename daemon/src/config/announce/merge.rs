@@ -23,6 +23,7 @@ pub(crate) fn merge(
     let mut pools: ByName<Pool> = ByName::default();
     let mut services: ByName<Arc<Service>> = ByName::default();
     let mut advertisements: ByName<PendingAdvertisement> = ByName::default();
+    let mut l2_advertisements: ByName<L2Advertisement> = ByName::default();
     let mut communities: ByName<CommunityAlias> = ByName::default();
     let mut networks: Vec<(Placed<NetworkFragment>, Vec<PathBuf>)> = Vec::new();
     let mut route_advertisements: ByName<RouteAdvertisement> = ByName::default();
@@ -83,6 +84,14 @@ pub(crate) fn merge(
             errors,
         );
         merge_identical(
+            &mut l2_advertisements,
+            fragment.l2_advertisements,
+            |a| a.name.clone(),
+            |a| Some(&mut a.sources),
+            "L2 advertisement",
+            errors,
+        );
+        merge_identical(
             &mut communities,
             fragment.communities,
             |c| c.name.clone(),
@@ -124,6 +133,7 @@ pub(crate) fn merge(
     out.pools = pools.into_items();
     out.services = services.into_items();
     out.communities = communities.into_items();
+    out.l2_advertisements = l2_advertisements.into_items();
     out.route_advertisements = route_advertisements.into_items();
     out.peer_names = peer_names.into_items();
     for placed in advertisements.placed {

@@ -31,6 +31,9 @@ pub struct AnnounceConfig {
     /// translations that hold it.
     pub services: Vec<Arc<Service>>,
     pub advertisements: Vec<Advertisement>,
+    /// Layer 2 advertisements (MetalLB `L2Advertisement`): a pool may have these and BGP
+    /// advertisements at once.
+    pub l2_advertisements: Vec<L2Advertisement>,
     pub communities: Vec<CommunityAlias>,
     pub networks: Vec<Network>,
     pub route_advertisements: Vec<RouteAdvertisement>,
@@ -295,6 +298,22 @@ pub struct Advertisement {
     /// Peer names or addresses; empty means every peer.
     pub peers: Vec<String>,
     pub node_selectors: Vec<LabelSelector>,
+    pub sources: Vec<PathBuf>,
+}
+
+/// MetalLB `L2Advertisement`: one node answers ARP (IPv4) and NDP (IPv6) for each address of
+/// the pools it selects.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct L2Advertisement {
+    pub name: String,
+    /// Pools by name; with `ip_address_pool_selectors`, empty both means every pool (as
+    /// MetalLB).
+    pub ip_address_pools: Vec<String>,
+    pub ip_address_pool_selectors: Vec<LabelSelector>,
+    /// The nodes that may answer; empty means every node.
+    pub node_selectors: Vec<LabelSelector>,
+    /// The interfaces answered on; empty means every interface that does ARP or NDP.
+    pub interfaces: Vec<String>,
     pub sources: Vec<PathBuf>,
 }
 

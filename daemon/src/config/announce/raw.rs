@@ -124,6 +124,22 @@ pub(crate) struct RawAdvertisement {
     pub node_selectors: Vec<S<RawSelector>>,
 }
 
+/// MetalLB's `L2Advertisement` (metallb.io/v1beta1): the pools whose addresses one node
+/// answers ARP and NDP for, on which nodes and interfaces.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "an [[l2_advertisements]] table")]
+pub(crate) struct RawL2Advertisement {
+    pub name: S<String>,
+    #[serde(default)]
+    pub ip_address_pools: Vec<String>,
+    #[serde(default)]
+    pub ip_address_pool_selectors: Vec<S<RawSelector>>,
+    #[serde(default)]
+    pub node_selectors: Vec<S<RawSelector>>,
+    #[serde(default)]
+    pub interfaces: Vec<S<String>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a [[communities]] table { name, value }")]
 pub(crate) struct RawCommunityAlias {
@@ -218,6 +234,7 @@ pub(crate) struct RawAnnounce {
     pub pools: Vec<S<RawPool>>,
     pub services: Vec<S<RawService>>,
     pub advertisements: Vec<S<RawAdvertisement>>,
+    pub l2_advertisements: Vec<S<RawL2Advertisement>>,
     pub communities: Vec<S<RawCommunityAlias>>,
     pub networks: Vec<S<RawNetwork>>,
     pub route_advertisements: Vec<S<RawRouteAdvertisement>>,

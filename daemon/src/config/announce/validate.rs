@@ -10,7 +10,7 @@ use ipnet::IpNet;
 use super::model::*;
 use super::raw::*;
 use super::{DEFAULT_FALL, DEFAULT_HEALTH_INTERVAL, DEFAULT_HEALTH_TIMEOUT, DEFAULT_RISE};
-use crate::config::check::Checker;
+use crate::config::check::{is_device_name, Checker};
 use crate::config::community::Community;
 use crate::config::error::{ConfigError, Loc};
 use crate::config::raw::S;
@@ -49,6 +49,7 @@ pub(crate) struct AnnounceFragment {
     pub pools: Vec<Placed<Pool>>,
     pub services: Vec<Placed<Arc<Service>>>,
     pub advertisements: Vec<Placed<PendingAdvertisement>>,
+    pub l2_advertisements: Vec<Placed<L2Advertisement>>,
     pub communities: Vec<Placed<CommunityAlias>>,
     pub networks: Vec<Placed<NetworkFragment>>,
     pub route_advertisements: Vec<Placed<RouteAdvertisement>>,
@@ -232,6 +233,19 @@ pub(crate) fn validate(
                 Placed { item: adv, loc, field: field.into() },
                 |a| a.advertisement.name.clone(),
                 "advertisement",
+            );
+        }
+    }
+    for (index, raw) in raw.l2_advertisements.iter().enumerate() {
+        let field = format!("l2_advertisements[{index}]");
+        if let Some(adv) = l2_advertisement(&mut check, raw.get_ref(), &field, &file) {
+            let loc = check.loc(&raw.get_ref().name);
+            push_unique(
+                &mut check,
+                &mut out.l2_advertisements,
+                Placed { item: adv, loc, field: field.into() },
+                |a| a.name.clone(),
+                "L2 advertisement",
             );
         }
     }
@@ -705,6 +719,43 @@ fn advertisement(
             sources: vec![file.to_path_buf()],
         },
         communities,
+    })
+}
+
+fn l2_advertisement(
+    check: &mut Checker<'_, '_>,
+    raw: &RawL2Advertisement,
+    field: &str,
+    file: &Path,
+) -> Option<L2Advertisement> {
+    let name = check.name(&raw.name, &format!("{field}.name"));
+    let mut interfaces = Vec::new();
+    for (index, interface) in raw.interfaces.iter().enumerate() {
+        let text = interface.get_ref().trim();
+        if is_device_name(text) {
+            interfaces.push(text.to_string());
+        } else {
+            check.fail(
+                interface,
+                &format!("{field}.interfaces[{index}]"),
+                format!(
+                    "\"{text}\" is not an interface name: 1 to 15 characters, no '/', ':' or \
+                     whitespace (the kernel's IFNAMSIZ)"
+                ),
+            );
+        }
+    }
+    Some(L2Advertisement {
+        name: name?,
+        ip_address_pools: raw.ip_address_pools.clone(),
+        ip_address_pool_selectors: selectors(
+            check,
+            &raw.ip_address_pool_selectors,
+            &format!("{field}.ip_address_pool_selectors"),
+        ),
+        node_selectors: selectors(check, &raw.node_selectors, &format!("{field}.node_selectors")),
+        interfaces,
+        sources: vec![file.to_path_buf()],
     })
 }
 

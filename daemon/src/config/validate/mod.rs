@@ -145,6 +145,7 @@ impl Fragment {
             pools,
             services: _,
             advertisements,
+            l2_advertisements,
             communities,
             networks,
             route_advertisements,
@@ -170,6 +171,7 @@ impl Fragment {
             && node_labels.is_empty()
             && pools.is_empty()
             && advertisements.is_empty()
+            && l2_advertisements.is_empty()
             && communities.is_empty()
             && networks.is_empty()
             && route_advertisements.is_empty()
@@ -277,6 +279,7 @@ pub(crate) fn validate_file(
         pools: raw.pools,
         services: raw.services,
         advertisements: raw.advertisements,
+        l2_advertisements: raw.l2_advertisements,
         communities: raw.communities,
         networks: raw.networks,
         route_advertisements: raw.route_advertisements,
