@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod fib;
 // Always: its health record and snapshot are read either way; its client needs the feature.
 pub mod kubernetes;
+pub mod l2;
 pub mod logthrottle;
 pub mod netconf;
 pub mod ops;
