@@ -5,27 +5,11 @@
 use std::net::Ipv4Addr;
 
 use etherparse::Ethernet2Slice;
+
+use super::Dropped;
 use etherparse::{ArpEthIpv4Packet, ArpOperation, ArpPacketSlice, EtherType, Ethernet2Header};
 
 pub const BROADCAST: [u8; 6] = [0xff; 6];
-
-/// Why a frame got no answer: each is counted, none is acted on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dropped {
-    /// Not an ARP frame (the socket's filter lets others through only by mistake).
-    NotArp,
-    /// Too short, or not Ethernet and IPv4 addresses.
-    Malformed,
-    /// A reply or another operation: a reply, forged or not, never changes what this node
-    /// answers.
-    NotRequest,
-    /// Sent to another station's address.
-    NotForUs,
-    /// Our own (an announcement of ours looped back).
-    OurOwn,
-    /// For an address this node does not answer for.
-    NotAnswered,
-}
 
 /// The reply to `frame` when it is an ARP request for an address `answers_for` accepts:
 /// from `mac`, to the requester, saying the address is at `mac`.
@@ -36,7 +20,7 @@ pub fn reply(
 ) -> Result<Vec<u8>, Dropped> {
     let ethernet = Ethernet2Slice::from_slice_without_fcs(frame).map_err(|_| Dropped::Malformed)?;
     if ethernet.ether_type() != EtherType::ARP {
-        return Err(Dropped::NotArp);
+        return Err(Dropped::OtherProtocol);
     }
     let destination = ethernet.destination();
     if destination != BROADCAST && destination != mac {
@@ -149,7 +133,7 @@ mod tests {
         }
         let mut not_arp = whole.clone();
         not_arp[12..14].copy_from_slice(&[0x86, 0xdd]);
-        assert_eq!(reply(&not_arp, OURS, ours), Err(Dropped::NotArp));
+        assert_eq!(reply(&not_arp, OURS, ours), Err(Dropped::OtherProtocol));
     }
 
     #[test]

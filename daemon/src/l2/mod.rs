@@ -2,5 +2,27 @@
 //! each address, chosen by `announce::l2`.
 //!
 //! - `arp`: the reply to a request and the announcement on takeover (frames in, frames out).
+//! - `ndp`: the same for IPv6, Neighbor Solicitation in, Neighbor Advertisement out.
 
 pub mod arp;
+pub mod ndp;
+
+/// Why a frame got no answer: each is counted, none is acted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Not ARP, or not ICMPv6 (the socket's filter lets others through only by mistake).
+    OtherProtocol,
+    /// Too short or invalid (RFC 4861 §7.1.1 for a solicitation), or an ARP packet without
+    /// Ethernet and IPv4 addresses.
+    Malformed,
+    /// An ARP reply or another operation, an ICMPv6 message other than a Neighbor
+    /// Solicitation: a reply or an advertisement, forged or not, never changes what this node
+    /// answers.
+    NotRequest,
+    /// Sent to another station's address.
+    NotForUs,
+    /// Our own (an announcement of ours looped back).
+    OurOwn,
+    /// For an address this node does not answer for.
+    NotAnswered,
+}
