@@ -3,9 +3,11 @@
 //!
 //! - `arp`: the reply to a request and the announcement on takeover (frames in, frames out).
 //! - `ndp`: the same for IPv6, Neighbor Solicitation in, Neighbor Advertisement out.
+//! - `socket`: the packet socket (`AF_PACKET`) the frames come and go by.
 
 pub mod arp;
 pub mod ndp;
+pub mod socket;
 
 /// Why a frame got no answer: each is counted, none is acted on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
