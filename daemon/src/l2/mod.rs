@@ -4,8 +4,10 @@
 //! - `arp`: the reply to a request and the announcement on takeover (frames in, frames out).
 //! - `ndp`: the same for IPv6, Neighbor Solicitation in, Neighbor Advertisement out.
 //! - `socket`: the packet socket (`AF_PACKET`) the frames come and go by.
+//! - `envelope`: the shared-key HMAC around every membership message.
 
 pub mod arp;
+pub mod envelope;
 pub mod ndp;
 pub mod socket;
 
