@@ -9,6 +9,9 @@ use ring::hmac;
 const VERSION: u8 = 1;
 /// Bytes of the tag (HMAC-SHA256, untruncated).
 const TAG: usize = 32;
+/// Bytes the envelope adds to a message.
+pub const OVERHEAD: usize = 1 + TAG;
+
 /// The longest datagram accepted or sent: one unfragmented Ethernet frame's UDP payload, as
 /// the membership's messages are sized for.
 pub const MAX_DATAGRAM: usize = 1400;
@@ -34,7 +37,7 @@ impl Key {
     /// The datagram carrying `message`, or `None` if it would be longer than
     /// [`MAX_DATAGRAM`].
     pub fn seal(&self, message: &[u8]) -> Option<Vec<u8>> {
-        let length = 1 + message.len() + TAG;
+        let length = message.len() + OVERHEAD;
         if length > MAX_DATAGRAM {
             return None;
         }

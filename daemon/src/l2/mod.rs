@@ -5,9 +5,11 @@
 //! - `ndp`: the same for IPv6, Neighbor Solicitation in, Neighbor Advertisement out.
 //! - `socket`: the packet socket (`AF_PACKET`) the frames come and go by.
 //! - `envelope`: the shared-key HMAC around every membership message.
+//! - `membership`: who of the nodes is alive (SWIM, by `foca`), over UDP in that envelope.
 
 pub mod arp;
 pub mod envelope;
+pub mod membership;
 pub mod ndp;
 pub mod socket;
 

@@ -1,0 +1,494 @@
+//! Who of the nodes is alive on the layer 2 segment: the nodes' uplinks run SWIM (with
+//! suspicion and infection-style dissemination, as MetalLB's memberlist does) through the
+//! `foca` crate, over UDP, each datagram in the shared-key envelope (`envelope.rs`) and every
+//! source held to a rate before its tag is checked. The answering node of each address is
+//! chosen among the alive ones (`announce::l2`), so every node that sees the same members
+//! chooses the same one.
+//!
+//! A member's identity is its node name and membership address; `bump` renews it when the
+//! node comes back after the others declared it down (foca then takes it as a new member
+//! rather than the dead one).
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use foca::{AccumulatingRuntime, Foca, Identity, OwnedNotification, PostcardCodec, Timer};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::envelope::{self, Key, MAX_DATAGRAM};
+
+/// MetalLB's memberlist port, so the firewalls that let MetalLB's speakers talk let these.
+pub const DEFAULT_PORT: u16 = 7946;
+
+/// The shortest detection time accepted: below it a busy node's late answer to a probe would
+/// move its addresses away.
+pub const MIN_DETECTION: Duration = Duration::from_millis(500);
+
+/// How often the seeds that are not members yet are asked to let this node in.
+const JOIN_EVERY: Duration = Duration::from_secs(2);
+
+/// Datagrams a source may send per second (and at once): a member sends a few per probe
+/// period; anything beyond is a flood, dropped before its tag is computed.
+const SOURCE_RATE: f64 = 200.0;
+/// Sources followed at once; a flood from spoofed sources evicts the quiet ones first.
+const MAX_SOURCES: usize = 4096;
+
+/// A member: the node's name and where its membership listens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub node: String,
+    pub address: SocketAddr,
+    /// Renewed when the node rejoins after being declared down.
+    bump: u16,
+}
+
+impl Member {
+    pub fn new(node: &str, address: SocketAddr) -> Self {
+        Member { node: node.to_string(), address, bump: 0 }
+    }
+
+    /// A seed known only by its address, asked to let this node in: its reply names it.
+    fn seed(address: SocketAddr) -> Self {
+        Member { node: String::new(), address, bump: 0 }
+    }
+}
+
+impl Identity for Member {
+    type Addr = SocketAddr;
+
+    fn renew(&self) -> Option<Self> {
+        Some(Member { bump: self.bump.wrapping_add(1), ..self.clone() })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Two identities at one address: the named one wins over a seed's placeholder, then the
+    /// later renewal (compared as a sequence number, so it survives the wrap).
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        match (self.node.is_empty(), adversary.node.is_empty()) {
+            (false, true) => true,
+            (true, false) => false,
+            _ => (self.bump.wrapping_sub(adversary.bump) as i16) > 0,
+        }
+    }
+}
+
+/// What the membership is started with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub node: String,
+    /// Where this node's membership listens, as the others reach it.
+    pub address: SocketAddr,
+    /// Members to join by: the others' membership addresses.
+    pub seeds: Vec<SocketAddr>,
+    /// The time from a node's death to the others seeing it down.
+    pub detection: Duration,
+}
+
+impl Settings {
+    /// SWIM's timings for the detection time: a member is probed about every third of it,
+    /// its answer awaited a ninth, and a suspect is declared down after another third —
+    /// memberlist's LAN profile, scaled from its 1 s probe interval to the detection asked.
+    fn swim(&self) -> foca::Config {
+        let size = NonZeroU32::new(u32::try_from(self.seeds.len() + 1).unwrap_or(u32::MAX))
+            .unwrap_or(NonZeroU32::MIN);
+        let mut config = foca::Config::new_lan(size);
+        let detection = self.detection.max(MIN_DETECTION);
+        config.probe_period = detection / 3;
+        config.probe_rtt = detection / 9;
+        config.suspect_to_down_after = detection / 3;
+        // Room for the envelope around every message.
+        config.max_packet_size =
+            NonZeroUsize::new(MAX_DATAGRAM - envelope::OVERHEAD).unwrap_or(NonZeroUsize::MIN);
+        // A member declared down by mistake (a long pause) learns it and comes back renewed.
+        config.notify_down_members = true;
+        config.periodic_announce_to_down_members =
+            Some(foca::PeriodicParams { frequency: JOIN_EVERY, num_members: NonZeroUsize::MIN });
+        config
+    }
+}
+
+/// The membership's datagrams, counted (read by `show l2` and the metrics).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub received: AtomicU64,
+    pub sent: AtomicU64,
+    /// Over its source's rate.
+    pub refused_rate: AtomicU64,
+    /// Too long or too short, or of another version.
+    pub refused_malformed: AtomicU64,
+    /// Its tag does not verify: another key, or forged.
+    pub refused_wrong_key: AtomicU64,
+    /// Authenticated, refused by the protocol (a message foca cannot read).
+    pub refused_protocol: AtomicU64,
+}
+
+fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The membership as this node sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct View {
+    /// The nodes alive (or suspected, not yet down), this one included, by name.
+    pub alive: BTreeSet<String>,
+    /// The nodes seen down since they were last alive.
+    pub down: BTreeSet<String>,
+}
+
+/// The running membership: its view, and leaving the others on a graceful stop.
+pub struct Membership {
+    view: watch::Receiver<Arc<View>>,
+    counters: Arc<Counters>,
+    leave: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Membership {
+    /// Binds the membership's socket and starts it; an error when the address cannot be
+    /// bound (in use, or not this node's).
+    pub async fn start(settings: Settings, key: Key) -> std::io::Result<Membership> {
+        let socket = UdpSocket::bind(settings.address).await?;
+        let mut view = View::default();
+        view.alive.insert(settings.node.clone());
+        let (publish, watched) = watch::channel(Arc::new(view));
+        let (leave, left) = tokio::sync::oneshot::channel();
+        let counters = Arc::new(Counters::default());
+        let task = tokio::spawn(run(settings, key, socket, publish, counters.clone(), left));
+        Ok(Membership { view: watched, counters, leave: Some(leave), task })
+    }
+
+    pub fn view(&self) -> watch::Receiver<Arc<View>> {
+        self.view.clone()
+    }
+
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Tells the others this node leaves (they move its addresses at once, without waiting
+    /// for the detection time), then stops.
+    pub async fn leave(mut self) {
+        if let Some(leave) = self.leave.take() {
+            let _ = leave.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Membership {
+    /// Dropped without [`Membership::leave`]: silent, as a node that dies.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type Swim = Foca<Member, PostcardCodec, SmallRng, foca::NoCustomBroadcast>;
+
+/// One datagram's worth of state the loop keeps between events.
+struct Node {
+    swim: Swim,
+    runtime: AccumulatingRuntime<Member>,
+    socket: UdpSocket,
+    key: Key,
+    timers: mpsc::UnboundedSender<Timer<Member>>,
+    view: View,
+    publish: watch::Sender<Arc<View>>,
+    counters: Arc<Counters>,
+    sources: SourceLimits,
+}
+
+async fn run(
+    settings: Settings,
+    key: Key,
+    socket: UdpSocket,
+    publish: watch::Sender<Arc<View>>,
+    counters: Arc<Counters>,
+    mut left: tokio::sync::oneshot::Receiver<()>,
+) {
+    let identity = Member::new(&settings.node, settings.address);
+    let swim =
+        Foca::new(identity, settings.swim(), SmallRng::from_rng(&mut rand::rng()), PostcardCodec);
+    let (timers, mut due) = mpsc::unbounded_channel();
+    let view = publish.borrow().as_ref().clone();
+    let mut node = Node {
+        swim,
+        runtime: AccumulatingRuntime::new(),
+        socket,
+        key,
+        timers,
+        view,
+        publish,
+        counters,
+        sources: SourceLimits::default(),
+    };
+    let mut buffer = vec![0u8; MAX_DATAGRAM + 1];
+    let mut join = tokio::time::interval(JOIN_EVERY);
+    loop {
+        tokio::select! {
+            _ = join.tick() => node.join(&settings.seeds).await,
+            received = node.socket.recv_from(&mut buffer) => match received {
+                Ok((length, from)) => {
+                    let datagram = buffer.get(..length).unwrap_or_default();
+                    node.receive(datagram, from).await;
+                }
+                Err(e) => debug!("membership: receive: {e}"),
+            },
+            Some(timer) = due.recv() => {
+                if let Err(e) = node.swim.handle_timer(timer, &mut node.runtime) {
+                    debug!("membership: timer: {e}");
+                }
+                node.drain().await;
+            }
+            _ = &mut left => {
+                if let Err(e) = node.swim.leave_cluster(&mut node.runtime) {
+                    debug!("membership: leaving: {e}");
+                }
+                node.drain().await;
+                info!("membership: left the others");
+                return;
+            }
+        }
+    }
+}
+
+impl Node {
+    /// Asks each seed that is not a member yet to let this node in.
+    async fn join(&mut self, seeds: &[SocketAddr]) {
+        let own = self.swim.identity().address;
+        let members: BTreeSet<SocketAddr> =
+            self.swim.iter_members().map(|m| m.id().address).collect();
+        for seed in seeds.iter().filter(|s| **s != own && !members.contains(s)) {
+            if let Err(e) = self.swim.announce(Member::seed(*seed), &mut self.runtime) {
+                debug!("membership: joining by {seed}: {e}");
+            }
+        }
+        self.drain().await;
+    }
+
+    async fn receive(&mut self, datagram: &[u8], from: SocketAddr) {
+        if !self.sources.admit(from.ip(), Instant::now()) {
+            return count(&self.counters.refused_rate);
+        }
+        let message = match self.key.open(datagram) {
+            Ok(message) => message,
+            Err(envelope::Refused::WrongTag) => return count(&self.counters.refused_wrong_key),
+            Err(_) => return count(&self.counters.refused_malformed),
+        };
+        count(&self.counters.received);
+        if let Err(e) = self.swim.handle_data(message, &mut self.runtime) {
+            count(&self.counters.refused_protocol);
+            debug!("membership: a message from {from} refused: {e}");
+        }
+        self.drain().await;
+    }
+
+    /// Sends what the protocol asked, schedules its timers and applies its news.
+    async fn drain(&mut self) {
+        let mut changed = false;
+        while let Some((to, message)) = self.runtime.to_send() {
+            let Some(datagram) = self.key.seal(&message) else { continue };
+            match self.socket.send_to(&datagram, to.address).await {
+                Ok(_) => count(&self.counters.sent),
+                Err(e) => debug!("membership: to {}: {e}", to.address),
+            }
+        }
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            let timers = self.timers.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let _ = timers.send(timer);
+            });
+        }
+        while let Some(notification) = self.runtime.to_notify() {
+            match notification {
+                OwnedNotification::MemberUp(member) if !member.node.is_empty() => {
+                    info!(node = %member.node, address = %member.address, "membership: up");
+                    self.view.down.remove(&member.node);
+                    changed |= self.view.alive.insert(member.node);
+                }
+                OwnedNotification::MemberDown(member) if !member.node.is_empty() => {
+                    warn!(node = %member.node, address = %member.address, "membership: down");
+                    changed |= self.view.alive.remove(&member.node);
+                    self.view.down.insert(member.node);
+                }
+                OwnedNotification::Rename(old, new) => {
+                    changed |= self.view.alive.remove(&old.node);
+                    if !new.node.is_empty() {
+                        changed |= self.view.alive.insert(new.node);
+                    }
+                }
+                OwnedNotification::Defunct => {
+                    warn!("membership: the others declared this node down; rejoining renewed");
+                }
+                _ => {}
+            }
+        }
+        // Our own name stays alive in our own view whatever the others said.
+        let own = self.swim.identity().node.clone();
+        changed |= self.view.alive.insert(own);
+        if changed {
+            self.publish.send_replace(Arc::new(self.view.clone()));
+        }
+    }
+}
+
+/// A token bucket per source address, checked before a datagram's tag is computed.
+#[derive(Default)]
+struct SourceLimits {
+    buckets: HashMap<IpAddr, (f64, Instant)>,
+}
+
+impl SourceLimits {
+    fn admit(&mut self, source: IpAddr, now: Instant) -> bool {
+        if self.buckets.len() >= MAX_SOURCES && !self.buckets.contains_key(&source) {
+            // Full of sources: forget those quiet for a second (full again: refuse the new).
+            self.buckets.retain(|_, (_, last)| now.duration_since(*last) < Duration::from_secs(1));
+            if self.buckets.len() >= MAX_SOURCES {
+                return false;
+            }
+        }
+        let (tokens, last) = self.buckets.entry(source).or_insert((SOURCE_RATE, now));
+        let refill = now.duration_since(*last).as_secs_f64() * SOURCE_RATE;
+        *tokens = (*tokens + refill).min(SOURCE_RATE);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DETECTION: Duration = Duration::from_millis(500);
+
+    fn address(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    /// Free ports for the members, found by binding port 0.
+    fn free_ports(count: usize) -> Vec<u16> {
+        let sockets: Vec<std::net::UdpSocket> =
+            (0..count).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+        sockets.iter().map(|s| s.local_addr().unwrap().port()).collect()
+    }
+
+    async fn start(node: &str, port: u16, seeds: &[u16], secret: &[u8]) -> Membership {
+        let settings = Settings {
+            node: node.to_string(),
+            address: address(port),
+            seeds: seeds.iter().map(|p| address(*p)).collect(),
+            detection: DETECTION,
+        };
+        Membership::start(settings, Key::new(secret)).await.unwrap()
+    }
+
+    /// Waits until `member`'s alive set is `expected`; how long it took.
+    async fn until_alive(member: &Membership, expected: &[&str], within: Duration) -> Duration {
+        let started = Instant::now();
+        let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
+        let mut view = member.view();
+        loop {
+            if view.borrow_and_update().alive == expected {
+                return started.elapsed();
+            }
+            let left = within.saturating_sub(started.elapsed());
+            if tokio::time::timeout(left, view.changed()).await.is_err() {
+                panic!("alive {:?}, not {expected:?}, after {within:?}", view.borrow().alive);
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn members_join_by_seeds_see_a_death_within_the_detection_time_and_refuse_other_keys() {
+        let secret = b"the fleet's memberlist secret";
+        let ports = free_ports(4);
+        let [a, b, c, d] = [ports[0], ports[1], ports[2], ports[3]];
+        let wk1 = start("wk1", a, &[b, c], secret).await;
+        let wk2 = start("wk2", b, &[a], secret).await;
+        let wk3 = start("wk3", c, &[a], secret).await;
+        let all = ["wk1", "wk2", "wk3"];
+        for member in [&wk1, &wk2, &wk3] {
+            until_alive(member, &all, Duration::from_secs(10)).await;
+        }
+
+        // Another key: refused by every member it asks, and never a member.
+        let intruder = start("intruder", d, &[a, b, c], b"another secret").await;
+        let started = Instant::now();
+        while wk1.counters().refused_wrong_key.load(Ordering::Relaxed) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(5), "no datagram refused");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(wk1.view().borrow().alive.len(), 3);
+        assert_eq!(intruder.view().borrow().alive.iter().collect::<Vec<_>>(), ["intruder"]);
+        drop(intruder);
+
+        // wk3 dies without a word: the others see it down within twice the detection time
+        // (the probe that finds it comes up to a period late).
+        drop(wk3);
+        let took = until_alive(&wk1, &["wk1", "wk2"], DETECTION * 4).await;
+        println!("wk3's death seen by wk1 after {took:?}");
+        assert!(took <= DETECTION * 2, "wk3's death seen after {took:?}");
+        until_alive(&wk2, &["wk1", "wk2"], DETECTION * 2).await;
+        assert!(wk1.view().borrow().down.contains("wk3"));
+
+        // wk3 comes back at the same address: a member again (renewed).
+        let wk3 = start("wk3", c, &[a], secret).await;
+        until_alive(&wk1, &all, Duration::from_secs(10)).await;
+        until_alive(&wk3, &all, Duration::from_secs(10)).await;
+
+        // wk2 leaves with a goodbye: seen at once, well before the detection time.
+        wk2.leave().await;
+        let took = until_alive(&wk1, &["wk1", "wk3"], DETECTION).await;
+        println!("wk2's leave seen by wk1 after {took:?}");
+    }
+
+    #[test]
+    fn a_flooding_source_is_held_to_its_rate_and_spoofed_sources_are_bounded() {
+        let mut limits = SourceLimits::default();
+        let now = Instant::now();
+        let flood: IpAddr = "192.0.2.66".parse().unwrap();
+        let admitted = (0..1000).filter(|_| limits.admit(flood, now)).count();
+        assert_eq!(admitted, SOURCE_RATE as usize);
+        // A tenth of a second later, a tenth of the rate again.
+        let later = now + Duration::from_millis(100);
+        let admitted = (0..1000).filter(|_| limits.admit(flood, later)).count();
+        assert_eq!(admitted, (SOURCE_RATE / 10.0) as usize);
+        // Another source is not held by the flood.
+        assert!(limits.admit("192.0.2.7".parse().unwrap(), later));
+        // Spoofed sources fill the table; a new one is refused until the others go quiet.
+        for n in 0..MAX_SOURCES as u32 {
+            limits.admit(IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + n)), later);
+        }
+        assert!(!limits.admit("198.51.100.1".parse().unwrap(), later));
+        assert!(limits.admit("198.51.100.1".parse().unwrap(), later + Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn the_named_and_the_renewed_identity_win_an_address() {
+        let seed = Member::seed(address(1));
+        let named = Member::new("wk1", address(1));
+        assert!(named.win_addr_conflict(&seed) && !seed.win_addr_conflict(&named));
+        let renewed = named.renew().unwrap();
+        assert!(renewed.win_addr_conflict(&named) && !named.win_addr_conflict(&renewed));
+        let wrapped = Member { bump: u16::MAX, ..named.clone() }.renew().unwrap();
+        assert!(wrapped.win_addr_conflict(&Member { bump: u16::MAX, ..named }));
+    }
+}
