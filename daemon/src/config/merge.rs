@@ -14,8 +14,8 @@ use super::error::{ConfigError, Loc};
 use super::load::is_api_source;
 use super::model::{
     AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config, FibConfig,
-    GracefulRestartConfig, KubernetesConfig, LocalPrefPrefixes, MaxPrefixes, MetricNamespaces,
-    MetricsConfig, Neighbor, ReceivePolicy, Router,
+    GracefulRestartConfig, KubernetesConfig, Layer2Config, LocalPrefPrefixes, MaxPrefixes,
+    MetricNamespaces, MetricsConfig, Neighbor, ReceivePolicy, Router,
 };
 use super::neighbor_settings;
 use super::validate::{
@@ -47,6 +47,7 @@ pub(crate) fn merge(
     let mut metrics_listen: Option<(SocketAddr, Loc)> = None;
     let mut metrics_namespaces: Option<(MetricNamespaces, Loc)> = None;
     let mut kubernetes: Option<(KubernetesConfig, Loc)> = None;
+    let mut layer2: Option<(Layer2Config, Loc)> = None;
     let mut default_max_prefixes: Option<(u32, Loc)> = None;
     let mut drain_time: Option<(Duration, Loc)> = None;
     let mut restart_time: Option<(Duration, Loc)> = None;
@@ -91,6 +92,7 @@ pub(crate) fn merge(
             errors,
         );
         node_setting(&mut kubernetes, fragment.kubernetes, "kubernetes", errors);
+        node_setting(&mut layer2, fragment.layer2, "layer2", errors);
         node_setting(
             &mut default_max_prefixes,
             fragment.default_max_prefixes,
@@ -140,6 +142,7 @@ pub(crate) fn merge(
             namespaces: metrics_namespaces.map(|(n, _)| n).unwrap_or_default(),
         },
         kubernetes: kubernetes.map(|(settings, _)| settings),
+        layer2: layer2.map(|(settings, _)| settings),
         drain_time: drain_time.map_or(DEFAULT_DRAIN_TIME, |(d, _)| d),
         graceful_restart: GracefulRestartConfig {
             restart_time: restart_time.map_or(DEFAULT_RESTART_TIME, |(d, _)| d),
@@ -223,6 +226,18 @@ impl Written for KubernetesConfig {
             format!(", watch_timeout = {}", self.watch_timeout.written())
         };
         format!("{{ {kubeconfig}namespace = \"{}\"{class}{watch} }}", self.namespace)
+    }
+}
+
+impl Written for Layer2Config {
+    fn written(&self) -> String {
+        let members: Vec<String> = self.members.iter().map(|m| format!("\"{m}\"")).collect();
+        format!(
+            "{{ address = \"{}\", members = [{}], detection = {} }}",
+            self.address,
+            members.join(", "),
+            self.detection.written()
+        )
     }
 }
 

@@ -84,9 +84,9 @@ pub use manifest::ManifestCache;
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,
-    FibConfig, GracefulRestartConfig, GracefulRestartMode, KubernetesConfig, LocalPrefPrefixes,
-    MaxPrefixes, MetricNamespaces, MetricsConfig, Neighbor, Password, PrefixMatch, ReceivePolicy,
-    RemoteAsn, Router, SkippedDocument,
+    FibConfig, GracefulRestartConfig, GracefulRestartMode, KubernetesConfig, Layer2Config,
+    LocalPrefPrefixes, MaxPrefixes, MetricNamespaces, MetricsConfig, Neighbor, Password,
+    PrefixMatch, ReceivePolicy, RemoteAsn, Router, SkippedDocument,
 };
 
 pub use bfd_auth::{BfdAuthType, BfdAuthentication};

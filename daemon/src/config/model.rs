@@ -27,6 +27,9 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// `[kubernetes]`: the API server as a source of objects; `None` reads files only.
     pub kubernetes: Option<KubernetesConfig>,
+    /// `[layer2]`: the membership layer 2 mode answers by; `None`: this node answers for no
+    /// layer 2 address (it could not know whether another does).
+    pub layer2: Option<Layer2Config>,
     /// How long `uplink drain` (and a shutdown) announces GRACEFUL_SHUTDOWN (RFC 8326) before
     /// it withdraws the service addresses.
     #[serde(serialize_with = "duration::serialize")]
@@ -183,6 +186,36 @@ pub struct KubernetesConfig {
     #[serde(serialize_with = "duration::serialize")]
     pub watch_timeout: Duration,
 }
+
+/// The membership among the nodes' uplinks (`[layer2]`, `l2::membership`).
+#[derive(Clone, PartialEq, Eq, Serialize)]
+pub struct Layer2Config {
+    /// Where this node's membership listens, as the others reach it.
+    pub address: SocketAddr,
+    /// The others' membership addresses, to join by.
+    pub members: Vec<SocketAddr>,
+    /// The key every member shares; never shown.
+    #[serde(skip)]
+    pub secret: Vec<u8>,
+    /// From a node's death to the others seeing it down.
+    #[serde(serialize_with = "duration::serialize")]
+    pub detection: Duration,
+}
+
+impl fmt::Debug for Layer2Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Layer2Config")
+            .field("address", &self.address)
+            .field("members", &self.members)
+            .field("secret", &"(hidden)")
+            .field("detection", &self.detection)
+            .finish()
+    }
+}
+
+/// The detection time when `[layer2] detection` is left out: a failover (detection, then the
+/// announcements) under two seconds.
+pub const DEFAULT_LAYER2_DETECTION: Duration = Duration::from_secs(1);
 
 /// MetalLB's namespace, where its objects live unless `[kubernetes] namespace` says otherwise.
 pub const DEFAULT_KUBERNETES_NAMESPACE: &str = "metallb-system";

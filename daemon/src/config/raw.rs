@@ -29,6 +29,7 @@ pub(crate) struct RawFile {
     pub fib: Option<S<RawFib>>,
     pub metrics: Option<S<RawMetrics>>,
     pub kubernetes: Option<S<RawKubernetes>>,
+    pub layer2: Option<S<RawLayer2>>,
     /// How long `uplink drain` announces GRACEFUL_SHUTDOWN before withdrawing the VIPs.
     pub drain_time: Option<S<RawDuration>>,
     /// Node-wide graceful restart timers (RFC 4724); neighbors opt in with
@@ -105,6 +106,25 @@ pub(crate) struct RawKubernetes {
     pub load_balancer_class: Option<S<String>>,
     /// How long one watch request lasts before it is renewed.
     pub watch_timeout: Option<S<RawDuration>>,
+}
+
+/// `[layer2]`: the membership among the nodes' uplinks that layer 2 mode chooses the
+/// answering node among (`l2::membership`).
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [layer2] table (address, members, secret_file, detection)"
+)]
+pub(crate) struct RawLayer2 {
+    /// This node's membership address, `"ip"` or `"ip:port"` (port 7946, memberlist's).
+    pub address: S<String>,
+    /// The other nodes' membership addresses, to join by.
+    #[serde(default)]
+    pub members: Vec<S<String>>,
+    /// The key every member shares (MetalLB's memberlist secret).
+    pub secret_file: Option<S<String>>,
+    /// From a node's death to the others seeing it down.
+    pub detection: Option<S<RawDuration>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,13 +4,17 @@
 //! - `arp`: the reply to a request and the announcement on takeover (frames in, frames out).
 //! - `ndp`: the same for IPv6, Neighbor Solicitation in, Neighbor Advertisement out.
 //! - `socket`: the packet socket (`AF_PACKET`) the frames come and go by.
+//! - `links`: the interfaces that may answer.
+//! - `responder`: the answers on each interface, and the announcements on takeover.
 //! - `envelope`: the shared-key HMAC around every membership message.
 //! - `membership`: who of the nodes is alive (SWIM, by `foca`), over UDP in that envelope.
 
 pub mod arp;
 pub mod envelope;
+pub mod links;
 pub mod membership;
 pub mod ndp;
+pub mod responder;
 pub mod socket;
 
 /// Why a frame got no answer: each is counted, none is acted on.
@@ -31,4 +35,18 @@ pub enum Dropped {
     OurOwn,
     /// For an address this node does not answer for.
     NotAnswered,
+}
+
+impl Dropped {
+    /// The reason as the metrics and `show l2` name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dropped::OtherProtocol => "other_protocol",
+            Dropped::Malformed => "malformed",
+            Dropped::NotRequest => "not_request",
+            Dropped::NotForUs => "not_for_us",
+            Dropped::OurOwn => "our_own",
+            Dropped::NotAnswered => "not_answered",
+        }
+    }
 }

@@ -5,7 +5,7 @@
 
 use std::io::{self, Read};
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, SockFilter, Socket, Type};
 use tokio::io::unix::AsyncFd;
 
 /// EtherType of ARP.
@@ -31,6 +31,55 @@ impl PacketSocket {
         Ok(Self { socket })
     }
 
+    /// Lets only Neighbor Solicitations through (an IPv6 socket otherwise gets every IPv6
+    /// frame of the interface): the kernel drops the rest before they wake the responder, so
+    /// a busy link does not delay the answers.
+    pub fn only_neighbor_solicitations(&self) -> io::Result<()> {
+        self.socket.get_ref().attach_filter(&neighbor_solicitation_filter())
+    }
+
+    /// Lets only ARP requests through (operation 1): replies, forged or not, never reach the
+    /// responder.
+    pub fn only_arp_requests(&self) -> io::Result<()> {
+        self.socket.get_ref().attach_filter(&arp_request_filter())
+    }
+
+    /// Has the interface pass every multicast frame up (`PACKET_MR_ALLMULTI`, packet(7)): a
+    /// Neighbor Solicitation goes to the target's solicited-node group, which a NIC filters
+    /// out unless some socket joined it; socket2 offers no packet membership.
+    pub fn receive_all_multicast(&self, ifindex: u32) -> io::Result<()> {
+        let request = libc::packet_mreq {
+            mr_ifindex: i32::try_from(ifindex).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, "interface index too large")
+            })?,
+            mr_type: libc::PACKET_MR_ALLMULTI as u16,
+            mr_alen: 0,
+            mr_address: [0; 8],
+        };
+        // SAFETY: the descriptor is the socket's own, open while `self` lives; the option's
+        // value is a `packet_mreq` on the stack, passed with its exact size.
+        let result = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(self.socket.get_ref()),
+                libc::SOL_PACKET,
+                libc::PACKET_ADD_MEMBERSHIP,
+                std::ptr::addr_of!(request).cast(),
+                std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
+            )
+        };
+        if result == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// A socket that only sends out of the interface `ifindex` (bound to no EtherType, it
+    /// receives nothing).
+    pub fn sender(ifindex: u32) -> io::Result<Self> {
+        Self::open(ifindex, 0)
+    }
+
     /// The next frame, into `buffer`: its length.
     pub async fn receive(&self, buffer: &mut [u8]) -> io::Result<usize> {
         loop {
@@ -46,6 +95,41 @@ impl PacketSocket {
     pub fn send(&self, frame: &[u8]) -> io::Result<usize> {
         self.socket.get_ref().send(frame)
     }
+}
+
+// Classic BPF (bpf(4), filter.txt): load a byte or half-word at an absolute offset from the
+// frame's start, jump if equal, return.
+const LD_B_ABS: u16 = 0x30;
+const LD_H_ABS: u16 = 0x28;
+const JEQ_K: u16 = 0x15;
+const RET_K: u16 = 0x06;
+
+/// IPv6 (EtherType at octet 12) whose next header (octet 14 + 6) is ICMPv6 (58) and whose
+/// ICMPv6 type (octet 14 + 40) is Neighbor Solicitation (135). A solicitation carries no
+/// extension header (RFC 4861 §7.1.1 drops it otherwise, as `ndp` does).
+fn neighbor_solicitation_filter() -> Vec<SockFilter> {
+    vec![
+        SockFilter::new(LD_H_ABS, 0, 0, 12),
+        SockFilter::new(JEQ_K, 0, 5, u32::from(ETH_P_IPV6)),
+        SockFilter::new(LD_B_ABS, 0, 0, 20),
+        SockFilter::new(JEQ_K, 0, 3, 58),
+        SockFilter::new(LD_B_ABS, 0, 0, 54),
+        SockFilter::new(JEQ_K, 0, 1, 135),
+        SockFilter::new(RET_K, 0, 0, u32::MAX),
+        SockFilter::new(RET_K, 0, 0, 0),
+    ]
+}
+
+/// ARP (EtherType at octet 12) whose operation (octets 14 + 6, 7) is a request (1).
+fn arp_request_filter() -> Vec<SockFilter> {
+    vec![
+        SockFilter::new(LD_H_ABS, 0, 0, 12),
+        SockFilter::new(JEQ_K, 0, 3, u32::from(ETH_P_ARP)),
+        SockFilter::new(LD_H_ABS, 0, 0, 20),
+        SockFilter::new(JEQ_K, 0, 1, 1),
+        SockFilter::new(RET_K, 0, 0, u32::MAX),
+        SockFilter::new(RET_K, 0, 0, 0),
+    ]
 }
 
 /// The `sockaddr_ll` of the interface and EtherType (packet(7)).
@@ -90,5 +174,28 @@ mod tests {
                 .expect("the frame within 2 s")
                 .unwrap();
         assert_eq!(buffer.get(..length), Some(frame.as_slice()));
+    }
+
+    /// With the filter, a reply (a forged one, say) never reaches the socket; the request
+    /// sent after it is the first frame received.
+    #[tokio::test]
+    async fn the_arp_filter_lets_requests_through_and_nothing_else() {
+        let sender = PacketSocket::open(1, ETH_P_ARP).expect("a packet socket (CAP_NET_RAW)");
+        let receiver = PacketSocket::open(1, ETH_P_ARP).expect("a packet socket (CAP_NET_RAW)");
+        receiver.only_arp_requests().unwrap();
+        let mac = [0x02, 0, 0, 0, 0, 1];
+        let request = arp::announcement(Ipv4Addr::new(192, 0, 2, 10), mac);
+        let mut reply = request.clone();
+        // Operation 2 (reply), octets 20-21.
+        reply[21] = 2;
+        sender.send(&reply).unwrap();
+        sender.send(&request).unwrap();
+        let mut buffer = [0u8; 1514];
+        let length =
+            tokio::time::timeout(std::time::Duration::from_secs(2), receiver.receive(&mut buffer))
+                .await
+                .expect("the request within 2 s")
+                .unwrap();
+        assert_eq!(buffer.get(..length), Some(request.as_slice()));
     }
 }

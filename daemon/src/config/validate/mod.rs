@@ -29,9 +29,12 @@ use super::model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, GracefulRestartMode, KubernetesConfig,
     MaxPrefixes, Neighbor, Password, PrefixMatch, ReceivePolicy, RemoteAsn, SkippedDocument,
 };
-use super::model::{MetricNamespaces, DEFAULT_KUBERNETES_NAMESPACE, DEFAULT_WATCH_TIMEOUT};
+use super::model::{
+    Layer2Config, MetricNamespaces, DEFAULT_KUBERNETES_NAMESPACE, DEFAULT_LAYER2_DETECTION,
+    DEFAULT_WATCH_TIMEOUT,
+};
 use super::raw::{
-    BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawNeighbor,
+    BoolOrInt, RawAdvertise, RawBfdProfile, RawBgp, RawDuration, RawFile, RawLayer2, RawNeighbor,
     RawPrefixMatch, RawReceive, RawRouter, S,
 };
 use super::source::SourceText;
@@ -80,6 +83,8 @@ pub(crate) struct Fragment {
     pub metrics_namespaces: Option<(MetricNamespaces, Loc)>,
     /// `[kubernetes]`, where this file has it.
     pub kubernetes: Option<(KubernetesConfig, Loc)>,
+    /// `[layer2]`, where this file has it.
+    pub layer2: Option<(Layer2Config, Loc)>,
     /// `[bgp] default_max_prefixes`, where this file sets it.
     pub default_max_prefixes: Option<(u32, Loc)>,
     /// `drain_time`, where this file sets it.
@@ -106,6 +111,7 @@ impl Fragment {
             metrics_listen: None,
             metrics_namespaces: None,
             kubernetes: None,
+            layer2: None,
             default_max_prefixes: None,
             drain_time: None,
             restart_time: None,
@@ -131,6 +137,7 @@ impl Fragment {
             metrics_listen,
             metrics_namespaces,
             kubernetes,
+            layer2,
             default_max_prefixes,
             drain_time,
             restart_time,
@@ -162,6 +169,7 @@ impl Fragment {
             && metrics_listen.is_none()
             && metrics_namespaces.is_none()
             && kubernetes.is_none()
+            && layer2.is_none()
             && default_max_prefixes.is_none()
             && drain_time.is_none()
             && restart_time.is_none()
@@ -352,6 +360,9 @@ pub(crate) fn validate_file(
             (settings, loc)
         });
     }
+    if let Some(layer2) = raw.layer2 {
+        fragment.layer2 = check.layer2(layer2);
+    }
     for (index, text) in raw.always_block.iter().enumerate() {
         if let Some(prefix) = check.prefix(text, &format!("always_block[{index}]")) {
             fragment.always_block.push(prefix);
@@ -363,7 +374,67 @@ pub(crate) fn validate_file(
     fragment
 }
 
+/// The shortest shared key accepted for the membership: HMAC-SHA256 wants as much entropy as
+/// its output (RFC 2104 §3); MetalLB's memberlist secret is 128 random bytes in base64.
+const MIN_LAYER2_KEY: usize = 16;
+
 impl Checker<'_, '_> {
+    fn layer2(&mut self, table: S<RawLayer2>) -> Option<(Layer2Config, Loc)> {
+        let loc = self.loc(&table);
+        let span = table.span();
+        let raw = table.into_inner();
+        let address = self.membership_address(&raw.address, "layer2.address");
+        let mut members = Vec::new();
+        for (index, member) in raw.members.iter().enumerate() {
+            members.push(self.membership_address(member, &format!("layer2.members[{index}]")));
+        }
+        let secret = match &raw.secret_file {
+            Some(file) => {
+                let path = self.file_dir().join(file.get_ref());
+                match self.source.read_secret_file(&path) {
+                    Ok(text) if text.trim().len() >= MIN_LAYER2_KEY => {
+                        Some(text.trim().as_bytes().to_vec())
+                    }
+                    Ok(text) => {
+                        self.fail(file, "layer2.secret_file", format!("the key is {} bytes; use at least {MIN_LAYER2_KEY} random ones (e.g. `openssl rand -base64 128`, as MetalLB's memberlist secret)", text.trim().len()));
+                        None
+                    }
+                    Err(error) => {
+                        self.fail(file, "layer2.secret_file", format!("{error}; point it at a readable file holding the key the nodes share"));
+                        None
+                    }
+                }
+            }
+            None => {
+                self.errors.push(self.source.error_at(&span, "layer2.secret_file", "required: the nodes' membership messages are authenticated with a key they share (MetalLB's memberlist secret); add secret_file = \"...\""));
+                None
+            }
+        };
+        let detection = match &raw.detection {
+            Some(value) => self.millis_in(value, "layer2.detection", 500..=60_000),
+            None => Some(DEFAULT_LAYER2_DETECTION),
+        };
+        let members: Option<Vec<SocketAddr>> = members.into_iter().collect();
+        let (address, members, secret, detection) = (address?, members?, secret?, detection?);
+        Some((Layer2Config { address, members, secret, detection }, loc))
+    }
+
+    /// A membership address: `"ip"` (memberlist's port) or `"ip:port"`.
+    fn membership_address(&mut self, value: &S<String>, field: &str) -> Option<SocketAddr> {
+        let text = value.get_ref().trim();
+        let address = text
+            .parse::<IpAddr>()
+            .map(|ip| SocketAddr::new(ip, crate::l2::membership::DEFAULT_PORT))
+            .or_else(|_| text.parse::<SocketAddr>());
+        match address {
+            Ok(address) if address.port() != 0 && !address.ip().is_unspecified() => Some(address),
+            _ => {
+                self.fail(value, field, format!("\"{text}\" is not this node's membership address; write an address the other nodes reach it at, e.g. \"10.0.0.11\" (port {}) or \"10.0.0.11:7946\"", crate::l2::membership::DEFAULT_PORT));
+                None
+            }
+        }
+    }
+
     fn bgp(&mut self, bgp: RawBgp, fragment: &mut Fragment, timers: TimerDefaults) {
         if let Some(value) = &bgp.default_max_prefixes {
             let field = "bgp.default_max_prefixes";

@@ -803,3 +803,60 @@ fn send_hold_and_minimum_hold_time() {
     let n = neighbor(&neighbor_with("send_hold_time = \"45s\""));
     assert_eq!(n.send_hold_time, Some(Duration::from_secs(45)));
 }
+
+#[test]
+fn layer2_membership_needs_an_address_the_others_reach_and_a_shared_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("memberlist.key"), "0123456789abcdef0123\n").unwrap();
+    std::fs::write(dir.path().join("short.key"), "s3cret\n").unwrap();
+    let main = dir.path().join("uplink.toml");
+    let load = |text: &str| {
+        std::fs::write(&main, text).unwrap();
+        super::super::load(&main)
+    };
+    let config = load(
+        "[layer2]\naddress = \"10.0.0.11\"\nmembers = [\"10.0.0.12\", \"[2001:db8::13]:8000\"]\nsecret_file = \"memberlist.key\"\ndetection = \"500ms\"\n",
+    )
+    .unwrap();
+    let layer2 = config.layer2.unwrap();
+    assert_eq!(layer2.address, "10.0.0.11:7946".parse().unwrap());
+    assert_eq!(
+        layer2.members,
+        ["10.0.0.12:7946".parse().unwrap(), "[2001:db8::13]:8000".parse().unwrap()]
+    );
+    assert_eq!(layer2.secret, b"0123456789abcdef0123");
+    assert_eq!(layer2.detection, Duration::from_millis(500));
+    assert!(!format!("{layer2:?}").contains("0123456789"), "the key is never shown");
+    let defaults =
+        load("[layer2]\naddress = \"10.0.0.11:7946\"\nsecret_file = \"memberlist.key\"\n").unwrap();
+    assert_eq!(defaults.layer2.unwrap().detection, DEFAULT_LAYER2_DETECTION);
+    assert!(load("").unwrap().layer2.is_none());
+
+    let only = |text: &str| {
+        let errors = load(text).unwrap_err().0;
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        let e = errors.into_iter().next().unwrap();
+        (e.line, e.field, e.message)
+    };
+    let (line, field, message) = only("[layer2]\naddress = \"10.0.0.11\"\n");
+    assert_eq!((line, field.as_str()), (1, "layer2.secret_file"));
+    assert!(message.contains("required"), "{message}");
+    let (line, field, message) =
+        only("[layer2]\naddress = \"10.0.0.11\"\nsecret_file = \"short.key\"\n");
+    assert_eq!((line, field.as_str()), (3, "layer2.secret_file"));
+    assert!(message.contains("the key is 6 bytes; use at least 16"), "{message}");
+    let (line, field, message) = only(
+        "[layer2]\naddress = \"10.0.0.11\"\nmembers = [\"node-2\"]\nsecret_file = \"memberlist.key\"\n",
+    );
+    assert_eq!((line, field.as_str()), (3, "layer2.members[0]"));
+    assert!(message.contains("\"node-2\" is not"), "{message}");
+    for unknown in ["0.0.0.0:7946", "::", "10.0.0.11:0"] {
+        let text = format!("[layer2]\naddress = \"{unknown}\"\nsecret_file = \"memberlist.key\"\n");
+        assert_eq!(only(&text).1, "layer2.address", "{unknown}");
+    }
+    let (line, field, message) = only(
+        "[layer2]\naddress = \"10.0.0.11\"\nsecret_file = \"memberlist.key\"\ndetection = \"100ms\"\n",
+    );
+    assert_eq!((line, field.as_str()), (4, "layer2.detection"));
+    assert!(message.contains("expected \"500ms\""), "{message}");
+}

@@ -1,0 +1,291 @@
+//! The answers: on each interface an address is answered on, ARP requests (IPv4) and
+//! Neighbor Solicitations (IPv6) for it get this node's Ethernet address; when this node
+//! takes an address over, it says so at once and again every 1.1 s for 5 s (gratuitous ARP,
+//! unsolicited Neighbor Advertisements), as MetalLB's announcer does, so that the neighbours
+//! whose entries still point at the node that died move (a lost frame is made up for by the
+//! next). Every other frame is dropped and counted by why (`super::Dropped`).
+//!
+//! The kernel does not answer for these addresses by itself: they are on no interface unless
+//! the config puts them there (docs/layer2.md says which sysctls keep it so).
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::links::{answering_links, Link};
+use super::socket::{PacketSocket, ETH_P_ARP, ETH_P_IPV6};
+use super::{arp, ndp, Dropped};
+use crate::announce::l2::Interfaces;
+
+/// How often the interfaces are read again (one that comes up gets its answers).
+const RESCAN: Duration = Duration::from_secs(10);
+/// The announcements on takeover: this many, this far apart (MetalLB: at once, then every
+/// 1.1 s until 5 s have passed).
+const ANNOUNCEMENTS: usize = 5;
+const ANNOUNCE_EVERY: Duration = Duration::from_millis(1100);
+
+/// What this node answers for: each address with the interfaces it is answered on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AnswerSet(pub BTreeMap<IpAddr, Interfaces>);
+
+impl AnswerSet {
+    pub fn answers(&self, address: IpAddr, interface: &str) -> bool {
+        self.0.get(&address).is_some_and(|interfaces| on(interfaces, interface))
+    }
+
+    fn any_on(&self, interface: &str) -> bool {
+        self.0.values().any(|interfaces| on(interfaces, interface))
+    }
+
+    /// Each address with each of `links` it is answered on.
+    fn pairs(&self, links: &[Link]) -> BTreeSet<(IpAddr, String)> {
+        let mut out = BTreeSet::new();
+        for (address, interfaces) in &self.0 {
+            for link in links.iter().filter(|l| on(interfaces, &l.name)) {
+                out.insert((*address, link.name.clone()));
+            }
+        }
+        out
+    }
+}
+
+fn on(interfaces: &Interfaces, interface: &str) -> bool {
+    match interfaces {
+        Interfaces::All => true,
+        Interfaces::Only(names) => names.contains(interface),
+    }
+}
+
+/// One address's counts, under MetalLB's metric names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct AddressCounts {
+    pub requests_received: u64,
+    pub responses_sent: u64,
+    pub gratuitous_sent: u64,
+}
+
+/// The responder's counts: per address answered, and the frames dropped by why.
+#[derive(Debug, Default)]
+pub struct Counters {
+    addresses: Mutex<BTreeMap<IpAddr, AddressCounts>>,
+    dropped: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Counters {
+    pub fn addresses(&self) -> BTreeMap<IpAddr, AddressCounts> {
+        self.addresses.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn dropped(&self) -> BTreeMap<&'static str, u64> {
+        self.dropped.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn count(&self, address: IpAddr, change: impl FnOnce(&mut AddressCounts)) {
+        change(
+            self.addresses
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(address)
+                .or_default(),
+        );
+    }
+
+    fn drop_frame(&self, why: Dropped) {
+        *self
+            .dropped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(why.name())
+            .or_default() += 1;
+    }
+}
+
+/// The running responder.
+pub struct Responder {
+    answers: watch::Sender<Arc<AnswerSet>>,
+    counters: Arc<Counters>,
+    task: JoinHandle<()>,
+}
+
+impl Responder {
+    pub fn start() -> Responder {
+        let (answers, watched) = watch::channel(Arc::new(AnswerSet::default()));
+        let counters = Arc::new(Counters::default());
+        let task = tokio::spawn(supervise(watched, counters.clone()));
+        Responder { answers, counters, task }
+    }
+
+    /// Answers for these addresses from now on (and for no other).
+    pub fn set(&self, answers: AnswerSet) {
+        self.answers.send_if_modified(|current| {
+            let changed = **current != answers;
+            if changed {
+                *current = Arc::new(answers);
+            }
+            changed
+        });
+    }
+
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Keeps a worker on each interface something is answered on, and announces each address
+/// on each interface it newly is answered on.
+async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<Counters>) {
+    let mut workers: HashMap<(String, u32), Worker> = HashMap::new();
+    let mut answered: BTreeSet<(IpAddr, String)> = BTreeSet::new();
+    loop {
+        let current = answers.borrow_and_update().clone();
+        let links: Vec<Link> =
+            answering_links().into_iter().filter(|l| current.any_on(&l.name)).collect();
+        workers
+            .retain(|(name, index), _| links.iter().any(|l| l.name == *name && l.index == *index));
+        for link in &links {
+            workers.entry((link.name.clone(), link.index)).or_insert_with(|| {
+                info!(interface = %link.name, "layer 2: answering on {}", link.name);
+                Worker(tokio::spawn(serve(link.clone(), answers.clone(), counters.clone())))
+            });
+        }
+        let now = current.pairs(&links);
+        let new: Vec<(IpAddr, Link)> = now
+            .difference(&answered)
+            .filter_map(|(address, name)| {
+                links.iter().find(|l| l.name == *name).map(|l| (*address, l.clone()))
+            })
+            .collect();
+        if !new.is_empty() {
+            tokio::spawn(announce(new, answers.clone(), counters.clone()));
+        }
+        answered = now;
+        tokio::select! {
+            changed = answers.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(RESCAN) => {}
+        }
+    }
+}
+
+/// A worker's task, ended with it.
+struct Worker(JoinHandle<()>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Answers on one interface until it goes away.
+async fn serve(link: Link, answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<Counters>) {
+    if let Err(e) = answer(&link, &answers, &counters).await {
+        warn!(interface = %link.name, "layer 2: cannot answer on {}: {e}", link.name);
+    }
+}
+
+async fn answer(
+    link: &Link,
+    answers: &watch::Receiver<Arc<AnswerSet>>,
+    counters: &Counters,
+) -> io::Result<()> {
+    let requests = PacketSocket::open(link.index, ETH_P_ARP)?;
+    requests.only_arp_requests()?;
+    let solicitations = PacketSocket::open(link.index, ETH_P_IPV6)?;
+    solicitations.only_neighbor_solicitations()?;
+    solicitations.receive_all_multicast(link.index)?;
+    let mut arp_frame = vec![0u8; 2048];
+    let mut nd_frame = vec![0u8; 2048];
+    loop {
+        // The address asked for, when this node answers for it (set by the reply's check).
+        let asked = Cell::new(None);
+        let (socket, reply) = tokio::select! {
+            length = requests.receive(&mut arp_frame) => {
+                let frame = arp_frame.get(..length?).unwrap_or_default();
+                (&requests, arp::reply(frame, link.mac, |address| {
+                    let address = IpAddr::V4(address);
+                    let ours = answers.borrow().answers(address, &link.name);
+                    asked.set(ours.then_some(address));
+                    ours
+                }))
+            }
+            length = solicitations.receive(&mut nd_frame) => {
+                let frame = nd_frame.get(..length?).unwrap_or_default();
+                (&solicitations, ndp::reply(frame, link.mac, |address| {
+                    let address = IpAddr::V6(address);
+                    let ours = answers.borrow().answers(address, &link.name);
+                    asked.set(ours.then_some(address));
+                    ours
+                }))
+            }
+        };
+        if let Some(address) = asked.get() {
+            counters.count(address, |c| c.requests_received += 1);
+        }
+        match reply {
+            Ok(frame) => match socket.send(&frame) {
+                Ok(_) => {
+                    if let Some(address) = asked.get() {
+                        counters.count(address, |c| c.responses_sent += 1);
+                    }
+                }
+                Err(e) => debug!(interface = %link.name, "layer 2: reply not sent: {e}"),
+            },
+            Err(why) => counters.drop_frame(why),
+        }
+    }
+}
+
+/// Announces each address on its interface at once and then every [`ANNOUNCE_EVERY`], as
+/// long as this node still answers for it there.
+async fn announce(
+    new: Vec<(IpAddr, Link)>,
+    answers: watch::Receiver<Arc<AnswerSet>>,
+    counters: Arc<Counters>,
+) {
+    let mut senders: HashMap<u32, PacketSocket> = HashMap::new();
+    for (_, link) in &new {
+        if senders.contains_key(&link.index) {
+            continue;
+        }
+        match PacketSocket::sender(link.index) {
+            Ok(socket) => {
+                senders.insert(link.index, socket);
+            }
+            Err(e) => {
+                warn!(interface = %link.name, "layer 2: cannot announce on {}: {e}", link.name)
+            }
+        }
+    }
+    for round in 0..ANNOUNCEMENTS {
+        if round > 0 {
+            tokio::time::sleep(ANNOUNCE_EVERY).await;
+        }
+        for (address, link) in &new {
+            if !answers.borrow().answers(*address, &link.name) {
+                continue;
+            }
+            let Some(socket) = senders.get(&link.index) else { continue };
+            let frame = match address {
+                IpAddr::V4(v4) => arp::announcement(*v4, link.mac),
+                IpAddr::V6(v6) => ndp::announcement(*v6, link.mac),
+            };
+            match socket.send(&frame) {
+                Ok(_) => counters.count(*address, |c| c.gratuitous_sent += 1),
+                Err(e) => debug!(interface = %link.name, "layer 2: announcement not sent: {e}"),
+            }
+        }
+    }
+}
