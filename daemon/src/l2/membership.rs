@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::envelope::{self, Key, MAX_DATAGRAM};
+use crate::announce::l2::Members;
 
 /// MetalLB's memberlist port, so the firewalls that let MetalLB's speakers talk let these.
 pub const DEFAULT_PORT: u16 = 7946;
@@ -43,24 +44,44 @@ const SOURCE_RATE: f64 = 200.0;
 /// Sources followed at once; a flood from spoofed sources evicts the quiet ones first.
 const MAX_SOURCES: usize = 4096;
 
-/// A member: the node's name and where its membership listens.
+/// The most layer 2 advertisements a member names as selecting it: its identity travels in
+/// most messages, which stay within one datagram.
+pub const MAX_SELECTED_BY: usize = 16;
+
+/// A member: the node's name, where its membership listens, and the layer 2 advertisements
+/// whose node selectors select it (each node knows its own labels; the others learn only
+/// this). A change of those renews the identity, which the members learn as news.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
     pub node: String,
     pub address: SocketAddr,
-    /// Renewed when the node rejoins after being declared down.
+    pub selected_by: BTreeSet<String>,
+    /// Renewed when the node rejoins after being declared down, or its selection changes.
     bump: u16,
 }
 
 impl Member {
-    pub fn new(node: &str, address: SocketAddr) -> Self {
-        Member { node: node.to_string(), address, bump: 0 }
+    pub fn new(node: &str, address: SocketAddr, selected_by: BTreeSet<String>) -> Self {
+        Member { node: node.to_string(), address, selected_by: bounded(selected_by), bump: 0 }
     }
 
     /// A seed known only by its address, asked to let this node in: its reply names it.
     fn seed(address: SocketAddr) -> Self {
-        Member { node: String::new(), address, bump: 0 }
+        Member { node: String::new(), address, selected_by: BTreeSet::new(), bump: 0 }
     }
+}
+
+fn bounded(mut selected_by: BTreeSet<String>) -> BTreeSet<String> {
+    if selected_by.len() > MAX_SELECTED_BY {
+        warn!(
+            "layer 2: {} advertisements select this node; the membership carries the first {MAX_SELECTED_BY}",
+            selected_by.len()
+        );
+        while selected_by.len() > MAX_SELECTED_BY {
+            selected_by.pop_last();
+        }
+    }
+    selected_by
 }
 
 impl Identity for Member {
@@ -95,6 +116,8 @@ pub struct Settings {
     pub seeds: Vec<SocketAddr>,
     /// The time from a node's death to the others seeing it down.
     pub detection: Duration,
+    /// The layer 2 advertisements that select this node.
+    pub selected_by: BTreeSet<String>,
 }
 
 impl Settings {
@@ -142,8 +165,9 @@ fn count(counter: &AtomicU64) {
 /// The membership as this node sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct View {
-    /// The nodes alive (or suspected, not yet down), this one included, by name.
-    pub alive: BTreeSet<String>,
+    /// The nodes alive (or suspected, not yet down), this one included, by name, with the
+    /// layer 2 advertisements that select each.
+    pub alive: Members,
     /// The nodes seen down since they were last alive.
     pub down: BTreeSet<String>,
 }
@@ -152,6 +176,7 @@ pub struct View {
 pub struct Membership {
     view: watch::Receiver<Arc<View>>,
     counters: Arc<Counters>,
+    selection: watch::Sender<BTreeSet<String>>,
     leave: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -162,12 +187,24 @@ impl Membership {
     pub async fn start(settings: Settings, key: Key) -> std::io::Result<Membership> {
         let socket = UdpSocket::bind(settings.address).await?;
         let mut view = View::default();
-        view.alive.insert(settings.node.clone());
+        view.alive.insert(settings.node.clone(), bounded(settings.selected_by.clone()));
         let (publish, watched) = watch::channel(Arc::new(view));
         let (leave, left) = tokio::sync::oneshot::channel();
+        let (selection, selections) = watch::channel(settings.selected_by.clone());
         let counters = Arc::new(Counters::default());
-        let task = tokio::spawn(run(settings, key, socket, publish, counters.clone(), left));
-        Ok(Membership { view: watched, counters, leave: Some(leave), task })
+        let events = Events { left, selections };
+        let task = tokio::spawn(run(settings, key, socket, publish, counters.clone(), events));
+        Ok(Membership { view: watched, counters, selection, leave: Some(leave), task })
+    }
+
+    /// The layer 2 advertisements that select this node changed (a reload, a label): the
+    /// others learn it with this node's renewed identity.
+    pub fn set_selected_by(&self, selected_by: BTreeSet<String>) {
+        self.selection.send_if_modified(|current| {
+            let changed = *current != selected_by;
+            *current = selected_by;
+            changed
+        });
     }
 
     pub fn view(&self) -> watch::Receiver<Arc<View>> {
@@ -210,15 +247,21 @@ struct Node {
     sources: SourceLimits,
 }
 
+/// What the membership's owner tells it.
+struct Events {
+    left: tokio::sync::oneshot::Receiver<()>,
+    selections: watch::Receiver<BTreeSet<String>>,
+}
+
 async fn run(
     settings: Settings,
     key: Key,
     socket: UdpSocket,
     publish: watch::Sender<Arc<View>>,
     counters: Arc<Counters>,
-    mut left: tokio::sync::oneshot::Receiver<()>,
+    mut events: Events,
 ) {
-    let identity = Member::new(&settings.node, settings.address);
+    let identity = Member::new(&settings.node, settings.address, settings.selected_by.clone());
     let swim =
         Foca::new(identity, settings.swim(), SmallRng::from_rng(&mut rand::rng()), PostcardCodec);
     let (timers, mut due) = mpsc::unbounded_channel();
@@ -252,7 +295,11 @@ async fn run(
                 }
                 node.drain().await;
             }
-            _ = &mut left => {
+            Ok(()) = events.selections.changed() => {
+                let selected_by = bounded(events.selections.borrow_and_update().clone());
+                node.change_selection(selected_by).await;
+            }
+            _ = &mut events.left => {
                 if let Err(e) = node.swim.leave_cluster(&mut node.runtime) {
                     debug!("membership: leaving: {e}");
                 }
@@ -275,6 +322,23 @@ impl Node {
                 debug!("membership: joining by {seed}: {e}");
             }
         }
+        self.drain().await;
+    }
+
+    /// This node's selection changed: its identity is renewed with it, which the members
+    /// learn as a new identity at the same address.
+    async fn change_selection(&mut self, selected_by: BTreeSet<String>) {
+        let current = self.swim.identity().clone();
+        if current.selected_by == selected_by {
+            return;
+        }
+        let Some(mut renewed) = current.renew() else { return };
+        renewed.selected_by = selected_by.clone();
+        if let Err(e) = self.swim.change_identity(renewed, &mut self.runtime) {
+            warn!("membership: cannot renew this node's identity: {e}");
+        }
+        self.view.alive.insert(current.node, selected_by);
+        self.publish.send_replace(Arc::new(self.view.clone()));
         self.drain().await;
     }
 
@@ -317,17 +381,19 @@ impl Node {
                 OwnedNotification::MemberUp(member) if !member.node.is_empty() => {
                     info!(node = %member.node, address = %member.address, "membership: up");
                     self.view.down.remove(&member.node);
-                    changed |= self.view.alive.insert(member.node);
+                    changed |= self.view.alive.insert(member.node, member.selected_by).is_none();
                 }
                 OwnedNotification::MemberDown(member) if !member.node.is_empty() => {
                     warn!(node = %member.node, address = %member.address, "membership: down");
-                    changed |= self.view.alive.remove(&member.node);
+                    changed |= self.view.alive.remove(&member.node).is_some();
                     self.view.down.insert(member.node);
                 }
                 OwnedNotification::Rename(old, new) => {
-                    changed |= self.view.alive.remove(&old.node);
+                    changed |= self.view.alive.remove(&old.node).is_some();
                     if !new.node.is_empty() {
-                        changed |= self.view.alive.insert(new.node);
+                        info!(node = %new.node, selected_by = ?new.selected_by, "membership: renewed");
+                        self.view.alive.insert(new.node, new.selected_by);
+                        changed = true;
                     }
                 }
                 OwnedNotification::Defunct => {
@@ -336,9 +402,12 @@ impl Node {
                 _ => {}
             }
         }
-        // Our own name stays alive in our own view whatever the others said.
-        let own = self.swim.identity().node.clone();
-        changed |= self.view.alive.insert(own);
+        // This node stays alive in its own view whatever the others said.
+        let own = self.swim.identity();
+        if self.view.alive.get(&own.node) != Some(&own.selected_by) {
+            self.view.alive.insert(own.node.clone(), own.selected_by.clone());
+            changed = true;
+        }
         if changed {
             self.publish.send_replace(Arc::new(self.view.clone()));
         }
@@ -396,6 +465,7 @@ mod tests {
             address: address(port),
             seeds: seeds.iter().map(|p| address(*p)).collect(),
             detection: DETECTION,
+            selected_by: ["adv".to_string()].into(),
         };
         Membership::start(settings, Key::new(secret)).await.unwrap()
     }
@@ -406,12 +476,16 @@ mod tests {
         let expected: BTreeSet<String> = expected.iter().map(|s| s.to_string()).collect();
         let mut view = member.view();
         loop {
-            if view.borrow_and_update().alive == expected {
+            let alive: BTreeSet<String> = view.borrow_and_update().alive.keys().cloned().collect();
+            if alive == expected {
                 return started.elapsed();
             }
             let left = within.saturating_sub(started.elapsed());
             if tokio::time::timeout(left, view.changed()).await.is_err() {
-                panic!("alive {:?}, not {expected:?}, after {within:?}", view.borrow().alive);
+                panic!(
+                    "alive {:?}, not {expected:?}, after {within:?}",
+                    view.borrow().alive.keys()
+                );
             }
         }
     }
@@ -437,8 +511,18 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(wk1.view().borrow().alive.len(), 3);
-        assert_eq!(intruder.view().borrow().alive.iter().collect::<Vec<_>>(), ["intruder"]);
+        assert_eq!(intruder.view().borrow().alive.keys().collect::<Vec<_>>(), ["intruder"]);
         drop(intruder);
+
+        // wk1's labels change: the others learn which advertisements select it now.
+        wk1.set_selected_by(["other".to_string()].into());
+        let started = Instant::now();
+        let mut view = wk2.view();
+        while view.borrow_and_update().alive.get("wk1") != Some(&["other".to_string()].into()) {
+            let left = Duration::from_secs(5).saturating_sub(started.elapsed());
+            tokio::time::timeout(left, view.changed()).await.expect("wk1's new selection").unwrap();
+        }
+        until_alive(&wk2, &all, Duration::from_secs(5)).await;
 
         // wk3 dies without a word: the others see it down within twice the detection time
         // (the probe that finds it comes up to a period late).
@@ -484,7 +568,7 @@ mod tests {
     #[test]
     fn the_named_and_the_renewed_identity_win_an_address() {
         let seed = Member::seed(address(1));
-        let named = Member::new("wk1", address(1));
+        let named = Member::new("wk1", address(1), BTreeSet::new());
         assert!(named.win_addr_conflict(&seed) && !seed.win_addr_conflict(&named));
         let renewed = named.renew().unwrap();
         assert!(renewed.win_addr_conflict(&named) && !named.win_addr_conflict(&renewed));
