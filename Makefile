@@ -11,7 +11,7 @@ FEATURES := netconf kubernetes
 # that build the namespaces, a Prometheus server to scrape the metrics endpoint and
 # systemd-journald to receive the logs (tests/observability.rs).
 LAB_PKGS := frr iproute2 procps openssl
-TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping network-manager dbus prometheus systemd
+TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping iputils-arping ndisc6 curl network-manager dbus prometheus systemd
 
 .PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib bench-failover bench-k8s
 

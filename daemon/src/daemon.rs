@@ -128,6 +128,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             fib.clone(),
             select_defer_time,
         ));
+        let layer2 = crate::l2::runtime::spawn(running.clone(), &announcer);
         let reload = reloader.spawn();
         crate::control::metrics::spawn(
             crate::control::metrics::Sources {
@@ -150,6 +151,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             reload,
             network: network_view,
             kubernetes,
+            layer2: layer2.clone(),
         };
         let _control = crate::control::server::serve(socket, move |request: Request| {
             dispatch::answer(context.clone(), request)
@@ -165,6 +167,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
 
         wait_for_shutdown().await;
         systemd::stopping();
+        layer2.leave().await;
         // With graceful restart the peers keep our routes and the kernel keeps theirs until
         // we are back, also after an operator's drain (an upgrade is drain, restart; the
         // prefixes the drain kept must stay). After a drain for a shutdown the node is going

@@ -185,6 +185,12 @@ enum Show {
         #[arg(long)]
         json: bool,
     },
+    /// Layer 2 mode: the membership, and who answers ARP/NDP for each address and why.
+    L2 {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// The routes uplink installs in the kernel: next hops, nexthop group, state.
     Fib {
         #[command(flatten)]
@@ -342,6 +348,7 @@ fn main() -> ExitCode {
                 ),
                 Show::RunningConfig { json } => (Request::RunningConfig, json),
                 Show::Kubernetes { json } => (Request::Kubernetes, json),
+                Show::L2 { json } => (Request::L2, json),
                 Show::Network { .. } => return ExitCode::FAILURE, // handled above
                 Show::Fib { common } => {
                     (Request::Fib { vrf: VrfSelector::parse(common.vrf.as_deref()) }, common.json)

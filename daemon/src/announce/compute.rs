@@ -267,6 +267,9 @@ pub struct Announcements {
     pub candidates: Vec<Candidate>,
     /// Shared: computed once per config, kept through health and drain changes.
     pub allocation: Arc<Allocation>,
+    /// `uplink drain` is under way or done: layer 2 mode moves this node's addresses to
+    /// others at once (ARP has no GRACEFUL_SHUTDOWN to let traffic move first).
+    pub draining: bool,
     /// The config it was computed from: what reads the announcements (the Kubernetes status
     /// and Events) reads the same config with them, never a newer or older one.
     #[serde(skip)]
@@ -481,6 +484,7 @@ pub fn compute_allocated(
             candidates
         },
         allocation,
+        draining: runtime.graceful_shutdown,
         config: Arc::default(),
     }
 }

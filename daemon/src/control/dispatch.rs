@@ -11,6 +11,7 @@ use crate::announce::runtime::AnnouncerHandle;
 use crate::config::Config;
 use crate::fib::Fib;
 use crate::kubernetes::Health;
+use crate::l2::runtime::Layer2Handle;
 use crate::netconf::gate::GateView;
 use crate::ops::drain::{DrainHandle, DrainReason};
 use crate::reload::{InstanceList, ReloadHandle};
@@ -32,6 +33,8 @@ pub struct Context {
     pub network: GateView,
     /// The Kubernetes source's record (`[kubernetes]`).
     pub kubernetes: Option<Health>,
+    /// Layer 2 mode (`show l2`).
+    pub layer2: Layer2Handle,
 }
 
 /// Answers one request.
@@ -68,6 +71,7 @@ pub async fn answer(ctx: Context, request: Request) -> Result<Value, String> {
             super::announcements::running_config_json(&config, &ctx.announcer)
         }
         Request::Kubernetes => super::kubernetes::show(ctx.kubernetes.as_ref()),
+        Request::L2 => super::l2::show(&ctx.layer2),
         Request::Drain { wait, shutdown } => {
             let reason = if shutdown { DrainReason::Shutdown } else { DrainReason::Operator };
             let outcome = ctx.drain.drain(reason, wait).await?;

@@ -11,6 +11,7 @@ pub mod client;
 pub mod dispatch;
 pub mod fib;
 pub mod kubernetes;
+pub mod l2;
 pub mod metrics;
 pub mod network;
 pub mod protocol;

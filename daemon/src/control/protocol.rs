@@ -76,6 +76,8 @@ pub enum Request {
     RunningConfig,
     /// `show kubernetes`: the API server, each kind's watch, the objects refused.
     Kubernetes,
+    /// `show l2`: layer 2 mode's membership, who answers for each address and why.
+    L2,
     /// The routes the FIB writer holds for the kernel, with their state.
     Fib {
         vrf: VrfSelector,

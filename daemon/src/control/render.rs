@@ -17,6 +17,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::Announcements { .. } => return super::announcements::announcements_text(value),
         Request::RunningConfig => return super::announcements::running_config_text(value),
         Request::Kubernetes => return super::kubernetes::text(value),
+        Request::L2 => return super::l2::text(value),
         Request::Fib { .. } => fib,
         Request::Drain { .. } | Request::Undrain => return drain(value),
         Request::Ready => return ready(value),
@@ -33,6 +34,7 @@ pub fn text(request: &Request, value: &Value) -> String {
         Request::Announcements { .. }
         | Request::RunningConfig
         | Request::Kubernetes
+        | Request::L2
         | Request::Drain { .. }
         | Request::Undrain
         | Request::Ready

@@ -15,6 +15,7 @@ pub mod links;
 pub mod membership;
 pub mod ndp;
 pub mod responder;
+pub mod runtime;
 pub mod socket;
 
 /// Why a frame got no answer: each is counted, none is acted on.

@@ -25,8 +25,9 @@ use super::socket::{PacketSocket, ETH_P_ARP, ETH_P_IPV6};
 use super::{arp, ndp, Dropped};
 use crate::announce::l2::Interfaces;
 
-/// How often the interfaces are read again (one that comes up gets its answers).
-const RESCAN: Duration = Duration::from_secs(10);
+/// How often the interfaces are read again: one that comes back up (its worker ended when it
+/// went down) answers again within this time. A few small sysfs reads per interface.
+const RESCAN: Duration = Duration::from_secs(1);
 /// The announcements on takeover: this many, this far apart (MetalLB: at once, then every
 /// 1.1 s until 5 s have passed).
 const ANNOUNCEMENTS: usize = 5;
@@ -154,8 +155,11 @@ async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<C
         let current = answers.borrow_and_update().clone();
         let links: Vec<Link> =
             answering_links().into_iter().filter(|l| current.any_on(&l.name)).collect();
-        workers
-            .retain(|(name, index), _| links.iter().any(|l| l.name == *name && l.index == *index));
+        // A worker whose interface went away has ended; it starts again once the interface
+        // is back.
+        workers.retain(|(name, index), worker| {
+            !worker.0.is_finished() && links.iter().any(|l| l.name == *name && l.index == *index)
+        });
         for link in &links {
             workers.entry((link.name.clone(), link.index)).or_insert_with(|| {
                 info!(interface = %link.name, "layer 2: answering on {}", link.name);

@@ -1,0 +1,280 @@
+//! Layer 2 mode at run time: the membership started from `[layer2]` (and started again when
+//! the section changes), the election made again at every change of the announcements (a
+//! Service, an endpoint, a reload, a drain) or of the alive members, the responder told what
+//! this node answers for, and what `uplink show l2` and the metrics read.
+//!
+//! Without `[layer2]` this node answers for no layer 2 address: alone it could not know
+//! whether another node answers too (the status says so).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{error, info, warn};
+
+use super::envelope::Key;
+use super::membership::{self, Membership};
+use super::responder::{AddressCounts, AnswerSet, Responder};
+use crate::announce::compute::Announcements;
+use crate::announce::l2::{elect, selected_by, L2Service, L2State, Members};
+use crate::announce::runtime::AnnouncerHandle;
+use crate::config::{Config, Layer2Config};
+
+/// What `uplink show l2` shows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct L2Status {
+    /// Why this node answers for nothing, when it does not even take part.
+    pub not_answering: Option<String>,
+    pub membership: Option<MembershipStatus>,
+    /// Every Service in layer 2 mode, with the node that answers and why this one does or not.
+    pub services: Vec<L2Service>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MembershipStatus {
+    pub address: SocketAddr,
+    #[serde(serialize_with = "crate::config::duration::serialize")]
+    pub detection: Duration,
+    /// The alive members with the layer 2 advertisements that select each.
+    pub alive: Members,
+    pub down: BTreeSet<String>,
+    pub received: u64,
+    pub sent: u64,
+    pub refused_rate: u64,
+    pub refused_malformed: u64,
+    pub refused_wrong_key: u64,
+    pub refused_protocol: u64,
+}
+
+/// The counts `show l2` and the metrics read, besides the status.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct L2Counts {
+    pub addresses: BTreeMap<IpAddr, AddressCounts>,
+    pub dropped: BTreeMap<&'static str, u64>,
+}
+
+/// A handle on the running layer 2 mode.
+#[derive(Clone)]
+pub struct Layer2Handle {
+    status: watch::Receiver<Arc<L2Status>>,
+    stop: mpsc::Sender<oneshot::Sender<()>>,
+    responder: Arc<Responder>,
+    membership: watch::Receiver<Option<Arc<membership::Counters>>>,
+}
+
+impl Layer2Handle {
+    /// The status, its membership counters read now.
+    pub fn status(&self) -> L2Status {
+        let mut status = L2Status::clone(&self.status.borrow());
+        if let (Some(shown), Some(counters)) = (&mut status.membership, &*self.membership.borrow())
+        {
+            let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+            shown.received = read(&counters.received);
+            shown.sent = read(&counters.sent);
+            shown.refused_rate = read(&counters.refused_rate);
+            shown.refused_malformed = read(&counters.refused_malformed);
+            shown.refused_wrong_key = read(&counters.refused_wrong_key);
+            shown.refused_protocol = read(&counters.refused_protocol);
+        }
+        status
+    }
+
+    /// The daemon stops: the membership says goodbye, so the others take this node's
+    /// addresses at once rather than after the detection time; answers end.
+    pub async fn leave(&self) {
+        let (done, left) = oneshot::channel();
+        if self.stop.send(done).await.is_ok() {
+            let _ = left.await;
+        }
+    }
+
+    pub fn counts(&self) -> L2Counts {
+        let counters = self.responder.counters();
+        L2Counts { addresses: counters.addresses(), dropped: counters.dropped() }
+    }
+}
+
+/// Starts layer 2 mode: it follows the running config (for `[layer2]`) and the
+/// announcements (for the Services, the node's selection and the drain).
+pub fn spawn(running: watch::Receiver<Arc<Config>>, announcer: &AnnouncerHandle) -> Layer2Handle {
+    let (status_tx, status) = watch::channel(Arc::new(L2Status::default()));
+    let (counters_tx, membership_counters) = watch::channel(None);
+    let responder = Arc::new(Responder::start());
+    let (stop, stops) = mpsc::channel(1);
+    let task = Task {
+        stops,
+        running,
+        announcements: announcer.changes(),
+        responder: responder.clone(),
+        status: status_tx,
+        counters: counters_tx,
+        membership: None,
+    };
+    tokio::spawn(task.run());
+    Layer2Handle { status, stop, responder, membership: membership_counters }
+}
+
+/// The running membership and what it was started with.
+struct Running {
+    settings: Layer2Config,
+    node: String,
+    membership: Membership,
+    view: watch::Receiver<Arc<membership::View>>,
+}
+
+struct Task {
+    stops: mpsc::Receiver<oneshot::Sender<()>>,
+    running: watch::Receiver<Arc<Config>>,
+    announcements: watch::Receiver<Arc<Announcements>>,
+    responder: Arc<Responder>,
+    status: watch::Sender<Arc<L2Status>>,
+    counters: watch::Sender<Option<Arc<membership::Counters>>>,
+    membership: Option<Running>,
+}
+
+impl Task {
+    async fn run(mut self) {
+        let mut stopped = None;
+        loop {
+            let settings = self.running.borrow_and_update().layer2.clone();
+            let announcements = self.announcements.borrow_and_update().clone();
+            self.follow(settings, &announcements).await;
+            self.elect(&announcements);
+            let view_changed = async {
+                match &mut self.membership {
+                    Some(running) => running.view.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = self.running.changed() => if changed.is_err() { break },
+                changed = self.announcements.changed() => if changed.is_err() { break },
+                _ = view_changed => {}
+                done = self.stops.recv() => {
+                    stopped = done;
+                    break;
+                }
+            }
+        }
+        // The daemon stops: no more answers, and the others take this node's addresses at
+        // once.
+        self.responder.set(AnswerSet::default());
+        if let Some(running) = self.membership.take() {
+            running.membership.leave().await;
+        }
+        if let Some(done) = stopped {
+            let _ = done.send(());
+        }
+    }
+
+    /// Starts, moves or stops the membership as `[layer2]` and the node's name say.
+    async fn follow(&mut self, settings: Option<Layer2Config>, announcements: &Announcements) {
+        let node = announcements.config.node.name.clone();
+        let wanted = settings.zip(node);
+        let same = match (&self.membership, &wanted) {
+            (Some(running), Some((settings, node))) => {
+                running.settings == *settings && running.node == *node
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        if let Some(running) = self.membership.take() {
+            info!("layer 2: the membership's settings changed; leaving and joining again");
+            running.membership.leave().await;
+            self.counters.send_replace(None);
+        }
+        let Some((settings, node)) = wanted else { return };
+        let start = membership::Settings {
+            node: node.clone(),
+            address: settings.address,
+            seeds: settings.members.clone(),
+            detection: settings.detection,
+            selected_by: own_selection(announcements),
+        };
+        match Membership::start(start, Key::new(&settings.secret)).await {
+            Ok(membership) => {
+                info!(address = %settings.address, "layer 2: membership listening on {}", settings.address);
+                self.counters.send_replace(Some(membership.counters().clone()));
+                let view = membership.view();
+                self.membership = Some(Running { settings, node, membership, view });
+            }
+            Err(e) => error!(
+                address = %settings.address,
+                "layer 2: cannot listen for the membership on {} ({e}); answering for no address",
+                settings.address
+            ),
+        }
+    }
+
+    /// Elects the answering node of every layer 2 Service and tells the responder what this
+    /// node answers for.
+    fn elect(&mut self, announcements: &Announcements) {
+        let config = &announcements.config;
+        let mut status = L2Status::default();
+        let members = match &mut self.membership {
+            Some(running) => {
+                let selection = own_selection(announcements);
+                running.membership.set_selected_by(selection.clone());
+                let mut members = running.view.borrow_and_update().alive.clone();
+                // This node as it is now, before the membership has renewed its identity.
+                members.insert(running.node.clone(), selection);
+                status.membership = Some(MembershipStatus {
+                    address: running.settings.address,
+                    detection: running.settings.detection,
+                    alive: members.clone(),
+                    down: running.view.borrow().down.clone(),
+                    received: 0,
+                    sent: 0,
+                    refused_rate: 0,
+                    refused_malformed: 0,
+                    refused_wrong_key: 0,
+                    refused_protocol: 0,
+                });
+                Some(members)
+            }
+            None => None,
+        };
+        if !config.l2_advertisements.is_empty() {
+            status.services =
+                elect(config, &announcements.allocation, &members.clone().unwrap_or_default());
+            if members.is_none() {
+                let why = if config.node.name.is_none() {
+                    "the node has no name ([node] name)"
+                } else {
+                    "no [layer2] membership: alone, this node could not know whether another answers"
+                };
+                if self.status.borrow().not_answering.is_none() {
+                    warn!("layer 2: answering for no address: {why}");
+                }
+                status.not_answering = Some(why.to_string());
+            }
+        }
+        let mut answers = AnswerSet::default();
+        if members.is_some() {
+            for service in status.services.iter().filter(|s| s.state == L2State::Answering) {
+                for address in &service.addresses {
+                    answers.0.insert(*address, service.interfaces.clone());
+                }
+            }
+        }
+        self.responder.set(answers);
+        self.status.send_replace(Arc::new(status));
+    }
+}
+
+/// The layer 2 advertisements that select this node; none while it drains (its addresses
+/// move to the others at once).
+fn own_selection(announcements: &Announcements) -> BTreeSet<String> {
+    if announcements.draining {
+        BTreeSet::new()
+    } else {
+        selected_by(&announcements.config)
+    }
+}
