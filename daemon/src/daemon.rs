@@ -138,6 +138,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
                 reloads,
                 running: running.clone(),
                 kubernetes: kubernetes.clone(),
+                layer2: Some(layer2.clone()),
             },
             metrics_sockets,
         );

@@ -35,6 +35,9 @@ fn config(node: &str, address: &str, local_endpoint_on: &str) -> String {
 [node]
 name = "{node}"
 
+[metrics]
+listen = "127.0.0.1:9181"
+
 [layer2]
 address = "{address}"
 members = [{others}]
@@ -103,6 +106,12 @@ fn served_by(client: &Ns, address: &str, timeout: &str) -> Option<String> {
     };
     let (ok, out) = client.try_run(&["curl", "-s", "--max-time", timeout, &url]);
     ok.then(|| out.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// A sample of `node`'s metrics scrape, by its name and labels as written.
+fn metric(node: &Node, sample: &str) -> Option<u64> {
+    let text = node.ns.run(&["curl", "-s", "http://127.0.0.1:9181/metrics"]);
+    text.lines().find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
 }
 
 /// The node `uplink show l2` on `node` says answers for the Service `key`.
@@ -212,6 +221,23 @@ fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_c
     });
     assert_eq!(served_by(&client, VIP, "2").as_deref(), Some(first.as_str()));
     assert_eq!(served_by(&client, VIP6, "2").as_deref(), Some(first.as_str()));
+    // MetalLB's layer 2 counters, on the node that answers only.
+    let requests = format!("metallb_layer2_requests_received{{ip=\"{VIP}\"}}");
+    let responses = format!("metallb_layer2_responses_sent{{ip=\"{VIP}\"}}");
+    assert!(metric(owner, &requests).is_some_and(|n| n >= 3), "{requests}");
+    assert!(metric(owner, &responses).is_some_and(|n| n >= 3), "{responses}");
+    let announced = format!(
+        "metallb_speaker_announced{{service=\"shop/web\",protocol=\"layer2\",node=\"{first}\",ip=\"{VIP}\"}}"
+    );
+    assert_eq!(metric(owner, &announced), Some(1), "{announced}");
+    for other in all.iter().filter(|n| n.name != first) {
+        assert_eq!(
+            metric(other, &requests),
+            None,
+            "{} counts requests it does not answer",
+            other.name
+        );
+    }
 
     // ETP Local: only wk2, with the ready endpoint, answers; the endpoint moves to wk3 and
     // wk3 takes over.
@@ -276,10 +302,15 @@ fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_c
     };
     eprintln!("failover: served by {new_owner} {took:?} after {first}'s links were cut");
     assert!(took < FAILOVER, "failover took {took:?} (target {FAILOVER:?})");
-    all_agree(&survivors, "shop/web", &new_owner).unwrap();
+    // The other survivor learns the death from the first one's gossip, or its own probe.
+    wait_for("the survivors agree", Duration::from_secs(3), || {
+        all_agree(&survivors, "shop/web", &new_owner)
+    });
     let neighbour = client.run(&["ip", "neigh", "show", VIP, "dev", &client_if]);
     assert!(neighbour.contains(&node(&new_owner).mac), "{neighbour}");
     assert_eq!(arp_macs(&client, &client_if, VIP), BTreeSet::from([node(&new_owner).mac.clone()]));
+    let gratuitous = format!("metallb_layer2_gratuitous_sent{{ip=\"{VIP}\"}}");
+    assert!(metric(node(&new_owner), &gratuitous).is_some_and(|n| n >= 1), "{gratuitous}");
 
     // The node comes back: it rejoins, ranks first again, and exactly one node answers.
     owner.ns.run(&["ip", "link", "set", &owner.interface, "up"]);
@@ -293,4 +324,51 @@ fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_c
         assert_eq!(arp_macs(&client, &client_if, VIP), BTreeSet::from([owner.mac.clone()]));
     }
     assert_eq!(served_by(&client, VIP, "2").as_deref(), Some(first.as_str()));
+
+    // Split brain: the owner loses the membership (its datagrams dropped both ways) while
+    // its link and its ARP stay up. Seeing fewer than half of the members, it stops
+    // answering; the two others take the address; the client sees one MAC, the new owner's.
+    let block = "add table inet l2test\n\
+        add chain inet l2test in { type filter hook input priority 0; }\n\
+        add chain inet l2test out { type filter hook output priority 0; }\n\
+        add rule inet l2test in udp dport 7946 drop\n\
+        add rule inet l2test out udp dport 7946 drop\n";
+    let rules = lab.path("block-membership.nft");
+    std::fs::write(&rules, block).unwrap();
+    owner.ns.run(&["nft", "-f", rules.to_str().unwrap()]);
+    let taker = wait_for(
+        "another node takes the address from the cut-off one",
+        Duration::from_secs(15),
+        || {
+            let said = answering(survivors[0], "shop/web")?;
+            if said == first {
+                return Err(format!("{said} still answers"));
+            }
+            all_agree(&survivors, "shop/web", &said)?;
+            let why = owner.uplink.json(&["show", "l2"])?["not_answering"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if !why.contains("fewer than half") {
+                return Err(format!("{first} does not hold back: {why:?}"));
+            }
+            let macs = arp_macs(&client, &client_if, VIP);
+            (macs == BTreeSet::from([node(&said).mac.clone()]))
+                .then_some(said)
+                .ok_or(format!("{macs:?}"))
+        },
+    );
+    for _ in 0..2 {
+        assert_eq!(arp_macs(&client, &client_if, VIP), BTreeSet::from([node(&taker).mac.clone()]));
+    }
+    owner.ns.run(&["nft", "delete", "table", "inet", "l2test"]);
+    wait_for(
+        "the owner back in the membership answers again, alone",
+        Duration::from_secs(30),
+        || {
+            all_agree(&all, "shop/web", &first)?;
+            let macs = arp_macs(&client, &client_if, VIP);
+            (macs == BTreeSet::from([owner.mac.clone()])).then_some(()).ok_or(format!("{macs:?}"))
+        },
+    );
 }

@@ -3,7 +3,7 @@
 //! before it says it is ready) and again when it is ready. The kinds' own back-off (up to
 //! `RETRY_MAX`) then only paces a kind that fails while the server is up; without the probe, a
 //! server back after a long outage was seen only at each kind's next retry, seconds later. One
-//! small request per node is also lighter on a recovering server than fifteen kinds retrying
+//! small request per node is also lighter on a recovering server than sixteen kinds retrying
 //! their lists.
 
 use std::time::Duration;

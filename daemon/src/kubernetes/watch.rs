@@ -53,7 +53,7 @@ const fn kind(
 }
 
 /// What is watched: the kinds the manifest parser reads, at the versions upstream serves.
-const KINDS: [Kind; 15] = [
+const KINDS: [Kind; 16] = [
     kind("", "v1", "Node", "nodes", Scope::ThisNode),
     kind("", "v1", "Namespace", "namespaces", Scope::Cluster),
     // Only the type `passwordSecret` may name: uplink neither reads nor keeps the others.
@@ -65,6 +65,7 @@ const KINDS: [Kind; 15] = [
     kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", Scope::AllNamespaces),
     kind("metallb.io", "v1beta1", "IPAddressPool", "ipaddresspools", Scope::OwnNamespace),
     kind("metallb.io", "v1beta1", "BGPAdvertisement", "bgpadvertisements", Scope::OwnNamespace),
+    kind("metallb.io", "v1beta1", "L2Advertisement", "l2advertisements", Scope::OwnNamespace),
     kind("metallb.io", "v1beta2", "BGPPeer", "bgppeers", Scope::OwnNamespace),
     kind("metallb.io", "v1beta1", "BFDProfile", "bfdprofiles", Scope::OwnNamespace),
     kind("metallb.io", "v1beta1", "Community", "communities", Scope::OwnNamespace),

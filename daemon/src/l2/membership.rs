@@ -38,6 +38,10 @@ pub const MIN_DETECTION: Duration = Duration::from_millis(500);
 /// How often the seeds that are not members yet are asked to let this node in.
 const JOIN_EVERY: Duration = Duration::from_secs(2);
 
+/// How many detection times a start waits for the seeds that do not answer: a seed that is
+/// down is then taken as down (and this node may be the only one left).
+const JOIN_WAIT: u32 = 3;
+
 /// Datagrams a source may send per second (and at once): a member sends a few per probe
 /// period; anything beyond is a flood, dropped before its tag is computed.
 const SOURCE_RATE: f64 = 200.0;
@@ -170,6 +174,10 @@ pub struct View {
     pub alive: Members,
     /// The nodes seen down since they were last alive.
     pub down: BTreeSet<String>,
+    /// The start is over: every seed answered, or the wait for them ([`JOIN_WAIT`] detection
+    /// times) ran out. Until then this node answers for nothing: alone in its own view, it
+    /// would take every address from the nodes that answer for them.
+    pub joined: bool,
 }
 
 /// The running membership: its view, and leaving the others on a graceful stop.
@@ -279,13 +287,27 @@ async fn run(
     };
     let mut buffer = vec![0u8; MAX_DATAGRAM + 1];
     let mut join = tokio::time::interval(JOIN_EVERY);
+    let join_wait = tokio::time::sleep(settings.detection.max(MIN_DETECTION) * JOIN_WAIT);
+    tokio::pin!(join_wait);
+    node.joined_when_seeds_answer(&settings.seeds);
     loop {
         tokio::select! {
-            _ = join.tick() => node.join(&settings.seeds).await,
+            _ = join.tick() => {
+                node.join(&settings.seeds).await;
+                node.joined_when_seeds_answer(&settings.seeds);
+            }
+            () = &mut join_wait, if !node.view.joined => {
+                let missing = node.missing_seeds(&settings.seeds);
+                warn!(?missing, "membership: seeds not answering; taking them as down");
+                node.set_joined();
+            }
             received = node.socket.recv_from(&mut buffer) => match received {
                 Ok((length, from)) => {
                     let datagram = buffer.get(..length).unwrap_or_default();
                     node.receive(datagram, from).await;
+                    if !node.view.joined {
+                        node.joined_when_seeds_answer(&settings.seeds);
+                    }
                 }
                 Err(e) => debug!("membership: receive: {e}"),
             },
@@ -312,13 +334,30 @@ async fn run(
 }
 
 impl Node {
-    /// Asks each seed that is not a member yet to let this node in.
-    async fn join(&mut self, seeds: &[SocketAddr]) {
+    /// The seeds (other than this node) that are not members.
+    fn missing_seeds(&self, seeds: &[SocketAddr]) -> Vec<SocketAddr> {
         let own = self.swim.identity().address;
         let members: BTreeSet<SocketAddr> =
             self.swim.iter_members().map(|m| m.id().address).collect();
-        for seed in seeds.iter().filter(|s| **s != own && !members.contains(s)) {
-            if let Err(e) = self.swim.announce(Member::seed(*seed), &mut self.runtime) {
+        seeds.iter().filter(|s| **s != own && !members.contains(s)).copied().collect()
+    }
+
+    fn joined_when_seeds_answer(&mut self, seeds: &[SocketAddr]) {
+        if !self.view.joined && self.missing_seeds(seeds).is_empty() {
+            self.set_joined();
+        }
+    }
+
+    fn set_joined(&mut self) {
+        info!(alive = self.view.alive.len(), "membership: joined");
+        self.view.joined = true;
+        self.publish.send_replace(Arc::new(self.view.clone()));
+    }
+
+    /// Asks each seed that is not a member yet to let this node in.
+    async fn join(&mut self, seeds: &[SocketAddr]) {
+        for seed in self.missing_seeds(seeds) {
+            if let Err(e) = self.swim.announce(Member::seed(seed), &mut self.runtime) {
                 debug!("membership: joining by {seed}: {e}");
             }
         }

@@ -256,8 +256,18 @@ impl Task {
                 status.not_answering = Some(why.to_string());
             }
         }
+        let held = match (&self.membership, &members) {
+            (Some(running), Some(members)) => held_back(running, members.len()),
+            _ => None,
+        };
+        if let Some(why) = held.as_ref().filter(|_| !config.l2_advertisements.is_empty()) {
+            if self.status.borrow().not_answering.as_ref() != Some(why) {
+                warn!("layer 2: answering for no address: {why}");
+            }
+            status.not_answering = Some(why.clone());
+        }
         let mut answers = AnswerSet::default();
-        if members.is_some() {
+        if members.is_some() && held.is_none() {
             for service in status.services.iter().filter(|s| s.state == L2State::Answering) {
                 for address in &service.addresses {
                     answers.0.insert(*address, service.interfaces.clone());
@@ -267,6 +277,38 @@ impl Task {
         self.responder.set(answers);
         self.status.send_replace(Arc::new(status));
     }
+}
+
+/// Why this node, a member, answers for nothing for now, if it does not:
+///
+/// - it is still joining (alone in its own view at the start, it would take every address
+///   from the nodes that answer for them);
+/// - it sees fewer than half of the members it is configured with (itself and
+///   `[layer2] members`): cut off from the others, which elect among themselves, it must not
+///   answer too, and when its links come back it must not take their addresses before it has
+///   rejoined them. Half is enough, so that of two nodes the survivor answers (two halves
+///   that cannot see each other both answer: no membership tells a dead peer from a cut one).
+fn held_back(running: &Running, alive: usize) -> Option<String> {
+    if !running.view.borrow().joined {
+        return Some(
+            "joining the membership: waiting for the members to answer before taking any address"
+                .to_string(),
+        );
+    }
+    let known = running
+        .settings
+        .members
+        .iter()
+        .filter(|m| **m != running.settings.address)
+        .collect::<BTreeSet<_>>()
+        .len()
+        + 1;
+    (alive * 2 < known).then(|| {
+        format!(
+            "sees {alive} of the {known} members alive, fewer than half: the others elect among \
+             themselves (split brain avoided)"
+        )
+    })
 }
 
 /// The layer 2 advertisements that select this node; none while it drains (its addresses

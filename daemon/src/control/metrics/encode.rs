@@ -216,7 +216,7 @@ fn families(snapshot: &Snapshot) -> Families {
     for a in &snapshot.announced {
         let labels = vec![
             ("service", a.service.clone()),
-            ("protocol", "bgp".to_string()),
+            ("protocol", a.protocol.to_string()),
             ("node", snapshot.node.clone()),
             ("ip", a.ip.to_string()),
         ];
@@ -230,6 +230,21 @@ fn families(snapshot: &Snapshot) -> Families {
             ("reason", a.reason.to_string()),
         ];
         out.add(families::ANNOUNCEMENTS, labels, a.count);
+    }
+    for (ip, counts) in &snapshot.layer2.addresses {
+        let labels = || vec![("ip", ip.to_string())];
+        out.add(families::LAYER2_REQUESTS, labels(), counts.requests_received);
+        out.add(families::LAYER2_RESPONSES, labels(), counts.responses_sent);
+        out.add(families::LAYER2_GRATUITOUS, labels(), counts.gratuitous_sent);
+    }
+    for (reason, count) in &snapshot.layer2.dropped {
+        out.add(families::LAYER2_DROPPED, vec![("reason", reason.to_string())], *count);
+    }
+    if let Some(alive) = snapshot.layer2.members_alive {
+        out.add(families::LAYER2_MEMBERS, vec![], alive);
+    }
+    for (reason, count) in &snapshot.layer2.membership_refused {
+        out.add(families::LAYER2_MEMBERSHIP_REFUSED, vec![("reason", reason.to_string())], *count);
     }
     if let Some(k8s) = &snapshot.kubernetes {
         out.add(families::K8S_CONFIG_LOADED, vec![], u64::from(k8s.loaded));
@@ -269,7 +284,7 @@ fn families(snapshot: &Snapshot) -> Families {
 #[cfg(test)]
 mod tests {
     use super::super::gather::{
-        AnnouncedService, AnnouncementCount, FibNumbers, KubernetesNumbers, LocRib,
+        AnnouncedService, AnnouncementCount, FibNumbers, KubernetesNumbers, Layer2Numbers, LocRib,
         PolicyEnactment, PoolUsage, Prefixes, ReloadNumbers, Snapshot,
     };
     use super::*;
@@ -333,6 +348,7 @@ mod tests {
             announced: vec![AnnouncedService {
                 service: "shop/web".into(),
                 ip: "192.0.2.7".parse().unwrap(),
+                protocol: "bgp",
             }],
             bgp: vec![
                 BgpPeer {
@@ -400,6 +416,19 @@ mod tests {
                 kinds: vec![("Service".into(), 3, true), ("BGPPeer".into(), 0, false)],
                 refused: 1,
             }),
+            layer2: Layer2Numbers {
+                addresses: vec![(
+                    "192.0.2.9".parse().unwrap(),
+                    crate::l2::responder::AddressCounts {
+                        requests_received: 7,
+                        responses_sent: 6,
+                        gratuitous_sent: 5,
+                    },
+                )],
+                dropped: vec![("not_answered", 4)],
+                members_alive: Some(3),
+                membership_refused: vec![("wrong_key", 2)],
+            },
         }
     }
 
@@ -464,6 +493,24 @@ mod tests {
         for name in metallb_own {
             assert!(types.contains(&(name.to_string(), "gauge".to_string())), "{name}:\n{text}");
         }
+        // Its speaker's layer 2 counters, without `_total`, by the address answered for.
+        let layer2 = [
+            ("metallb_layer2_requests_received", 7),
+            ("metallb_layer2_responses_sent", 6),
+            ("metallb_layer2_gratuitous_sent", 5),
+        ];
+        for (name, value) in layer2 {
+            assert!(types.contains(&(name.to_string(), "counter".to_string())), "{name}:\n{text}");
+            assert!(
+                text.contains(&format!("{name}{{ip=\"192.0.2.9\"}} {value}\n")),
+                "{name}:\n{text}"
+            );
+        }
+        assert!(text.contains(
+            "# HELP metallb_layer2_requests_received Number of layer2 requests received for owned IPs\n"
+        ));
+        let metallb_own: Vec<&str> =
+            metallb_own.into_iter().chain(layer2.iter().map(|(name, _)| *name)).collect();
         // Every other frrk8s_/metallb_ family is one of frr-k8s's.
         let others = types.iter().filter(|(n, _)| !n.starts_with("uplink_"));
         for (name, _) in others.filter(|(n, _)| !metallb_own.contains(&n.as_str())) {
@@ -540,6 +587,9 @@ mod tests {
             ("uplink_kubernetes_objects", "gauge"),
             ("uplink_kubernetes_watch_up", "gauge"),
             ("uplink_kubernetes_refused_objects", "gauge"),
+            ("uplink_layer2_frames_dropped_total", "counter"),
+            ("uplink_layer2_members_alive", "gauge"),
+            ("uplink_layer2_membership_refused_total", "counter"),
         ];
         let ours: Vec<(String, String)> =
             types.iter().filter(|(n, _)| n.starts_with("uplink_")).cloned().collect();

@@ -435,6 +435,51 @@ pub const SPEAKER_ANNOUNCED: Family = Family {
     labels: &["service", "protocol", "node", "ip"],
 };
 
+// Layer 2 mode: MetalLB's speaker's families (`internal/layer2/stats.go`), counters under
+// upstream's names without `_total`, by the address answered for.
+
+pub const LAYER2_REQUESTS: Family = Family {
+    name: "metallb_layer2_requests_received",
+    help: "Number of layer2 requests received for owned IPs",
+    kind: Kind::UpstreamCounter,
+    labels: &["ip"],
+};
+
+pub const LAYER2_RESPONSES: Family = Family {
+    name: "metallb_layer2_responses_sent",
+    help: "Number of layer2 responses sent for owned IPs in response to requests",
+    kind: Kind::UpstreamCounter,
+    labels: &["ip"],
+};
+
+pub const LAYER2_GRATUITOUS: Family = Family {
+    name: "metallb_layer2_gratuitous_sent",
+    help: "Number of gratuitous layer2 packets sent for owned IPs as a result of failovers",
+    kind: Kind::UpstreamCounter,
+    labels: &["ip"],
+};
+
+pub const LAYER2_DROPPED: Family = Family {
+    name: "uplink_layer2_frames_dropped_total",
+    help: "ARP and NDP frames that got no answer, by reason",
+    kind: Kind::Counter,
+    labels: &["reason"],
+};
+
+pub const LAYER2_MEMBERS: Family = Family {
+    name: "uplink_layer2_members_alive",
+    help: "Members of the layer 2 membership this node sees alive, itself included",
+    kind: Kind::Gauge,
+    labels: &[],
+};
+
+pub const LAYER2_MEMBERSHIP_REFUSED: Family = Family {
+    name: "uplink_layer2_membership_refused_total",
+    help: "Membership datagrams refused, by reason (rate, malformed, wrong_key, protocol)",
+    kind: Kind::Counter,
+    labels: &["reason"],
+};
+
 // The Kubernetes source, with `[kubernetes]`. The first two are MetalLB's speaker's, under
 // their names and meaning, so its alert rules (MetalLBStaleConfig, MetalLBConfigNotLoaded)
 // work unchanged.

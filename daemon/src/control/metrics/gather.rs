@@ -44,6 +44,7 @@ pub struct Sources {
     pub running: watch::Receiver<Arc<Config>>,
     /// The Kubernetes source's record (`[kubernetes]`).
     pub kubernetes: Option<crate::kubernetes::Health>,
+    pub layer2: Option<crate::l2::runtime::Layer2Handle>,
 }
 
 /// One BGP neighbor.
@@ -134,6 +135,9 @@ pub struct AnnouncedService {
     /// `namespace/name`.
     pub service: String,
     pub ip: IpAddr,
+    /// MetalLB's `protocol` label: `bgp`, or `layer2` for an address this node answers ARP
+    /// and NDP for.
+    pub protocol: &'static str,
 }
 
 /// Everything one scrape exports.
@@ -152,8 +156,20 @@ pub struct Snapshot {
     pub network_policies: Vec<PolicyEnactment>,
     /// `None` without `[kubernetes]`.
     pub kubernetes: Option<KubernetesNumbers>,
+    pub layer2: Layer2Numbers,
     /// The families exported (`[metrics] namespaces`).
     pub namespaces: crate::config::MetricNamespaces,
+}
+
+/// Layer 2 mode's counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layer2Numbers {
+    /// Per address answered for: requests received, responses sent, gratuitous sent.
+    pub addresses: Vec<(IpAddr, crate::l2::responder::AddressCounts)>,
+    pub dropped: Vec<(&'static str, u64)>,
+    /// `None` without a membership.
+    pub members_alive: Option<u64>,
+    pub membership_refused: Vec<(&'static str, u64)>,
 }
 
 /// The Kubernetes source, as MetalLB's speaker exports its client's state.
@@ -180,7 +196,10 @@ pub struct PolicyEnactment {
 /// Reads every source once.
 pub async fn gather(sources: &Sources) -> Snapshot {
     let instances = sources.instances.borrow().clone();
-    let (pools, announced) = allocation_numbers(&sources.announcer);
+    let (pools, mut announced) = allocation_numbers(&sources.announcer);
+    if let Some(layer2) = &sources.layer2 {
+        announced.extend(layer2_announced(layer2));
+    }
     let node = sources.running.borrow().announce.node.name.clone().unwrap_or_default();
     let mut snapshot = Snapshot {
         node,
@@ -194,6 +213,7 @@ pub async fn gather(sources: &Sources) -> Snapshot {
         reloads: reload_numbers(&sources.reloads),
         network_policies: policy_enactments(&sources.running.borrow()),
         kubernetes: sources.kubernetes.as_ref().map(kubernetes_numbers),
+        layer2: sources.layer2.as_ref().map(layer2_numbers).unwrap_or_default(),
         namespaces: sources.running.borrow().metrics.namespaces,
     };
     for instance in instances.iter() {
@@ -303,9 +323,11 @@ fn allocation_numbers(announcer: &AnnouncerHandle) -> (Vec<PoolUsage>, Vec<Annou
         .iter()
         .filter(|c| matches!(c.state, State::Announced { .. }))
         .filter_map(|c| match (&c.origin, c.prefix) {
-            (Origin::Service { service, .. }, Some(prefix)) => {
-                Some(AnnouncedService { service: service.to_string(), ip: prefix.addr() })
-            }
+            (Origin::Service { service, .. }, Some(prefix)) => Some(AnnouncedService {
+                service: service.to_string(),
+                ip: prefix.addr(),
+                protocol: "bgp",
+            }),
             _ => None,
         })
         .collect();
@@ -368,6 +390,45 @@ pub fn reason_label(reason: &Reason) -> &'static str {
         Reason::NoHostSubnet => "no_host_subnet",
         Reason::UnknownPeers { .. } => "unknown_peers",
         Reason::NoMatchingRouter { .. } => "no_matching_router",
+    }
+}
+
+/// The addresses this node answers for in layer 2 mode, as MetalLB's speaker counts them.
+fn layer2_announced(layer2: &crate::l2::runtime::Layer2Handle) -> Vec<AnnouncedService> {
+    let status = layer2.status();
+    let answered =
+        status.services.iter().filter(|s| s.state == crate::announce::l2::L2State::Answering);
+    let mut out = Vec::new();
+    for service in answered.filter(|_| status.not_answering.is_none()) {
+        for ip in &service.addresses {
+            out.push(AnnouncedService {
+                service: service.service.to_string(),
+                ip: *ip,
+                protocol: "layer2",
+            });
+        }
+    }
+    out
+}
+
+fn layer2_numbers(layer2: &crate::l2::runtime::Layer2Handle) -> Layer2Numbers {
+    let counts = layer2.counts();
+    let status = layer2.status();
+    let membership = status.membership.as_ref();
+    Layer2Numbers {
+        addresses: counts.addresses.into_iter().collect(),
+        dropped: counts.dropped.into_iter().collect(),
+        members_alive: membership.map(|m| u64::try_from(m.alive.len()).unwrap_or(u64::MAX)),
+        membership_refused: membership
+            .map(|m| {
+                vec![
+                    ("rate", m.refused_rate),
+                    ("malformed", m.refused_malformed),
+                    ("wrong_key", m.refused_wrong_key),
+                    ("protocol", m.refused_protocol),
+                ]
+            })
+            .unwrap_or_default(),
     }
 }
 
