@@ -13,7 +13,7 @@ FEATURES := netconf kubernetes
 LAB_PKGS := frr iproute2 procps openssl
 TEST_PKGS := $(LAB_PKGS) bird2 gobgpd exabgp nftables tcpdump psmisc python3 iputils-ping iputils-arping ndisc6 curl network-manager dbus prometheus systemd
 
-.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib bench-failover bench-k8s
+.PHONY: all build static lab lab-down test unit interop fuzz fuzz-smoke lint deps-lab deps-test bench bench-bfd bench-fib bench-failover bench-k8s bench-l2
 
 all: build
 
@@ -131,6 +131,13 @@ bench-k8s: deps-test testenv
 	cp $(TARGET_DIR)/release/uplink /tmp/uplink-bench-k8s
 	UPLINK_BIN=/tmp/uplink-bench-k8s cargo test -p uplink --features "$(FEATURES)" \
 		--test kubernetes_bench -- --ignored --nocapture
+
+# Layer 2 mode at scale (daemon/tests/l2_bench.rs, docs/BENCHMARKS.md): ARP answers against the
+# kernel's, 10,000 addresses' memory, failover between three nodes. Needs root.
+bench-l2: deps-test
+	cargo build --release -p uplink --bin uplink
+	cp $(TARGET_DIR)/release/uplink /tmp/uplink-bench-l2
+	UPLINK_BIN=/tmp/uplink-bench-l2 cargo test -p uplink --test l2_bench -- --ignored --nocapture
 
 # Nix files (flake.nix, nix/): every .nix file parsed, the pure pieces evaluated and the VM
 # test's uplink settings run through `uplink check`. Nix packages cannot be fetched on these

@@ -235,7 +235,19 @@ in
           3784
           3785
           4784
+          # Layer 2 mode's membership (`[layer2]`, memberlist's port).
+          7946
         ];
+      };
+
+      # Layer 2 mode: uplink alone answers ARP for the service addresses; the kernel answers
+      # only for addresses of the interface asked on and never sends a service address as
+      # its ARP source (docs/layer2.md; MetalLB's `strictARP`).
+      boot.kernel.sysctl = {
+        "net.ipv4.conf.all.arp_ignore" = lib.mkDefault 1;
+        "net.ipv4.conf.default.arp_ignore" = lib.mkDefault 1;
+        "net.ipv4.conf.all.arp_announce" = lib.mkDefault 2;
+        "net.ipv4.conf.default.arp_announce" = lib.mkDefault 2;
       };
 
       # uplink drains the node before a shutdown or reboot under a logind delay inhibitor.
@@ -308,6 +320,8 @@ in
             "AF_INET"
             "AF_INET6"
             "AF_NETLINK"
+            # Layer 2 mode answers ARP and NDP through packet sockets.
+            "AF_PACKET"
           ];
           RestrictNamespaces = true;
           # SCHED_FIFO for the BFD thread: real-time scheduling must stay allowed.

@@ -57,8 +57,9 @@ echo "ok: rejected with $(grep -Eo 'config/uplink\.toml:[0-9]+:[0-9]+: always_bl
 
 echo "== the whole role on a stand-in node"
 node=$out/node
-mkdir -p "$node/bin" "$node/usr/bin" "$node/etc/systemd/system" "$node/etc/iproute2/rt_protos.d"
-cp tests/stand-in/systemctl "$node/bin/"
+mkdir -p "$node/bin" "$node/usr/bin" "$node/etc/systemd/system" "$node/etc/iproute2/rt_protos.d" \
+  "$node/etc/sysctl.d"
+cp tests/stand-in/systemctl tests/stand-in/sysctl "$node/bin/"
 # stand_in VERSION BEHAVIOUR: a stand-in uplink binary (tests/stand-in/uplink) as $out/uplink-VERSION.
 stand_in() {
   sed -e "s/@VERSION@/$1/" -e "s/@BEHAVIOUR@/$2/" tests/stand-in/uplink >"$out/uplink-$1"
@@ -107,7 +108,8 @@ dropin=$node/etc/systemd/logind.conf.d/90-uplink.conf
 
 node_play install ok v1
 did install "systemctl enable uplink.service" "systemctl start uplink.service" "start v1" \
-  "systemctl kill --signal=HUP systemd-logind.service" "wait-ready v1 --timeout 300s"
+  "systemctl kill --signal=HUP systemd-logind.service" \
+  "sysctl -q -p /etc/sysctl.d/90-uplink-layer2.conf" "wait-ready v1 --timeout 300s"
 is_binary uplink v1 install
 mode_is "$node/etc/uplink/keys" 700
 mode_is "$staging/config/keys" 700

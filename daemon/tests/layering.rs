@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("netconf", 1),
     ("bfd", 2),
     ("kubernetes", 2),
+    ("l2", 2),
     ("bgp", 3),
     ("ops", 4),
     ("reload", 4),

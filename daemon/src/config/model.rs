@@ -213,6 +213,9 @@ impl fmt::Debug for Layer2Config {
     }
 }
 
+/// MetalLB's memberlist port, so the firewalls that let MetalLB's speakers talk let these.
+pub const DEFAULT_LAYER2_PORT: u16 = 7946;
+
 /// The detection time when `[layer2] detection` is left out: a failover (detection, then the
 /// announcements) under two seconds.
 pub const DEFAULT_LAYER2_DETECTION: Duration = Duration::from_secs(1);

@@ -18,6 +18,9 @@ pub struct Link {
     pub name: String,
     pub index: u32,
     pub mac: [u8; 6],
+    /// The kernel's count of the link's carrier changes: a link that went down and up between
+    /// two reads is seen by it (its addresses are then announced again).
+    pub carrier_changes: u64,
 }
 
 /// The interfaces that may answer, by name.
@@ -42,13 +45,17 @@ fn link(dir: &Path, name: &str) -> Option<Link> {
     let usable = flags & IFF_UP != 0
         && flags & IFF_BROADCAST != 0
         && flags & (IFF_LOOPBACK | IFF_NOARP) == 0
-        && !dir.join("master").exists();
+        && !dir.join("master").exists()
+        // Up without a carrier (a cable out, a veth whose peer is down): frames go nowhere.
+        && read("carrier").is_none_or(|c| c.trim() == "1");
     if !usable {
         return None;
     }
     let index = read("ifindex")?.trim().parse().ok()?;
     let mac = parse_mac(read("address")?.trim())?;
-    Some(Link { name: name.to_string(), index, mac })
+    let carrier_changes =
+        read("carrier_changes").and_then(|c| c.trim().parse().ok()).unwrap_or_default();
+    Some(Link { name: name.to_string(), index, mac, carrier_changes })
 }
 
 fn parse_mac(text: &str) -> Option<[u8; 6]> {
@@ -85,18 +92,32 @@ mod tests {
         let _ = fs::remove_dir_all(&root);
         interface(&root, "eth0", "0x1003", 2, "52:54:00:12:34:56");
         interface(&root, "eth1", "0x1002", 3, "52:54:00:12:34:57"); // down
+        let no_carrier = interface(&root, "eth3", "0x1003", 7, "52:54:00:12:34:59");
+        fs::write(no_carrier.join("carrier"), "0\n").unwrap();
         let enslaved = interface(&root, "eth2", "0x1803", 4, "52:54:00:12:34:58");
         fs::create_dir_all(enslaved.join("master")).unwrap();
         interface(&root, "lo", "0x9", 1, "00:00:00:00:00:00");
         interface(&root, "wg0", "0x10d1", 5, "00:00:00:00:00:00"); // NOARP, point to point
-        interface(&root, "bond0", "0x1403", 6, "52:54:00:aa:bb:cc");
+        let bond = interface(&root, "bond0", "0x1403", 6, "52:54:00:aa:bb:cc");
+        fs::write(bond.join("carrier"), "1\n").unwrap();
+        fs::write(bond.join("carrier_changes"), "4\n").unwrap();
         let links = answering_links_in(&root);
         let _ = fs::remove_dir_all(&root);
         assert_eq!(
             links,
             [
-                Link { name: "bond0".into(), index: 6, mac: [0x52, 0x54, 0, 0xaa, 0xbb, 0xcc] },
-                Link { name: "eth0".into(), index: 2, mac: [0x52, 0x54, 0, 0x12, 0x34, 0x56] },
+                Link {
+                    name: "bond0".into(),
+                    index: 6,
+                    mac: [0x52, 0x54, 0, 0xaa, 0xbb, 0xcc],
+                    carrier_changes: 4
+                },
+                Link {
+                    name: "eth0".into(),
+                    index: 2,
+                    mac: [0x52, 0x54, 0, 0x12, 0x34, 0x56],
+                    carrier_changes: 0
+                },
             ]
         );
         assert_eq!(parse_mac("52:54:00:12:34"), None);

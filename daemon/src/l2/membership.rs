@@ -28,9 +28,6 @@ use tracing::{debug, info, warn};
 use super::envelope::{self, Key, MAX_DATAGRAM};
 use crate::announce::l2::Members;
 
-/// MetalLB's memberlist port, so the firewalls that let MetalLB's speakers talk let these.
-pub const DEFAULT_PORT: u16 = 7946;
-
 /// The shortest detection time accepted: below it a busy node's late answer to a probe would
 /// move its addresses away.
 pub const MIN_DETECTION: Duration = Duration::from_millis(500);

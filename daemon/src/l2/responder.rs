@@ -16,12 +16,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::links::{answering_links, Link};
-use super::socket::{PacketSocket, ETH_P_ARP, ETH_P_IPV6};
+use super::socket::{target_ranges, PacketSocket, ETH_P_ARP, ETH_P_IPV6};
 use super::{arp, ndp, Dropped};
 use crate::announce::l2::Interfaces;
 
@@ -32,6 +32,9 @@ const RESCAN: Duration = Duration::from_secs(1);
 /// 1.1 s until 5 s have passed).
 const ANNOUNCEMENTS: usize = 5;
 const ANNOUNCE_EVERY: Duration = Duration::from_millis(1100);
+/// Each answering socket's receive buffer: at a flood's rate (200,000 requests a second for
+/// other addresses in the benchmark) a few milliseconds of frames.
+const RECEIVE_BUFFER: usize = 4 << 20;
 
 /// What this node answers for: each address with the interfaces it is answered on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -149,22 +152,41 @@ impl Drop for Responder {
 /// Keeps a worker on each interface something is answered on, and announces each address
 /// on each interface it newly is answered on.
 async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<Counters>) {
-    let mut workers: HashMap<(String, u32), Worker> = HashMap::new();
+    // By interface name, index and carrier changes: a link that went down and up since its
+    // worker started gets a new one, and its addresses are announced again.
+    let mut workers: HashMap<(String, u32, u64), Worker> = HashMap::new();
     let mut answered: BTreeSet<(IpAddr, String)> = BTreeSet::new();
+    // A worker that ends (its interface went down: its socket reports it) says so, and the
+    // interfaces are read again at once.
+    let ended = Arc::new(Notify::new());
     loop {
         let current = answers.borrow_and_update().clone();
-        let links: Vec<Link> =
-            answering_links().into_iter().filter(|l| current.any_on(&l.name)).collect();
+        // Nothing answered (no layer 2 advertisement, or not this node's): no interface read.
+        let links: Vec<Link> = if current.0.is_empty() {
+            Vec::new()
+        } else {
+            answering_links().into_iter().filter(|l| current.any_on(&l.name)).collect()
+        };
         // A worker whose interface went away has ended; it starts again once the interface
         // is back.
-        workers.retain(|(name, index), worker| {
-            !worker.0.is_finished() && links.iter().any(|l| l.name == *name && l.index == *index)
+        workers.retain(|(name, index, changes), worker| {
+            !worker.0.is_finished()
+                && links
+                    .iter()
+                    .any(|l| l.name == *name && l.index == *index && l.carrier_changes == *changes)
         });
         for link in &links {
-            workers.entry((link.name.clone(), link.index)).or_insert_with(|| {
-                info!(interface = %link.name, "layer 2: answering on {}", link.name);
-                Worker(tokio::spawn(serve(link.clone(), answers.clone(), counters.clone())))
-            });
+            workers.entry((link.name.clone(), link.index, link.carrier_changes)).or_insert_with(
+                || {
+                    info!(interface = %link.name, "layer 2: answering on {}", link.name);
+                    // Announced again on it, whatever was before: a link that was down for less
+                    // than a rescan may have seen its addresses taken by another node meanwhile.
+                    answered.retain(|(_, name)| *name != link.name);
+                    let serving =
+                        serve(link.clone(), answers.clone(), counters.clone(), ended.clone());
+                    Worker(tokio::spawn(serving))
+                },
+            );
         }
         let now = current.pairs(&links);
         let new: Vec<(IpAddr, Link)> = now
@@ -179,6 +201,7 @@ async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<C
         answered = now;
         tokio::select! {
             changed = answers.changed() => if changed.is_err() { return },
+            () = ended.notified() => {}
             () = tokio::time::sleep(RESCAN) => {}
         }
     }
@@ -194,10 +217,16 @@ impl Drop for Worker {
 }
 
 /// Answers on one interface until it goes away.
-async fn serve(link: Link, answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<Counters>) {
+async fn serve(
+    link: Link,
+    answers: watch::Receiver<Arc<AnswerSet>>,
+    counters: Arc<Counters>,
+    ended: Arc<Notify>,
+) {
     if let Err(e) = answer(&link, &answers, &counters).await {
-        warn!(interface = %link.name, "layer 2: cannot answer on {}: {e}", link.name);
+        warn!(interface = %link.name, "layer 2: not answering on {} ({e}) until it is back", link.name);
     }
+    ended.notify_one();
 }
 
 async fn answer(
@@ -206,9 +235,21 @@ async fn answer(
     counters: &Counters,
 ) -> io::Result<()> {
     let requests = PacketSocket::open(link.index, ETH_P_ARP)?;
-    requests.only_arp_requests()?;
+    let ranges = |answers: &AnswerSet| {
+        target_ranges(answers.0.iter().filter(|(_, i)| on(i, &link.name)).filter_map(
+            |(address, _)| match address {
+                IpAddr::V4(v4) => Some(*v4),
+                IpAddr::V6(_) => None,
+            },
+        ))
+    };
+    let mut answers = answers.clone();
+    let mut filtered = ranges(&answers.borrow_and_update());
+    requests.only_arp_requests(Some(&filtered))?;
+    requests.set_receive_buffer(RECEIVE_BUFFER)?;
     let solicitations = PacketSocket::open(link.index, ETH_P_IPV6)?;
     solicitations.only_neighbor_solicitations()?;
+    solicitations.set_receive_buffer(RECEIVE_BUFFER)?;
     solicitations.receive_all_multicast(link.index)?;
     let mut arp_frame = vec![0u8; 2048];
     let mut nd_frame = vec![0u8; 2048];
@@ -216,6 +257,17 @@ async fn answer(
         // The address asked for, when this node answers for it (set by the reply's check).
         let asked = Cell::new(None);
         let (socket, reply) = tokio::select! {
+            changed = answers.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let now = ranges(&answers.borrow_and_update());
+                if now != filtered {
+                    requests.only_arp_requests(Some(&now))?;
+                    filtered = now;
+                }
+                continue;
+            }
             length = requests.receive(&mut arp_frame) => {
                 let frame = arp_frame.get(..length?).unwrap_or_default();
                 (&requests, arp::reply(frame, link.mac, |address| {

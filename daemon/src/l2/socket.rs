@@ -31,6 +31,12 @@ impl PacketSocket {
         Ok(Self { socket })
     }
 
+    /// Room for this many bytes of frames waiting to be read: a burst (a flood of requests
+    /// for other addresses) is queued rather than dropped with the answers in it.
+    pub fn set_receive_buffer(&self, bytes: usize) -> io::Result<()> {
+        self.socket.get_ref().set_recv_buffer_size(bytes)
+    }
+
     /// Lets only Neighbor Solicitations through (an IPv6 socket otherwise gets every IPv6
     /// frame of the interface): the kernel drops the rest before they wake the responder, so
     /// a busy link does not delay the answers.
@@ -38,10 +44,12 @@ impl PacketSocket {
         self.socket.get_ref().attach_filter(&neighbor_solicitation_filter())
     }
 
-    /// Lets only ARP requests through (operation 1): replies, forged or not, never reach the
-    /// responder.
-    pub fn only_arp_requests(&self) -> io::Result<()> {
-        self.socket.get_ref().attach_filter(&arp_request_filter())
+    /// Lets only ARP requests through (operation 1) for a target within `targets` (inclusive
+    /// ranges of IPv4 addresses as numbers; all requests when `None`): replies, forged or not,
+    /// and a flood of requests for other addresses never reach the responder. Attached again
+    /// whenever the addresses change.
+    pub fn only_arp_requests(&self, targets: Option<&[(u32, u32)]>) -> io::Result<()> {
+        self.socket.get_ref().attach_filter(&arp_request_filter(targets))
     }
 
     /// Has the interface pass every multicast frame up (`PACKET_MR_ALLMULTI`, packet(7)): a
@@ -120,16 +128,86 @@ fn neighbor_solicitation_filter() -> Vec<SockFilter> {
     ]
 }
 
-/// ARP (EtherType at octet 12) whose operation (octets 14 + 6, 7) is a request (1).
-fn arp_request_filter() -> Vec<SockFilter> {
-    vec![
+/// The most target ranges one ARP filter checks: two instructions each, and a conditional
+/// jump reaches at most 255 instructions ahead. More ranges are merged across their smallest
+/// gaps ([`target_ranges`]).
+pub const MAX_TARGET_RANGES: usize = 100;
+
+const LD_W_ABS: u16 = 0x20;
+const JGE_K: u16 = 0x35;
+const JGT_K: u16 = 0x25;
+
+/// ARP (EtherType at octet 12) whose operation (octets 14 + 6, 7) is a request (1) and, with
+/// `targets`, whose target address (octets 14 + 24 to 27) is within one of them.
+fn arp_request_filter(targets: Option<&[(u32, u32)]>) -> Vec<SockFilter> {
+    let ranges = targets.map(|t| t.get(..MAX_TARGET_RANGES).unwrap_or(t)).unwrap_or_default();
+    // From each instruction before "drop" and "accept" (the last two), how far to each.
+    let mut program = vec![
         SockFilter::new(LD_H_ABS, 0, 0, 12),
-        SockFilter::new(JEQ_K, 0, 3, u32::from(ETH_P_ARP)),
+        SockFilter::new(JEQ_K, 0, 0, u32::from(ETH_P_ARP)),
         SockFilter::new(LD_H_ABS, 0, 0, 20),
-        SockFilter::new(JEQ_K, 0, 1, 1),
-        SockFilter::new(RET_K, 0, 0, u32::MAX),
-        SockFilter::new(RET_K, 0, 0, 0),
-    ]
+        SockFilter::new(JEQ_K, 0, 0, 1),
+    ];
+    if targets.is_some() {
+        program.push(SockFilter::new(LD_W_ABS, 0, 0, 38));
+        for (low, high) in ranges {
+            // Below the range: on to the next one; above it: the same; within: accept.
+            program.push(SockFilter::new(JGE_K, 0, 1, *low));
+            program.push(SockFilter::new(JGT_K, 0, 0, *high));
+        }
+    }
+    let drop_at = program.len();
+    let accept_at = drop_at + 1;
+    let jump = |from: usize, to: usize| u8::try_from(to - from - 1).unwrap_or(u8::MAX);
+    // Fill in the jumps now that the ends are known.
+    if let Some(check) = program.get_mut(1) {
+        *check = SockFilter::new(JEQ_K, 0, jump(1, drop_at), u32::from(ETH_P_ARP));
+    }
+    let after_operation = if targets.is_some() { 0 } else { jump(3, accept_at) };
+    if let Some(check) = program.get_mut(3) {
+        *check = SockFilter::new(JEQ_K, after_operation, jump(3, drop_at), 1);
+    }
+    for (index, (_, high)) in ranges.iter().enumerate() {
+        let at = 6 + 2 * index;
+        if let Some(check) = program.get_mut(at) {
+            *check = SockFilter::new(JGT_K, 0, jump(at, accept_at), *high);
+        }
+    }
+    program.push(SockFilter::new(RET_K, 0, 0, 0));
+    program.push(SockFilter::new(RET_K, 0, 0, u32::MAX));
+    program
+}
+
+/// The addresses as at most [`MAX_TARGET_RANGES`] inclusive ranges covering all of them: runs
+/// of consecutive addresses, then the closest ranges joined (a few addresses between them let
+/// through, where the responder drops them).
+pub fn target_ranges(addresses: impl IntoIterator<Item = std::net::Ipv4Addr>) -> Vec<(u32, u32)> {
+    let mut numbers: Vec<u32> = addresses.into_iter().map(u32::from).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    for n in numbers {
+        match ranges.last_mut() {
+            Some((_, high)) if high.checked_add(1) == Some(n) => *high = n,
+            _ => ranges.push((n, n)),
+        }
+    }
+    while ranges.len() > MAX_TARGET_RANGES {
+        // Join the two neighbours with the smallest gap.
+        let closest = ranges
+            .windows(2)
+            .enumerate()
+            .min_by_key(|(_, pair)| match pair {
+                [(_, high), (low, _)] => low.saturating_sub(*high),
+                _ => u32::MAX,
+            })
+            .map(|(index, _)| index);
+        let Some(index) = closest else { break };
+        if let (Some(&(low, _)), Some(&(_, high))) = (ranges.get(index), ranges.get(index + 1)) {
+            ranges.splice(index..index + 2, [(low, high)]);
+        }
+    }
+    ranges
 }
 
 /// The `sockaddr_ll` of the interface and EtherType (packet(7)).
@@ -182,7 +260,7 @@ mod tests {
     async fn the_arp_filter_lets_requests_through_and_nothing_else() {
         let sender = PacketSocket::open(1, ETH_P_ARP).expect("a packet socket (CAP_NET_RAW)");
         let receiver = PacketSocket::open(1, ETH_P_ARP).expect("a packet socket (CAP_NET_RAW)");
-        receiver.only_arp_requests().unwrap();
+        receiver.only_arp_requests(None).unwrap();
         let mac = [0x02, 0, 0, 0, 0, 1];
         let request = arp::announcement(Ipv4Addr::new(192, 0, 2, 10), mac);
         let mut reply = request.clone();
@@ -197,5 +275,51 @@ mod tests {
                 .expect("the request within 2 s")
                 .unwrap();
         assert_eq!(buffer.get(..length), Some(request.as_slice()));
+    }
+
+    /// With target ranges, a request for an address outside them never reaches the socket.
+    #[tokio::test]
+    async fn the_arp_filter_lets_through_only_the_requests_for_the_answered_ranges() {
+        let sender = PacketSocket::open(1, ETH_P_ARP).expect("a packet socket (CAP_NET_RAW)");
+        let receiver = PacketSocket::open(1, ETH_P_ARP).expect("a packet socket (CAP_NET_RAW)");
+        let answered = [
+            Ipv4Addr::new(192, 0, 2, 10),
+            Ipv4Addr::new(192, 0, 2, 11),
+            Ipv4Addr::new(198, 51, 100, 7),
+        ];
+        let ranges = target_ranges(answered);
+        assert_eq!(ranges.len(), 2);
+        receiver.only_arp_requests(Some(&ranges)).unwrap();
+        let mac = [0x02, 0, 0, 0, 0, 1];
+        for other in
+            [Ipv4Addr::new(192, 0, 2, 9), Ipv4Addr::new(192, 0, 2, 12), Ipv4Addr::new(10, 0, 0, 1)]
+        {
+            sender.send(&arp::announcement(other, mac)).unwrap();
+        }
+        for wanted in [answered[1], answered[2]] {
+            let request = arp::announcement(wanted, mac);
+            sender.send(&request).unwrap();
+            let mut buffer = [0u8; 1514];
+            let length = tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                receiver.receive(&mut buffer),
+            )
+            .await
+            .expect("the request within 2 s")
+            .unwrap();
+            assert_eq!(buffer.get(..length), Some(request.as_slice()), "for {wanted}");
+        }
+    }
+
+    #[test]
+    fn target_ranges_join_runs_and_then_the_closest_neighbours() {
+        let ips = |list: &[u32]| list.iter().map(|n| Ipv4Addr::from(*n)).collect::<Vec<_>>();
+        assert_eq!(target_ranges(ips(&[5, 3, 4, 9, 10, 20])), [(3, 5), (9, 10), (20, 20)]);
+        // Every other address of 1,000: joined across the smallest gaps down to the limit.
+        let many: Vec<u32> = (0..1000).map(|n| n * 2).collect();
+        let ranges = target_ranges(ips(&many));
+        assert_eq!(ranges.len(), MAX_TARGET_RANGES);
+        assert!(many.iter().all(|n| ranges.iter().any(|(low, high)| low <= n && n <= high)));
+        assert!(target_ranges(ips(&[])).is_empty());
     }
 }

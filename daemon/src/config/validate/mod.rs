@@ -424,12 +424,12 @@ impl Checker<'_, '_> {
         let text = value.get_ref().trim();
         let address = text
             .parse::<IpAddr>()
-            .map(|ip| SocketAddr::new(ip, crate::l2::membership::DEFAULT_PORT))
+            .map(|ip| SocketAddr::new(ip, super::model::DEFAULT_LAYER2_PORT))
             .or_else(|_| text.parse::<SocketAddr>());
         match address {
             Ok(address) if address.port() != 0 && !address.ip().is_unspecified() => Some(address),
             _ => {
-                self.fail(value, field, format!("\"{text}\" is not this node's membership address; write an address the other nodes reach it at, e.g. \"10.0.0.11\" (port {}) or \"10.0.0.11:7946\"", crate::l2::membership::DEFAULT_PORT));
+                self.fail(value, field, format!("\"{text}\" is not this node's membership address; write an address the other nodes reach it at, e.g. \"10.0.0.11\" (port {}) or \"10.0.0.11:7946\"", super::model::DEFAULT_LAYER2_PORT));
                 None
             }
         }
