@@ -85,6 +85,7 @@ fn check(request: &Request) {
         }
         Request::RunningConfig
         | Request::Kubernetes
+        | Request::L2
         | Request::Drain { .. }
         | Request::Undrain
         | Request::Ready
