@@ -5,9 +5,10 @@
 //! labels need not be known elsewhere) — so every node computes the same answer and no leader
 //! is elected.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ring::digest::{digest, SHA256};
 use serde::Serialize;
@@ -85,13 +86,13 @@ pub struct L2Service {
     pub service: ServiceKey,
     /// Primary first: the first one ranks the nodes.
     pub addresses: Vec<IpAddr>,
-    pub pool: String,
+    pub pool: Arc<str>,
     /// The node that answers, if any.
-    pub answering: Option<String>,
+    pub answering: Option<Arc<str>>,
     pub state: L2State,
     /// Where this node answers (when it does): the union of the interfaces of the
-    /// advertisements that select it.
-    pub interfaces: Interfaces,
+    /// advertisements that select it. Shared by the pool's Services.
+    pub interfaces: Arc<Interfaces>,
 }
 
 /// Every Service with an address in a pool that a layer 2 advertisement applies to, in key
@@ -107,34 +108,38 @@ pub fn elect(
     }
     let node = config.node.name.as_deref().unwrap_or_default();
     let own = selected_by(config);
+    // What every Service of a pool shares, and the members' names, made once: thousands of
+    // Services hold a copy of each only by pointer.
+    let mut pools: HashMap<&str, Option<PoolInL2<'_>>> = HashMap::new();
+    let names: Vec<(&str, &BTreeSet<String>, Arc<str>)> =
+        members.iter().map(|(name, by)| (name.as_str(), by, Arc::from(name.as_str()))).collect();
+    let mut key = String::new();
     let mut out = Vec::new();
     for service in &config.services {
-        let key = service.key();
-        let Some(Ok(assigned)) = allocation.services.get(key.as_str()) else { continue };
-        let Some(pool) = config.pools.iter().find(|p| *p.name == *assigned.pool) else {
+        service.write_key(&mut key);
+        let Some((service_key, Ok(assigned))) = allocation.services.get_key_value(key.as_str())
+        else {
             continue;
         };
-        let advertisements: Vec<&L2Advertisement> =
-            config.l2_advertisements.iter().filter(|adv| applies(adv, pool)).collect();
-        if advertisements.is_empty() {
-            continue;
-        }
+        let in_l2 = pools
+            .entry(&*assigned.pool)
+            .or_insert_with(|| PoolInL2::of(config, &assigned.pool, &own));
+        let Some(pool) = in_l2 else { continue };
         let addresses: Vec<IpAddr> = assigned.ips().collect();
         let Some(first) = addresses.first().copied() else { continue };
-        let selects = |selected: &BTreeSet<String>| {
-            advertisements.iter().any(|adv| selected.contains(&adv.name))
-        };
         let serves = |member: &str| has_ready_endpoint(service, member);
-        let candidates = members
+        let candidates = names
             .iter()
-            .filter(|(member, selected)| selects(selected) && serves(member))
-            .map(|(member, _)| member.as_str());
-        let answering = answering_node(candidates, first).map(str::to_string);
+            .filter(|(member, selected, _)| pool.selects(selected) && serves(member))
+            .map(|(member, _, _)| *member);
+        let answering = answering_node(candidates, first)
+            .and_then(|name| names.iter().find(|(member, ..)| *member == name))
+            .map(|(_, _, shared)| shared.clone());
         let state = if answering.as_deref() == Some(node) {
             L2State::Answering
         } else if !any_ready_endpoint(service) {
             L2State::NoReadyEndpoint
-        } else if !selects(&own) {
+        } else if !pool.selects_this_node {
             L2State::NotSelected
         } else if !serves(node) {
             L2State::NoLocalEndpoint
@@ -144,18 +149,49 @@ pub fn elect(
             L2State::NoCandidate
         };
         out.push(L2Service {
-            service: ServiceKey::from(key),
+            service: service_key.clone(),
             addresses,
             pool: pool.name.clone(),
             answering,
             state,
-            interfaces: interfaces(
-                advertisements.iter().copied().filter(|adv| own.contains(&adv.name)),
-            ),
+            interfaces: pool.interfaces.clone(),
         });
     }
     out.sort_by(|a, b| a.service.cmp(&b.service));
     out
+}
+
+/// A pool's layer 2 advertisements as this node sees them.
+struct PoolInL2<'a> {
+    name: Arc<str>,
+    advertisements: Vec<&'a L2Advertisement>,
+    selects_this_node: bool,
+    /// Where this node answers for the pool's addresses.
+    interfaces: Arc<Interfaces>,
+}
+
+impl<'a> PoolInL2<'a> {
+    /// `None` when no layer 2 advertisement applies to the pool.
+    fn of(config: &'a AnnounceConfig, name: &str, own: &BTreeSet<String>) -> Option<Self> {
+        let pool = config.pools.iter().find(|p| p.name == name)?;
+        let advertisements: Vec<&L2Advertisement> =
+            config.l2_advertisements.iter().filter(|adv| applies(adv, pool)).collect();
+        if advertisements.is_empty() {
+            return None;
+        }
+        let selecting = advertisements.iter().copied().filter(|adv| own.contains(&adv.name));
+        Some(PoolInL2 {
+            name: Arc::from(name),
+            selects_this_node: advertisements.iter().any(|adv| own.contains(&adv.name)),
+            interfaces: Arc::new(interfaces(selecting)),
+            advertisements,
+        })
+    }
+
+    /// Whether a member selected by these advertisements may answer for the pool.
+    fn selects(&self, selected_by: &BTreeSet<String>) -> bool {
+        self.advertisements.iter().any(|adv| selected_by.contains(&adv.name))
+    }
 }
 
 /// Whether `advertisement` applies to `pool`: by name, by label, or (naming none) to all.
@@ -292,7 +328,7 @@ mod tests {
         let on_wk3 = web(&config("wk3", advs()), &all);
         assert_eq!(on_wk3.answering.as_deref(), Some("wk3"));
         assert_eq!(on_wk3.state, L2State::Answering);
-        assert_eq!(on_wk3.interfaces, Interfaces::Only(["eth1".to_string()].into()));
+        assert_eq!(*on_wk3.interfaces, Interfaces::Only(["eth1".to_string()].into()));
         let on_wk1 = web(&config("wk1", advs()), &all);
         assert_eq!(on_wk1.answering.as_deref(), Some("wk3"));
         assert_eq!(on_wk1.state, L2State::RankedBelow { node: "wk3".into() });
@@ -330,12 +366,12 @@ mod tests {
         let config = config("wk1", vec![advs[0].clone(), both]);
         let all = members(&[("wk1", &["on-wk1", "both"])]);
         assert_eq!(
-            web(&config, &all).interfaces,
+            *web(&config, &all).interfaces,
             Interfaces::Only(["eth1", "eth9"].map(String::from).into_iter().collect())
         );
         let mut every = config.clone();
         every.l2_advertisements.push(l2("every", &[], &[], &[]));
-        assert_eq!(web(&every, &all).interfaces, Interfaces::All);
+        assert_eq!(*web(&every, &all).interfaces, Interfaces::All);
     }
 
     #[test]

@@ -38,7 +38,7 @@ const RECEIVE_BUFFER: usize = 4 << 20;
 
 /// What this node answers for: each address with the interfaces it is answered on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AnswerSet(pub BTreeMap<IpAddr, Interfaces>);
+pub struct AnswerSet(pub BTreeMap<IpAddr, Arc<Interfaces>>);
 
 impl AnswerSet {
     pub fn answers(&self, address: IpAddr, interface: &str) -> bool {
@@ -49,12 +49,12 @@ impl AnswerSet {
         self.0.values().any(|interfaces| on(interfaces, interface))
     }
 
-    /// Each address with each of `links` it is answered on.
-    fn pairs(&self, links: &[Link]) -> BTreeSet<(IpAddr, String)> {
+    /// Each address with the index of each of `links` it is answered on.
+    fn pairs(&self, links: &[Arc<Link>]) -> BTreeSet<(IpAddr, u32)> {
         let mut out = BTreeSet::new();
         for (address, interfaces) in &self.0 {
             for link in links.iter().filter(|l| on(interfaces, &l.name)) {
-                out.insert((*address, link.name.clone()));
+                out.insert((*address, link.index));
             }
         }
         out
@@ -155,17 +155,18 @@ async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<C
     // By interface name, index and carrier changes: a link that went down and up since its
     // worker started gets a new one, and its addresses are announced again.
     let mut workers: HashMap<(String, u32, u64), Worker> = HashMap::new();
-    let mut answered: BTreeSet<(IpAddr, String)> = BTreeSet::new();
+    let mut answered: BTreeSet<(IpAddr, u32)> = BTreeSet::new();
     // A worker that ends (its interface went down: its socket reports it) says so, and the
     // interfaces are read again at once.
     let ended = Arc::new(Notify::new());
     loop {
         let current = answers.borrow_and_update().clone();
         // Nothing answered (no layer 2 advertisement, or not this node's): no interface read.
-        let links: Vec<Link> = if current.0.is_empty() {
+        let links: Vec<Arc<Link>> = if current.0.is_empty() {
             Vec::new()
         } else {
-            answering_links().into_iter().filter(|l| current.any_on(&l.name)).collect()
+            let links = answering_links().into_iter().filter(|l| current.any_on(&l.name));
+            links.map(Arc::new).collect()
         };
         // A worker whose interface went away has ended; it starts again once the interface
         // is back.
@@ -181,18 +182,19 @@ async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<C
                     info!(interface = %link.name, "layer 2: answering on {}", link.name);
                     // Announced again on it, whatever was before: a link that was down for less
                     // than a rescan may have seen its addresses taken by another node meanwhile.
-                    answered.retain(|(_, name)| *name != link.name);
+                    answered.retain(|(_, index)| *index != link.index);
                     let serving =
-                        serve(link.clone(), answers.clone(), counters.clone(), ended.clone());
+                        serve(Link::clone(link), answers.clone(), counters.clone(), ended.clone());
                     Worker(tokio::spawn(serving))
                 },
             );
         }
         let now = current.pairs(&links);
-        let new: Vec<(IpAddr, Link)> = now
+        // The link shared by its addresses' entries (thousands for 4.4 s).
+        let new: Vec<(IpAddr, Arc<Link>)> = now
             .difference(&answered)
-            .filter_map(|(address, name)| {
-                links.iter().find(|l| l.name == *name).map(|l| (*address, l.clone()))
+            .filter_map(|(address, index)| {
+                links.iter().find(|l| l.index == *index).map(|l| (*address, l.clone()))
             })
             .collect();
         if !new.is_empty() {
@@ -307,7 +309,7 @@ async fn answer(
 /// Announces each address on its interface at once and then every [`ANNOUNCE_EVERY`], as
 /// long as this node still answers for it there.
 async fn announce(
-    new: Vec<(IpAddr, Link)>,
+    new: Vec<(IpAddr, Arc<Link>)>,
     answers: watch::Receiver<Arc<AnswerSet>>,
     counters: Arc<Counters>,
 ) {

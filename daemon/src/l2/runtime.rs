@@ -113,6 +113,8 @@ pub fn spawn(running: watch::Receiver<Arc<Config>>, announcer: &AnnouncerHandle)
         status: status_tx,
         counters: counters_tx,
         membership: None,
+        membership_error: None,
+        failed: None,
     };
     tokio::spawn(task.run());
     Layer2Handle { status, stop, responder, membership: membership_counters }
@@ -134,14 +136,22 @@ struct Task {
     status: watch::Sender<Arc<L2Status>>,
     counters: watch::Sender<Option<Arc<membership::Counters>>>,
     membership: Option<Running>,
+    /// Why the membership `[layer2]` asks for is not running (its address cannot be bound),
+    /// and the settings that failed: tried again at the next reload, not at every change.
+    membership_error: Option<String>,
+    failed: Option<(Layer2Config, String)>,
 }
 
 impl Task {
     async fn run(mut self) {
         let mut stopped = None;
+        let mut reloaded = true;
         loop {
             let settings = self.running.borrow_and_update().layer2.clone();
             let announcements = self.announcements.borrow_and_update().clone();
+            if reloaded {
+                self.failed = None;
+            }
             self.follow(settings, &announcements).await;
             self.elect(&announcements);
             let view_changed = async {
@@ -150,8 +160,12 @@ impl Task {
                     None => std::future::pending().await,
                 }
             };
+            reloaded = false;
             tokio::select! {
-                changed = self.running.changed() => if changed.is_err() { break },
+                changed = self.running.changed() => {
+                    if changed.is_err() { break }
+                    reloaded = true;
+                }
                 changed = self.announcements.changed() => if changed.is_err() { break },
                 _ = view_changed => {}
                 done = self.stops.recv() => {
@@ -180,11 +194,17 @@ impl Task {
                 running.settings == *settings && running.node == *node
             }
             (None, None) => true,
+            // Failed to start with these: not tried again before the next reload.
+            (None, Some(wanted)) => self.failed.as_ref() == Some(wanted),
             _ => false,
         };
+        if wanted.is_none() {
+            self.membership_error = None;
+        }
         if same {
             return;
         }
+        self.membership_error = None;
         if let Some(running) = self.membership.take() {
             info!("layer 2: the membership's settings changed; leaving and joining again");
             running.membership.leave().await;
@@ -205,11 +225,18 @@ impl Task {
                 let view = membership.view();
                 self.membership = Some(Running { settings, node, membership, view });
             }
-            Err(e) => error!(
-                address = %settings.address,
-                "layer 2: cannot listen for the membership on {} ({e}); answering for no address",
-                settings.address
-            ),
+            Err(e) => {
+                error!(
+                    address = %settings.address,
+                    "layer 2: cannot listen for the membership on {} ({e}); answering for no address",
+                    settings.address
+                );
+                self.membership_error = Some(format!(
+                    "the membership cannot listen on {} ({e}); fix [layer2] address and reload",
+                    settings.address
+                ));
+                self.failed = Some((settings, node));
+            }
         }
     }
 
@@ -245,15 +272,19 @@ impl Task {
             status.services =
                 elect(config, &announcements.allocation, &members.clone().unwrap_or_default());
             if members.is_none() {
-                let why = if config.node.name.is_none() {
-                    "the node has no name ([node] name)"
-                } else {
-                    "no [layer2] membership: alone, this node could not know whether another answers"
+                let why = match &self.membership_error {
+                    Some(error) => error.clone(),
+                    None if config.node.name.is_none() => {
+                        "the node has no name ([node] name)".to_string()
+                    }
+                    None => "no [layer2] membership: alone, this node could not know whether \
+                             another answers"
+                        .to_string(),
                 };
-                if self.status.borrow().not_answering.is_none() {
+                if self.status.borrow().not_answering.as_ref() != Some(&why) {
                     warn!("layer 2: answering for no address: {why}");
                 }
-                status.not_answering = Some(why.to_string());
+                status.not_answering = Some(why);
             }
         }
         let held = match (&self.membership, &members) {
