@@ -53,7 +53,7 @@ pub enum L2State {
     Answering,
     /// Another node answers: it ranks first among the candidates, this node among them.
     RankedBelow {
-        node: String,
+        node: Arc<str>,
     },
     /// No layer 2 advertisement of the pool selects this node.
     NotSelected,
