@@ -84,15 +84,20 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         let network_view = network.show();
         let reloads = Arc::new(ReloadStats::started());
         let (metrics_tx, metrics_sockets) = watch::channel(None);
+        // Layer 2 mode's status, which the Kubernetes source writes as `ServiceL2Status`.
+        let (layer2_status_tx, layer2_status) = crate::l2::runtime::status_channel();
         let api = match kept_objects {
             Some(objects) => {
-                let sessions = report_sessions(instances.clone());
+                let outputs = crate::kubernetes::Outputs {
+                    sessions: report_sessions(instances.clone()),
+                    layer2: layer2_status,
+                };
                 let started = start_kubernetes(
                     &config,
                     state_dir,
                     running.clone(),
                     announcer.clone(),
-                    sessions,
+                    outputs,
                     objects,
                     manifests,
                 );
@@ -128,7 +133,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             fib.clone(),
             select_defer_time,
         ));
-        let layer2 = crate::l2::runtime::spawn(running.clone(), &announcer);
+        let layer2 = crate::l2::runtime::spawn(running.clone(), &announcer, layer2_status_tx);
         let reload = reloader.spawn();
         crate::control::metrics::spawn(
             crate::control::metrics::Sources {
@@ -220,7 +225,7 @@ async fn start_kubernetes(
     state_dir: &Path,
     running: watch::Receiver<Arc<config::Config>>,
     announcer: crate::announce::runtime::AnnouncerHandle,
-    sessions: SessionReports,
+    outputs: crate::kubernetes::Outputs,
     kept: config::ApiObjects,
     manifests: config::ManifestCache,
 ) -> Result<ApiInput, String> {
@@ -228,7 +233,7 @@ async fn start_kubernetes(
         return Err("[kubernetes] needs [node] name: the name of this node's Node object".into());
     };
     let source =
-        crate::kubernetes::start(settings, node, state_dir, running, announcer, sessions, kept)
+        crate::kubernetes::start(settings, node, state_dir, running, announcer, outputs, kept)
             .await?;
     Ok(ApiInput {
         objects: source.objects,
@@ -244,7 +249,7 @@ async fn start_kubernetes(
     _state_dir: &Path,
     _running: watch::Receiver<Arc<config::Config>>,
     _announcer: crate::announce::runtime::AnnouncerHandle,
-    _sessions: SessionReports,
+    _outputs: crate::kubernetes::Outputs,
     _kept: config::ApiObjects,
     _manifests: config::ManifestCache,
 ) -> Result<ApiInput, String> {

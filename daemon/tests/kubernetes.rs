@@ -708,3 +708,154 @@ spec:
     );
     assert_eq!((up_since("10.99.1.2"), up_since("10.99.3.2")), sessions, "a session was reset");
 }
+
+/// Layer 2 mode from the API, on two nodes and a client on one bridge with the API server:
+/// the node that answers for a Service writes MetalLB's `ServiceL2Status` (upstream's labels
+/// and status) and tells the Service `nodeAssigned` with protocol "layer2"; when that node's
+/// link is cut (no goodbye, no API either) the other node takes the address, writes its own
+/// status and deletes the cut node's; back, the first node takes it again and exactly one
+/// status remains, its own.
+#[test]
+fn layer2_mode_writes_servicel2status_from_the_answering_node() {
+    require_tool("arping");
+    let mut lab = Lab::new("k8s-l2");
+    let lan = lab.ns("lan");
+    lan.run(&["ip", "link", "add", "br0", "type", "bridge"]);
+    lan.run(&["ip", "link", "set", "br0", "up"]);
+    let on_bridge = |lab: &mut Lab, ns: &Ns, address: &str| {
+        let (interface, port) = lab.link(ns, &[&format!("{address}/24")], &lan, &[]);
+        lan.run(&["ip", "link", "set", &port, "master", "br0"]);
+        interface
+    };
+    let control = lab.ns("api");
+    on_bridge(&mut lab, &control, API_ADDRESS);
+    let client = lab.ns("client");
+    let client_if = on_bridge(&mut lab, &client, "10.99.0.2");
+    let nodes = [("wk1", "10.99.0.11"), ("wk2", "10.99.0.12")];
+    let mut interfaces = Vec::new();
+    let mut namespaces = Vec::new();
+    for (name, address) in nodes {
+        let ns = lab.ns(name);
+        interfaces.push(on_bridge(&mut lab, &ns, address));
+        ns.run(&["sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1"]);
+        namespaces.push(ns);
+    }
+    let plane = ControlPlane::start(&mut lab, &control, &[]);
+    plane.kubectl(&["create", "namespace", "shop"]);
+    plane.kubectl(&["create", "namespace", "metallb-system"]);
+    plane.install_crds();
+    plane.apply(
+        &lab,
+        "apiVersion: v1\nkind: Node\nmetadata: {name: wk1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: wk2}\n---\napiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: lan, namespace: metallb-system}\nspec:\n  addresses: [10.99.0.100/30]\n---\napiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: lan, namespace: metallb-system}\nspec:\n  ipAddressPools: [lan]\n",
+    );
+    let kubeconfig = plane.uplink_kubeconfig(API_ADDRESS);
+    let mut uplinks = Vec::new();
+    for ((name, address), ns) in nodes.iter().zip(&namespaces) {
+        let other = nodes.iter().find(|(n, _)| n != name).map(|(_, a)| *a).unwrap();
+        let dir = lab.path(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("kubeconfig"), &kubeconfig).unwrap();
+        std::fs::write(dir.join("memberlist.key"), "the fleet's layer 2 membership key\n").unwrap();
+        let config = format!(
+            "[node]\nname = \"{name}\"\n\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n[layer2]\naddress = \"{address}\"\nmembers = [\"{other}\"]\nsecret_file = \"memberlist.key\"\ndetection = \"500ms\"\n"
+        );
+        uplinks.push(Uplink::start(&mut lab, ns, name, &config));
+    }
+    plane.apply(&lab, &format!("{}---\n{}", service("web", "Cluster"), slice("web", "wk1", true)));
+    let address =
+        wait_for("status.loadBalancer.ingress of shop/web", UP, || match ingress(&plane, "web") {
+            a if a.is_empty() => Err("none yet".to_string()),
+            a => Ok(a),
+        });
+    // Who answers, as both nodes say.
+    let answering = |uplink: &Uplink| -> Result<String, String> {
+        let status = uplink.json(&["show", "l2"])?;
+        let services = status["services"].as_array().cloned().unwrap_or_default();
+        let web = services.iter().find(|s| s["service"] == "shop/web");
+        match web.and_then(|s| s["answering"].as_str()) {
+            Some(node) if status["not_answering"].is_null() => Ok(node.to_string()),
+            _ => Err(format!("{status}")),
+        }
+    };
+    let owner = wait_for("both nodes agree on who answers", UP, || {
+        let (a, b) = (answering(&uplinks[0])?, answering(&uplinks[1])?);
+        (a == b).then_some(a.clone()).ok_or(format!("wk1 says {a}, wk2 says {b}"))
+    });
+    let index = nodes.iter().position(|(n, _)| *n == owner).unwrap();
+    let other = nodes[1 - index].0;
+    let mac = |i: usize| {
+        namespaces[i].run(&["cat", &format!("/sys/class/net/{}/address", interfaces[i])])
+    };
+    let arp = || {
+        let (_, out) =
+            client.try_run(&["arping", "-I", &client_if, "-c", "2", "-w", "2", &address]);
+        out.to_lowercase()
+    };
+    let owner_mac = mac(index).trim().to_string();
+    wait_for("the client's ARP answered by the owner", UP, || {
+        let said = arp();
+        said.contains(&owner_mac).then_some(()).ok_or(said)
+    });
+
+    // kubectl sees MetalLB's object: exactly one, from the answering node.
+    let statuses = || {
+        plane.kubectl(&[
+            "get",
+            "servicel2statuses",
+            "-n",
+            "metallb-system",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.labels.metallb\\.io/node} {.metadata.labels.metallb\\.io/service-namespace}/{.metadata.labels.metallb\\.io/service-name}: {.status.node} {.status.serviceNamespace}/{.status.serviceName}{\"\\n\"}{end}",
+        ])
+    };
+    let only = |node: &str| format!("{node} shop/web: {node} shop/web");
+    wait_for("one ServiceL2Status, the owner's", UP, || {
+        let s = statuses();
+        (s.trim() == only(&owner)).then_some(()).ok_or(s)
+    });
+    let assigned = |node: &str| {
+        format!("nodeAssigned: announcing from node \"{node}\" with protocol \"layer2\"")
+    };
+    wait_for("the Service's layer 2 event", UP, || {
+        let events = events(&plane);
+        events.contains(&assigned(&owner)).then_some(()).ok_or(events)
+    });
+    let bgp = events(&plane);
+    assert!(
+        !bgp.contains("notAnnounced"),
+        "no BGP advertisement is not news in layer 2 mode: {bgp}"
+    );
+
+    // The owner's link cut: the other node answers, writes its status and deletes the cut
+    // node's (which cannot reach the API to do it).
+    namespaces[index].run(&["ip", "link", "set", &interfaces[index], "down"]);
+    let other_mac = mac(1 - index).trim().to_string();
+    wait_for("the client's ARP answered by the other node", UP, || {
+        let said = arp();
+        said.contains(&other_mac).then_some(()).ok_or(said)
+    });
+    wait_for("one ServiceL2Status, the new owner's", UP, || {
+        let s = statuses();
+        (s.trim() == only(other)).then_some(()).ok_or(s)
+    });
+    wait_for("the new owner's event", UP, || {
+        let events = events(&plane);
+        events.contains(&assigned(other)).then_some(()).ok_or(events)
+    });
+
+    // Back: the first node ranks first again, and the objects follow.
+    namespaces[index].run(&["ip", "link", "set", &interfaces[index], "up"]);
+    wait_for("one ServiceL2Status, the first owner's again", UP, || {
+        let s = statuses();
+        (s.trim() == only(&owner)).then_some(()).ok_or(s)
+    });
+    assert_eq!(answering(&uplinks[1 - index]).as_deref(), Ok(owner.as_str()));
+
+    // The Service deleted: its status goes.
+    plane.kubectl(&["delete", "service", "web", "-n", "shop"]);
+    wait_for("no ServiceL2Status once the Service is gone", UP, || {
+        let s = statuses();
+        s.trim().is_empty().then_some(()).ok_or(s)
+    });
+    drop(uplinks);
+}

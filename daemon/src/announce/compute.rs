@@ -698,6 +698,15 @@ impl<'a, 'b> PoolAdvertisements<'a, 'b> {
     }
 }
 
+/// Whether a BGP advertisement applies to the pool named `pool`.
+pub fn in_bgp(config: &AnnounceConfig, pool: &str) -> bool {
+    config
+        .pools
+        .iter()
+        .find(|p| p.name == pool)
+        .is_some_and(|pool| config.advertisements.iter().any(|adv| applies(adv, pool)))
+}
+
 /// Whether `advertisement` applies to `pool`.
 fn applies(advertisement: &Advertisement, pool: &Pool) -> bool {
     let by_name = advertisement.ip_address_pools.contains(&pool.name);

@@ -194,6 +194,15 @@ impl<'a> PoolInL2<'a> {
     }
 }
 
+/// Whether a layer 2 advertisement applies to the pool named `pool`.
+pub fn in_layer2(config: &AnnounceConfig, pool: &str) -> bool {
+    config
+        .pools
+        .iter()
+        .find(|p| p.name == pool)
+        .is_some_and(|pool| config.l2_advertisements.iter().any(|adv| applies(adv, pool)))
+}
+
 /// Whether `advertisement` applies to `pool`: by name, by label, or (naming none) to all.
 fn applies(advertisement: &L2Advertisement, pool: &Pool) -> bool {
     advertisement.ip_address_pools.contains(&pool.name)

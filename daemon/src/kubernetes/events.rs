@@ -2,7 +2,8 @@
 //! `kubectl describe service` tells what happened as it does with MetalLB:
 //! - `IPAllocated` "Assigned IP [...]" from the node whose status write put the addresses in;
 //! - `nodeAssigned` "announcing from node "wk1" with protocol "bgp"" from each node that starts
-//!   announcing the Service;
+//!   announcing the Service (and with protocol "layer2" from the node that starts answering
+//!   for it in layer 2 mode: `l2_status`);
 //! - `AllocationFailed` (Warning) "Failed to allocate IP for "ns/name": ..." when no address
 //!   can be had;
 //! - `notAnnounced` "not announcing from node "wk1": ..." with the reason, when this node stops
@@ -25,7 +26,8 @@ use tracing::warn;
 
 use super::status::next_change;
 use super::watch::Services;
-use crate::announce::compute::{Announcements, Origin, Reason, State};
+use crate::announce::compute::{in_bgp, Announcements, Origin, Reason, State};
+use crate::announce::l2::in_layer2;
 use crate::announce::runtime::AnnouncerHandle;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
@@ -68,6 +70,12 @@ impl Events {
         let told =
             Told { warning: false, reason: "IPAllocated", note: format!("Assigned IP {listed:?}") };
         self.send(key, &told).await;
+    }
+
+    /// `nodeAssigned`, when this node starts announcing the Service by `protocol` (`layer2`:
+    /// the layer 2 mode's events; the BGP ones follow the announcements, below).
+    pub async fn node_assigned(&self, key: &str, protocol: &str) {
+        self.send(key, &node_assigned(&self.node, protocol)).await;
     }
 
     async fn send(&self, key: &str, told: &Told) {
@@ -163,11 +171,28 @@ fn states(announcements: &Announcements) -> Map<&str, &State> {
         .filter(|service| service.read_from_api())
         .map(|service| (service.namespace.as_str(), service.name.as_str()))
         .collect();
+    let config = &announcements.config;
+    let layer2_only: HashSet<&str, foldhash::fast::RandomState> = announcements
+        .allocation
+        .services
+        .iter()
+        .filter(|_| !config.l2_advertisements.is_empty())
+        .filter_map(|(key, entry)| Some((key, entry.as_ref().ok()?)))
+        .filter(|(_, assigned)| {
+            in_layer2(config, &assigned.pool) && !in_bgp(config, &assigned.pool)
+        })
+        .map(|(key, _)| &**key)
+        .collect();
     let mut out: Map<&str, &State> = Map::default();
     for candidate in &announcements.candidates {
         let Origin::Service { service, .. } = &candidate.origin else { continue };
         let Some(namespace_name) = service.split_once('/') else { continue };
         if !from_api.contains(&namespace_name) {
+            continue;
+        }
+        // A pool in layer 2 mode alone: its Services' events are layer 2 mode's
+        // (`l2_status`); BGP has nothing to tell of them.
+        if layer2_only.contains(&**service) {
             continue;
         }
         match out.get(&**service) {
@@ -181,14 +206,19 @@ fn states(announcements: &Announcements) -> Map<&str, &State> {
     out
 }
 
+/// MetalLB's `nodeAssigned` of `node` and `protocol`.
+fn node_assigned(node: &str, protocol: &str) -> Told {
+    Told {
+        warning: false,
+        reason: "nodeAssigned",
+        note: format!("announcing from node {node:?} with protocol {protocol:?}"),
+    }
+}
+
 /// The event that says `state` of the Service `key` on `node`.
 fn told(key: &str, state: &State, node: &str) -> Told {
     match state {
-        State::Announced { .. } => Told {
-            warning: false,
-            reason: "nodeAssigned",
-            note: format!("announcing from node {node:?} with protocol \"bgp\""),
-        },
+        State::Announced { .. } => node_assigned(node, "bgp"),
         State::Withdrawn { reason: Reason::NoAddress { error } } => Told {
             warning: true,
             reason: "AllocationFailed",

@@ -17,6 +17,8 @@
 //!   which node, or why not).
 //! - `sessions` and `session_state`: each BGP session as frr-k8s's `BGPSessionState`;
 //!   `node_state`: the node's running config and last results as its `FRRNodeState`.
+//! - `l2_status`: MetalLB's `ServiceL2Status` of each Service this node answers for in layer
+//!   2 mode, and its `nodeAssigned` event.
 //! - `enactment_writer`: each API policy's enactment on this node as kubernetes-nmstate's
 //!   `NodeNetworkConfigurationEnactment`, and the policies' conditions
 //!   (`nmstate_conditions`, pure).
@@ -31,6 +33,8 @@ mod enactment_writer;
 #[cfg(feature = "kubernetes")]
 mod events;
 pub mod health;
+#[cfg(feature = "kubernetes")]
+mod l2_status;
 mod nmstate_conditions;
 #[cfg(feature = "kubernetes")]
 mod node_state;
@@ -52,3 +56,11 @@ pub use snapshot::Snapshot;
 
 #[cfg(feature = "kubernetes")]
 pub use source::{start, Source};
+
+/// What the daemon's other parts report, for the source to write as upstream's status objects.
+pub struct Outputs {
+    /// Each BGP session's state, for `BGPSessionState`.
+    pub sessions: sessions::SessionReports,
+    /// Layer 2 mode's status, for `ServiceL2Status` and the `nodeAssigned` events.
+    pub layer2: tokio::sync::watch::Receiver<std::sync::Arc<crate::l2::runtime::L2Status>>,
+}

@@ -17,8 +17,10 @@ use tracing::info;
 
 use super::events::{self, Events};
 use super::health::SourceHealth;
-use super::sessions::SessionReports;
-use super::{enactment_writer, node_state, session_state, snapshot, status, watch, Health};
+use super::{
+    enactment_writer, l2_status, node_state, session_state, snapshot, status, watch, Health,
+    Outputs,
+};
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::{ApiObjects, Config, KubernetesConfig};
 
@@ -39,7 +41,7 @@ pub async fn start(
     state_dir: &Path,
     running: channel::Receiver<Arc<Config>>,
     announcer: AnnouncerHandle,
-    sessions: SessionReports,
+    outputs: Outputs,
     kept: ApiObjects,
 ) -> Result<Source, String> {
     let (client, server) = client(settings).await?;
@@ -54,7 +56,22 @@ pub async fn start(
     let events = Events::new(client.clone(), node, services.clone());
     let announcements = announcer.changes();
     events::spawn(events.clone(), announcer);
-    session_state::spawn(client.clone(), &settings.namespace, node, sessions, health.clone());
+    session_state::spawn(
+        client.clone(),
+        &settings.namespace,
+        node,
+        outputs.sessions,
+        health.clone(),
+    );
+    l2_status::spawn(
+        client.clone(),
+        &settings.namespace,
+        node,
+        outputs.layer2,
+        services.clone(),
+        events.clone(),
+        health.clone(),
+    );
     node_state::spawn(client.clone(), node, running.clone(), health.clone());
     enactment_writer::spawn(client.clone(), node, running.clone(), objects.clone(), health.clone());
     status::spawn(client, announcements, services, health.clone(), events);

@@ -32,6 +32,19 @@ pub struct L2Status {
     pub membership: Option<MembershipStatus>,
     /// Every Service in layer 2 mode, with the node that answers and why this one does or not.
     pub services: Vec<L2Service>,
+    /// Whether the answers are decided: the running config elected, and the membership (if
+    /// any) joined. Until then what this node answers for says nothing yet, and the API's
+    /// `ServiceL2Status` objects are left as they are.
+    #[serde(skip)]
+    pub settled: bool,
+}
+
+impl L2Status {
+    /// The Services this node answers for now: none while it is held back.
+    pub fn answered(&self) -> impl Iterator<Item = &L2Service> {
+        let held = self.not_answering.is_some();
+        self.services.iter().filter(move |s| !held && s.state == L2State::Answering)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -98,10 +111,21 @@ impl Layer2Handle {
     }
 }
 
+/// The channel layer 2 mode publishes its status on: made before it starts, so that the
+/// Kubernetes source, started earlier, can follow it.
+pub fn status_channel() -> (watch::Sender<Arc<L2Status>>, watch::Receiver<Arc<L2Status>>) {
+    watch::channel(Arc::new(L2Status::default()))
+}
+
 /// Starts layer 2 mode: it follows the running config (for `[layer2]`) and the
-/// announcements (for the Services, the node's selection and the drain).
-pub fn spawn(running: watch::Receiver<Arc<Config>>, announcer: &AnnouncerHandle) -> Layer2Handle {
-    let (status_tx, status) = watch::channel(Arc::new(L2Status::default()));
+/// announcements (for the Services, the node's selection and the drain), and publishes its
+/// status on `status_tx` (from [`status_channel`]).
+pub fn spawn(
+    running: watch::Receiver<Arc<Config>>,
+    announcer: &AnnouncerHandle,
+    status_tx: watch::Sender<Arc<L2Status>>,
+) -> Layer2Handle {
+    let status = status_tx.subscribe();
     let (counters_tx, membership_counters) = watch::channel(None);
     let responder = Arc::new(Responder::start());
     let (stop, stops) = mpsc::channel(1);
@@ -291,6 +315,7 @@ impl Task {
             (Some(running), Some(members)) => held_back(running, members.len()),
             _ => None,
         };
+        status.settled = self.membership.as_ref().is_none_or(|r| r.view.borrow().joined);
         if let Some(why) = held.as_ref().filter(|_| !config.l2_advertisements.is_empty()) {
             if self.status.borrow().not_answering.as_ref() != Some(why) {
                 warn!("layer 2: answering for no address: {why}");
