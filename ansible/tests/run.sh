@@ -101,7 +101,7 @@ said() { grep -qF -- "$2" "$out/$1.log" || fail "$1: no \"$2\" in the output" "$
 never_said() { ! grep -qF -- "$2" "$out/$1.log" || fail "$1: \"$2\" is in the output" "$1"; }
 is_binary() { cmp -s "$node/usr/bin/$1" "$out/uplink-$2" || fail "$1 is not $2 after $3" "$3"; }
 mode_is() { [ "$(stat -c %a "$1")" = "$2" ] || fail "$1 has mode $(stat -c %a "$1"), want $2"; }
-keys="tcp-md5-key-one bfd-key-one tcp-md5-key-two bfd-key-two inline-key-three manifest-key-four"
+keys="tcp-md5-key-one bfd-key-one tcp-md5-key-two bfd-key-two inline-key-three manifest-key-four memberlist-key-one-of-the-stand-in"
 no_keys() { for k in $keys; do never_said "$1" "$k"; done; }
 staging=$node/var/lib/uplink-ansible
 dropin=$node/etc/systemd/logind.conf.d/90-uplink.conf
@@ -133,7 +133,8 @@ echo "ok: a second run changes nothing"
 # diffs of a file without (a manifest, logind's drop-in) are.
 cat >"$out/check-vars.json" <<'VARS'
 {
-  "uplink_secret_files": {"tor.key": "tcp-md5-key-two", "bfd.key": "bfd-key-two"},
+  "uplink_secret_files": {"tor.key": "tcp-md5-key-two", "bfd.key": "bfd-key-two",
+                          "memberlist.key": "memberlist-key-one-of-the-stand-in"},
   "lab_test_inline_key": "inline-key-three",
   "uplink_drain_time": "20s",
   "uplink_manifests": {

@@ -7,7 +7,8 @@
 //!        |  net20 172.18.20.0/24 (a bridge)                  172.19.23.1), VLAN 2002 (VRF
 //!   +----+-----+                                             cudn4, 172.19.24.1): r3's role
 //!  wk1 .2     wk2 .3   (node image, uplink AS 65801; VIP 192.168.100.10 on both; pod
-//!                       subnets 10.244.1.0/24, 10.244.2.0/24)
+//!                       subnets 10.244.1.0/24, 10.244.2.0/24; layer 2 VIP 172.18.20.101
+//!                       on net20, answered by one of them)
 //! ```
 //!
 //! Every VM also has a management NIC on QEMU user networking; SSH is forwarded to a port on
@@ -30,6 +31,13 @@ pub const VRF_LEARNED: &str = "172.30.3.0/24";
 /// r3's AS: the ToR's routers in VRFs cudn3/cudn4.
 pub const VRF_TOR_ASN: u32 = 65103;
 pub const VIP: &str = "192.168.100.10";
+/// A layer 2 mode VIP (MetalLB's `L2Advertisement`) on net20, the ToR's own segment: one
+/// worker answers ARP for it. MetalLB's order (SHA-256 of `"<node>#<address>"`) puts wk2
+/// first for this address, so powering wk2 off moves it to wk1.
+pub const L2_VIP: &str = "172.18.20.101";
+pub const L2_OWNER: &str = "wk2";
+/// The workers' membership key (`[layer2] secret_file`): a lab's, not a secret.
+pub const MEMBERLIST_KEY: &str = "the seed lab's layer 2 membership key\n";
 pub const CLIENT_NS: &str = "testvm0";
 pub const CLIENT_ADDR: &str = "172.18.10.90";
 /// BFD on both sides. TCG on two shared cores is slow, so not the 10 ms a real node uses: at
@@ -195,6 +203,12 @@ watchfrr_options=\"-T 300\"\n";
 /// The worker's uplink config: one router (AS 65801) peering with the ToR, BFD, the VIP as a
 /// LoadBalancer service, and its pod subnet as the default network's host_subnet.
 pub fn worker_uplink_toml(name: &str, addr: &str, pod_subnet: &str) -> String {
+    // The layer 2 membership: the other workers of the lab.
+    let others: Vec<String> = (2..=3)
+        .map(|host| format!("\"172.18.20.{host}\""))
+        .filter(|other| *other != format!("\"{addr}\""))
+        .collect();
+    let others = others.join(", ");
     // The other worker keeps the default (helper only: the ToR's routes are kept while the
     // ToR restarts, and the ToR sends End-of-RIB).
     let graceful_restart = if name == GR_WORKER { "graceful_restart = true\n" } else { "" };
@@ -255,6 +269,28 @@ traffic_policy = "cluster"
 [[advertisements]]
 name = "vips"
 ip_address_pools = ["vips"]
+
+# Layer 2 mode (MetalLB's L2Advertisement): one worker answers ARP for the address on net20,
+# the others take over when it dies (their membership, default detection time: 1 s).
+[layer2]
+address = "{addr}"
+members = [{others}]
+secret_file = "keys/memberlist.key"
+
+[[pools]]
+name = "lan"
+addresses = ["{L2_VIP}/32"]
+
+[[services]]
+name = "lan-web"
+namespace = "default"
+address_pool = "lan"
+load_balancer_ip = "{L2_VIP}"
+traffic_policy = "cluster"
+
+[[l2_advertisements]]
+name = "lan"
+ip_address_pools = ["lan"]
 
 [[networks]]
 name = "default"
@@ -550,15 +586,18 @@ ip link set vlan2002 up
     )
 }
 
-/// What each worker runs for the HTTP scenario: the VIP on lo and a web server bound to it
-/// that answers with the worker's name. Run over SSH after boot (again after a reboot).
+/// What each worker runs for the HTTP scenarios: the VIP and the layer 2 VIP on lo (the
+/// image's sysctls keep the kernel from answering ARP for the latter) and a web server bound
+/// to each that answers with the worker's name. Run over SSH after boot (again after a reboot).
 pub fn worker_setup_script(name: &str) -> String {
     format!(
         r#"set -eu
 ip addr add {VIP}/32 dev lo
+ip addr add {L2_VIP}/32 dev lo
 mkdir -p /srv/www
 echo {name} > /srv/www/index.html
 systemd-run --unit=vip-http python3 -m http.server --bind {VIP} --directory /srv/www 80
+systemd-run --unit=l2-vip-http python3 -m http.server --bind {L2_VIP} --directory /srv/www 80
 "#
     )
 }
@@ -658,6 +697,7 @@ impl Topology {
                     ),
                 ),
                 ("uplink/uplink.toml".into(), worker_uplink_toml(name, addr, &pod)),
+                ("uplink/keys/memberlist.key".into(), MEMBERLIST_KEY.into()),
             ];
             files.extend(worker_vrf_lite(n, &mac(n, 2)));
             let img = run.0.join(format!("{name}.img"));
@@ -860,6 +900,8 @@ mod tests {
             let addr = format!("172.18.20.{}", n + 1);
             std::fs::write(&main, worker_uplink_toml(&format!("wk{n}"), &addr, "10.244.1.0/24"))
                 .expect("write");
+            std::fs::create_dir_all(dir.path().join("keys")).expect("mkdir");
+            std::fs::write(dir.path().join("keys/memberlist.key"), MEMBERLIST_KEY).expect("write");
             let files = worker_vrf_lite(n, &mac(n, 2));
             // The VLANs and VRFs are uplink's to build: no keyfile of theirs on the drive.
             assert!(
@@ -883,6 +925,14 @@ mod tests {
             let nncp = if n == 1 { "enp3s0-wk1" } else { "vrf-lite-vlans" };
             assert_eq!(policies, ["uplink-vrf-cudn3", "uplink-vrf-cudn4", nncp], "worker {n}");
         }
+    }
+
+    /// The power-off scenario moves the layer 2 VIP only if the worker it powers off is the
+    /// one that answers for it.
+    #[test]
+    fn the_layer2_vip_is_answered_by_its_owner() {
+        let address = L2_VIP.parse().expect("an address");
+        assert_eq!(uplink::announce::l2::answering_node(["wk1", "wk2"], address), Some(L2_OWNER));
     }
 
     #[test]

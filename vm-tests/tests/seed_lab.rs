@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uplink_vm_tests::topology::{
     gateways, parse_json, tolerated_resets, worker_setup_script, Image, Topology, Worker,
-    BFD_INTERVAL_MS, BFD_MULTIPLIER, BOOT_TIMEOUT, CLIENT_NS, DECK_NNCP_FILE, GR_WORKER, TOR_ADDR,
-    TRUNK_NIC, VIP, VRF_LEARNED,
+    BFD_INTERVAL_MS, BFD_MULTIPLIER, BOOT_TIMEOUT, CLIENT_NS, DECK_NNCP_FILE, GR_WORKER, L2_OWNER,
+    L2_VIP, TOR_ADDR, TRUNK_NIC, VIP, VRF_LEARNED,
 };
 
 type Outcome = Result<String, String>;
@@ -398,6 +398,88 @@ while True:
         break
 "#;
 
+/// Runs on the ToR, a client on the layer 2 VIP's own segment: requests the VIP every 50 ms
+/// (a new connection each, 300 ms to answer) and notes each answer's worker with the ToR's
+/// clock, until /tmp/l2.stop appears; then prints the first and last answer of each worker,
+/// the longest time without an answer and the failures.
+const L2_CLIENT: &str = r#"
+import http.client, json, os, sys, time
+vip = sys.argv[1]
+answers, failures = [], 0
+print("ready", flush=True)
+while not os.path.exists("/tmp/l2.stop"):
+    at = time.time()
+    try:
+        c = http.client.HTTPConnection(vip, 80, timeout=0.3)
+        c.request("GET", "/")
+        body = c.getresponse().read().decode().strip()
+        c.close()
+        answers.append((at, body))
+    except Exception:
+        failures += 1
+    time.sleep(max(0.0, 0.05 - (time.time() - at)))
+first, last = {}, {}
+for at, who in answers:
+    first.setdefault(who, at)
+    last[who] = at
+gap = max((b[0] - a[0] for a, b in zip(answers, answers[1:])), default=None)
+print(json.dumps({"first": first, "last": last, "longest_gap": gap, "failures": failures,
+                  "answers": len(answers)}), flush=True)
+"#;
+
+/// Which worker the ToR's request to the layer 2 VIP reaches.
+fn l2_answer(topo: &Topology) -> Result<String, String> {
+    Ok(topo
+        .tor
+        .sh(&format!("curl -s --max-time 2 http://{L2_VIP}/ || echo FAIL"))?
+        .trim()
+        .to_string())
+}
+
+/// The node each worker's `uplink show l2` says answers for the layer 2 VIP's Service.
+fn l2_answering(w: &Worker) -> Result<String, String> {
+    let v = parse_json(&w.vm.sh("uplink show l2 --json")?, "uplink show l2 --json")?;
+    let services = v["services"].as_array().cloned().unwrap_or_default();
+    let service = services.iter().find(|s| s["service"] == "default/lan-web");
+    match service.and_then(|s| s["answering"].as_str()) {
+        Some(node) if v["not_answering"].is_null() => Ok(node.to_string()),
+        _ => Err(format!("{}: nobody answers for default/lan-web: {v}", w.name)),
+    }
+}
+
+/// Layer 2 mode (issue #25): the workers agree that wk2 answers for the layer 2 VIP, the ToR
+/// (on the same segment) reaches wk2's web server there and its neighbour entry for the VIP
+/// is wk2's MAC on net20: the kernels answer no ARP for it (the image's sysctls), uplink does.
+fn layer2_vip(topo: &Topology) -> Outcome {
+    topo.wait(Duration::from_secs(60), || {
+        for w in &topo.workers {
+            let said = l2_answering(w)?;
+            if said != L2_OWNER {
+                return Err(format!("{} says {said} answers for {L2_VIP}", w.name));
+            }
+        }
+        Ok(())
+    })?;
+    let answers: Vec<String> = (0..5).map(|_| l2_answer(topo)).collect::<Result<_, _>>()?;
+    if answers.iter().any(|a| a != L2_OWNER) {
+        return Err(format!("the ToR's requests to {L2_VIP}: {answers:?}, want only {L2_OWNER}"));
+    }
+    let owner = worker_named(topo, L2_OWNER)?;
+    let mac = owner.vm.sh(&format!(
+        "for d in /sys/class/net/*; do \
+           ip -4 -o addr show dev ${{d##*/}} | grep -q ' {}/' && cat $d/address; done; true",
+        owner.addr
+    ))?;
+    let mac = mac.trim().to_lowercase();
+    let neighbour = topo.tor.sh(&format!("ip neigh show {L2_VIP}"))?.to_lowercase();
+    if mac.is_empty() || !neighbour.contains(&mac) {
+        return Err(format!(
+            "r2's neighbour entry for {L2_VIP}: {neighbour:?}, want {L2_OWNER}'s {mac}"
+        ));
+    }
+    Ok(format!("{L2_OWNER} answers ARP for {L2_VIP} ({mac}); 5 of 5 requests from r2 reached it"))
+}
+
 /// The ToR's count of dropped sessions with `addr`; Err unless the session is Established.
 fn survivor_drops(topo: &Topology, addr: &str) -> Result<u64, String> {
     let v = parse_json(&topo.vtysh("show bgp summary json")?, "show bgp summary json")?;
@@ -462,6 +544,15 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
         );
     }
     tor_script_start(topo, "watch", WATCHER, &format!("{VIP} {dead_addr}"), 300, 40)?;
+    // The layer 2 VIP is the dying worker's: a client on its segment requests it throughout.
+    if dead_name != L2_OWNER {
+        return Err(format!("{dead_name} is powered off but {L2_OWNER} answers for {L2_VIP}"));
+    }
+    let owner_before = l2_answer(topo)?;
+    if owner_before != L2_OWNER {
+        return Err(format!("before the power-off r2 reached {owner_before} at {L2_VIP}"));
+    }
+    tor_script_start(topo, "l2", L2_CLIENT, L2_VIP, 300, 40)?;
 
     let killed = topo.workers.get_mut(dead_i).ok_or("no second worker")?.vm.power_off()?;
     // Host-side view: poll the ToR over SSH (an upper bound: includes the SSH round trip).
@@ -510,13 +601,43 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
             "after {dead_name} powered off the client got {t:?}, want only {keep_name}"
         ));
     }
+    // Layer 2: the survivor answers for the VIP; the client on the segment saw no answer for
+    // at most the membership's detection time (1 s) plus the gratuitous ARP's way, under 2 s
+    // (scaled for this machine).
+    topo.wait(Duration::from_secs(30), || {
+        let by = l2_answer(topo)?;
+        (by == keep_name).then_some(()).ok_or(format!("r2 reaches {by} at {L2_VIP}"))
+    })?;
+    topo.tor.sh("touch /tmp/l2.stop")?;
+    let l2 = tor_script_result(topo, "l2")?;
+    let (Some(last_dead), Some(first_keep)) =
+        (l2["last"][&dead_name].as_f64(), l2["first"][&keep_name].as_f64())
+    else {
+        return Err(format!("the layer 2 client's answers: {l2}"));
+    };
+    let l2_outage = first_keep - last_dead;
+    let l2_bound = topo.scaled(Duration::from_secs(2)).as_secs_f64();
+    if l2_outage > l2_bound {
+        return Err(format!(
+            "layer 2: no answer at {L2_VIP} for {l2_outage:.2} s after {dead_name}'s last \
+             (bound {l2_bound:.2} s): {l2}"
+        ));
+    }
+    let l2_survivor = l2_answering(worker_named(topo, &keep_name)?)?;
+    if l2_survivor != keep_name {
+        return Err(format!("{keep_name} says {l2_survivor} answers for {L2_VIP}"));
+    }
     println!(
         "  BFD failover: next hop gone {tor_ms:.0} ms after {dead_name}'s last BFD packet (ToR clock); \
          {host_ms} ms after power-off as seen over SSH; r2 lastResetDueTo {reset}"
     );
+    println!(
+        "  layer 2 failover: {L2_VIP} answered by {keep_name} {l2_outage:.2} s after {dead_name}'s \
+         last answer (ToR clock; requests every 50 ms: {l2})"
+    );
     Ok(format!(
         "{dead_name} off: next hop left after {tor_ms:.0} ms (ToR, from last BFD packet), {host_ms} ms (host, from power-off); \
-         client: {t:?}"
+         client: {t:?}; layer 2 VIP on {keep_name} after {l2_outage:.2} s"
     ))
 }
 
@@ -1296,13 +1417,14 @@ fn seed_lab() {
 
     type Scenario = fn(&mut Topology) -> Outcome;
     const SESSIONS: &str = "sessions Established (BGP + BFD)";
-    let scenarios: [(&str, Scenario); 15] = [
+    let scenarios: [(&str, Scenario); 16] = [
         ("config drive applied", |t| config_drive_applied(t)),
         (SESSIONS, |t| sessions_established(t)),
         ("node network from policies (NNCP, fleet form, VRFs)", |t| node_network_from_policies(t)),
         ("pod subnets on the ToR", |t| pod_subnets(t)),
         ("VIP with two ECMP next hops", |t| vip_ecmp(t)),
         ("client HTTP answered by both workers", |t| http_both_workers(t)),
+        ("layer 2 VIP: one worker answers ARP", |t| layer2_vip(t)),
         ("worker FIB: client subnet from the ToR", |t| worker_fib(t)),
         ("VRF-lite over VLANs 2001/2002 (r3's role)", |t| vrf_lite(t)),
         ("route leaking between VRFs (imports)", |t| vrf_leaking(t)),
@@ -1313,7 +1435,7 @@ fn seed_lab() {
         }),
         ("systemctl reboot: the VIP moves first", reboot_moves_the_vip_first),
         ("Ansible rollout (ansible/ playbooks over SSH)", |t| uplink_vm_tests::ansible::rollout(t)),
-        ("power-off: BFD failover", bfd_failover),
+        ("power-off: BFD failover, the layer 2 VIP moves", bfd_failover),
     ];
     // Each failed scenario with the first lines of its reason.
     let mut failed: Vec<(&str, String)> = Vec::new();
