@@ -84,20 +84,23 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         let network_view = network.show();
         let reloads = Arc::new(ReloadStats::started());
         let (metrics_tx, metrics_sockets) = watch::channel(None);
-        // Layer 2 mode's status, which the Kubernetes source writes as `ServiceL2Status`.
+        // Layer 2 mode's status, which the Kubernetes source writes as `ServiceL2Status`, and
+        // what its membership reads from the API.
         let (layer2_status_tx, layer2_status) = crate::l2::runtime::status_channel();
+        let (membership_from_api_tx, membership_from_api) = watch::channel(Arc::default());
         let api = match kept_objects {
             Some(objects) => {
-                let outputs = crate::kubernetes::Outputs {
+                let links = crate::kubernetes::Links {
                     sessions: report_sessions(instances.clone()),
                     layer2: layer2_status,
+                    layer2_membership: membership_from_api_tx,
                 };
                 let started = start_kubernetes(
                     &config,
                     state_dir,
                     running.clone(),
                     announcer.clone(),
-                    outputs,
+                    links,
                     objects,
                     manifests,
                 );
@@ -107,6 +110,7 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
         };
         // What `show kubernetes` and the metrics read. The start applies the kept set.
         let kubernetes = api.as_ref().map(|api| api.health.clone());
+        let membership_from_api = api.is_some().then_some(membership_from_api);
         let reloader = Reloader {
             config_path: config_path.to_path_buf(),
             fib: fib.clone(),
@@ -133,7 +137,12 @@ pub fn run(config_path: &Path, socket: &Path, state_dir: &Path) -> Result<(), St
             fib.clone(),
             select_defer_time,
         ));
-        let layer2 = crate::l2::runtime::spawn(running.clone(), &announcer, layer2_status_tx);
+        let layer2 = crate::l2::runtime::spawn(
+            running.clone(),
+            &announcer,
+            layer2_status_tx,
+            membership_from_api,
+        );
         let reload = reloader.spawn();
         crate::control::metrics::spawn(
             crate::control::metrics::Sources {
@@ -225,7 +234,7 @@ async fn start_kubernetes(
     state_dir: &Path,
     running: watch::Receiver<Arc<config::Config>>,
     announcer: crate::announce::runtime::AnnouncerHandle,
-    outputs: crate::kubernetes::Outputs,
+    links: crate::kubernetes::Links,
     kept: config::ApiObjects,
     manifests: config::ManifestCache,
 ) -> Result<ApiInput, String> {
@@ -233,7 +242,7 @@ async fn start_kubernetes(
         return Err("[kubernetes] needs [node] name: the name of this node's Node object".into());
     };
     let source =
-        crate::kubernetes::start(settings, node, state_dir, running, announcer, outputs, kept)
+        crate::kubernetes::start(settings, node, state_dir, running, announcer, links, kept)
             .await?;
     Ok(ApiInput {
         objects: source.objects,
@@ -249,7 +258,7 @@ async fn start_kubernetes(
     _state_dir: &Path,
     _running: watch::Receiver<Arc<config::Config>>,
     _announcer: crate::announce::runtime::AnnouncerHandle,
-    _outputs: crate::kubernetes::Outputs,
+    _links: crate::kubernetes::Links,
     _kept: config::ApiObjects,
     _manifests: config::ManifestCache,
 ) -> Result<ApiInput, String> {

@@ -710,8 +710,10 @@ spec:
 }
 
 /// Layer 2 mode from the API, on two nodes and a client on one bridge with the API server:
-/// the node that answers for a Service writes MetalLB's `ServiceL2Status` (upstream's labels
-/// and status) and tells the Service `nodeAssigned` with protocol "layer2"; when that node's
+/// the nodes find each other by the Nodes' `InternalIP` addresses and share the key of
+/// MetalLB's `memberlist` Secret (`[layer2]` names neither); the node that answers for a
+/// Service writes MetalLB's `ServiceL2Status` (upstream's labels and status) and tells the
+/// Service `nodeAssigned` with protocol "layer2"; when that node's
 /// link is cut (no goodbye, no API either) the other node takes the address, writes its own
 /// status and deletes the cut node's; back, the first node takes it again and exactly one
 /// status remains, its own.
@@ -748,16 +750,38 @@ fn layer2_mode_writes_servicel2status_from_the_answering_node() {
         &lab,
         "apiVersion: v1\nkind: Node\nmetadata: {name: wk1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: wk2}\n---\napiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: lan, namespace: metallb-system}\nspec:\n  addresses: [10.99.0.100/30]\n---\napiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {name: lan, namespace: metallb-system}\nspec:\n  ipAddressPools: [lan]\n",
     );
+    // The members to join by: the Nodes' InternalIP addresses, as the kubelet reports them.
+    for (name, address) in nodes {
+        let status = format!(
+            "{{\"status\":{{\"addresses\":[{{\"type\":\"InternalIP\",\"address\":\"{address}\"}}]}}}}"
+        );
+        plane.kubectl(&[
+            "patch",
+            "node",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ]);
+    }
+    plane.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "memberlist",
+        "-n",
+        "metallb-system",
+        "--from-literal=secretkey=the fleet's layer 2 membership key",
+    ]);
     let kubeconfig = plane.uplink_kubeconfig(API_ADDRESS);
     let mut uplinks = Vec::new();
     for ((name, address), ns) in nodes.iter().zip(&namespaces) {
-        let other = nodes.iter().find(|(n, _)| n != name).map(|(_, a)| *a).unwrap();
         let dir = lab.path(name);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("kubeconfig"), &kubeconfig).unwrap();
-        std::fs::write(dir.join("memberlist.key"), "the fleet's layer 2 membership key\n").unwrap();
         let config = format!(
-            "[node]\nname = \"{name}\"\n\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n[layer2]\naddress = \"{address}\"\nmembers = [\"{other}\"]\nsecret_file = \"memberlist.key\"\ndetection = \"500ms\"\n"
+            "[node]\nname = \"{name}\"\n\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n[layer2]\naddress = \"{address}\"\ndetection = \"500ms\"\n"
         );
         uplinks.push(Uplink::start(&mut lab, ns, name, &config));
     }
@@ -781,6 +805,12 @@ fn layer2_mode_writes_servicel2status_from_the_answering_node() {
         let (a, b) = (answering(&uplinks[0])?, answering(&uplinks[1])?);
         (a == b).then_some(a.clone()).ok_or(format!("wk1 says {a}, wk2 says {b}"))
     });
+    for uplink in &uplinks {
+        let membership = &uplink.json(&["show", "l2"]).unwrap()["membership"];
+        assert_eq!(membership["members_from"], "the API's Nodes", "{membership}");
+        assert_eq!(membership["key_from"], "MetalLB's memberlist Secret", "{membership}");
+        assert_eq!(membership["alive"].as_object().map(|a| a.len()), Some(2), "{membership}");
+    }
     let index = nodes.iter().position(|(n, _)| *n == owner).unwrap();
     let other = nodes[1 - index].0;
     let mac = |i: usize| {

@@ -109,6 +109,16 @@ pub(crate) fn merge(
             }
         }
     }
+    if let (Some((settings, loc)), None) = (&layer2, &kubernetes) {
+        if settings.secret.is_empty() {
+            errors.push(loc.error(
+                "layer2.secret_file",
+                "required: the nodes' membership messages are authenticated with a key they \
+                 share (MetalLB's memberlist secret); add secret_file = \"...\" (with \
+                 [kubernetes], the key of the Secret memberlist is used instead)",
+            ));
+        }
+    }
     let profile_names: Vec<&str> = profiles.iter().map(|p| p.profile.name.as_str()).collect();
     let default_max_prefixes = default_max_prefixes.map(|(limit, _)| limit);
     let mut routers: Vec<Router> =

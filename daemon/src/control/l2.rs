@@ -36,6 +36,12 @@ pub fn text(v: &Value) -> String {
             alive.map_or(0, |a| a.len()),
             membership["down"].as_array().map_or(0, |d| d.len())
         );
+        let _ = writeln!(
+            out,
+            "  members from {}, key from {}",
+            s(&membership["members_from"]),
+            s(&membership["key_from"])
+        );
         for (node, selected_by) in alive.into_iter().flatten() {
             let names: Vec<String> = selected_by.as_array().into_iter().flatten().map(s).collect();
             let _ = writeln!(out, "  {node:<24} alive, selected by {}", list(&names));

@@ -18,7 +18,8 @@
 //! - `sessions` and `session_state`: each BGP session as frr-k8s's `BGPSessionState`;
 //!   `node_state`: the node's running config and last results as its `FRRNodeState`.
 //! - `l2_status`: MetalLB's `ServiceL2Status` of each Service this node answers for in layer
-//!   2 mode, and its `nodeAssigned` event.
+//!   2 mode, and its `nodeAssigned` event; `l2_membership`: the Nodes and the memberlist
+//!   Secret, for a `[layer2]` that leaves its members or key to the API.
 //! - `enactment_writer`: each API policy's enactment on this node as kubernetes-nmstate's
 //!   `NodeNetworkConfigurationEnactment`, and the policies' conditions
 //!   (`nmstate_conditions`, pure).
@@ -33,6 +34,8 @@ mod enactment_writer;
 #[cfg(feature = "kubernetes")]
 mod events;
 pub mod health;
+#[cfg(feature = "kubernetes")]
+mod l2_membership;
 #[cfg(feature = "kubernetes")]
 mod l2_status;
 mod nmstate_conditions;
@@ -57,10 +60,13 @@ pub use snapshot::Snapshot;
 #[cfg(feature = "kubernetes")]
 pub use source::{start, Source};
 
-/// What the daemon's other parts report, for the source to write as upstream's status objects.
-pub struct Outputs {
+/// What the source exchanges with the daemon's other parts: what they report, for upstream's
+/// status objects, and what layer 2 mode's membership reads from the API.
+pub struct Links {
     /// Each BGP session's state, for `BGPSessionState`.
     pub sessions: sessions::SessionReports,
     /// Layer 2 mode's status, for `ServiceL2Status` and the `nodeAssigned` events.
     pub layer2: tokio::sync::watch::Receiver<std::sync::Arc<crate::l2::runtime::L2Status>>,
+    /// The Nodes and the memberlist Secret, for a `[layer2]` that leaves them to the API.
+    pub layer2_membership: tokio::sync::watch::Sender<std::sync::Arc<crate::l2::runtime::FromApi>>,
 }

@@ -18,8 +18,8 @@ use tracing::info;
 use super::events::{self, Events};
 use super::health::SourceHealth;
 use super::{
-    enactment_writer, l2_status, node_state, session_state, snapshot, status, watch, Health,
-    Outputs,
+    enactment_writer, l2_membership, l2_status, node_state, session_state, snapshot, status, watch,
+    Health, Links,
 };
 use crate::announce::runtime::AnnouncerHandle;
 use crate::config::{ApiObjects, Config, KubernetesConfig};
@@ -41,7 +41,7 @@ pub async fn start(
     state_dir: &Path,
     running: channel::Receiver<Arc<Config>>,
     announcer: AnnouncerHandle,
-    outputs: Outputs,
+    links: Links,
     kept: ApiObjects,
 ) -> Result<Source, String> {
     let (client, server) = client(settings).await?;
@@ -56,21 +56,21 @@ pub async fn start(
     let events = Events::new(client.clone(), node, services.clone());
     let announcements = announcer.changes();
     events::spawn(events.clone(), announcer);
-    session_state::spawn(
-        client.clone(),
-        &settings.namespace,
-        node,
-        outputs.sessions,
-        health.clone(),
-    );
+    session_state::spawn(client.clone(), &settings.namespace, node, links.sessions, health.clone());
     l2_status::spawn(
         client.clone(),
         &settings.namespace,
         node,
-        outputs.layer2,
+        links.layer2,
         services.clone(),
         events.clone(),
         health.clone(),
+    );
+    l2_membership::spawn(
+        client.clone(),
+        &settings.namespace,
+        running.clone(),
+        links.layer2_membership,
     );
     node_state::spawn(client.clone(), node, running.clone(), health.clone());
     enactment_writer::spawn(client.clone(), node, running.clone(), objects.clone(), health.clone());

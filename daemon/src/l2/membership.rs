@@ -182,6 +182,7 @@ pub struct Membership {
     view: watch::Receiver<Arc<View>>,
     counters: Arc<Counters>,
     selection: watch::Sender<BTreeSet<String>>,
+    seeds: watch::Sender<Vec<SocketAddr>>,
     leave: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -196,10 +197,21 @@ impl Membership {
         let (publish, watched) = watch::channel(Arc::new(view));
         let (leave, left) = tokio::sync::oneshot::channel();
         let (selection, selections) = watch::channel(settings.selected_by.clone());
+        let (seeds, seed_changes) = watch::channel(settings.seeds.clone());
         let counters = Arc::new(Counters::default());
-        let events = Events { left, selections };
+        let events = Events { left, selections, seeds: seed_changes };
         let task = tokio::spawn(run(settings, key, socket, publish, counters.clone(), events));
-        Ok(Membership { view: watched, counters, selection, leave: Some(leave), task })
+        Ok(Membership { view: watched, counters, selection, seeds, leave: Some(leave), task })
+    }
+
+    /// The members to join by changed (a Node added to or removed from the cluster): the new
+    /// ones are asked to let this node in; nobody is left.
+    pub fn set_seeds(&self, seeds: Vec<SocketAddr>) {
+        self.seeds.send_if_modified(|current| {
+            let changed = *current != seeds;
+            *current = seeds;
+            changed
+        });
     }
 
     /// The layer 2 advertisements that select this node changed (a reload, a label): the
@@ -256,6 +268,7 @@ struct Node {
 struct Events {
     left: tokio::sync::oneshot::Receiver<()>,
     selections: watch::Receiver<BTreeSet<String>>,
+    seeds: watch::Receiver<Vec<SocketAddr>>,
 }
 
 async fn run(
@@ -286,15 +299,20 @@ async fn run(
     let mut join = tokio::time::interval(JOIN_EVERY);
     let join_wait = tokio::time::sleep(settings.detection.max(MIN_DETECTION) * JOIN_WAIT);
     tokio::pin!(join_wait);
-    node.joined_when_seeds_answer(&settings.seeds);
+    let mut seeds = settings.seeds.clone();
+    node.joined_when_seeds_answer(&seeds);
     loop {
         tokio::select! {
             _ = join.tick() => {
-                node.join(&settings.seeds).await;
-                node.joined_when_seeds_answer(&settings.seeds);
+                node.join(&seeds).await;
+                node.joined_when_seeds_answer(&seeds);
+            }
+            Ok(()) = events.seeds.changed() => {
+                seeds = events.seeds.borrow_and_update().clone();
+                node.join(&seeds).await;
             }
             () = &mut join_wait, if !node.view.joined => {
-                let missing = node.missing_seeds(&settings.seeds);
+                let missing = node.missing_seeds(&seeds);
                 warn!(?missing, "membership: seeds not answering; taking them as down");
                 node.set_joined();
             }
@@ -303,7 +321,7 @@ async fn run(
                     let datagram = buffer.get(..length).unwrap_or_default();
                     node.receive(datagram, from).await;
                     if !node.view.joined {
-                        node.joined_when_seeds_answer(&settings.seeds);
+                        node.joined_when_seeds_answer(&seeds);
                     }
                 }
                 Err(e) => debug!("membership: receive: {e}"),

@@ -50,6 +50,10 @@ impl L2Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct MembershipStatus {
     pub address: SocketAddr,
+    /// Where the members to join by come from: `[layer2] members`, or the API's Nodes.
+    pub members_from: &'static str,
+    /// Where the key comes from: `[layer2] secret_file`, or MetalLB's memberlist Secret.
+    pub key_from: &'static str,
     #[serde(serialize_with = "crate::config::duration::serialize")]
     pub detection: Duration,
     /// The alive members with the layer 2 advertisements that select each.
@@ -61,6 +65,80 @@ pub struct MembershipStatus {
     pub refused_malformed: u64,
     pub refused_wrong_key: u64,
     pub refused_protocol: u64,
+}
+
+/// What the Kubernetes source reads for the membership of a `[layer2]` that names no members
+/// or no key: the Nodes' addresses (MetalLB's speakers join the others the same way, by the
+/// speaker pods the API lists) and the key of MetalLB's `memberlist` Secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FromApi {
+    /// Each Node's name and its `InternalIP` addresses.
+    pub nodes: BTreeMap<String, Vec<IpAddr>>,
+    /// The Nodes have been listed: until then a node would think itself alone and take every
+    /// address.
+    pub nodes_listed: bool,
+    /// The Secret's key, or why there is none.
+    pub key: Result<Vec<u8>, String>,
+}
+
+impl Default for FromApi {
+    fn default() -> Self {
+        FromApi {
+            nodes: BTreeMap::new(),
+            nodes_listed: false,
+            key: Err("the memberlist Secret is not read yet".into()),
+        }
+    }
+}
+
+impl std::fmt::Debug for FromApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = self.key.as_ref().map(|_| "(hidden)");
+        f.debug_struct("FromApi")
+            .field("nodes", &self.nodes)
+            .field("nodes_listed", &self.nodes_listed)
+            .field("key", &key)
+            .finish()
+    }
+}
+
+impl FromApi {
+    /// The other Nodes' membership addresses: each one's first `InternalIP` of the family of
+    /// this node's, on its port.
+    fn members(&self, node: &str, own: SocketAddr) -> Vec<SocketAddr> {
+        let others = self.nodes.iter().filter(|(name, _)| *name != node);
+        others
+            .filter_map(|(_, addresses)| {
+                let same_family = addresses.iter().find(|a| a.is_ipv4() == own.is_ipv4());
+                same_family.map(|ip| SocketAddr::new(*ip, own.port()))
+            })
+            .collect()
+    }
+}
+
+/// `settings` with what it leaves to the API filled in from `from_api`: the members when it
+/// names none, the key when it has no `secret_file`. An error says what is missing.
+fn resolve(
+    mut settings: Layer2Config,
+    node: &str,
+    from_api: Option<&FromApi>,
+) -> Result<Layer2Config, String> {
+    if settings.secret.is_empty() {
+        match from_api.map(|api| &api.key) {
+            Some(Ok(key)) => settings.secret = key.clone(),
+            Some(Err(why)) => return Err(format!("no membership key: {why}")),
+            None => return Err("no membership key: [layer2] has no secret_file".into()),
+        }
+    }
+    if settings.members.is_empty() {
+        if let Some(api) = from_api {
+            if !api.nodes_listed {
+                return Err("waiting for the API's Nodes, the members to join by".into());
+            }
+            settings.members = api.members(node, settings.address);
+        }
+    }
+    Ok(settings)
 }
 
 /// The counts `show l2` and the metrics read, besides the status.
@@ -124,6 +202,7 @@ pub fn spawn(
     running: watch::Receiver<Arc<Config>>,
     announcer: &AnnouncerHandle,
     status_tx: watch::Sender<Arc<L2Status>>,
+    from_api: Option<watch::Receiver<Arc<FromApi>>>,
 ) -> Layer2Handle {
     let status = status_tx.subscribe();
     let (counters_tx, membership_counters) = watch::channel(None);
@@ -136,9 +215,11 @@ pub fn spawn(
         responder: responder.clone(),
         status: status_tx,
         counters: counters_tx,
+        from_api,
         membership: None,
         membership_error: None,
         failed: None,
+        waiting_for_api: false,
     };
     tokio::spawn(task.run());
     Layer2Handle { status, stop, responder, membership: membership_counters }
@@ -146,7 +227,11 @@ pub fn spawn(
 
 /// The running membership and what it was started with.
 struct Running {
+    /// Resolved: the members and key the API gave filled in.
     settings: Layer2Config,
+    /// The members or the key came from the API.
+    members_from_api: bool,
+    key_from_api: bool,
     node: String,
     membership: Membership,
     view: watch::Receiver<Arc<membership::View>>,
@@ -159,11 +244,16 @@ struct Task {
     responder: Arc<Responder>,
     status: watch::Sender<Arc<L2Status>>,
     counters: watch::Sender<Option<Arc<membership::Counters>>>,
+    /// The Nodes and the memberlist Secret, with `[kubernetes]`.
+    from_api: Option<watch::Receiver<Arc<FromApi>>>,
     membership: Option<Running>,
     /// Why the membership `[layer2]` asks for is not running (its address cannot be bound),
     /// and the settings that failed: tried again at the next reload, not at every change.
     membership_error: Option<String>,
     failed: Option<(Layer2Config, String)>,
+    /// The membership waits for what `[layer2]` leaves to the API (the Nodes, the key): this
+    /// node's answers are not decided yet.
+    waiting_for_api: bool,
 }
 
 impl Task {
@@ -173,14 +263,22 @@ impl Task {
         loop {
             let settings = self.running.borrow_and_update().layer2.clone();
             let announcements = self.announcements.borrow_and_update().clone();
+            let from_api = self.from_api.as_mut().map(|api| api.borrow_and_update().clone());
             if reloaded {
                 self.failed = None;
             }
-            self.follow(settings, &announcements).await;
+            self.follow(settings, from_api.as_deref(), &announcements).await;
             self.elect(&announcements);
+            let (membership, api) = (&mut self.membership, &mut self.from_api);
             let view_changed = async {
-                match &mut self.membership {
+                match membership {
                     Some(running) => running.view.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let api_changed = async {
+                match api {
+                    Some(api) => api.changed().await.is_ok(),
                     None => std::future::pending().await,
                 }
             };
@@ -192,6 +290,8 @@ impl Task {
                 }
                 changed = self.announcements.changed() => if changed.is_err() { break },
                 _ = view_changed => {}
+                // The API's Nodes or Secret changed; a source that ended leaves them as they were.
+                true = api_changed => {}
                 done = self.stops.recv() => {
                     stopped = done;
                     break;
@@ -209,10 +309,50 @@ impl Task {
         }
     }
 
-    /// Starts, moves or stops the membership as `[layer2]` and the node's name say.
-    async fn follow(&mut self, settings: Option<Layer2Config>, announcements: &Announcements) {
+    /// Starts, moves or stops the membership as `[layer2]`, the node's name and the API's
+    /// Nodes and Secret (for what `[layer2]` leaves to them) say. New members alone are joined
+    /// without starting again.
+    async fn follow(
+        &mut self,
+        settings: Option<Layer2Config>,
+        from_api: Option<&FromApi>,
+        announcements: &Announcements,
+    ) {
         let node = announcements.config.node.name.clone();
-        let wanted = settings.zip(node);
+        self.waiting_for_api = false;
+        let (members_from_api, key_from_api) = settings.as_ref().map_or((false, false), |s| {
+            (s.members.is_empty() && from_api.is_some(), s.secret.is_empty())
+        });
+        let wanted = match settings.zip(node) {
+            Some((settings, node)) => match resolve(settings, &node, from_api) {
+                Ok(settings) => Some((settings, node)),
+                // The API's Secret went away (or was never there): a running membership keeps
+                // its key, so the nodes keep agreeing; none starts without one.
+                Err(why) => {
+                    if self.membership.is_none() {
+                        self.waiting_for_api = true;
+                        if self.membership_error.as_ref() != Some(&why) {
+                            warn!("layer 2: the membership waits: {why}");
+                        }
+                        self.membership_error = Some(why);
+                    }
+                    return;
+                }
+            },
+            None => None,
+        };
+        if let (Some(running), Some((settings, node))) = (&mut self.membership, &wanted) {
+            let mut old = running.settings.clone();
+            old.members.clone_from(&settings.members);
+            if old == *settings
+                && running.node == *node
+                && running.settings.members != settings.members
+            {
+                info!(members = ?settings.members, "layer 2: the members to join by changed");
+                running.membership.set_seeds(settings.members.clone());
+                running.settings.members.clone_from(&settings.members);
+            }
+        }
         let same = match (&self.membership, &wanted) {
             (Some(running), Some((settings, node))) => {
                 running.settings == *settings && running.node == *node
@@ -247,7 +387,14 @@ impl Task {
                 info!(address = %settings.address, "layer 2: membership listening on {}", settings.address);
                 self.counters.send_replace(Some(membership.counters().clone()));
                 let view = membership.view();
-                self.membership = Some(Running { settings, node, membership, view });
+                self.membership = Some(Running {
+                    settings,
+                    members_from_api,
+                    key_from_api,
+                    node,
+                    membership,
+                    view,
+                });
             }
             Err(e) => {
                 error!(
@@ -278,6 +425,16 @@ impl Task {
                 members.insert(running.node.clone(), selection);
                 status.membership = Some(MembershipStatus {
                     address: running.settings.address,
+                    members_from: if running.members_from_api {
+                        "the API's Nodes"
+                    } else {
+                        "[layer2] members"
+                    },
+                    key_from: if running.key_from_api {
+                        "MetalLB's memberlist Secret"
+                    } else {
+                        "[layer2] secret_file"
+                    },
                     detection: running.settings.detection,
                     alive: members.clone(),
                     down: running.view.borrow().down.clone(),
@@ -315,7 +472,8 @@ impl Task {
             (Some(running), Some(members)) => held_back(running, members.len()),
             _ => None,
         };
-        status.settled = self.membership.as_ref().is_none_or(|r| r.view.borrow().joined);
+        status.settled = !self.waiting_for_api
+            && self.membership.as_ref().is_none_or(|r| r.view.borrow().joined);
         if let Some(why) = held.as_ref().filter(|_| !config.l2_advertisements.is_empty()) {
             if self.status.borrow().not_answering.as_ref() != Some(why) {
                 warn!("layer 2: answering for no address: {why}");

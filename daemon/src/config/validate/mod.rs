@@ -381,7 +381,6 @@ const MIN_LAYER2_KEY: usize = 16;
 impl Checker<'_, '_> {
     fn layer2(&mut self, table: S<RawLayer2>) -> Option<(Layer2Config, Loc)> {
         let loc = self.loc(&table);
-        let span = table.span();
         let raw = table.into_inner();
         let address = self.membership_address(&raw.address, "layer2.address");
         let mut members = Vec::new();
@@ -405,10 +404,9 @@ impl Checker<'_, '_> {
                     }
                 }
             }
-            None => {
-                self.errors.push(self.source.error_at(&span, "layer2.secret_file", "required: the nodes' membership messages are authenticated with a key they share (MetalLB's memberlist secret); add secret_file = \"...\""));
-                None
-            }
+            // From MetalLB's memberlist Secret; without [kubernetes] an error (config/merge.rs,
+            // where the two sections meet).
+            None => Some(Vec::new()),
         };
         let detection = match &raw.detection {
             Some(value) => self.millis_in(value, "layer2.detection", 500..=60_000),

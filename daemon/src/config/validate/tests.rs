@@ -831,6 +831,10 @@ fn layer2_membership_needs_an_address_the_others_reach_and_a_shared_key() {
         load("[layer2]\naddress = \"10.0.0.11:7946\"\nsecret_file = \"memberlist.key\"\n").unwrap();
     assert_eq!(defaults.layer2.unwrap().detection, DEFAULT_LAYER2_DETECTION);
     assert!(load("").unwrap().layer2.is_none());
+    // With [kubernetes], members and key may be left to the API's Nodes and memberlist Secret.
+    let from_api = load("[kubernetes]\n\n[layer2]\naddress = \"10.0.0.11\"\n").unwrap();
+    let layer2 = from_api.layer2.unwrap();
+    assert!(layer2.secret.is_empty() && layer2.members.is_empty(), "{layer2:?}");
 
     let only = |text: &str| {
         let errors = load(text).unwrap_err().0;
