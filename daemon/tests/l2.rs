@@ -140,6 +140,52 @@ fn all_agree(nodes: &[&Node], key: &str, expected: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Requests `address` from the client every 50 ms while `during` runs and a second after,
+/// each with a one-second timeout; what each got, in order: the node that served it, or
+/// `FAILED` and why.
+fn request_loop(client: &Ns, address: &str, during: impl FnOnce()) -> Vec<String> {
+    let script = format!(
+        "import os, sys, time, urllib.request\n\
+         while not os.path.exists(sys.argv[1]):\n\
+         \x20   try: print(urllib.request.urlopen('http://{address}:8080/node', timeout=1).read().decode().strip(), flush=True)\n\
+         \x20   except Exception as e: print('FAILED', e, flush=True)\n\
+         \x20   time.sleep(0.05)\n"
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let flag = scratch.path().join("done");
+    // The loop ends when the flag is written, also when `during` panics.
+    struct EndLoop<'a>(&'a std::path::Path);
+    impl Drop for EndLoop<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::write(self.0, "");
+        }
+    }
+    std::thread::scope(|scope| {
+        let looping =
+            scope.spawn(|| client.run(&["python3", "-c", &script, flag.to_str().unwrap()]));
+        let end = EndLoop(&flag);
+        std::thread::sleep(Duration::from_millis(500));
+        during();
+        std::thread::sleep(Duration::from_secs(1));
+        drop(end);
+        looping.join().unwrap().lines().map(str::to_string).collect()
+    })
+}
+
+/// `requests` (from [`request_loop`]) none failed, the first served by `from` and the last
+/// by `to`.
+fn moved_without_a_failed_request(requests: &[String], from: &str, to: &str) {
+    let failed: Vec<_> = requests.iter().filter(|r| r.starts_with("FAILED")).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {failed:?}",
+        failed.len(),
+        requests.len()
+    );
+    assert_eq!(requests.first().map(String::as_str), Some(from), "{requests:?}");
+    assert_eq!(requests.last().map(String::as_str), Some(to), "{requests:?}");
+}
+
 #[test]
 fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_cut() {
     require_tool("arping");
@@ -219,6 +265,11 @@ fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_c
         let macs = nd_macs(&client, &client_if, VIP6);
         (macs == BTreeSet::from([owner.mac.clone()])).then_some(()).ok_or(format!("{macs:?}"))
     });
+    // The advertisement comes from the target address, as Linux answers for an address of
+    // its own; ndisc6 (like other tools that match the answer to the question) takes no other.
+    let (_, advertisement) =
+        client.try_run(&["ndisc6", "-n", "-r", "3", "-w", "1000", VIP6, &client_if]);
+    assert!(advertisement.contains(&format!("from {VIP6}")), "{advertisement}");
     assert_eq!(served_by(&client, VIP, "2").as_deref(), Some(first.as_str()));
     assert_eq!(served_by(&client, VIP6, "2").as_deref(), Some(first.as_str()));
     // MetalLB's layer 2 counters, on the node that answers only.
@@ -325,6 +376,44 @@ fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_c
     }
     assert_eq!(served_by(&client, VIP, "2").as_deref(), Some(first.as_str()));
 
+    // A drain moves the address at once, with no failed request on the way (the drained
+    // node still serves what reaches it until the new node's gratuitous ARP moves the
+    // client); undrained, it takes the address back the same way.
+    let requests = request_loop(&client, VIP, || {
+        owner.uplink.cli(&["drain", "--no-wait"]).unwrap();
+        wait_for("another node answers for the drained one", Duration::from_secs(5), || {
+            let said = answering(survivors[0], "shop/web")?;
+            (said != first).then_some(()).ok_or(format!("{said} still answers"))
+        });
+    });
+    let taker = answering(survivors[0], "shop/web").unwrap();
+    eprintln!("drain: {} requests, none failed, {first} to {taker}", requests.len());
+    moved_without_a_failed_request(&requests, &first, &taker);
+    let requests = request_loop(&client, VIP, || {
+        owner.uplink.cli(&["undrain"]).unwrap();
+        wait_for("the undrained node answers again", Duration::from_secs(5), || {
+            all_agree(&all, "shop/web", &first)
+        });
+    });
+    moved_without_a_failed_request(&requests, &taker, &first);
+
+    // A graceful stop says goodbye: the address moves with no failed request either; started
+    // again, the node joins and takes it back.
+    let requests = request_loop(&client, VIP, || {
+        lab.stop(owner.name);
+        wait_for("another node answers for the stopped one", Duration::from_secs(5), || {
+            all_agree(&survivors, "shop/web", &taker)
+        });
+    });
+    eprintln!("graceful stop: {} requests, none failed, {first} to {taker}", requests.len());
+    moved_without_a_failed_request(&requests, &first, &taker);
+    owner.uplink.launch(&mut lab);
+    wait_for("the restarted node answers again, alone", Duration::from_secs(30), || {
+        all_agree(&all, "shop/web", &first)?;
+        let macs = arp_macs(&client, &client_if, VIP);
+        (macs == BTreeSet::from([owner.mac.clone()])).then_some(()).ok_or(format!("{macs:?}"))
+    });
+
     // Split brain: the owner loses the membership (its datagrams dropped both ways) while
     // its link and its ARP stay up. Seeing fewer than half of the members, it stops
     // answering; the two others take the address; the client sees one MAC, the new owner's.
@@ -336,7 +425,7 @@ fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_c
     let rules = lab.path("block-membership.nft");
     std::fs::write(&rules, block).unwrap();
     owner.ns.run(&["nft", "-f", rules.to_str().unwrap()]);
-    let taker = wait_for(
+    let split_taker = wait_for(
         "another node takes the address from the cut-off one",
         Duration::from_secs(15),
         || {
@@ -359,7 +448,10 @@ fn one_node_answers_for_each_address_and_another_takes_over_when_its_links_are_c
         },
     );
     for _ in 0..2 {
-        assert_eq!(arp_macs(&client, &client_if, VIP), BTreeSet::from([node(&taker).mac.clone()]));
+        assert_eq!(
+            arp_macs(&client, &client_if, VIP),
+            BTreeSet::from([node(&split_taker).mac.clone()])
+        );
     }
     owner.ns.run(&["nft", "delete", "table", "inet", "l2test"]);
     wait_for(

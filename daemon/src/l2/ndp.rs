@@ -112,6 +112,8 @@ fn advertisement(
     payload.extend_from_slice(&[TARGET_LINK_LAYER_ADDRESS, 1]);
     payload.extend_from_slice(&mac);
     let builder = PacketBuilder::ethernet2(mac, to_mac)
+        // From the target, as Linux answers for an address of its own: tools that match the
+        // answer to the question (ndisc6) take no other source (docs/layer2.md).
         .ipv6(target.octets(), to.octets(), HOP_LIMIT)
         .icmpv6(Icmpv6Type::NeighborAdvertisement(header));
     let mut frame = Vec::with_capacity(builder.size(payload.len()));

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
@@ -24,6 +24,7 @@ use super::links::{answering_links, Link};
 use super::socket::{target_ranges, PacketSocket, ETH_P_ARP, ETH_P_IPV6};
 use super::{arp, ndp, Dropped};
 use crate::announce::l2::Interfaces;
+use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// How often the interfaces are read again: one that comes back up (its worker ended when it
 /// went down) answers again within this time. A few small sysfs reads per interface.
@@ -159,6 +160,9 @@ async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<C
     // A worker that ends (its interface went down: its socket reports it) says so, and the
     // interfaces are read again at once.
     let ended = Arc::new(Notify::new());
+    // A worker that cannot open its sockets is started again at every rescan: one line per
+    // period says so.
+    let failures = Arc::new(Mutex::new(LogThrottle::new(LOG_PERIOD)));
     loop {
         let current = answers.borrow_and_update().clone();
         // Nothing answered (no layer 2 advertisement, or not this node's): no interface read.
@@ -170,24 +174,24 @@ async fn supervise(mut answers: watch::Receiver<Arc<AnswerSet>>, counters: Arc<C
         };
         // A worker whose interface went away has ended; it starts again once the interface
         // is back.
-        workers.retain(|(name, index, changes), worker| {
-            !worker.0.is_finished()
-                && links
-                    .iter()
-                    .any(|l| l.name == *name && l.index == *index && l.carrier_changes == *changes)
+        let key = |l: &Link| (l.name.clone(), l.index, l.carrier_changes);
+        workers.retain(|worked, worker| {
+            !worker.0.is_finished() && links.iter().any(|l| key(l) == *worked)
         });
         for link in &links {
-            workers.entry((link.name.clone(), link.index, link.carrier_changes)).or_insert_with(
-                || {
-                    info!(interface = %link.name, "layer 2: answering on {}", link.name);
-                    // Announced again on it, whatever was before: a link that was down for less
-                    // than a rescan may have seen its addresses taken by another node meanwhile.
-                    answered.retain(|(_, index)| *index != link.index);
-                    let serving =
-                        serve(Link::clone(link), answers.clone(), counters.clone(), ended.clone());
-                    Worker(tokio::spawn(serving))
-                },
-            );
+            workers.entry(key(link)).or_insert_with(|| {
+                // Announced again on it, whatever was before: a link that was down for less
+                // than a rescan may have seen its addresses taken by another node meanwhile.
+                answered.retain(|(_, index)| *index != link.index);
+                let serving = serve(
+                    Link::clone(link),
+                    answers.clone(),
+                    counters.clone(),
+                    ended.clone(),
+                    failures.clone(),
+                );
+                Worker(tokio::spawn(serving))
+            });
         }
         let now = current.pairs(&links);
         // The link shared by its addresses' entries (thousands for 4.4 s).
@@ -224,9 +228,18 @@ async fn serve(
     answers: watch::Receiver<Arc<AnswerSet>>,
     counters: Arc<Counters>,
     ended: Arc<Notify>,
+    failures: Arc<Mutex<LogThrottle>>,
 ) {
     if let Err(e) = answer(&link, &answers, &counters).await {
-        warn!(interface = %link.name, "layer 2: not answering on {} ({e}) until it is back", link.name);
+        let due = failures.lock().unwrap_or_else(PoisonError::into_inner).event(Instant::now());
+        if let Some(held_back) = due {
+            warn!(
+                interface = %link.name,
+                "layer 2: not answering on {} ({e}) until it is back{}",
+                link.name,
+                held_back_note(held_back)
+            );
+        }
     }
     ended.notify_one();
 }
@@ -253,6 +266,7 @@ async fn answer(
     solicitations.only_neighbor_solicitations()?;
     solicitations.set_receive_buffer(RECEIVE_BUFFER)?;
     solicitations.receive_all_multicast(link.index)?;
+    info!(interface = %link.name, "layer 2: answering on {}", link.name);
     let mut arp_frame = vec![0u8; 2048];
     let mut nd_frame = vec![0u8; 2048];
     loop {

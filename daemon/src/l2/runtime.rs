@@ -161,8 +161,21 @@ impl Layer2Handle {
     /// The status, its membership counters read now.
     pub fn status(&self) -> L2Status {
         let mut status = L2Status::clone(&self.status.borrow());
-        if let (Some(shown), Some(counters)) = (&mut status.membership, &*self.membership.borrow())
-        {
+        if let Some(shown) = &mut status.membership {
+            self.read_counters(shown);
+        }
+        status
+    }
+
+    /// The status as last published, shared rather than copied (a scrape reads thousands
+    /// of Services' states); its membership counters are those of then.
+    pub fn current(&self) -> Arc<L2Status> {
+        self.status.borrow().clone()
+    }
+
+    /// Fills in `shown`'s membership counters as they are now.
+    pub fn read_counters(&self, shown: &mut MembershipStatus) {
+        if let Some(counters) = &*self.membership.borrow() {
             let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
             shown.received = read(&counters.received);
             shown.sent = read(&counters.sent);
@@ -171,7 +184,6 @@ impl Layer2Handle {
             shown.refused_wrong_key = read(&counters.refused_wrong_key);
             shown.refused_protocol = read(&counters.refused_protocol);
         }
-        status
     }
 
     /// The daemon stops: the membership says goodbye, so the others take this node's

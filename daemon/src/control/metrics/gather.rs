@@ -24,6 +24,7 @@ use crate::config::vrf_display_name;
 use crate::config::Config;
 use crate::fib::stats::{FibStats, RouteState};
 use crate::fib::Fib;
+use crate::l2::runtime::{L2Status, Layer2Handle};
 use crate::netconf::{EnactmentStatus, EnactmentStore};
 use crate::reload::ReloadStats;
 
@@ -44,7 +45,7 @@ pub struct Sources {
     pub running: watch::Receiver<Arc<Config>>,
     /// The Kubernetes source's record (`[kubernetes]`).
     pub kubernetes: Option<crate::kubernetes::Health>,
-    pub layer2: Option<crate::l2::runtime::Layer2Handle>,
+    pub layer2: Option<Layer2Handle>,
 }
 
 /// One BGP neighbor.
@@ -197,8 +198,10 @@ pub struct PolicyEnactment {
 pub async fn gather(sources: &Sources) -> Snapshot {
     let instances = sources.instances.borrow().clone();
     let (pools, mut announced) = allocation_numbers(&sources.announcer);
-    if let Some(layer2) = &sources.layer2 {
-        announced.extend(layer2_announced(layer2));
+    // Read once: the Services' states are shared, not copied.
+    let layer2_status = sources.layer2.as_ref().map(Layer2Handle::current);
+    if let Some(status) = &layer2_status {
+        announced.extend(layer2_announced(status));
     }
     let node = sources.running.borrow().announce.node.name.clone().unwrap_or_default();
     let mut snapshot = Snapshot {
@@ -213,7 +216,10 @@ pub async fn gather(sources: &Sources) -> Snapshot {
         reloads: reload_numbers(&sources.reloads),
         network_policies: policy_enactments(&sources.running.borrow()),
         kubernetes: sources.kubernetes.as_ref().map(kubernetes_numbers),
-        layer2: sources.layer2.as_ref().map(layer2_numbers).unwrap_or_default(),
+        layer2: match (&sources.layer2, &layer2_status) {
+            (Some(layer2), Some(status)) => layer2_numbers(layer2, status),
+            _ => Layer2Numbers::default(),
+        },
         namespaces: sources.running.borrow().metrics.namespaces,
     };
     for instance in instances.iter() {
@@ -394,31 +400,31 @@ pub fn reason_label(reason: &Reason) -> &'static str {
 }
 
 /// The addresses this node answers for in layer 2 mode, as MetalLB's speaker counts them.
-fn layer2_announced(layer2: &crate::l2::runtime::Layer2Handle) -> Vec<AnnouncedService> {
-    let status = layer2.status();
-    let answered =
-        status.services.iter().filter(|s| s.state == crate::announce::l2::L2State::Answering);
-    let mut out = Vec::new();
-    for service in answered.filter(|_| status.not_answering.is_none()) {
-        for ip in &service.addresses {
-            out.push(AnnouncedService {
-                service: service.service.to_string(),
-                ip: *ip,
-                protocol: "layer2",
-            });
-        }
-    }
-    out
+fn layer2_announced(status: &L2Status) -> Vec<AnnouncedService> {
+    let answered = status.answered();
+    let addresses =
+        answered.flat_map(|service| service.addresses.iter().map(move |ip| (service, ip)));
+    addresses
+        .map(|(service, ip)| AnnouncedService {
+            service: service.service.to_string(),
+            ip: *ip,
+            protocol: "layer2",
+        })
+        .collect()
 }
 
-fn layer2_numbers(layer2: &crate::l2::runtime::Layer2Handle) -> Layer2Numbers {
+fn layer2_numbers(layer2: &Layer2Handle, status: &L2Status) -> Layer2Numbers {
     let counts = layer2.counts();
-    let status = layer2.status();
-    let membership = status.membership.as_ref();
+    let mut membership = status.membership.clone();
+    if let Some(shown) = &mut membership {
+        layer2.read_counters(shown);
+    }
     Layer2Numbers {
         addresses: counts.addresses.into_iter().collect(),
         dropped: counts.dropped.into_iter().collect(),
-        members_alive: membership.map(|m| u64::try_from(m.alive.len()).unwrap_or(u64::MAX)),
+        members_alive: membership
+            .as_ref()
+            .map(|m| u64::try_from(m.alive.len()).unwrap_or(u64::MAX)),
         membership_refused: membership
             .map(|m| {
                 vec![
