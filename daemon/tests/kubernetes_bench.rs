@@ -225,7 +225,7 @@ fn kubernetes_at_a_clusters_size() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("kubeconfig"), plane.uplink_kubeconfig(API_ADDRESS)).unwrap();
     let config = "[node]\nname = \"wk1\"\n\n[kubernetes]\nkubeconfig = \"kubeconfig\"\n\n[[bgp.routers]]\nasn = 65801\nid = \"10.99.1.2\"\n[[bgp.routers.neighbors]]\naddress = \"10.99.1.1\"\nasn = 65102\nconnect_time = \"1s\"\n";
-    let uplink = start_as_the_unit_does(&mut lab, &node, config);
+    let uplink = Uplink::start_as_the_unit_does(&mut lab, &node, "wk1", config);
     let pid = lab.pid_of("wk1").expect("uplink's pid");
     wait_for("the session with the tor", Duration::from_secs(60), || {
         match tor.peer_state("ipv4Unicast", "10.99.1.2") {
@@ -490,48 +490,4 @@ impl Drop for Profile {
             let _ = child.wait();
         }
     }
-}
-
-/// `uplink run` in `ns` with `config` (as `Uplink::start`), and with the environment of its
-/// systemd unit (the malloc settings), so the daemon's memory is what a node's is.
-fn start_as_the_unit_does(lab: &mut Lab, ns: &Ns, config: &str) -> Uplink {
-    let unit = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../image/overlay/node/usr/lib/systemd/system/uplink.service");
-    let unit = std::fs::read_to_string(&unit).unwrap();
-    let environment: Vec<(String, String)> = unit
-        .lines()
-        .filter_map(|line| line.strip_prefix("Environment="))
-        .flat_map(str::split_whitespace)
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(key, value)| (key.to_string(), value.to_string()))
-        .collect();
-    assert!(
-        environment.iter().any(|(key, _)| key == "MALLOC_ARENA_MAX"),
-        "uplink.service sets no MALLOC_ARENA_MAX any more: {environment:?}"
-    );
-    let dir = lab.path("wk1");
-    std::fs::create_dir_all(dir.join("conf.d")).unwrap();
-    let config_path = dir.join("uplink.toml");
-    std::fs::write(&config_path, config).unwrap();
-    let uplink = Uplink {
-        ns: ns.clone(),
-        label: "wk1".into(),
-        config: config_path,
-        socket: dir.join("uplink.sock"),
-    };
-    let state_dir = dir.join("state");
-    let mut run = ns.command(uplink_bin());
-    run.args([
-        "run",
-        "--config",
-        uplink.config.to_str().unwrap(),
-        "--socket",
-        uplink.socket.to_str().unwrap(),
-        "--state-dir",
-        state_dir.to_str().unwrap(),
-    ])
-    .envs(environment)
-    .env("RUST_LOG", "uplink=info");
-    lab.spawn("wk1", run);
-    uplink
 }

@@ -9,6 +9,7 @@
 //! - Memory: uplink's VmRSS with its pool and a BGP advertisement but no Service, then with
 //!   `BENCH_VIPS` Services (twice: the second reload is the baseline), then with a layer 2
 //!   advertisement instead and every address answered: layer 2 mode's memory, per address.
+//!   The daemons run with the malloc settings of uplink's systemd unit, as on a node.
 //! - Failover: three nodes, the owner's link cut with no goodbye, from the cut to the client
 //!   served by another node (a request loop, 0.2 s per try), over `BENCH_ROUNDS` rounds (5),
 //!   with the default detection time (1 s) and with 500 ms.
@@ -153,7 +154,7 @@ fn node(lab: &mut Lab, lan: &Ns, name: &str, address: &str, config: &str) -> (Ns
     let dir = lab.path(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("memberlist.key"), "the benchmark's shared membership key\n").unwrap();
-    let uplink = Uplink::start(lab, &ns, name, config);
+    let uplink = Uplink::start_as_the_unit_does(lab, &ns, name, config);
     (ns, uplink, interface)
 }
 

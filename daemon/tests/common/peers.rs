@@ -222,6 +222,26 @@ pub fn uplink_bin() -> &'static str {
     })
 }
 
+/// The variables uplink's systemd unit sets on its `Environment=` lines (the malloc settings,
+/// docs/BENCHMARKS.md "Allocator").
+pub fn unit_environment() -> Vec<(String, String)> {
+    let unit = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../image/overlay/node/usr/lib/systemd/system/uplink.service");
+    let unit = std::fs::read_to_string(&unit).unwrap();
+    let environment: Vec<(String, String)> = unit
+        .lines()
+        .filter_map(|line| line.strip_prefix("Environment="))
+        .flat_map(str::split_whitespace)
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    assert!(
+        environment.iter().any(|(key, _)| key == "MALLOC_ARENA_MAX"),
+        "uplink.service sets no MALLOC_ARENA_MAX any more: {environment:?}"
+    );
+    environment
+}
+
 impl Uplink {
     /// Writes `config` to `<label>/uplink.toml` and starts `uplink run` in `ns`.
     pub fn start(lab: &mut Lab, ns: &Ns, label: &str, config: &str) -> Uplink {
@@ -235,8 +255,31 @@ impl Uplink {
         u
     }
 
+    /// As [`Uplink::start`], with the environment of uplink's systemd unit (its malloc
+    /// settings) and its log level, so that a benchmark's daemon holds the memory a node's
+    /// does.
+    pub fn start_as_the_unit_does(lab: &mut Lab, ns: &Ns, label: &str, config: &str) -> Uplink {
+        let dir = lab.path(label);
+        std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+        let config_path = dir.join("uplink.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let socket = dir.join("uplink.sock");
+        let u = Uplink { ns: ns.clone(), label: label.to_string(), config: config_path, socket };
+        let mut cmd = u.run_command();
+        cmd.envs(unit_environment()).env("RUST_LOG", "uplink=info");
+        lab.spawn(&u.label, cmd);
+        u
+    }
+
     /// (Re)starts the daemon with the current config file.
     pub fn launch(&self, lab: &mut Lab) {
+        let mut cmd = self.run_command();
+        cmd.env("RUST_LOG", "uplink=debug");
+        lab.spawn(&self.label, cmd);
+    }
+
+    /// `uplink run` with this daemon's config, socket and state directory, in its namespace.
+    fn run_command(&self) -> Command {
         let mut cmd = self.ns.command(uplink_bin());
         let state_dir = self.socket.with_file_name("state");
         cmd.args([
@@ -248,8 +291,7 @@ impl Uplink {
             "--state-dir",
             state_dir.to_str().unwrap(),
         ]);
-        cmd.env("RUST_LOG", "uplink=debug");
-        lab.spawn(&self.label, cmd);
+        cmd
     }
 
     /// Runs `uplink ARGS --socket S` and returns stdout, or the error output.
