@@ -201,6 +201,29 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
     plane.kubectl(&["label", "node", "wk1", "rack=r1", "--overwrite"]);
     tor_hops(&tor, &prefix, &["10.99.1.2"], "the tor learns it again in rack r1");
 
+    // The Node's NetworkUnavailable condition (its network plugin's routes not set up)
+    // withdraws the address, as MetalLB's speaker does; cleared, the address comes back.
+    let network = |status: &str| {
+        format!(
+            r#"{{"status":{{"conditions":[{{"type":"NetworkUnavailable","status":"{status}","reason":"Test","message":"set by the test","lastTransitionTime":"2026-12-06T09:00:00Z","lastHeartbeatTime":"2026-12-06T09:00:00Z"}}]}}}}"#
+        )
+    };
+    let patch_status = ["patch", "node", "wk1", "--subresource=status", "--type=merge", "-p"];
+    plane.kubectl(&[&patch_status[..], &[network("True").as_str()]].concat());
+    tor_hops(
+        &tor,
+        &prefix,
+        &[],
+        "the tor loses the address while the node's network is unavailable",
+    );
+    plane.kubectl(&[&patch_status[..], &[network("False").as_str()]].concat());
+    tor_hops(
+        &tor,
+        &prefix,
+        &["10.99.1.2"],
+        "the tor learns it again once the network is available",
+    );
+
     // ETP Local with its only ready endpoint on wk2: not announced from wk1.
     plane.apply(&lab, &format!("{}---\n{}", service("web", "Local"), slice("web", "wk2", true)));
     tor_hops(&tor, &prefix, &[], "the tor loses the Local Service's address");

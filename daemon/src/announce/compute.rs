@@ -204,6 +204,7 @@ pub enum Reason {
     NoAdvertisement { pool: String },
     NodeNotSelected { by: String },
     NodeExcluded,
+    NodeNetworkUnavailable,
     AggregatedInto { aggregate: IpNet },
     Drained,
     NoRouter { vrf: String },
@@ -227,6 +228,9 @@ impl fmt::Display for Reason {
             Reason::NoAdvertisement { pool } => write!(f, "no advertisement selects pool {pool}"),
             Reason::NodeNotSelected { by } => write!(f, "node not selected by {by}"),
             Reason::NodeExcluded => write!(f, "node is labelled {EXCLUDE_LABEL}"),
+            Reason::NodeNetworkUnavailable => {
+                f.write_str("the node's NetworkUnavailable condition is True")
+            }
             Reason::AggregatedInto { aggregate } => write!(f, "aggregated into {aggregate}"),
             Reason::Drained => f.write_str("drained"),
             Reason::NoRouter { vrf } => write!(f, "no router in VRF {}", vrf_display_name(vrf)),
@@ -521,6 +525,8 @@ fn services(
             Some(Reason::Drained)
         } else if node_labels.contains_key(EXCLUDE_LABEL) {
             Some(Reason::NodeExcluded)
+        } else if config.node.network_unavailable {
+            Some(Reason::NodeNetworkUnavailable)
         } else {
             None
         };

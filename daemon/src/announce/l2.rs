@@ -22,11 +22,11 @@ use crate::config::selector::any_matches;
 pub type Members = BTreeMap<String, BTreeSet<String>>;
 
 /// The layer 2 advertisements whose `node_selectors` select this node (none when it is
-/// labelled out of external load balancers, as MetalLB): what this node says of itself in the
-/// membership.
+/// labelled out of external load balancers or its network is unavailable, as MetalLB): what
+/// this node says of itself in the membership.
 pub fn selected_by(config: &AnnounceConfig) -> BTreeSet<String> {
     let labels = config.node.effective_labels();
-    if labels.contains_key(EXCLUDE_LABEL) {
+    if labels.contains_key(EXCLUDE_LABEL) || config.node.network_unavailable {
         return BTreeSet::new();
     }
     config
@@ -304,7 +304,7 @@ mod tests {
         let mut db = service("shop", "db");
         db.load_balancer_ips = vec!["198.51.100.1".parse().unwrap()];
         AnnounceConfig {
-            node: Node { name: Some(node.into()), labels: Default::default() },
+            node: Node { name: Some(node.into()), ..Default::default() },
             pools: vec![pool("l2", &["192.0.2.0/24"]), pool("bgp", &["198.51.100.0/24"])],
             services: vec![Arc::new(web), Arc::new(db)],
             l2_advertisements,
@@ -367,6 +367,9 @@ mod tests {
         let mut excluded = config("wk1", advs.clone());
         excluded.node.labels.insert(EXCLUDE_LABEL.into(), String::new());
         assert!(selected_by(&excluded).is_empty());
+        let mut unavailable = config("wk1", advs.clone());
+        unavailable.node.network_unavailable = true;
+        assert!(selected_by(&unavailable).is_empty());
         let not_selected = config("wk3", vec![advs[0].clone(), advs[1].clone()]);
         assert_eq!(web(&not_selected, &only_wk2).state, L2State::NotSelected);
         // Two advertisements select the node: their interfaces together; one without any

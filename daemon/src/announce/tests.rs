@@ -36,7 +36,7 @@ fn router(vrf: &str, neighbors: &[&str]) -> RouterInput {
 }
 
 fn node(name: &str, node_labels: &[(&str, &str)]) -> Node {
-    Node { name: Some(name.into()), labels: labels(node_labels) }
+    Node { name: Some(name.into()), labels: labels(node_labels), network_unavailable: false }
 }
 
 /// One pool, one manual VIP, one advertisement: the node's default router originates the VIP.
@@ -145,6 +145,15 @@ fn drained_and_excluded_nodes_withdraw_vips() {
     excluded.node.labels.insert(super::compute::EXCLUDE_LABEL.into(), String::new());
     let result = compute(&excluded, &routers, RuntimeState::default());
     assert_eq!(result.candidates[0].state, State::Withdrawn { reason: Reason::NodeExcluded });
+    // A Node whose network plugin says NetworkUnavailable announces nothing (MetalLB).
+    let mut unavailable = config.clone();
+    unavailable.node.network_unavailable = true;
+    let result = compute(&unavailable, &routers, RuntimeState::default());
+    assert!(originated(&result, "").is_empty());
+    assert_eq!(
+        result.candidates[0].state,
+        State::Withdrawn { reason: Reason::NodeNetworkUnavailable }
+    );
 }
 
 #[test]

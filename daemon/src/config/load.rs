@@ -243,6 +243,8 @@ pub fn load_sources_kept(
             node_labels.entry(key).or_insert(value);
         }
     }
+    let network_unavailable =
+        node_name.as_ref().is_some_and(|name| indexes.node_network_unavailable(name));
     let context = manifest::Context::new(manifest::Inputs {
         node_name: node_name.as_deref(),
         node_labels: &node_labels,
@@ -278,6 +280,10 @@ pub fn load_sources_kept(
     let network: Vec<_> = fragments.iter_mut().map(|f| std::mem::take(&mut f.network)).collect();
     let check_references = errors.is_empty();
     let mut config = merge(fragments, check_references, &mut errors);
+    if network_unavailable {
+        // Just merged: the only holder, so nothing is copied.
+        std::sync::Arc::make_mut(&mut config.announce).node.network_unavailable = true;
+    }
     config.network = super::network_validate::merge(
         network,
         config.announce.node.name.as_deref(),

@@ -185,7 +185,7 @@ pub(crate) enum Facts {
     Namespace { name: String, labels: Labels },
     PrimaryNetwork { name: String, selector: LabelSelector },
     Secret { name: String, entry: secret::SecretEntry },
-    Node { name: String, labels: Labels },
+    Node { name: String, labels: Labels, network_unavailable: bool },
 }
 
 impl Facts {
@@ -203,6 +203,7 @@ impl Facts {
                 name.map(|name| Facts::Node {
                     name: name.to_string(),
                     labels: labels.unwrap_or_default(),
+                    network_unavailable: network_unavailable(top),
                 })
             }
             Some(kind @ ("Namespace" | "ClusterUserDefinedNetwork")) => {
@@ -219,8 +220,8 @@ pub(crate) struct Indexes {
     pub endpoints: EndpointIndex,
     pub secrets: SecretIndex,
     pub namespaces: NamespaceIndex,
-    /// Each `Node` object's name and labels.
-    nodes: Vec<(String, Labels)>,
+    /// Each `Node` object's name, labels, and whether its network is unavailable.
+    nodes: Vec<(String, Labels, bool)>,
 }
 
 impl Indexes {
@@ -238,7 +239,9 @@ impl Indexes {
             nodes: facts
                 .iter()
                 .filter_map(|f| match f {
-                    Facts::Node { name, labels } => Some((name.clone(), labels.clone())),
+                    Facts::Node { name, labels, network_unavailable } => {
+                        Some((name.clone(), labels.clone(), *network_unavailable))
+                    }
                     _ => None,
                 })
                 .collect(),
@@ -249,10 +252,27 @@ impl Indexes {
     pub fn node_labels(&self, node: &str) -> Labels {
         self.nodes
             .iter()
-            .filter(|(name, _)| name == node)
-            .flat_map(|(_, labels)| labels.clone())
+            .filter(|(name, ..)| name == node)
+            .flat_map(|(_, labels, _)| labels.clone())
             .collect()
     }
+
+    /// Whether the `Node` object named `node` has the `NetworkUnavailable` condition.
+    pub fn node_network_unavailable(&self, node: &str) -> bool {
+        self.nodes.iter().any(|(name, _, unavailable)| name == node && *unavailable)
+    }
+}
+
+/// Whether a `Node` object's `status.conditions` hold `NetworkUnavailable` with status
+/// `True`: its network plugin has not set up the node's routes (MetalLB's speakers announce
+/// nothing from such a node).
+fn network_unavailable(node: &serde_norway::Mapping) -> bool {
+    let conditions = node.get("status").and_then(|s| s.get("conditions"));
+    let conditions = conditions.and_then(Value::as_sequence).map(Vec::as_slice).unwrap_or_default();
+    conditions.iter().any(|condition| {
+        condition.get("type").and_then(Value::as_str) == Some("NetworkUnavailable")
+            && condition.get("status").and_then(Value::as_str) == Some("True")
+    })
 }
 
 /// The fragment of one document, if it applies here, and its errors. What it read of the

@@ -601,6 +601,11 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
                     top.insert(key, value);
                 }
                 "status" if kind.kind == "Service" => status = service_addresses(&value),
+                "status" if kind.kind == "Node" => {
+                    if let Some(unavailable) = network_unavailable(&value) {
+                        top.insert(key, unavailable);
+                    }
+                }
                 "status" => {}
                 _ => {
                     top.insert(key, value);
@@ -627,6 +632,20 @@ fn without_status(text: &str) -> &str {
         Some(at) => text.get(..=at).unwrap_or(text),
         None => text,
     }
+}
+
+/// A Node's status as far as the config reads it: its `NetworkUnavailable` condition when it
+/// is `True`, nothing else (the kubelet's heartbeats in the other conditions would make a
+/// reload every few seconds that changes nothing).
+fn network_unavailable(status: &Value) -> Option<Value> {
+    let conditions = status.get("conditions").and_then(Value::as_array)?;
+    let unavailable = conditions.iter().any(|condition| {
+        condition.get("type").and_then(Value::as_str) == Some("NetworkUnavailable")
+            && condition.get("status").and_then(Value::as_str) == Some("True")
+    });
+    unavailable.then(|| {
+        serde_json::json!({ "conditions": [{ "type": "NetworkUnavailable", "status": "True" }] })
+    })
 }
 
 /// A Service's status as far as the config reads it: the addresses of
@@ -704,6 +723,39 @@ mod tests {
         // The status goes last: what is left without it is the object without a status.
         assert_eq!(without_status(&text), &*without);
         assert_eq!(without_status(&without), &*without);
+    }
+
+    /// A Node keeps of its status only a `NetworkUnavailable` condition that is `True`: the
+    /// kubelet's heartbeats change nothing.
+    #[test]
+    fn a_node_keeps_only_its_network_unavailable_condition() {
+        let kind = KINDS.iter().find(|k| k.kind == "Node").expect("Node is watched");
+        let node = |conditions: serde_json::Value| {
+            let object = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "wk1", "labels": {"rack": "r1"}},
+                "spec": {"podCIDR": "10.244.1.0/24"},
+                "status": {"conditions": conditions, "nodeInfo": {"kubeletVersion": "v1.34.1"}},
+            });
+            let object = serde_json::from_value::<kube::api::DynamicObject>(object);
+            reduce(kind, object.expect("a DynamicObject")).1
+        };
+        let heartbeat = |at: &str, network: &str| {
+            serde_json::json!([
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": at},
+                {"type": "NetworkUnavailable", "status": network, "lastHeartbeatTime": at},
+            ])
+        };
+        let fine = node(heartbeat("2026-12-06T09:00:00Z", "False"));
+        assert!(!fine.contains("status"), "{fine}");
+        assert_eq!(node(heartbeat("2026-12-06T09:00:10Z", "False")), fine);
+        let unavailable = node(heartbeat("2026-12-06T09:00:00Z", "True"));
+        assert!(unavailable.contains("NetworkUnavailable"), "{unavailable}");
+        for left_out in ["Ready", "lastHeartbeatTime", "kubeletVersion"] {
+            assert!(!unavailable.contains(left_out), "{left_out} in {unavailable}");
+        }
+        assert_eq!(node(heartbeat("2026-12-06T09:00:10Z", "True")), unavailable);
     }
 
     /// A Service's status changed alone wakes the publisher late; any other change, or a

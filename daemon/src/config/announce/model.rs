@@ -57,6 +57,9 @@ pub struct Node {
     /// `None` until a file sets it; selectors on `kubernetes.io/hostname` see this name.
     pub name: Option<String>,
     pub labels: Labels,
+    /// Its `Node` object has the `NetworkUnavailable` condition (the network plugin has not
+    /// set up its routes): as MetalLB's speaker, it announces nothing, in either mode.
+    pub network_unavailable: bool,
 }
 
 impl Node {

@@ -518,8 +518,30 @@ endpoints:
             crate::config::load_with_api(&main, &objects, &mut Default::default());
         let config = loaded.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.announce.node.labels.get("rack").map(String::as_str), Some("r7"));
+        assert!(!config.announce.node.network_unavailable);
         let names: Vec<&str> = config.announce.services.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["web"]);
+        // This node's network unavailable (the other's does not count): nothing announced.
+        let unavailable = format!(
+            "{node}status:\n  conditions:\n  - {{type: NetworkUnavailable, status: \"True\"}}\n"
+        );
+        let other_unavailable = format!(
+            "{other_node}status:\n  conditions:\n  - {{type: NetworkUnavailable, status: \"True\"}}\n"
+        );
+        for (this, other, expected) in
+            [(unavailable.as_str(), other_node, true), (node, other_unavailable.as_str(), false)]
+        {
+            let objects = crate::config::ApiObjects {
+                objects: vec![
+                    object("kubernetes:Node/wk1", this),
+                    object("kubernetes:Node/wk2", other),
+                ],
+            };
+            let (loaded, _) =
+                crate::config::load_with_api(&main, &objects, &mut Default::default());
+            let config = loaded.unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(config.announce.node.network_unavailable, expected, "{this}");
+        }
         assert_eq!(refused.len(), 1, "{refused:?}");
         assert_eq!(refused[0].file, PathBuf::from("kubernetes:Service/shop/bad"));
         assert_eq!(refused[0].field, "documents[0].spec.loadBalancerIP");

@@ -390,6 +390,7 @@ pub fn reason_label(reason: &Reason) -> &'static str {
         Reason::NoAdvertisement { .. } => "no_advertisement",
         Reason::NodeNotSelected { .. } => "node_not_selected",
         Reason::NodeExcluded => "node_excluded",
+        Reason::NodeNetworkUnavailable => "node_network_unavailable",
         Reason::AggregatedInto { .. } => "aggregated",
         Reason::Drained => "drained",
         Reason::NoRouter { .. } => "no_router",
