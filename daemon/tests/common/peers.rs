@@ -245,12 +245,7 @@ pub fn unit_environment() -> Vec<(String, String)> {
 impl Uplink {
     /// Writes `config` to `<label>/uplink.toml` and starts `uplink run` in `ns`.
     pub fn start(lab: &mut Lab, ns: &Ns, label: &str, config: &str) -> Uplink {
-        let dir = lab.path(label);
-        std::fs::create_dir_all(dir.join("conf.d")).unwrap();
-        let config_path = dir.join("uplink.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let socket = dir.join("uplink.sock");
-        let u = Uplink { ns: ns.clone(), label: label.to_string(), config: config_path, socket };
+        let u = Uplink::prepare(lab, ns, label, config);
         u.launch(lab);
         u
     }
@@ -259,16 +254,21 @@ impl Uplink {
     /// settings) and its log level, so that a benchmark's daemon holds the memory a node's
     /// does.
     pub fn start_as_the_unit_does(lab: &mut Lab, ns: &Ns, label: &str, config: &str) -> Uplink {
+        let u = Uplink::prepare(lab, ns, label, config);
+        let mut cmd = u.run_command();
+        cmd.envs(unit_environment()).env("RUST_LOG", "uplink=info");
+        lab.spawn(&u.label, cmd);
+        u
+    }
+
+    /// Writes `config` to `<label>/uplink.toml`, beside an empty `conf.d`.
+    fn prepare(lab: &Lab, ns: &Ns, label: &str, config: &str) -> Uplink {
         let dir = lab.path(label);
         std::fs::create_dir_all(dir.join("conf.d")).unwrap();
         let config_path = dir.join("uplink.toml");
         std::fs::write(&config_path, config).unwrap();
         let socket = dir.join("uplink.sock");
-        let u = Uplink { ns: ns.clone(), label: label.to_string(), config: config_path, socket };
-        let mut cmd = u.run_command();
-        cmd.envs(unit_environment()).env("RUST_LOG", "uplink=info");
-        lab.spawn(&u.label, cmd);
-        u
+        Uplink { ns: ns.clone(), label: label.to_string(), config: config_path, socket }
     }
 
     /// (Re)starts the daemon with the current config file.
