@@ -472,8 +472,12 @@ impl Profile {
     fn start(pid: u32) -> Profile {
         let Ok(output) = std::env::var("BENCH_PERF") else { return Profile(None) };
         require_tool("perf");
+        // Frame pointers by default; `BENCH_PERF_CALLGRAPH=dwarf` for a build without them
+        // (one with `debug = "line-tables-only"`, whose inlined frames perf then names).
+        let callgraph = std::env::var("BENCH_PERF_CALLGRAPH").unwrap_or_else(|_| "fp".into());
         let child = std::process::Command::new("perf")
-            .args(["record", "-F", "999", "-g", "-o", &output, "-p", &pid.to_string()])
+            .args(["record", "-F", "999", "--call-graph", &callgraph, "-o", &output])
+            .args(["-p", &pid.to_string()])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("perf record");

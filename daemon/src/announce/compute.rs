@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::Serialize;
+use smallvec::{smallvec, SmallVec};
 
 use super::allocate::{allocate, AllocError, Allocation, Assigned, ServiceKey};
 use super::readiness::{readiness, HealthStates, Readiness};
@@ -88,9 +89,12 @@ pub struct Route {
     pub local_pref: Option<u32>,
     pub peers: PeerSet,
     /// What asked for it, shown as e.g. `service ns/web (advertisement all)` or `PodNetwork of
-    /// default (route advertisement default)`.
-    pub origins: Vec<RouteOrigin>,
+    /// default (route advertisement default)`. Nearly always one: kept inline.
+    pub origins: Origins,
 }
+
+/// A route's origins (see [`Route::origins`]).
+pub type Origins = SmallVec<[RouteOrigin; 1]>;
 
 /// What asked for a route: a candidate's origin, or a Service whose address an aggregate
 /// covers. Kept as it is and written out only when shown, not formatted for every Service at
@@ -445,7 +449,7 @@ pub fn compute_allocated(
                 communities: BTreeSet::new(),
                 local_pref: None,
                 peers: PeerSet::ByPolicy,
-                origins: vec![RouteOrigin::Candidate(Origin::Router)],
+                origins: smallvec![RouteOrigin::Candidate(Origin::Router)],
             };
             builder.announce(*prefix, &router.vrf, Origin::Router, route);
         }
@@ -581,7 +585,7 @@ fn services(
                     communities: on_node.communities.clone(),
                     local_pref: adv.local_pref,
                     peers: PeerSet::All,
-                    origins: vec![RouteOrigin::Candidate(origin.clone())],
+                    origins: smallvec![RouteOrigin::Candidate(origin.clone())],
                 };
                 let each = targets.iter().zip(copies((origin, route), targets.len()));
                 for ((vrf, peers), (origin, route)) in each {
@@ -595,8 +599,10 @@ fn services(
                             origin,
                             Reason::AggregatedInto { aggregate: prefix },
                         );
-                        let agg_route =
-                            Route { origins: vec![RouteOrigin::AggregateOf(key.clone())], ..route };
+                        let agg_route = Route {
+                            origins: smallvec![RouteOrigin::AggregateOf(key.clone())],
+                            ..route
+                        };
                         match aggregates.get_mut(&(prefix, vrf.clone())) {
                             Some((existing, _)) => {
                                 existing.communities.extend(agg_route.communities.iter().copied());
@@ -691,7 +697,7 @@ impl<'a, 'b> PoolAdvertisements<'a, 'b> {
     /// The pool named `name` and the advertisements that apply to it; `None` for no such pool.
     fn of(&mut self, name: &str) -> Option<(&'a Pool, &[&'b AdvertisementOnNode<'a>])> {
         if !self.by_pool.contains_key(name) {
-            let pool = self.config.pools.iter().find(|p| p.name == name)?;
+            let pool = self.config.pool(name)?;
             let applying = self
                 .advertisements
                 .iter()
@@ -704,13 +710,9 @@ impl<'a, 'b> PoolAdvertisements<'a, 'b> {
     }
 }
 
-/// Whether a BGP advertisement applies to the pool named `pool`.
-pub fn in_bgp(config: &AnnounceConfig, pool: &str) -> bool {
-    config
-        .pools
-        .iter()
-        .find(|p| p.name == pool)
-        .is_some_and(|pool| config.advertisements.iter().any(|adv| applies(adv, pool)))
+/// Whether a BGP advertisement applies to `pool`.
+pub fn in_bgp(config: &AnnounceConfig, pool: &Pool) -> bool {
+    config.advertisements.iter().any(|adv| applies(adv, pool))
 }
 
 /// Whether `advertisement` applies to `pool`.
@@ -836,7 +838,7 @@ fn networks(config: &AnnounceConfig, builder: &mut Builder<'_>) {
                                 communities: BTreeSet::new(),
                                 local_pref: None,
                                 peers: peers.clone(),
-                                origins: vec![RouteOrigin::Candidate(origin.clone())],
+                                origins: smallvec![RouteOrigin::Candidate(origin.clone())],
                             };
                             builder.announce(prefix, &target, origin.clone(), route);
                         }

@@ -173,7 +173,7 @@ struct PoolInL2<'a> {
 impl<'a> PoolInL2<'a> {
     /// `None` when no layer 2 advertisement applies to the pool.
     fn of(config: &'a AnnounceConfig, name: &str, own: &BTreeSet<String>) -> Option<Self> {
-        let pool = config.pools.iter().find(|p| p.name == name)?;
+        let pool = config.pool(name)?;
         let advertisements: Vec<&L2Advertisement> =
             config.l2_advertisements.iter().filter(|adv| applies(adv, pool)).collect();
         if advertisements.is_empty() {
@@ -194,13 +194,9 @@ impl<'a> PoolInL2<'a> {
     }
 }
 
-/// Whether a layer 2 advertisement applies to the pool named `pool`.
-pub fn in_layer2(config: &AnnounceConfig, pool: &str) -> bool {
-    config
-        .pools
-        .iter()
-        .find(|p| p.name == pool)
-        .is_some_and(|pool| config.l2_advertisements.iter().any(|adv| applies(adv, pool)))
+/// Whether a layer 2 advertisement applies to `pool`.
+pub fn in_layer2(config: &AnnounceConfig, pool: &Pool) -> bool {
+    config.l2_advertisements.iter().any(|adv| applies(adv, pool))
 }
 
 /// Whether `advertisement` applies to `pool`: by name, by label, or (naming none) to all.

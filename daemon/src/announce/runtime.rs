@@ -187,19 +187,25 @@ impl Announcer {
         result.config = self.config.clone();
         let result = Arc::new(result);
         // `latest` first: a subscription made meanwhile starts from this result or gets it below.
-        self.latest.send_replace(result.clone());
+        let last = self.latest.send_replace(result.clone());
         let feeds = self.feeds.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last_sets = Vec::with_capacity(feeds.len());
         for (vrf, feed) in feeds.iter() {
             let set = announced_set(&result, vrf);
             // Unchanged sets are not sent: the router would re-derive every export policy.
             feed.send_if_modified(|current| {
                 let changed = **current != set;
                 if changed {
-                    *current = Arc::new(set);
+                    last_sets.push(std::mem::replace(current, Arc::new(set)));
                 }
                 changed
             });
         }
+        drop(feeds);
+        // The last result and sets are freed after the routers were woken, not before: at a
+        // cluster's size that is thousands of candidates and routes (a twentieth of an
+        // event's work), and the router can send the UPDATE on the other core meanwhile.
+        drop((last, last_sets));
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Event>) {

@@ -270,10 +270,22 @@ fn network_unavailable(node: &serde_norway::Mapping) -> bool {
     let conditions = node.get("status").and_then(|s| s.get("conditions"));
     let conditions = conditions.and_then(Value::as_sequence).map(Vec::as_slice).unwrap_or_default();
     conditions.iter().any(|condition| {
-        condition.get("type").and_then(Value::as_str) == Some("NetworkUnavailable")
-            && condition.get("status").and_then(Value::as_str) == Some("True")
+        says_network_unavailable(
+            condition.get("type").and_then(Value::as_str),
+            condition.get("status").and_then(Value::as_str),
+        )
     })
 }
+
+/// Whether a Node condition of this `type` and `status` says the network plugin has not set
+/// up the node's routes. One rule for a manifest's YAML and the API's JSON (`kubernetes/watch.rs`
+/// keeps only such a condition of a Node's status).
+pub fn says_network_unavailable(condition: Option<&str>, status: Option<&str>) -> bool {
+    condition == Some(NETWORK_UNAVAILABLE) && status == Some("True")
+}
+
+/// The Node condition a network plugin sets `True` until the node's routes are set up.
+pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 
 /// The fragment of one document, if it applies here, and its errors. What it read of the
 /// rest of the config is on `context`'s record.

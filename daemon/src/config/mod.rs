@@ -80,7 +80,7 @@ pub use load::{
     load_with, load_with_api, ApiObjects, Source, API_SOURCE_PREFIX, DEFAULT_CONFIG_PATH,
     FRAGMENT_DIR,
 };
-pub use manifest::ManifestCache;
+pub use manifest::{says_network_unavailable, ManifestCache, NETWORK_UNAVAILABLE};
 pub use model::vrf_display_name;
 pub use model::{
     AddressFamily, AdvertisePolicy, AllowMode, BfdProfile, BgpConfig, CommunityPrefixes, Config,

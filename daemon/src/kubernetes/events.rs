@@ -164,31 +164,44 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// Each API Service's state on this node, by `namespace/name`: announced if any of its
 /// prefixes is, else the state of its last candidate.
 fn states(announcements: &Announcements) -> Map<&str, &State> {
-    let from_api: HashSet<(&str, &str), foldhash::fast::RandomState> = announcements
+    // The Services not read from the API, which are few in a cluster (a set of the API's
+    // thousands was a tenth of the daemon's work at every change).
+    let not_from_api: HashSet<(&str, &str), foldhash::fast::RandomState> = announcements
         .config
         .services
         .iter()
-        .filter(|service| service.read_from_api())
+        .filter(|service| !service.read_from_api())
         .map(|service| (service.namespace.as_str(), service.name.as_str()))
         .collect();
+    // Asked once per pool, not once per Service: a Service is in layer 2 mode alone when its
+    // pool is.
     let config = &announcements.config;
+    let layer2_only_pools: Vec<&str> = config
+        .pools
+        .iter()
+        .filter(|pool| in_layer2(config, pool) && !in_bgp(config, pool))
+        .map(|pool| pool.name.as_str())
+        .collect();
     let layer2_only: HashSet<&str, foldhash::fast::RandomState> = announcements
         .allocation
         .services
         .iter()
-        .filter(|_| !config.l2_advertisements.is_empty())
+        .filter(|_| !layer2_only_pools.is_empty())
         .filter_map(|(key, entry)| Some((key, entry.as_ref().ok()?)))
-        .filter(|(_, assigned)| {
-            in_layer2(config, &assigned.pool) && !in_bgp(config, &assigned.pool)
-        })
+        .filter(|(_, assigned)| layer2_only_pools.contains(&&*assigned.pool))
         .map(|(key, _)| &**key)
         .collect();
-    let mut out: Map<&str, &State> = Map::default();
+    let mut out: Map<&str, &State> =
+        Map::with_capacity_and_hasher(announcements.candidates.len(), Default::default());
     for candidate in &announcements.candidates {
         let Origin::Service { service, .. } = &candidate.origin else { continue };
-        let Some(namespace_name) = service.split_once('/') else { continue };
-        if !from_api.contains(&namespace_name) {
-            continue;
+        // Every candidate's Service is one of the config's: not among those from elsewhere,
+        // it is from the API.
+        if !not_from_api.is_empty() {
+            let Some(namespace_name) = service.split_once('/') else { continue };
+            if not_from_api.contains(&namespace_name) {
+                continue;
+            }
         }
         // A pool in layer 2 mode alone: its Services' events are layer 2 mode's
         // (`l2_status`); BGP has nothing to tell of them.

@@ -16,7 +16,10 @@ use tracing::{info, warn};
 
 use super::health::{self, Health, SourceHealth, WatchState};
 use super::probe;
-use crate::config::{ApiObjects, KubernetesConfig, Source, API_SOURCE_PREFIX};
+use crate::config::{
+    says_network_unavailable, ApiObjects, KubernetesConfig, Source, API_SOURCE_PREFIX,
+    NETWORK_UNAVAILABLE,
+};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// Where the objects of a kind are read.
@@ -531,11 +534,17 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
                 // Each kind's objects are in path order, and their paths begin with the
                 // kind's name: taken kind by kind in name order, the set is in path order
                 // without sorting tens of thousands of paths at each event.
-                let objects: Vec<Source> = order
-                    .iter()
-                    .filter_map(|&index| kinds.get(index))
-                    .flat_map(|k| k.objects.iter().map(|(p, t)| (p.clone(), t.clone())))
-                    .collect();
+                // Made at its size: collected from the kinds' maps, the list doubled its way
+                // there and kept up to twice the room (one set is held by the channel and
+                // one by the reload that applies it).
+                let count = kinds.iter().map(|k| k.objects.len()).sum();
+                let mut objects: Vec<Source> = Vec::with_capacity(count);
+                objects.extend(
+                    order
+                        .iter()
+                        .filter_map(|&index| kinds.get(index))
+                        .flat_map(|k| k.objects.iter().map(|(p, t)| (p.clone(), t.clone()))),
+                );
                 Some(objects)
             }
         };
@@ -640,12 +649,14 @@ fn without_status(text: &str) -> &str {
 fn network_unavailable(status: &Value) -> Option<Value> {
     let conditions = status.get("conditions").and_then(Value::as_array)?;
     let unavailable = conditions.iter().any(|condition| {
-        condition.get("type").and_then(Value::as_str) == Some("NetworkUnavailable")
-            && condition.get("status").and_then(Value::as_str) == Some("True")
+        says_network_unavailable(
+            condition.get("type").and_then(Value::as_str),
+            condition.get("status").and_then(Value::as_str),
+        )
     });
-    unavailable.then(|| {
-        serde_json::json!({ "conditions": [{ "type": "NetworkUnavailable", "status": "True" }] })
-    })
+    unavailable.then(
+        || serde_json::json!({ "conditions": [{ "type": NETWORK_UNAVAILABLE, "status": "True" }] }),
+    )
 }
 
 /// A Service's status as far as the config reads it: the addresses of

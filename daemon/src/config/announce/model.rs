@@ -49,6 +49,11 @@ impl AnnounceConfig {
     pub fn is_empty(&self) -> bool {
         self.services.is_empty() && self.networks.is_empty() && self.route_advertisements.is_empty()
     }
+
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|pool| pool.name == name)
+    }
 }
 
 /// The node uplink runs on: what `node_selector`s match.
