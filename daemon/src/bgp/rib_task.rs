@@ -3,7 +3,7 @@
 //! waits on a session — it only wakes them (`Notify`) when their Adj-RIB-Out has output, and
 //! they pull it when their socket has room.
 
-use super::announced::{effective_export, AnnouncedSet};
+use super::announced::{effective_export, gone_and_new, AnnouncedSet};
 use super::max_prefix::{PrefixGuard, PrefixLimit, Verdict};
 use super::policy::{ExportPolicy, ImportPolicy};
 use super::rib::{OutboundBatch, PeerId, PeerInfo, Rib, RibConfig, Source};
@@ -641,10 +641,7 @@ impl RibTask {
             return;
         }
         let mut outbound = BTreeSet::new();
-        let gone: Vec<IpNet> =
-            self.announced.keys().filter(|p| !announced.contains_key(*p)).copied().collect();
-        let new: Vec<IpNet> =
-            announced.keys().filter(|p| !self.announced.contains_key(*p)).copied().collect();
+        let (gone, new) = gone_and_new(&self.announced, &announced);
         for prefix in gone {
             info!(prefix = %prefix, "no longer originated");
             let changes = self.rib.withdraw_local(prefix);

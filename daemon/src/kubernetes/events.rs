@@ -26,6 +26,7 @@ use tracing::warn;
 
 use super::status::next_change;
 use super::watch::Services;
+use crate::announce::allocate::ServiceKey;
 use crate::announce::compute::{in_bgp, Announcements, Origin, Reason, State};
 use crate::announce::l2::in_layer2;
 use crate::announce::runtime::AnnouncerHandle;
@@ -119,7 +120,7 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     tokio::spawn(async move {
         // Each Service's state when its last event was decided (empty at the start: every
         // Service's state is new).
-        let mut before: Map<String, State> = Map::default();
+        let mut before: Map<ServiceKey, State> = Map::default();
         loop {
             let announcements = changes.borrow_and_update().clone();
             for (key, event) in changed(&mut before, &announcements, &events.node) {
@@ -137,14 +138,14 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
 /// changed are put in words and copied: at a cluster's size every change of one Service
 /// recomputes every other's.
 fn changed(
-    before: &mut Map<String, State>,
+    before: &mut Map<ServiceKey, State>,
     now: &Announcements,
     node: &str,
 ) -> Vec<(String, Told)> {
     let now = states(now);
     let mut out = Vec::new();
     for (key, state) in &now {
-        let was = before.get(*key);
+        let was = before.get(&**key);
         if was == Some(*state) {
             continue;
         }
@@ -152,9 +153,10 @@ fn changed(
         if !was.is_some_and(|was| told(key, was, node) == event) {
             out.push((key.to_string(), event));
         }
-        before.insert(key.to_string(), (*state).clone());
+        // The key is the allocation's (shared), not a copy of its text.
+        before.insert((*key).clone(), (*state).clone());
     }
-    before.retain(|key, _| now.contains_key(key.as_str()));
+    before.retain(|key, _| now.contains_key(key));
     out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     out
 }
@@ -163,7 +165,7 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Each API Service's state on this node, by `namespace/name`: announced if any of its
 /// prefixes is, else the state of its last candidate.
-fn states(announcements: &Announcements) -> Map<&str, &State> {
+fn states(announcements: &Announcements) -> Map<&ServiceKey, &State> {
     // The Services not read from the API, which are few in a cluster (a set of the API's
     // thousands was a tenth of the daemon's work at every change).
     let not_from_api: HashSet<(&str, &str), foldhash::fast::RandomState> = announcements
@@ -191,7 +193,7 @@ fn states(announcements: &Announcements) -> Map<&str, &State> {
         .filter(|(_, assigned)| layer2_only_pools.contains(&&*assigned.pool))
         .map(|(key, _)| &**key)
         .collect();
-    let mut out: Map<&str, &State> =
+    let mut out: Map<&ServiceKey, &State> =
         Map::with_capacity_and_hasher(announcements.candidates.len(), Default::default());
     for candidate in &announcements.candidates {
         let Origin::Service { service, .. } = &candidate.origin else { continue };
@@ -208,7 +210,7 @@ fn states(announcements: &Announcements) -> Map<&str, &State> {
         if layer2_only.contains(&**service) {
             continue;
         }
-        match out.get(&**service) {
+        match out.get(service) {
             // One family announced is the Service announced.
             Some(State::Announced { .. }) => {}
             _ => {

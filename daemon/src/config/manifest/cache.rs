@@ -16,6 +16,8 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::context::{digest, Common, Context, Read};
 use super::{parse, translate, Facts, Indexes, ManifestDocument};
 use crate::config::announce::{Placed, Service};
@@ -141,8 +143,10 @@ enum Translated {
     /// Services and nothing else, from the API (a `Service` object): merged with the other
     /// such documents' as one list rather than as a fragment each,
     /// which copied a kilobyte per Service at every reload. The API's objects merge after
-    /// every file, so their Services keep their place among the Services.
-    Services(Vec<Placed<Arc<Service>>>),
+    /// every file, so their Services keep their place among the Services. Inline: an object
+    /// is one Service, which a list of its own kept in room for four (a quarter of a kilobyte
+    /// per Service of the cluster).
+    Services(SmallVec<[Placed<Arc<Service>>; 1]>),
     /// Anything else. Boxed: a fragment is a kilobyte inline.
     Fragment(Box<Fragment>),
 }
@@ -152,7 +156,7 @@ impl Translated {
         match fragment {
             None => Translated::Nothing,
             Some(fragment) if from_api => match Box::new(fragment).into_services_only() {
-                Ok(services) => Translated::Services(services),
+                Ok(services) => Translated::Services(services.into_iter().collect()),
                 Err(fragment) => Translated::Fragment(fragment),
             },
             Some(fragment) => Translated::Fragment(Box::new(fragment)),
