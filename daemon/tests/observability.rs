@@ -297,11 +297,12 @@ fn idle_connections_do_not_keep_a_scraper_out() {
         (status, _) => Err(status),
     });
 
-    // 100 connections that send nothing and 20 that send a request head without its end,
+    // 300 connections that send nothing and 20 that send a request head without its end (more
+    // than the 256 uplink keeps waiting for their head, so it closes the oldest for each new),
     // each opened again as soon as uplink closes it.
     let (host, port) = METRICS.split_once(':').unwrap();
     let mut holder = node.command("python3");
-    holder.args([idle_http(), "hold", host, port, "100", "20"]);
+    holder.args([idle_http(), "hold", host, port, "300", "20"]);
     lab.spawn("idle-clients", holder);
     wait_for("the idle clients' first round", Duration::from_secs(20), || {
         last_report(&lab, "opened").map(|_| ()).ok_or_else(|| "not yet".to_string())

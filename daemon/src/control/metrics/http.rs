@@ -14,7 +14,9 @@
 //!    at most 8 KiB. When a new one finds them all taken, the oldest connection still
 //!    sending its head is closed to make room: holding a slot takes sending whole requests,
 //!    and a scraper, which sends its head at once, is never the oldest for long. A
-//!    connection whose whole head has been read is never closed this way ([`PendingHeads`]).
+//!    connection whose whole head has been read is never closed this way ([`PendingHeads`]),
+//!    nor one whose whole head has arrived by the time it learns it is evicted (on a busy
+//!    machine its task may run after the head came).
 //! 2. **Answer**: up to [`MAX_ANSWERING`] requests (more get 503 at once). Gathering, the
 //!    expensive part, runs [`MAX_GATHERS`] at a time; a request waits for its turn (up to
 //!    [`GATHER_WAIT`]) instead of being dropped, and the turn ends before the answer is
@@ -40,8 +42,12 @@ use super::gather::{gather, Sources};
 pub const PATH: &str = "/metrics";
 /// A request head longer than this is refused (a scraper's is a few hundred bytes).
 const MAX_HEAD: usize = 8 * 1024;
-/// Connections still sending their request head; a new one closes the oldest of them.
-const MAX_PENDING_HEADS: usize = 64;
+/// Connections still sending their request head; a new one closes the oldest of them. The
+/// room a scraper has: a flood that reconnects as fast as it is closed (a few thousand a
+/// second from one client) makes a connection the oldest after this many more, and a scraper
+/// that a busy machine runs late must send its head before that (64 gave it 20 ms; at most
+/// 2.3 MB of heads at once).
+const MAX_PENDING_HEADS: usize = 256;
 /// A scraper sends its whole head at once; a client slower than this is closed.
 const HEAD_DEADLINE: Duration = Duration::from_secs(3);
 /// Requests being answered (waiting for a gather, gathering or written to); more get 503.
@@ -242,6 +248,12 @@ async fn receive_head(
         biased;
         read = tokio::time::timeout(HEAD_DEADLINE, read_head(stream, &mut head)) => read,
         _ = evicted => {
+            // The head may have come while this task waited to run: answered then.
+            match read_arrived(stream, &mut head) {
+                Ok(true) => return Some(Head::Complete(head)),
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => return Some(Head::TooLong),
+                _ => {}
+            }
             debug!(%from, "metrics: {MAX_PENDING_HEADS} connections without a whole request; closed the oldest");
             return None;
         }
