@@ -144,8 +144,7 @@ enum Translated {
     /// such documents' as one list rather than as a fragment each,
     /// which copied a kilobyte per Service at every reload. The API's objects merge after
     /// every file, so their Services keep their place among the Services. Inline: an object
-    /// is one Service, which a list of its own kept in room for four (a quarter of a kilobyte
-    /// per Service of the cluster).
+    /// is one Service, which a list put in an allocation of its own.
     Services(SmallVec<[Placed<Arc<Service>>; 1]>),
     /// Anything else. Boxed: a fragment is a kilobyte inline.
     Fragment(Box<Fragment>),
