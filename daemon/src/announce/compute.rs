@@ -306,20 +306,20 @@ pub struct RuntimeState<'a> {
     pub graceful_shutdown: bool,
 }
 
-struct Builder<'a> {
-    routers: BTreeMap<String, RouterAnnouncements>,
+pub(super) struct Builder<'a> {
+    pub(super) routers: BTreeMap<String, RouterAnnouncements>,
     /// Each VRF's originations in the order they were asked for, put into its router's
     /// `originate` by [`Builder::finish`]: sorted once and built in one pass, where ten
     /// thousand inserts into the map compared addresses byte by byte (a quarter of the
     /// computation). A list, not a map: there are one or two VRFs.
     originations: Vec<(String, Vec<(IpNet, Route)>)>,
     inputs: &'a [RouterInput],
-    candidates: Vec<Candidate>,
+    pub(super) candidates: Vec<Candidate>,
 }
 
 impl<'a> Builder<'a> {
     /// Every configured router, with what it imports and nothing originated yet.
-    fn for_routers(routers: &'a [RouterInput]) -> Self {
+    pub(super) fn for_routers(routers: &'a [RouterInput]) -> Self {
         Builder {
             routers: routers
                 .iter()
@@ -375,7 +375,7 @@ impl<'a> Builder<'a> {
 
     /// Puts each router's originations into its `originate`: one route per prefix, the
     /// routes asked for the same prefix merged in the order they were asked.
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         for (vrf, mut originations) in std::mem::take(&mut self.originations) {
             let router = self.routers.entry(vrf).or_insert_with_key(|vrf| RouterAnnouncements {
                 vrf: vrf.clone(),
@@ -504,25 +504,76 @@ fn services(
     drained: bool,
     builder: &mut Builder<'_>,
 ) {
-    let node_labels = config.node.effective_labels();
-    let node_name = config.node.name.clone().unwrap_or_default();
-    let mut aggregates: BTreeMap<(IpNet, String), (Route, String)> = BTreeMap::new();
-    let advertisements = on_node(config, builder.inputs, &node_labels);
-    let mut by_pool = PoolAdvertisements::new(config, &advertisements);
+    let mut aggregates: Aggregates = BTreeMap::new();
+    let advertisements = on_node(config, builder.inputs, &config.node.effective_labels());
+    let mut context = ServiceContext::new(config, &advertisements, health, drained);
     // Every Service at every change: a copy is made only where the result keeps one.
     for (key, service, entry) in allocated_in_key_order(&config.services, allocation) {
+        context.add(key, service, entry, builder, &mut aggregates);
+    }
+    for ((prefix, vrf), (route, advertisement)) in aggregates {
+        builder.announce(prefix, &vrf, Origin::Aggregate { advertisement }, route);
+    }
+}
+
+/// The aggregates the Services' addresses fall in, by (prefix, VRF): each one's route and the
+/// advertisement that asked for it.
+pub(super) type Aggregates = BTreeMap<(IpNet, String), (Route, String)>;
+
+/// What every Service's candidates are made from besides the Service: worked out once per
+/// computation.
+pub(super) struct ServiceContext<'a, 'b> {
+    config: &'a AnnounceConfig,
+    node_labels: Labels,
+    node_name: String,
+    health: &'b HealthStates,
+    drained: bool,
+    by_pool: PoolAdvertisements<'a, 'b>,
+}
+
+impl<'a, 'b> ServiceContext<'a, 'b> {
+    pub(super) fn new(
+        config: &'a AnnounceConfig,
+        advertisements: &'b [AdvertisementOnNode<'a>],
+        health: &'b HealthStates,
+        drained: bool,
+    ) -> Self {
+        ServiceContext {
+            config,
+            node_labels: config.node.effective_labels(),
+            node_name: config.node.name.clone().unwrap_or_default(),
+            health,
+            drained,
+            by_pool: PoolAdvertisements::new(config, advertisements),
+        }
+    }
+
+    /// Adds the candidates of one Service (`key`, allocated `entry`) to `builder`, and what
+    /// it asks of an aggregate to `aggregates`.
+    pub(super) fn add(
+        &mut self,
+        key: &ServiceKey,
+        service: &Service,
+        entry: &Result<Assigned, AllocError>,
+        builder: &mut Builder<'_>,
+        aggregates: &mut Aggregates,
+    ) {
+        let (config, node_labels, health, drained) =
+            (self.config, &self.node_labels, self.health, self.drained);
+        let node_name = self.node_name.as_str();
+        let by_pool = &mut self.by_pool;
         let plain = || Origin::Service { service: key.clone(), advertisement: None };
         let assigned = match entry {
             Ok(assigned) => assigned,
             Err(error) => {
                 builder.withdraw(None, None, plain(), Reason::NoAddress { error: error.clone() });
-                continue;
+                return;
             }
         };
         // Readiness, drain and exclusion concern the service as a whole: every address of a
         // dual-stack service is withdrawn together, each on its own candidate line.
         let hosts = assigned.ips().map(|a| (a, IpNet::from(a)));
-        let ready = readiness(service, &node_name, health);
+        let ready = readiness(service, node_name, health);
         let verdict = if !ready.is_ready() {
             Some(Reason::NotReady { readiness: ready })
         } else if drained {
@@ -538,9 +589,9 @@ fn services(
             for (_, host) in hosts {
                 builder.withdraw(Some(host), None, plain(), reason.clone());
             }
-            continue;
+            return;
         }
-        let Some((pool, advertisements)) = by_pool.of(&assigned.pool) else { continue };
+        let Some((pool, advertisements)) = by_pool.of(&assigned.pool) else { return };
         if advertisements.is_empty() {
             for (_, host) in hosts {
                 builder.withdraw(
@@ -550,7 +601,7 @@ fn services(
                     Reason::NoAdvertisement { pool: pool.name.clone() },
                 );
             }
-            continue;
+            return;
         }
         for (address, host) in hosts {
             for on_node in advertisements.iter().copied() {
@@ -620,9 +671,6 @@ fn services(
             }
         }
     }
-    for ((prefix, vrf), (route, advertisement)) in aggregates {
-        builder.announce(prefix, &vrf, Origin::Aggregate { advertisement }, route);
-    }
 }
 
 /// The Services the allocation has an entry for, in key order, each with the allocation's key
@@ -654,7 +702,7 @@ fn copies<T: Clone>(value: T, count: usize) -> impl Iterator<Item = T> {
 
 /// What an advertisement means on this node: worked out once per computation, not once per
 /// Service it applies to (thousands of Services share a few advertisements).
-struct AdvertisementOnNode<'a> {
+pub(super) struct AdvertisementOnNode<'a> {
     advertisement: &'a Advertisement,
     /// Its name, shared by the origins of the Services it advertises.
     name: Arc<str>,
@@ -664,7 +712,7 @@ struct AdvertisementOnNode<'a> {
     communities: BTreeSet<Community>,
 }
 
-fn on_node<'a>(
+pub(super) fn on_node<'a>(
     config: &'a AnnounceConfig,
     routers: &[RouterInput],
     node_labels: &Labels,
@@ -683,7 +731,7 @@ fn on_node<'a>(
 }
 
 /// Each pool's advertisements on this node, found the first time a Service of the pool asks.
-struct PoolAdvertisements<'a, 'b> {
+pub(super) struct PoolAdvertisements<'a, 'b> {
     config: &'a AnnounceConfig,
     advertisements: &'b [AdvertisementOnNode<'a>],
     by_pool: HashMap<&'a str, (&'a Pool, Vec<&'b AdvertisementOnNode<'a>>)>,

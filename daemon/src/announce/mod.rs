@@ -14,12 +14,14 @@
 //! - [`health`]: the health checks (tokio tasks) that produce the verdicts.
 //! - [`l2`]: layer 2 mode's choice of the node that answers ARP and NDP for an address.
 //! - [`set`]: one router's announced prefixes, as its RIB task applies them.
+//! - [`patch`]: the announcements after a change to a few Services, from the last ones.
 //! - [`runtime`]: the announcer task, publishing each VRF's set to the router subscribed to it.
 
 pub mod allocate;
 pub mod compute;
 pub mod health;
 pub mod l2;
+pub mod patch;
 pub mod readiness;
 pub mod runtime;
 pub mod set;

@@ -1,5 +1,6 @@
 //! The announcer task: keeps the config, the health verdicts and the drain flag, recomputes the
-//! announcements when any of them changes, and publishes each VRF's set on a `watch` channel
+//! announcements when any of them changes (from the last result when a few Services alone
+//! did: [`super::patch`]), and publishes each VRF's set on a `watch` channel
 //! that the router of that VRF subscribes to ([`AnnouncerHandle::subscribe`]). The router
 //! applies only the difference, so no BGP session is reset; a router started later (a reload)
 //! gets the current set the moment it subscribes.
@@ -15,6 +16,7 @@ use tracing::info;
 use super::allocate::{allocate, allocate_one_more, asks_the_same, Allocation};
 use super::compute::{compute_allocated, Announcements, RouterInput, RuntimeState};
 use super::health::{self, Verdict};
+use super::patch::{changed_services, patched, Changed};
 use super::readiness::{endpoints_to_probe, HealthStates};
 use super::set::{announced_set, AnnouncedSet};
 use crate::config::announce::{AnnounceConfig, HealthCheck};
@@ -140,6 +142,14 @@ struct Announcer {
     latest: watch::Sender<Arc<Announcements>>,
 }
 
+/// What changed since the last result was computed.
+enum Since {
+    /// Anything: compute in full.
+    Anything,
+    /// These Services, and nothing else ([`patched`]).
+    Services(Vec<Changed>),
+}
+
 impl Announcer {
     /// Makes the running health checks the config's: a check whose endpoint and settings are
     /// unchanged keeps running and keeps its verdict.
@@ -172,18 +182,39 @@ impl Announcer {
         }
     }
 
-    /// Records a verdict of a check that still runs as it did when it reached it.
-    fn record(&mut self, verdict: Verdict) {
+    /// Records a verdict of a check that still runs as it did when it reached it: what
+    /// changed, the verdict's Service.
+    fn record(&mut self, verdict: Verdict) -> Since {
         let key = (verdict.service, verdict.address);
         if self.checks.get(&key).is_some_and(|running| running.run == verdict.run) {
-            self.health.insert(key, verdict.healthy);
+            self.health.insert(key.clone(), verdict.healthy);
         }
+        let mut text = String::new();
+        let service = self.config.services.iter().find(|service| {
+            service.write_key(&mut text);
+            text == key.0
+        });
+        Since::Services(vec![Changed { key: key.0, service: service.cloned() }])
     }
 
-    fn publish(&mut self) {
+    fn publish(&mut self, since: Since) {
         let runtime = self.drain.runtime(Some(&self.health));
-        let mut result =
-            compute_allocated(&self.config, self.allocation.clone(), &self.routers, runtime);
+        let full =
+            || compute_allocated(&self.config, self.allocation.clone(), &self.routers, runtime);
+        let mut result = match since {
+            Since::Anything => full(),
+            Since::Services(changed) => {
+                let last = self.latest.borrow().clone();
+                let allocation = self.allocation.clone();
+                match patched(&last, &self.config, allocation, &self.routers, runtime, &changed) {
+                    Some(result) => {
+                        debug_assert_eq!(result, full(), "patched for {changed:?}");
+                        result
+                    }
+                    None => full(),
+                }
+            }
+        };
         result.config = self.config.clone();
         let result = Arc::new(result);
         // `latest` first: a subscription made meanwhile starts from this result or gets it below.
@@ -210,13 +241,14 @@ impl Announcer {
 
     async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
         self.sync_checks();
-        self.publish();
+        self.publish(Since::Anything);
         while let Some(event) = rx.recv().await {
-            match event {
+            let since = match event {
                 Event::Verdict(v) => self.record(v),
                 Event::Drain(phase) => {
                     info!(?phase, "drain state changed");
                     self.drain = phase;
+                    Since::Anything
                 }
                 Event::Config(config, routers) => {
                     // Nothing the announcements read changed (a ClusterIP Service's
@@ -228,18 +260,28 @@ impl Announcer {
                     }
                     let (pools, services) = (&config.pools, &config.services);
                     let before = (self.config.pools.as_slice(), self.config.services.as_slice());
+                    // A few Services changed, and the allocation moved none of the others:
+                    // their candidates stand.
+                    let mut since = match changed_services(before.1, services) {
+                        Some(changed) if routers == self.routers => Since::Services(changed),
+                        _ => Since::Anything,
+                    };
                     if !asks_the_same(before, pools, services) {
                         let last = (&*self.allocation, before.0, before.1);
-                        let allocation = allocate_one_more(last, pools, services)
-                            .unwrap_or_else(|| allocate(pools, services));
+                        let allocation = allocate_one_more(last, pools, services);
+                        if allocation.is_none() {
+                            since = Since::Anything;
+                        }
+                        let allocation = allocation.unwrap_or_else(|| allocate(pools, services));
                         self.allocation = Arc::new(allocation);
                     }
                     self.config = config;
                     self.routers = routers;
                     self.sync_checks();
+                    since
                 }
-            }
-            self.publish();
+            };
+            self.publish(since);
         }
     }
 }

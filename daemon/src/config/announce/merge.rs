@@ -31,7 +31,7 @@ pub(crate) fn merge(
     let mut networks: Vec<(Placed<NetworkFragment>, Vec<PathBuf>)> = Vec::new();
     let mut route_advertisements: ByName<RouteAdvertisement> = ByName::default();
     let mut peer_names: ByName<PeerName> = ByName::default();
-    for (file, fragment) in fragments {
+    for (file, mut fragment) in fragments {
         if let Some(name) = fragment.node_name {
             match &node_name {
                 Some(first) if first.item != name.item => errors.push(name.loc.error(
@@ -70,14 +70,20 @@ pub(crate) fn merge(
             "pool",
             errors,
         );
-        merge_identical(
-            &mut services,
-            fragment.services,
-            |s, key| s.write_key(key),
-            |s| Some(&mut Arc::make_mut(s).sources),
-            "service",
-            errors,
-        );
+        // The API's Services come last, as one list of one Service per object and so per
+        // name (`config/load.rs`): with no Service from the files, nothing can conflict with
+        // them, and their ten thousand names are not hashed at every change.
+        let named_once = file.as_os_str() == crate::config::API_SOURCE_PREFIX;
+        if !(named_once && services.take_whole(&mut fragment.services)) {
+            merge_identical(
+                &mut services,
+                fragment.services,
+                |s, key| s.write_key(key),
+                |s| Some(&mut Arc::make_mut(s).sources),
+                "service",
+                errors,
+            );
+        }
         merge_identical(
             &mut advertisements,
             fragment.advertisements,
@@ -207,15 +213,33 @@ struct ByName<T> {
     index: HashTable<usize>,
     /// foldhash, not SipHash: every Service of the cluster is keyed here at every change.
     hasher: foldhash::fast::RandomState,
+    /// How many of `placed` are in `index`: a list taken whole ([`ByName::take_whole`]) is
+    /// indexed when another one is merged after it.
+    indexed: usize,
 }
 
 impl<T> Default for ByName<T> {
     fn default() -> Self {
-        ByName { placed: Vec::new(), index: HashTable::new(), hasher: Default::default() }
+        ByName {
+            placed: Vec::new(),
+            index: HashTable::new(),
+            hasher: Default::default(),
+            indexed: 0,
+        }
     }
 }
 
 impl<T> ByName<T> {
+    /// Takes `new`, a list that names each item once, as the whole of an empty set; false
+    /// (and `new` left as it is) when the set has items already.
+    fn take_whole(&mut self, new: &mut Vec<Placed<T>>) -> bool {
+        if !self.placed.is_empty() {
+            return false;
+        }
+        self.placed = std::mem::take(new);
+        true
+    }
+
     fn into_items(self) -> Vec<T> {
         // Collected in place, the list would keep the room of the placed items (each with its
         // file and field) and their growth: at 2,000 Services 3 MB the running config holds
@@ -236,7 +260,7 @@ fn merge_identical<T: Clone + PartialEq>(
     what: &str,
     errors: &mut Vec<ConfigError>,
 ) {
-    let ByName { placed, index, hasher } = merged;
+    let ByName { placed, index, hasher, indexed } = merged;
     let name_of = |item: &T, buffer: &mut String| {
         buffer.clear();
         key(item, buffer);
@@ -248,6 +272,10 @@ fn merge_identical<T: Clone + PartialEq>(
         }
         hasher.hash_one(name.as_str())
     };
+    // A list taken whole named each item once.
+    for at in *indexed..placed.len() {
+        index.insert_unique(hash_at(placed, at), at, |&at| hash_at(placed, at));
+    }
     // Made at their size: the API's Services come as one list of thousands at every change.
     placed.reserve(new.len());
     index.reserve(new.len(), |&at| hash_at(placed, at));
@@ -288,6 +316,7 @@ fn merge_identical<T: Clone + PartialEq>(
             ));
         }
     }
+    *indexed = placed.len();
 }
 
 fn extend_network(
@@ -342,5 +371,46 @@ fn extend_network(
     }
     for (k, v) in n.labels {
         existing.item.labels.entry(k).or_insert(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::error::Loc;
+
+    fn placed(name: &str, value: u8, file: &str) -> Placed<(String, u8)> {
+        Placed {
+            item: (name.to_string(), value),
+            loc: Loc::file(Path::new(file)),
+            field: "x".into(),
+        }
+    }
+
+    fn merged(set: &mut ByName<(String, u8)>, new: Vec<Placed<(String, u8)>>) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        let key = |item: &(String, u8), buffer: &mut String| buffer.push_str(&item.0);
+        merge_identical(set, new, key, |_| None, "thing", &mut errors);
+        errors
+    }
+
+    /// A list taken whole is found by the merges after it: the same name defined otherwise
+    /// conflicts, defined alike merges.
+    #[test]
+    fn a_list_taken_whole_is_looked_up_by_the_next_merge() {
+        let mut set = ByName::default();
+        let mut whole = vec![placed("a", 1, "api"), placed("b", 2, "api")];
+        assert!(set.take_whole(&mut whole));
+        assert!(!set.take_whole(&mut vec![placed("c", 3, "api")]), "the set had items");
+        let errors = merged(&mut set, vec![placed("b", 9, "late"), placed("a", 1, "late")]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].message.contains("\"b\" is also defined at api"), "{errors:?}");
+        assert!(merged(&mut set, vec![placed("c", 3, "later")]).is_empty());
+        let errors = merged(&mut set, vec![placed("c", 4, "last")]);
+        assert!(errors[0].message.contains("\"c\" is also defined at later"), "{errors:?}");
+        let names: Vec<String> = set.into_items().into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["a", "b", "c"]);
     }
 }

@@ -90,10 +90,21 @@ impl EndpointIndex {
         touched: &HashSet<(String, String), foldhash::fast::RandomState>,
         slices: impl Iterator<Item = &'a Slice>,
     ) -> Vec<(String, String)> {
-        let mut gathered: HashMap<(&str, &str), Vec<SliceEndpoint>, foldhash::fast::RandomState> =
+        let mut gathered: Vec<((&str, &str), Vec<SliceEndpoint>)> =
             touched.iter().map(|(n, s)| ((n.as_str(), s.as_str()), Vec::new())).collect();
+        // Every slice of the load is looked up: with the one or two Services an event touches,
+        // compared with them rather than hashed (1.5% of the daemon's work over the
+        // benchmark's events at 10,000 slices).
+        let places: Option<HashMap<(&str, &str), usize, foldhash::fast::RandomState>> =
+            (gathered.len() > FEW_TOUCHED)
+                .then(|| gathered.iter().enumerate().map(|(at, (key, _))| (*key, at)).collect());
         for slice in slices {
-            if let Some(endpoints) = gathered.get_mut(&slice.service()) {
+            let service = slice.service();
+            let place = match &places {
+                Some(places) => places.get(&service).copied(),
+                None => gathered.iter().position(|(key, _)| *key == service),
+            };
+            if let Some((_, endpoints)) = place.and_then(|at| gathered.get_mut(at)) {
                 endpoints.extend(slice.endpoints.iter().cloned());
             }
         }
@@ -121,6 +132,9 @@ impl EndpointIndex {
         changed
     }
 }
+
+/// Up to this many Services touched, [`EndpointIndex::remake`] finds a slice's by comparing.
+const FEW_TOUCHED: usize = 4;
 
 /// Changes the value of `name` in `map`, made (default) if missing; the name is copied only
 /// then.
