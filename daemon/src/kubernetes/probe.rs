@@ -6,6 +6,7 @@
 //! small request per node is also lighter on a recovering server than sixteen kinds retrying
 //! their lists.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use kube::Client;
@@ -20,6 +21,35 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long one probe waits for its answer: a server that is away may not refuse the
 /// connection but leave it unanswered.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The API server's returns (the probe found it answering or ready, or a kind listed again
+/// after failing): the kinds waiting out a back-off are woken, and the returns are counted, so
+/// a kind whose list was under way at the moment (and then failed) still learns of it rather
+/// than waiting out a back-off grown during the outage.
+#[derive(Default)]
+pub(super) struct Returns {
+    wake: Notify,
+    count: AtomicU64,
+}
+
+impl Returns {
+    /// The server is back.
+    pub fn announce(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify_waiters();
+    }
+
+    /// How many returns were announced so far: compared before and after a kind's attempt.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Wakes at the next return (to be enabled before the count is read, so that none falls
+    /// between the two).
+    pub fn next(&self) -> tokio::sync::futures::Notified<'_> {
+        self.wake.notified()
+    }
+}
 
 /// How the API server answered a probe, from worst to best.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,7 +67,7 @@ enum Answer {
 /// failing kinds are woken (`returned`) and list at once, their back-off begun again. A
 /// watch that fails while the server is ready at the first probe (a `410 Gone`, a kind's own
 /// error) keeps its back-off.
-pub(super) async fn run(client: Client, failed: &Notify, returned: &Notify, health: &Health) {
+pub(super) async fn run(client: Client, failed: &Notify, returned: &Returns, health: &Health) {
     loop {
         failed.notified().await;
         let mut last: Option<Answer> = None;
@@ -45,7 +75,7 @@ pub(super) async fn run(client: Client, failed: &Notify, returned: &Notify, heal
             let (answer, why) = probe(&client).await;
             if last.is_some_and(|last| answer > last) {
                 info!(?answer, "the API server answers again; every failing kind lists now");
-                returned.notify_waiters();
+                returned.announce();
             }
             if answer == Answer::Ready {
                 health::update(health, |h| {
@@ -87,5 +117,27 @@ async fn probe(client: &Client) -> (Answer, String) {
             (Answer::NotReady, format!("/readyz answered {}: {}", status.code, status.message))
         }
         Ok(Err(error)) => (Answer::None, error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Returns;
+
+    /// A kind waiting is woken by a return; one whose list was under way misses the wake-up
+    /// but finds the count moved.
+    #[tokio::test]
+    async fn a_return_wakes_the_waiting_and_is_counted_for_the_busy() {
+        let returns = Returns::default();
+        let before_its_list = returns.count();
+        let waiting = returns.next();
+        tokio::pin!(waiting);
+        waiting.as_mut().enable();
+        returns.announce();
+        let woke = tokio::time::timeout(Duration::from_secs(1), waiting).await;
+        assert!(woke.is_ok(), "the waiting kind was not woken");
+        assert_ne!(returns.count(), before_its_list, "the busy kind cannot tell");
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::{watch as channel, Notify};
 use tracing::{info, warn};
 
 use super::health::{self, Health, SourceHealth, WatchState};
-use super::probe;
+use super::probe::{self, Returns};
 use crate::config::{
     says_network_unavailable, ApiObjects, KubernetesConfig, Source, API_SOURCE_PREFIX,
     NETWORK_UNAVAILABLE,
@@ -176,7 +176,7 @@ struct Shared {
     /// The API server is back (the probe found it ready, or a kind listed again after
     /// failing): the failing kinds list at once instead of waiting out their back-off (up to
     /// [`RETRY_MAX`]).
-    returned: Notify,
+    returned: Returns,
     services: Services,
     health: Health,
 }
@@ -194,7 +194,7 @@ pub(super) fn spawn(
         changed: Notify::new(),
         status_alone: Notify::new(),
         failed: Notify::new(),
-        returned: Notify::new(),
+        returned: Returns::default(),
         services: Arc::default(),
         health,
     });
@@ -273,6 +273,7 @@ async fn watch_kind(
     let mut failures = LogThrottle::new(LOG_PERIOD);
     let mut retry = RETRY_FIRST;
     loop {
+        let returns_before = shared.returned.count();
         let (ended, listed) = watch_once(&api, &config, kind, index, &shared).await;
         if listed {
             retry = RETRY_FIRST;
@@ -300,9 +301,16 @@ async fn watch_kind(
             Ended::Failed(error) => {
                 // Listening for the server's return from before the probe is asked, so that
                 // no answer of the probe falls between the two.
-                let returned = shared.returned.notified();
+                let returned = shared.returned.next();
                 tokio::pin!(returned);
                 returned.as_mut().enable();
+                // The server's return was announced while this list was under way, before
+                // the kind waited for it: taken as if it had woken the kind. Otherwise a list
+                // begun before the server was ready, and failing after it said so, waits out
+                // a back-off grown in the outage.
+                if shared.returned.count() != returns_before {
+                    retry = RETRY_FIRST;
+                }
                 shared.failed.notify_one();
                 if let Some(held_back) = failures.event(Instant::now()) {
                     warn!(
@@ -383,7 +391,7 @@ async fn watch_once(
                 });
                 if was_failing {
                     info!(kind = kind.kind, "listed again after the failure; watching");
-                    shared.returned.notify_waiters();
+                    shared.returned.announce();
                 }
             }
             Ok(Event::Apply(object)) => {
@@ -692,7 +700,7 @@ mod tests {
 
     use tokio::sync::Notify;
 
-    use super::{kinds_in_path_order, reduce, without_status, KindState, Shared, KINDS};
+    use super::{kinds_in_path_order, reduce, without_status, KindState, Returns, Shared, KINDS};
     use crate::config::API_SOURCE_PREFIX;
 
     /// A Service's status is kept as far as the allocation reads it (the addresses of
@@ -781,7 +789,7 @@ mod tests {
             changed: Notify::new(),
             status_alone: Notify::new(),
             failed: Notify::new(),
-            returned: Notify::new(),
+            returned: Returns::default(),
             services: Default::default(),
             health: Default::default(),
         };
