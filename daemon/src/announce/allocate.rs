@@ -1121,7 +1121,44 @@ fn place<'k>(
 /// Builders shared by the unit tests of the `announce` modules.
 #[cfg(test)]
 pub(crate) mod tests_support {
-    use crate::config::announce::{AddressRange, Advertisement, Pool, Service, TrafficPolicy};
+    use std::time::Duration;
+
+    use crate::config::announce::{
+        AddressRange, Advertisement, HealthCheck, Pool, ProbeKind, Service, TrafficPolicy,
+    };
+
+    /// A small deterministic generator (xorshift64*): the random configs of the tests are the
+    /// same in every run, so a failure names its case.
+    pub(crate) struct Dice(pub u64);
+
+    impl Dice {
+        pub(crate) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        pub(crate) fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+        pub(crate) fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+            &from[self.below(from.len() as u64) as usize]
+        }
+    }
+
+    /// A TCP health check on `port`, rising and falling at the first probe, every second.
+    pub(crate) fn tcp_check(port: u16) -> HealthCheck {
+        HealthCheck {
+            probe: ProbeKind::Tcp { port },
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            rise: 1,
+            fall: 1,
+        }
+    }
 
     pub(crate) fn range(text: &str) -> AddressRange {
         match text.split_once('-') {
@@ -1185,7 +1222,7 @@ pub(crate) mod tests_support {
 
 #[cfg(test)]
 mod tests {
-    use super::tests_support::{pool, service};
+    use super::tests_support::{pool, service, Dice};
     use super::*;
     use crate::config::announce::ServiceAllocation;
     use crate::config::selector::LabelSelector;
@@ -1856,28 +1893,6 @@ mod tests {
         ];
         for (pools, now) in &made_again {
             assert!(!asks_the_same(before, pools, now));
-        }
-    }
-
-    /// A small deterministic generator (xorshift64*): the random configs below are the same in
-    /// every run, so a failure names its case.
-    struct Dice(u64);
-
-    impl Dice {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.below(100) < percent
-        }
-        fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
-            &from[self.below(from.len() as u64) as usize]
         }
     }
 

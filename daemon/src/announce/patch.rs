@@ -81,10 +81,12 @@ pub fn patched(
     }
     // The changed Services' candidates, each one's after the last one's.
     let mut builder = Builder::for_routers(routers);
-    let advertisements = on_node(config, routers, &config.node.effective_labels());
+    let node_labels = config.node.effective_labels();
+    let advertisements = on_node(config, routers, &node_labels);
     let no_health = HealthStates::new();
     let health = runtime.health.unwrap_or(&no_health);
-    let mut context = ServiceContext::new(config, &advertisements, health, runtime.drained);
+    let mut context =
+        ServiceContext::new(config, &advertisements, node_labels, health, runtime.drained);
     let mut aggregates = Aggregates::new();
     let mut made = Vec::with_capacity(changed.len());
     for change in changed {
@@ -205,30 +207,13 @@ fn same_but_services(a: &AnnounceConfig, b: &AnnounceConfig) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::announce::allocate::tests_support::{advertisement, pool, service};
+    use crate::announce::allocate::tests_support::{advertisement, pool, service, tcp_check, Dice};
     use crate::announce::allocate::{allocate, allocate_one_more, asks_the_same};
     use crate::announce::compute::compute_allocated;
     use crate::announce::readiness::HealthStates;
-    use crate::config::announce::{Endpoint, HealthCheck, ProbeKind, TrafficPolicy};
+    use crate::config::announce::{Endpoint, TrafficPolicy};
     use crate::config::Community;
-
-    /// xorshift64*: the same steps in every run, so a failure names its step.
-    struct Dice(u64);
-
-    impl Dice {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
-        }
-        fn chance(&mut self, percent: usize) -> bool {
-            self.below(100) < percent
-        }
-    }
 
     fn runtime(health: &HealthStates) -> RuntimeState<'_> {
         RuntimeState { health: Some(health), ..Default::default() }
@@ -261,8 +246,8 @@ mod tests {
     /// A Service as a cluster has them: from a pool or at a manual address (at times one
     /// another Service holds), endpoints here, elsewhere or none, health-checked at times.
     fn random_service(dice: &mut Dice, number: usize) -> Service {
-        let namespaces = ["a", "b", "c"];
-        let mut made = service(namespaces[dice.below(3)], &format!("svc-{number}"));
+        let namespace = *dice.pick(&["a", "b", "c"]);
+        let mut made = service(namespace, &format!("svc-{number}"));
         made.announce_without_endpoints = false;
         if dice.chance(20) {
             made.load_balancer_ips = vec![format!("10.0.1.{}", dice.below(8)).parse().unwrap()];
@@ -272,21 +257,15 @@ mod tests {
         if dice.chance(30) {
             made.traffic_policy = TrafficPolicy::Local;
         }
-        for i in 0..dice.below(3) {
-            let node = ["node1", "node2"][dice.below(2)];
+        for i in 0..dice.below(3) as usize {
+            let node = *dice.pick(&["node1", "node2"]);
             made.endpoints.push(Endpoint {
                 address: format!("172.16.{}.{}", number / 64, number % 64 * 4 + i).parse().unwrap(),
                 node: node.into(),
             });
         }
         if dice.chance(15) {
-            made.health = Some(HealthCheck {
-                probe: ProbeKind::Tcp { port: 80 },
-                interval: Duration::from_secs(1),
-                timeout: Duration::from_secs(1),
-                rise: 1,
-                fall: 1,
-            });
+            made.health = Some(tcp_check(80));
         }
         made
     }
@@ -309,16 +288,16 @@ mod tests {
         for number in 60..460 {
             let changed = match dice.below(4) {
                 0 => {
-                    let at = dice.below(services.len() + 1);
+                    let at = dice.below(services.len() as u64 + 1) as usize;
                     services.insert(at, Arc::new(random_service(&mut dice, number)));
                     None
                 }
                 1 if services.len() > 1 => {
-                    services.remove(dice.below(services.len()));
+                    services.remove(dice.below(services.len() as u64) as usize);
                     None
                 }
                 2 => {
-                    let at = dice.below(services.len());
+                    let at = dice.below(services.len() as u64) as usize;
                     let mut changed = (*services[at]).clone();
                     let other = random_service(&mut dice, number);
                     changed.endpoints = other.endpoints;
@@ -327,7 +306,7 @@ mod tests {
                     None
                 }
                 _ => {
-                    let at = dice.below(services.len());
+                    let at = dice.below(services.len() as u64) as usize;
                     let checked = &services[at];
                     for endpoint in &checked.endpoints {
                         health.insert((checked.key(), endpoint.address), dice.chance(50));

@@ -91,11 +91,9 @@ pub fn readiness(service: &Service, node: &str, health: &HealthStates) -> Readin
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use super::super::allocate::tests_support::service;
+    use super::super::allocate::tests_support::{service, tcp_check};
     use super::*;
-    use crate::config::announce::{Endpoint, HealthCheck, ProbeKind};
+    use crate::config::announce::Endpoint;
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
@@ -104,13 +102,7 @@ mod tests {
     fn checked(policy: TrafficPolicy) -> Service {
         let mut s = service("ns", "web");
         s.traffic_policy = policy;
-        s.health = Some(HealthCheck {
-            probe: ProbeKind::Tcp { port: 80 },
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            rise: 1,
-            fall: 1,
-        });
+        s.health = Some(tcp_check(80));
         s.endpoints = vec![
             Endpoint { address: ip("10.128.1.5"), node: "wk1".into() },
             Endpoint { address: ip("10.128.2.5"), node: "wk2".into() },

@@ -3,11 +3,10 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::allocate::tests_support::{advertisement, pool, service};
+use super::allocate::tests_support::{advertisement, pool, service, tcp_check};
 use super::compute::{compute, PeerSet, Reason, RouterInput, RuntimeState, State};
 use super::readiness::{HealthStates, Readiness};
 use crate::config::announce::*;
@@ -61,16 +60,6 @@ fn origin_texts(route: &super::Route) -> Vec<String> {
     route.origins.iter().map(ToString::to_string).collect()
 }
 
-fn tcp_check() -> HealthCheck {
-    HealthCheck {
-        probe: ProbeKind::Tcp { port: 8080 },
-        interval: Duration::from_secs(1),
-        timeout: Duration::from_secs(1),
-        rise: 1,
-        fall: 1,
-    }
-}
-
 #[test]
 fn vip_is_originated_to_all_peers_of_every_router() {
     let config = vip_config("172.18.20.201");
@@ -88,7 +77,7 @@ fn vip_is_originated_to_all_peers_of_every_router() {
 #[test]
 fn unhealthy_service_is_withdrawn_with_the_reason() {
     let mut config = vip_config("172.18.20.201");
-    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check());
+    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check(8080));
     Arc::make_mut(&mut config.services[0]).endpoints =
         vec![Endpoint { address: ip("10.128.1.5"), node: "wk2".into() }];
     let routers = [router("", &["172.18.20.1"])];
@@ -326,7 +315,7 @@ fn dual_stack_service_announces_both_addresses_each_on_its_own_line() {
 #[test]
 fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
     let mut config = dual_stack_config();
-    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check());
+    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check(8080));
     Arc::make_mut(&mut config.services[0]).endpoints =
         vec![Endpoint { address: ip("10.128.1.5"), node: "wk1".into() }];
     let routers = [router("", &["172.18.20.1"])];
