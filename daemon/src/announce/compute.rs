@@ -505,8 +505,9 @@ fn services(
     builder: &mut Builder<'_>,
 ) {
     let mut aggregates: Aggregates = BTreeMap::new();
-    let advertisements = on_node(config, builder.inputs, &config.node.effective_labels());
-    let mut context = ServiceContext::new(config, &advertisements, health, drained);
+    let node_labels = config.node.effective_labels();
+    let advertisements = on_node(config, builder.inputs, &node_labels);
+    let mut context = ServiceContext::new(config, &advertisements, node_labels, health, drained);
     // Every Service at every change: a copy is made only where the result keeps one.
     for (key, service, entry) in allocated_in_key_order(&config.services, allocation) {
         context.add(key, service, entry, builder, &mut aggregates);
@@ -532,15 +533,18 @@ pub(super) struct ServiceContext<'a, 'b> {
 }
 
 impl<'a, 'b> ServiceContext<'a, 'b> {
+    /// `advertisements` as [`on_node`] makes them from `node_labels`, the node's effective
+    /// labels.
     pub(super) fn new(
         config: &'a AnnounceConfig,
         advertisements: &'b [AdvertisementOnNode<'a>],
+        node_labels: Labels,
         health: &'b HealthStates,
         drained: bool,
     ) -> Self {
         ServiceContext {
             config,
-            node_labels: config.node.effective_labels(),
+            node_labels,
             node_name: config.node.name.clone().unwrap_or_default(),
             health,
             drained,
