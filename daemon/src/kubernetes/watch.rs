@@ -305,9 +305,9 @@ async fn watch_kind(
                 tokio::pin!(returned);
                 returned.as_mut().enable();
                 // The server's return was announced while this list was under way, before
-                // the kind waited for it: taken as if it had woken the kind. Otherwise a list
-                // begun before the server was ready, and failing after it said so, waits out
-                // a back-off grown in the outage.
+                // the kind waited for it: it waits only the first back-off before listing
+                // again. Otherwise a list begun before the server was ready, and failing
+                // after it said so, waits out a back-off grown in the outage.
                 if shared.returned.count() != returns_before {
                     retry = RETRY_FIRST;
                 }
