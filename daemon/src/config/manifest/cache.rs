@@ -68,9 +68,9 @@ impl FactChanges {
     /// Notes the facts of a source that came, changed (its old and its new entry) or went.
     fn note(&mut self, source: &CachedSource) {
         for document in &source.documents {
-            match &document.facts {
-                Facts::None => {}
-                Facts::Slice(slice) => {
+            match document.facts.as_deref() {
+                None | Some(Facts::None) => {}
+                Some(Facts::Slice(slice)) => {
                     let (namespace, service) = slice.service();
                     self.slices_of.insert((namespace.to_string(), service.to_string()));
                 }
@@ -131,22 +131,25 @@ struct CachedSource {
     text: Arc<str>,
     digest: u64,
     /// Its YAML errors, reported by every load.
-    parse_errors: Vec<ConfigError>,
-    documents: Vec<CachedDocument>,
+    parse_errors: Box<[ConfigError]>,
+    documents: Box<[CachedDocument]>,
 }
 
+/// Kept for every document of the config, at a cluster's size tens of thousands: what most
+/// documents leave empty (facts, errors) takes no room beyond a pointer.
 struct CachedDocument {
     /// Its place in the file and the line it starts on.
     index: usize,
     line: usize,
-    facts: Facts,
+    /// `None` for a document without facts (a Service).
+    facts: Option<Box<Facts>>,
     translation: Option<Translation>,
 }
 
 struct Translation {
-    reads: Vec<(Read, u64)>,
+    reads: Box<[(Read, u64)]>,
     kept: Translated,
-    errors: Vec<ConfigError>,
+    errors: Box<[ConfigError]>,
 }
 
 /// What a document translated to.
@@ -251,8 +254,8 @@ impl ManifestCache {
             if let Some(indexes) = Arc::get_mut(kept) {
                 if !changes.slices_of.is_empty() {
                     let slices = self.entries.iter().flat_map(|s| &s.documents).filter_map(|d| {
-                        match &d.facts {
-                            Facts::Slice(slice) => Some(slice),
+                        match d.facts.as_deref() {
+                            Some(Facts::Slice(slice)) => Some(slice),
                             _ => None,
                         }
                     });
@@ -266,8 +269,11 @@ impl ManifestCache {
                 return kept.clone();
             }
         }
-        let facts: Vec<&Facts> =
-            self.entries.iter().flat_map(|s| s.documents.iter().map(|d| &d.facts)).collect();
+        let facts: Vec<&Facts> = self
+            .entries
+            .iter()
+            .flat_map(|s| s.documents.iter().filter_map(|d| d.facts.as_deref()))
+            .collect();
         let made = Arc::new(Indexes::of(&facts));
         self.indexes = Some(made.clone());
         self.indexes_made = self.indexes_made.wrapping_add(1);
@@ -308,7 +314,7 @@ impl ManifestCache {
         let from_api = is_api_source(path);
         errors.extend(source.parse_errors.iter().cloned());
         let mut parsed_again: Option<Vec<ManifestDocument>> = None;
-        for document in &mut source.documents {
+        for document in source.documents.iter_mut() {
             let kept =
                 document.translation.as_ref().filter(|t| recheck.same_answers(&t.reads, context));
             if let Some(kept) = kept {
@@ -333,9 +339,9 @@ impl ManifestCache {
             translated.add_to(out, services);
             errors.extend(doc_errors.iter().cloned());
             document.translation = context.take_reads().map(|reads| Translation {
-                reads,
+                reads: reads.into_boxed_slice(),
                 kept: translated,
-                errors: doc_errors,
+                errors: doc_errors.into_boxed_slice(),
             });
         }
     }
@@ -349,7 +355,10 @@ impl CachedSource {
             .map(|d| CachedDocument {
                 index: d.index,
                 line: d.line,
-                facts: Facts::of(&d.value),
+                facts: match Facts::of(&d.value) {
+                    Facts::None => None,
+                    facts => Some(Box::new(facts)),
+                },
                 translation: None,
             })
             .collect();
@@ -357,7 +366,7 @@ impl CachedSource {
             path: path.clone(),
             text: text.clone(),
             digest: text_digest,
-            parse_errors,
+            parse_errors: parse_errors.into_boxed_slice(),
             documents,
         }
     }
