@@ -1212,7 +1212,7 @@ pub(crate) mod tests_support {
             ip_family_policy: Default::default(),
             ip_families: vec![],
             traffic_policy: TrafficPolicy::Cluster,
-            endpoints: vec![],
+            endpoints: std::sync::Arc::new([]),
             announce_without_endpoints: true,
             health: None,
             sources: vec![],
@@ -1857,7 +1857,7 @@ mod tests {
         let endpoint = Endpoint { address: ip("10.128.0.9"), node: "wk1".into() };
         let kept = [
             with(&|_| {}),
-            with(&|s| s.endpoints = vec![endpoint.clone()]),
+            with(&|s| s.endpoints = Arc::new([endpoint.clone()])),
             with(&|s| s.traffic_policy = TrafficPolicy::Local),
             with(&|s| s.sources = vec!["kubernetes:Service/shop/b".into()]),
         ];

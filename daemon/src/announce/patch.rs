@@ -257,13 +257,12 @@ mod tests {
         if dice.chance(30) {
             made.traffic_policy = TrafficPolicy::Local;
         }
-        for i in 0..dice.below(3) as usize {
-            let node = *dice.pick(&["node1", "node2"]);
-            made.endpoints.push(Endpoint {
+        made.endpoints = (0..dice.below(3) as usize)
+            .map(|i| Endpoint {
                 address: format!("172.16.{}.{}", number / 64, number % 64 * 4 + i).parse().unwrap(),
-                node: node.into(),
-            });
-        }
+                node: (*dice.pick(&["node1", "node2"])).into(),
+            })
+            .collect();
         if dice.chance(15) {
             made.health = Some(tcp_check(80));
         }
@@ -308,7 +307,7 @@ mod tests {
                 _ => {
                     let at = dice.below(services.len() as u64) as usize;
                     let checked = &services[at];
-                    for endpoint in &checked.endpoints {
+                    for endpoint in checked.endpoints.iter() {
                         health.insert((checked.key(), endpoint.address), dice.chance(50));
                     }
                     Some(vec![Changed { key: checked.key(), service: Some(checked.clone()) }])

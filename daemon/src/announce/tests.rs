@@ -79,7 +79,7 @@ fn unhealthy_service_is_withdrawn_with_the_reason() {
     let mut config = vip_config("172.18.20.201");
     Arc::make_mut(&mut config.services[0]).health = Some(tcp_check(8080));
     Arc::make_mut(&mut config.services[0]).endpoints =
-        vec![Endpoint { address: ip("10.128.1.5"), node: "wk2".into() }];
+        Arc::new([Endpoint { address: ip("10.128.1.5"), node: "wk2".into() }]);
     let routers = [router("", &["172.18.20.1"])];
     let mut health = HealthStates::new();
     health.insert(("ns/web".into(), ip("10.128.1.5")), false);
@@ -317,7 +317,7 @@ fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
     let mut config = dual_stack_config();
     Arc::make_mut(&mut config.services[0]).health = Some(tcp_check(8080));
     Arc::make_mut(&mut config.services[0]).endpoints =
-        vec![Endpoint { address: ip("10.128.1.5"), node: "wk1".into() }];
+        Arc::new([Endpoint { address: ip("10.128.1.5"), node: "wk1".into() }]);
     let routers = [router("", &["172.18.20.1"])];
     let mut health = HealthStates::new();
     health.insert(("ns/web".into(), ip("10.128.1.5")), false);

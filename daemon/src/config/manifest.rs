@@ -56,7 +56,6 @@ pub(crate) use context::{Context, Inputs};
 pub(crate) use namespace::NamespaceIndex;
 pub(crate) use secret::SecretIndex;
 pub(crate) use service::EndpointIndex;
-use service::SliceEndpoint;
 
 /// The kinds understood, with their API groups ("" is the core group, `apiVersion: v1`).
 const KINDS: [(&str, &str); 16] = [

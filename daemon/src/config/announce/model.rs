@@ -163,7 +163,10 @@ pub struct Service {
     /// address comes from (of the manual address, when there is one).
     pub ip_families: Vec<IpFamily>,
     pub traffic_policy: TrafficPolicy,
-    pub endpoints: Vec<Endpoint>,
+    /// Shared with the EndpointSlices' index for a Service read from Kubernetes (see
+    /// `config/manifest/service.rs`): at a cluster's size, a copy per Service is a fifth of
+    /// a kilobyte each.
+    pub endpoints: Endpoints,
     /// With no endpoints listed: announce (plain anycast, the TOML default) or withdraw (a
     /// Kubernetes Service, whose EndpointSlices list every ready endpoint: none means none).
     pub announce_without_endpoints: bool,
@@ -254,7 +257,10 @@ impl fmt::Display for IpFamilyPolicy {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A Service's endpoints, in the order they were listed.
+pub type Endpoints = Arc<[Endpoint]>;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Endpoint {
     pub address: IpAddr,
     /// The node the endpoint runs on; empty when not known (an EndpointSlice endpoint without

@@ -392,7 +392,6 @@ fn service(
             TrafficPolicy::Cluster
         }
     };
-    // Kept in the running config: sized once, not grown to the next power of two.
     let mut endpoints = Vec::with_capacity(raw.endpoints.len());
     for (index, endpoint) in raw.endpoints.iter().enumerate() {
         let e = endpoint.get_ref();
@@ -422,7 +421,7 @@ fn service(
         ip_family_policy: families.policy,
         ip_families: families.families,
         traffic_policy,
-        endpoints,
+        endpoints: endpoints.into(),
         announce_without_endpoints: raw
             .announce_without_endpoints
             .as_ref()

@@ -10,8 +10,8 @@ use std::cell::{Cell, RefCell};
 use std::hash::{BuildHasher, Hash};
 use std::sync::LazyLock;
 
-use super::{EndpointIndex, NamespaceIndex, SecretIndex, SliceEndpoint};
-use crate::config::announce::Labels;
+use super::{EndpointIndex, NamespaceIndex, SecretIndex};
+use crate::config::announce::{Endpoints, Labels};
 
 /// The rest of the config, as a translation may read it.
 pub(crate) struct Inputs<'a> {
@@ -117,9 +117,10 @@ impl<'a> Context<'a> {
         self.inputs.node_labels
     }
 
-    pub fn endpoints(&self, namespace: &str, service: &str) -> &'a [SliceEndpoint] {
+    /// The ready endpoints of (namespace, Service), when it has any.
+    pub fn endpoints(&self, namespace: &str, service: &str) -> Option<&'a Endpoints> {
         self.note(Read::Endpoints(namespace.to_string(), service.to_string()));
-        self.inputs.endpoints.endpoints(namespace, service)
+        self.inputs.endpoints.shared(namespace, service)
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Option<&'a Labels> {

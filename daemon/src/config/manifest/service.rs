@@ -18,6 +18,7 @@ use serde_norway::{Mapping, Value};
 
 use super::super::validate::Fragment;
 use super::{labels_value, list, Context, Document, Meta};
+use crate::config::announce::{Endpoint, Endpoints};
 
 /// `metallb.io/address-pool`: the pool to allocate from.
 const ADDRESS_POOL: &str = "metallb.io/address-pool";
@@ -47,39 +48,38 @@ const IGNORED_SPEC_FIELDS: [&str; 14] = [
 ];
 
 /// The ready endpoints of every EndpointSlice in the config, by namespace and service name:
-/// nested, so the Services' lookups (one per Service and reload) make no key.
+/// nested, so the Services' lookups (one per Service and reload) make no key. A Service with
+/// one slice (nearly all) shares that slice's list, and its Service shares it too (see
+/// [`share_endpoints`]): one copy of the endpoints where there were three.
 #[derive(Debug, Default)]
-pub(crate) struct EndpointIndex(BTreeMap<String, BTreeMap<String, Vec<SliceEndpoint>>>);
-
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct SliceEndpoint {
-    address: IpAddr,
-    /// Shared with the slice's facts: the index is made again when a fact other than a
-    /// slice's changes.
-    node: Option<Arc<str>>,
-}
+pub(crate) struct EndpointIndex(BTreeMap<String, BTreeMap<String, Endpoints>>);
 
 impl EndpointIndex {
     /// Collects the slices read from the documents (see [`super::Facts`]); malformed ones were
     /// left out there and are reported where their document is translated.
     pub fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Self {
-        let mut index = Self::default();
+        let mut gathered: BTreeMap<(&str, &str), Vec<&Endpoints>> = BTreeMap::new();
         for slice in slices {
-            change_entry(&mut index.0, &slice.namespace, |services| {
-                change_entry(services, &slice.service, |endpoints| {
-                    endpoints.extend(slice.endpoints.iter().cloned())
-                })
-            });
+            gathered.entry(slice.service()).or_default().push(&slice.endpoints);
         }
-        for endpoints in index.0.values_mut().flat_map(BTreeMap::values_mut) {
-            endpoints.sort();
-            endpoints.dedup();
+        let mut index = Self::default();
+        for ((namespace, service), parts) in gathered {
+            if let Some(endpoints) = combined(&parts) {
+                change_entry(&mut index.0, namespace, |services| {
+                    change_entry(services, service, |entry| *entry = endpoints)
+                });
+            }
         }
         index
     }
 
-    pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[SliceEndpoint] {
-        self.0.get(namespace).and_then(|services| services.get(service)).map_or(&[], Vec::as_slice)
+    pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[Endpoint] {
+        self.shared(namespace, service).map_or(&[], |endpoints| endpoints)
+    }
+
+    /// The list itself, to share.
+    pub(super) fn shared(&self, namespace: &str, service: &str) -> Option<&Endpoints> {
+        self.0.get(namespace).and_then(|services| services.get(service))
     }
 
     /// Makes the entries of the `touched` Services (namespace, name) again from `slices`
@@ -90,7 +90,7 @@ impl EndpointIndex {
         touched: &HashSet<(String, String), foldhash::fast::RandomState>,
         slices: impl Iterator<Item = &'a Slice>,
     ) -> Vec<(String, String)> {
-        let mut gathered: Vec<((&str, &str), Vec<SliceEndpoint>)> =
+        let mut gathered: Vec<((&str, &str), Vec<&Endpoints>)> =
             touched.iter().map(|(n, s)| ((n.as_str(), s.as_str()), Vec::new())).collect();
         // Every slice of the load is looked up: with the one or two Services an event touches,
         // compared with them rather than hashed (1.5% of the daemon's work over the
@@ -104,32 +104,62 @@ impl EndpointIndex {
                 Some(places) => places.get(&service).copied(),
                 None => gathered.iter().position(|(key, _)| *key == service),
             };
-            if let Some((_, endpoints)) = place.and_then(|at| gathered.get_mut(at)) {
-                endpoints.extend(slice.endpoints.iter().cloned());
+            if let Some((_, parts)) = place.and_then(|at| gathered.get_mut(at)) {
+                parts.push(&slice.endpoints);
             }
         }
         let mut changed = Vec::new();
-        for ((namespace, service), mut endpoints) in gathered {
-            endpoints.sort();
-            endpoints.dedup();
-            if self.endpoints(namespace, service) == endpoints.as_slice() {
+        for ((namespace, service), parts) in gathered {
+            let endpoints = combined(&parts);
+            if self.endpoints(namespace, service) == endpoints.as_deref().unwrap_or_default() {
                 continue;
             }
             changed.push((namespace.to_string(), service.to_string()));
-            if endpoints.is_empty() {
-                if let Some(services) = self.0.get_mut(namespace) {
-                    services.remove(service);
-                    if services.is_empty() {
-                        self.0.remove(namespace);
+            match endpoints {
+                None => {
+                    if let Some(services) = self.0.get_mut(namespace) {
+                        services.remove(service);
+                        if services.is_empty() {
+                            self.0.remove(namespace);
+                        }
                     }
                 }
-            } else {
-                change_entry(&mut self.0, namespace, |services| {
+                Some(endpoints) => change_entry(&mut self.0, namespace, |services| {
                     change_entry(services, service, |entry| *entry = endpoints)
-                });
+                }),
             }
         }
         changed
+    }
+}
+
+/// A Service's endpoints from its slices' (each sorted, without repeats): the one slice's list
+/// itself, or the lists merged; `None` when there are none.
+fn combined(parts: &[&Endpoints]) -> Option<Endpoints> {
+    match parts {
+        [] => None,
+        [one] if one.is_empty() => None,
+        [one] => Some(Arc::clone(one)),
+        several => {
+            let mut endpoints: Vec<Endpoint> =
+                several.iter().flat_map(|part| part.iter().cloned()).collect();
+            endpoints.sort();
+            endpoints.dedup();
+            (!endpoints.is_empty()).then(|| endpoints.into())
+        }
+    }
+}
+
+/// Gives the Services of `fragment` (one Service's translation) the index's list of their
+/// endpoints, where they listed the same: the endpoints went through the parser as any
+/// manifest's, and the copy it made is let go.
+fn share_endpoints(fragment: &mut Fragment, shared: &Endpoints) {
+    for placed in &mut fragment.announce.services {
+        if let Some(service) = Arc::get_mut(&mut placed.item) {
+            if service.endpoints == *shared {
+                service.endpoints = Arc::clone(shared);
+            }
+        }
     }
 }
 
@@ -154,7 +184,8 @@ fn change_entry<V: Default>(
 pub(crate) struct Slice {
     namespace: String,
     service: String,
-    endpoints: Vec<SliceEndpoint>,
+    /// Sorted, without repeats: what the index keeps for a Service with this slice alone.
+    endpoints: Endpoints,
 }
 
 impl Slice {
@@ -199,8 +230,6 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
         Some(Value::Sequence(list)) => list.as_slice(),
         Some(_) => return Err(("endpoints".into(), "must be a list".into())),
     };
-    // Kept for as long as the slice is: sized once (an endpoint has one address, nearly
-    // always), not grown to the next power of two.
     let mut endpoints = Vec::with_capacity(listed.len());
     for (i, endpoint) in listed.iter().enumerate() {
         let field = format!("endpoints[{i}]");
@@ -214,13 +243,15 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
         if !can_serve(endpoint.get("conditions")) {
             continue;
         }
-        let node: Option<Arc<str>> =
-            endpoint.get("nodeName").and_then(Value::as_str).map(crate::config::shared::name);
+        // Empty when not known, as a `[[services]]` endpoint without `node`.
+        let node = crate::config::shared::name(
+            endpoint.get("nodeName").and_then(Value::as_str).unwrap_or_default(),
+        );
         for (j, address) in addresses.iter().enumerate() {
             let parsed = address.as_str().and_then(|a| a.parse::<IpAddr>().ok());
             match parsed {
                 Some(address) if address.is_ipv4() == is_v4 => {
-                    endpoints.push(SliceEndpoint { address, node: node.clone() })
+                    endpoints.push(Endpoint { address, node: node.clone() })
                 }
                 _ => {
                     return Err((
@@ -234,8 +265,9 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
             }
         }
     }
-    endpoints.shrink_to_fit();
-    Ok(Slice { namespace, service: service.to_string(), endpoints })
+    endpoints.sort();
+    endpoints.dedup();
+    Ok(Slice { namespace, service: service.to_string(), endpoints: endpoints.into() })
 }
 
 /// MetalLB's `EndpointCanServe`: `ready` unset (unknown counts as ready, as the API says) or
@@ -315,21 +347,26 @@ impl Document<'_> {
             self.fail(&format!("spec.{key}"), format!("unknown field `{key}` of a Service"));
             return None;
         }
-        let listed: Vec<Value> = context
-            .endpoints(&namespace, &meta.name)
+        let endpoints = context.endpoints(&namespace, &meta.name);
+        let listed: Vec<Value> = endpoints
+            .map_or(&[][..], |endpoints| endpoints)
             .iter()
             .map(|endpoint| {
                 let mut map = Mapping::new();
                 map.insert(Value::from("address"), Value::from(endpoint.address.to_string()));
-                if let Some(node) = &endpoint.node {
-                    map.insert(Value::from("node"), Value::from(node.as_ref()));
+                if !endpoint.node.is_empty() {
+                    map.insert(Value::from("node"), Value::from(endpoint.node.as_ref()));
                 }
                 Value::Mapping(map)
             })
             .collect();
         entry.insert(Value::from("endpoints"), Value::Sequence(listed));
         entry.insert(Value::from("announce_without_endpoints"), Value::Bool(false));
-        self.emit_with("services", list(Value::Mapping(entry)), service_field)
+        let mut fragment = self.emit_with("services", list(Value::Mapping(entry)), service_field);
+        if let (Some(fragment), Some(endpoints)) = (&mut fragment, endpoints) {
+            share_endpoints(fragment, endpoints);
+        }
+        fragment
     }
 }
 
@@ -503,9 +540,36 @@ endpoints:
             node: node.into(),
         };
         assert_eq!(
-            service.endpoints,
-            vec![endpoint("10.128.1.5", "wk1"), endpoint("10.128.3.5", "wk3")]
+            *service.endpoints,
+            [endpoint("10.128.1.5", "wk1"), endpoint("10.128.3.5", "wk3")]
         );
+    }
+
+    /// A Service with one slice keeps the slice's list of endpoints, as the index does: one
+    /// copy where a cluster's size made three, a fifth of a kilobyte each. With two slices,
+    /// the Service keeps the index's merged list.
+    #[test]
+    fn a_services_endpoints_are_its_slices_list_not_a_copy() {
+        let count_with = |files: &[(&str, &str)]| {
+            let sources: Vec<crate::config::Source> = [("uplink.toml", MAIN), ("pool.toml", POOL)]
+                .iter()
+                .chain(files)
+                .map(|(name, text)| (Arc::from(std::path::Path::new(name)), Arc::from(*text)))
+                .collect();
+            let sources: Vec<&crate::config::Source> = sources.iter().collect();
+            // Kept, as the daemon keeps it: the slices' facts and the index live in it.
+            let mut cache = crate::config::ManifestCache::default();
+            let config = crate::config::load_sources_kept(&sources, &mut cache)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let [service] = config.announce.services.as_slice() else {
+                panic!("{:?}", config.announce.services)
+            };
+            (service.endpoints.len(), Arc::strong_count(&service.endpoints))
+        };
+        // The slice's facts, the index and the Service.
+        assert_eq!(count_with(&[("10-web.yaml", WEB)]), (1, 3));
+        // The index and the Service.
+        assert_eq!(count_with(&[("10-web.yaml", WEB), ("20-slices.yaml", MORE)]), (2, 2));
     }
 
     /// What the Kubernetes source hands over: objects named `kubernetes:Kind/ns/name`, this
