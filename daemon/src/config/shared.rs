@@ -5,7 +5,8 @@
 //! so the copies are joined here, by value, for as long as an item holds them. At 10,000
 //! Services a map of its own per Service was about 600 bytes each (a B-tree node holds eleven
 //! entries, and a Kubernetes namespace always has `kubernetes.io/metadata.name`), a tenth of
-//! what uplink kept per Service; a node name per endpoint, five per Service in three places.
+//! what uplink kept per Service; a node name per endpoint, five per Service in three places;
+//! a namespace per question a translation asked about it (`manifest/context.rs`).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -65,7 +66,7 @@ pub fn labels(labels: &Labels) -> Arc<Labels> {
     shared(&LABELS, labels, || (labels.clone(), Arc::new(labels.clone())))
 }
 
-/// `name` (a node's), shared with every other holder of the same name.
+/// `name` (a node's, a namespace's), shared with every other holder of the same name.
 pub fn name(name: &str) -> Arc<str> {
     shared(&NAMES, name, || (Box::from(name), Arc::from(name)))
 }

@@ -263,7 +263,7 @@ impl ManifestCache {
                     self.entries_remade.extend(
                         remade
                             .into_iter()
-                            .map(|(namespace, name)| Read::Endpoints(namespace, name)),
+                            .map(|(namespace, name)| Read::endpoints(&namespace, &name)),
                     );
                 }
                 return kept.clone();

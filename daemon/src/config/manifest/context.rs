@@ -8,7 +8,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::hash::{BuildHasher, Hash};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use super::{EndpointIndex, NamespaceIndex, SecretIndex};
 use crate::config::announce::{Endpoints, Labels};
@@ -29,19 +29,28 @@ pub(crate) struct Inputs<'a> {
     pub load_balancer_class: Option<&'a str>,
 }
 
-/// One question a translation asked.
+/// One question a translation asked. Kept with every translation (a Service's asks three):
+/// a namespace is one copy shared by every question about it (`config/shared.rs`), and a
+/// name takes its length, not a `String`'s room to grow.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Read {
     NodeName,
     NodeLabels,
     /// The ready endpoints of (namespace, Service).
-    Endpoints(String, String),
-    NamespaceLabels(String),
+    Endpoints(Arc<str>, Box<str>),
+    NamespaceLabels(Arc<str>),
     /// Every Namespace and primary network (a namespace selector reads them all).
     Namespaces,
     /// The key a `passwordSecret` (name, namespace) names, or why there is none.
-    Password(String, Option<String>),
+    Password(Box<str>, Option<Box<str>>),
     LoadBalancerClass,
+}
+
+impl Read {
+    /// The question about the endpoints of (namespace, Service).
+    pub fn endpoints(namespace: &str, service: &str) -> Read {
+        Read::Endpoints(crate::config::shared::name(namespace), service.into())
+    }
 }
 
 /// What translating one document read: each question and its answer's digest. `None` when it
@@ -119,12 +128,12 @@ impl<'a> Context<'a> {
 
     /// The ready endpoints of (namespace, Service), when it has any.
     pub fn endpoints(&self, namespace: &str, service: &str) -> Option<&'a Endpoints> {
-        self.note(Read::Endpoints(namespace.to_string(), service.to_string()));
+        self.note(Read::endpoints(namespace, service));
         self.inputs.endpoints.shared(namespace, service)
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Option<&'a Labels> {
-        self.note(Read::NamespaceLabels(namespace.to_string()));
+        self.note(Read::NamespaceLabels(crate::config::shared::name(namespace)));
         self.inputs.namespaces.labels(namespace)
     }
 
@@ -134,7 +143,7 @@ impl<'a> Context<'a> {
     }
 
     pub fn password(&self, name: &str, namespace: Option<&str>) -> Result<String, String> {
-        self.note(Read::Password(name.to_string(), namespace.map(str::to_string)));
+        self.note(Read::Password(name.into(), namespace.map(Box::from)));
         self.inputs.secrets.password(name, namespace)
     }
 
