@@ -234,7 +234,8 @@ pub fn load_sources_kept(
     // Manifests are read first, all of them, because a Service takes its endpoints from the
     // EndpointSlices of any manifest, and a passwordSecret its key from any Secret.
     let manifests = sources.iter().copied().zip(&manifest).filter(|(_, m)| **m);
-    cache.refresh(manifests.map(|(source, _)| source));
+    let count = manifest.iter().filter(|m| **m).count();
+    cache.refresh(count, manifests.map(|(source, _)| source));
     let indexes = cache.indexes();
     if let Some(name) = &node_name {
         // This node's `Node` object adds its labels (the TOML ones win a disagreement, which

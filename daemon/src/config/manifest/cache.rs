@@ -189,12 +189,18 @@ impl Translated {
 }
 
 impl ManifestCache {
-    /// Brings the cache to `manifests` (path, text), in the load's order: entries of paths no
-    /// longer there go, texts new or changed are parsed.
-    pub(crate) fn refresh<'a>(&mut self, manifests: impl Iterator<Item = &'a Source>) {
+    /// Brings the cache to `manifests` (path, text; `count` of them), in the load's order:
+    /// entries of paths no longer there go, texts new or changed are parsed.
+    pub(crate) fn refresh<'a>(
+        &mut self,
+        count: usize,
+        manifests: impl Iterator<Item = &'a Source>,
+    ) {
         let changes = &mut self.fact_changes;
         let mut last = std::mem::take(&mut self.entries).into_iter().peekable();
-        let mut entries = Vec::with_capacity(last.len());
+        // At its size: kept until the next load, a list made at the last one's size and grown
+        // by one more object doubled its room (a tenth of a kilobyte per Service).
+        let mut entries = Vec::with_capacity(count);
         for (path, text) in manifests {
             // The last load's entries in order until this path's: those before it are gone,
             // and one after it means the path is new. Out of order (the path further on, or
