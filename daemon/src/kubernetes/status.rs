@@ -77,10 +77,12 @@ pub(super) fn spawn(
                 match write(&client, &key, &addresses).await {
                     Ok(()) => {
                         info!(service = %key, ?addresses, "status.loadBalancer.ingress written");
-                        if let Some(seen) =
-                            services.lock().unwrap_or_else(PoisonError::into_inner).get_mut(&key)
+                        if let Some(seen) = services
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .get_mut(key.as_str())
                         {
-                            seen.ingress = addresses.clone();
+                            seen.ingress = addresses.as_slice().into();
                         }
                         health::update(&health, |h| h.status_writes.succeeded += 1);
                         events.allocated(&key, &addresses).await;
@@ -135,7 +137,7 @@ fn differing(announcements: &Announcements, seen: &SeenServices) -> Vec<(String,
     let mut out = Vec::new();
     for service in announcements.config.services.iter().filter(|s| s.read_from_api()) {
         service.write_key(&mut key);
-        let current = seen.get(&key).map(|seen| seen.ingress.as_slice()).unwrap_or_default();
+        let current = seen.get(key.as_str()).map(|seen| &*seen.ingress).unwrap_or_default();
         // Compared in place: a list of addresses made for each Service was most of the time.
         let addresses = announcements.allocation.addresses(&key);
         if !addresses.eq(current.iter().copied()) {

@@ -110,19 +110,21 @@ const GATHER: Duration = Duration::from_millis(20);
 /// (every Service of a new cluster) thousands.
 const STATUS_ALONE: Duration = Duration::from_secs(1);
 
-/// What the status writer and the events need of a Service read from the API.
+/// What the status writer and the events need of a Service read from the API. One per
+/// Service of the cluster, kept in a table that has room for up to twice as many: each part
+/// takes its length alone, not a `String`'s or a `Vec`'s room to grow.
 #[derive(Debug, Clone, Default)]
 pub(super) struct SeenService {
     /// Its uid, which an Event's `regarding` names.
-    pub uid: Option<String>,
+    pub uid: Option<Box<str>>,
     /// Its `status.loadBalancer.ingress` addresses as the API has them.
-    pub ingress: Vec<IpAddr>,
+    pub ingress: Box<[IpAddr]>,
 }
 
 /// The Services read from the API, by `namespace/name`. Hashed: the status writer looks up
 /// every Service at every new allocation.
 pub(super) type Services = Arc<Mutex<SeenServices>>;
-pub(super) type SeenServices = HashMap<String, SeenService, foldhash::fast::RandomState>;
+pub(super) type SeenServices = HashMap<Box<str>, SeenService, foldhash::fast::RandomState>;
 
 #[derive(Default)]
 struct KindState {
@@ -494,11 +496,12 @@ impl Shared {
         );
         let mut services = self.services.lock().unwrap_or_else(PoisonError::into_inner);
         if deleted {
-            services.remove(&key);
+            services.remove(key.as_str());
             return;
         }
         let ingress = object.data.get("status").map(ingress_ips).unwrap_or_default();
-        services.insert(key, SeenService { uid: object.metadata.uid.clone(), ingress });
+        let uid = object.metadata.uid.as_deref().map(Box::from);
+        services.insert(key.into(), SeenService { uid, ingress: ingress.into() });
     }
 }
 
