@@ -153,7 +153,8 @@ pub struct RouterAnnouncements {
     pub graceful_shutdown: bool,
 }
 
-/// What asked for a candidate prefix.
+/// What asked for a candidate prefix. Kept with every candidate and route (a Service's in
+/// each): the names of the rare kinds take their length, not a `String`'s room to grow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Origin {
@@ -166,15 +167,15 @@ pub enum Origin {
         advertisement: Option<Arc<str>>,
     },
     Aggregate {
-        advertisement: String,
+        advertisement: Box<str>,
     },
     PodNetwork {
-        network: String,
-        route_advertisement: String,
+        network: Box<str>,
+        route_advertisement: Box<str>,
     },
     EgressIp {
-        network: String,
-        route_advertisement: String,
+        network: Box<str>,
+        route_advertisement: Box<str>,
     },
 }
 
@@ -203,18 +204,36 @@ impl fmt::Display for Origin {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Reason {
-    NoAddress { error: AllocError },
-    NotReady { readiness: Readiness },
-    NoAdvertisement { pool: String },
-    NodeNotSelected { by: String },
+    /// Boxed: the allocation's error is twice the size of every other reason, and a reason is
+    /// kept with every candidate withdrawn (and every Service's state in the Events).
+    NoAddress {
+        error: Box<AllocError>,
+    },
+    NotReady {
+        readiness: Readiness,
+    },
+    NoAdvertisement {
+        pool: String,
+    },
+    NodeNotSelected {
+        by: String,
+    },
     NodeExcluded,
     NodeNetworkUnavailable,
-    AggregatedInto { aggregate: IpNet },
+    AggregatedInto {
+        aggregate: IpNet,
+    },
     Drained,
-    NoRouter { vrf: String },
+    NoRouter {
+        vrf: String,
+    },
     NoHostSubnet,
-    UnknownPeers { peers: Vec<String> },
-    NoMatchingRouter { vrf: String },
+    UnknownPeers {
+        peers: Vec<String>,
+    },
+    NoMatchingRouter {
+        vrf: String,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -513,7 +532,8 @@ fn services(
         context.add(key, service, entry, builder, &mut aggregates);
     }
     for ((prefix, vrf), (route, advertisement)) in aggregates {
-        builder.announce(prefix, &vrf, Origin::Aggregate { advertisement }, route);
+        let origin = Origin::Aggregate { advertisement: advertisement.into() };
+        builder.announce(prefix, &vrf, origin, route);
     }
 }
 
@@ -570,7 +590,12 @@ impl<'a, 'b> ServiceContext<'a, 'b> {
         let assigned = match entry {
             Ok(assigned) => assigned,
             Err(error) => {
-                builder.withdraw(None, None, plain(), Reason::NoAddress { error: error.clone() });
+                builder.withdraw(
+                    None,
+                    None,
+                    plain(),
+                    Reason::NoAddress { error: Box::new(error.clone()) },
+                );
                 return;
             }
         };
@@ -851,12 +876,12 @@ fn networks(config: &AnnounceConfig, builder: &mut Builder<'_>) {
             for kind in &ra.advertisements {
                 let origin = match kind {
                     AdvertisementKind::PodNetwork => Origin::PodNetwork {
-                        network: network.name.clone(),
-                        route_advertisement: ra.name.clone(),
+                        network: network.name.as_str().into(),
+                        route_advertisement: ra.name.as_str().into(),
                     },
                     AdvertisementKind::EgressIp => Origin::EgressIp {
-                        network: network.name.clone(),
-                        route_advertisement: ra.name.clone(),
+                        network: network.name.as_str().into(),
+                        route_advertisement: ra.name.as_str().into(),
                     },
                 };
                 let prefixes: Vec<IpNet> = match kind {
