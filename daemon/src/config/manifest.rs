@@ -39,7 +39,8 @@ mod nncp;
 mod secret;
 mod service;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_norway::{Mapping, Value};
@@ -119,7 +120,9 @@ const VERBATIM: [&str; 6] =
 
 /// One document of a manifest file, parsed, with where it starts.
 pub(crate) struct ManifestDocument {
-    pub path: PathBuf,
+    /// The source's own (shared) copy: what validation keeps of where a value was written
+    /// shares it, not a copy per value.
+    pub path: Arc<Path>,
     /// Its place in the file, for `documents[N]` in messages.
     pub index: usize,
     pub line: usize,
@@ -128,7 +131,7 @@ pub(crate) struct ManifestDocument {
 
 /// The documents of one manifest file; YAML syntax errors go to `errors`.
 pub(crate) fn parse(
-    path: &Path,
+    path: &Arc<Path>,
     text: &str,
     errors: &mut Vec<ConfigError>,
 ) -> Vec<ManifestDocument> {
@@ -168,7 +171,7 @@ pub(crate) fn parse(
         if value.is_null() {
             continue; // An empty document, e.g. after a trailing `---`.
         }
-        out.push(ManifestDocument { path: path.to_path_buf(), index, line, value });
+        out.push(ManifestDocument { path: path.clone(), index, line, value });
     }
     out
 }
@@ -364,7 +367,7 @@ fn document_start_lines(text: &str) -> Vec<usize> {
 }
 
 struct Document<'a> {
-    path: &'a Path,
+    path: &'a Arc<Path>,
     index: usize,
     line: usize,
     kind: String,
@@ -765,11 +768,7 @@ impl Document<'_> {
         if let Some(address) = address {
             fragment.announce.peer_names.push(super::announce::Placed {
                 item: PeerName { name, vrf, address },
-                loc: super::error::Loc {
-                    file: std::sync::Arc::from(self.path),
-                    line: self.line,
-                    column: 1,
-                },
+                loc: super::error::Loc { file: self.path.clone(), line: self.line, column: 1 },
                 field: format!("documents[{}].metadata.name", self.index).into(),
             });
         }

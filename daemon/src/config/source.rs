@@ -46,9 +46,9 @@ impl<'a> SourceText<'a> {
 
     /// `text` made from what starts at `line` of `path`: every position in it is reported as
     /// `line`, column 1.
-    pub fn made_from(path: &Path, line: usize, text: &'a str) -> Self {
+    pub fn made_from(path: &Arc<Path>, line: usize, text: &'a str) -> Self {
         Self {
-            path: Arc::from(path),
+            path: path.clone(),
             text,
             positions: Positions::MadeFrom(line),
             read_a_file: Cell::new(false),

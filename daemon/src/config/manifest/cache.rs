@@ -316,7 +316,7 @@ impl ManifestCache {
     ) {
         let recheck = &self.recheck;
         let Some(source) = self.entries.get_mut(index) else { return };
-        let path = &*source.path;
+        let path = &source.path;
         let from_api = is_api_source(path);
         errors.extend(source.parse_errors.iter().cloned());
         let mut parsed_again: Option<Vec<ManifestDocument>> = None;
@@ -335,7 +335,7 @@ impl ManifestCache {
             let Some(at) = again.iter().position(|d| d.index == document.index) else { continue };
             let value = again.swap_remove(at).value;
             let doc = ManifestDocument {
-                path: path.to_path_buf(),
+                path: path.clone(),
                 index: document.index,
                 line: document.line,
                 value,
