@@ -1180,7 +1180,7 @@ pub(crate) mod tests_support {
             auto_assign: true,
             avoid_buggy_ips: false,
             service_allocation: None,
-            sources: vec![],
+            sources: Default::default(),
         }
     }
 
@@ -1196,7 +1196,7 @@ pub(crate) mod tests_support {
             local_pref: None,
             peers: vec![],
             node_selectors: vec![],
-            sources: vec![],
+            sources: Default::default(),
         }
     }
 
@@ -1215,7 +1215,7 @@ pub(crate) mod tests_support {
             endpoints: std::sync::Arc::new([]),
             announce_without_endpoints: true,
             health: None,
-            sources: vec![],
+            sources: Default::default(),
         }
     }
 }
@@ -1859,7 +1859,9 @@ mod tests {
             with(&|_| {}),
             with(&|s| s.endpoints = Arc::new([endpoint.clone()])),
             with(&|s| s.traffic_policy = TrafficPolicy::Local),
-            with(&|s| s.sources = vec!["kubernetes:Service/shop/b".into()]),
+            with(&|s| {
+                s.sources = [std::path::Path::new("kubernetes:Service/shop/b").into()].into()
+            }),
         ];
         for now in &kept {
             assert!(asks_the_same(before, &pools, now));

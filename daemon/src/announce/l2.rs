@@ -288,7 +288,7 @@ mod tests {
                 })
                 .collect(),
             interfaces: interfaces.iter().map(|i| i.to_string()).collect(),
-            sources: vec![],
+            sources: Default::default(),
         }
     }
 

@@ -383,7 +383,7 @@ fn deck_default_network() -> AnnounceConfig {
             host_subnets: vec![net("10.128.7.0/24")],
             vrf: String::new(),
             egress_ips: vec![ip("172.18.20.201")],
-            sources: vec![],
+            sources: Default::default(),
         }],
         route_advertisements: vec![RouteAdvertisement {
             name: "default".into(),
@@ -395,7 +395,7 @@ fn deck_default_network() -> AnnounceConfig {
                 match_labels: labels(&[("routeAdvertisements", "receive-all")]),
                 match_expressions: vec![],
             },
-            sources: vec![],
+            sources: Default::default(),
         }],
         router_labels: vec![RouterLabels {
             config_name: "receive-all".into(),
@@ -489,7 +489,7 @@ fn cudn(name: &str, topology: Topology, subnet: &str, host: Option<&str>) -> Net
         host_subnets: host.map(net).into_iter().collect(),
         vrf: name.into(),
         egress_ips: vec![],
-        sources: vec![],
+        sources: Default::default(),
     }
 }
 
@@ -506,7 +506,7 @@ fn cudn_advertisement(name: &str, target_vrf: TargetVrf) -> RouteAdvertisement {
         node_selector: LabelSelector::default(),
         target_vrf,
         frr_configuration_selector: LabelSelector::default(),
-        sources: vec![],
+        sources: Default::default(),
     }
 }
 

@@ -500,7 +500,7 @@ pub(crate) fn network_vrfs(config: &super::Config) -> Vec<NetworkVrf> {
         out.push(NetworkVrf {
             vrf: network.vrf.clone(),
             table: router.table,
-            source: network.sources.first().cloned().unwrap_or_default(),
+            source: network.sources.first().map(|s| s.to_path_buf()).unwrap_or_default(),
         });
     }
     out

@@ -197,7 +197,7 @@ pub(crate) fn merge(
             host_subnets: n.host_subnets,
             vrf,
             egress_ips: n.egress_ips,
-            sources,
+            sources: sources.iter().map(|s| Arc::from(s.as_path())).collect(),
         });
     }
     out
@@ -257,7 +257,7 @@ fn merge_identical<T: Clone + PartialEq>(
     merged: &mut ByName<T>,
     new: Vec<Placed<T>>,
     key: impl Fn(&T, &mut String),
-    sources: fn(&mut T) -> Option<&mut Vec<PathBuf>>,
+    sources: fn(&mut T) -> Option<&mut Sources>,
     what: &str,
     errors: &mut Vec<ConfigError>,
 ) {

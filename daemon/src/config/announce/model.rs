@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,11 @@ use crate::config::selector::LabelSelector;
 use crate::config::Community;
 
 pub type Labels = BTreeMap<String, String>;
+
+/// The files (or `kubernetes:` objects) an item was defined in, nearly always one: the
+/// source's own shared copy of its path, inline (a Service is kept per object of a cluster,
+/// where a list and a path of its own were a tenth of a kilobyte).
+pub type Sources = smallvec::SmallVec<[Arc<Path>; 1]>;
 
 /// Everything that decides what this node announces, besides the BGP routers themselves.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -114,7 +119,7 @@ pub struct Pool {
     /// Never hand out IPv4 addresses ending in `.0` or `.255` (old equipment drops them).
     pub avoid_buggy_ips: bool,
     pub service_allocation: Option<ServiceAllocation>,
-    pub sources: Vec<PathBuf>,
+    pub sources: Sources,
 }
 
 /// MetalLB `IPAddressPool.spec.serviceAllocation`.
@@ -171,7 +176,7 @@ pub struct Service {
     /// Kubernetes Service, whose EndpointSlices list every ready endpoint: none means none).
     pub announce_without_endpoints: bool,
     pub health: Option<HealthCheck>,
-    pub sources: Vec<PathBuf>,
+    pub sources: Sources,
 }
 
 impl Service {
@@ -312,7 +317,7 @@ pub struct Advertisement {
     /// Peer names or addresses; empty means every peer.
     pub peers: Vec<String>,
     pub node_selectors: Vec<LabelSelector>,
-    pub sources: Vec<PathBuf>,
+    pub sources: Sources,
 }
 
 /// MetalLB `L2Advertisement`: one node answers ARP (IPv4) and NDP (IPv6) for each address of
@@ -328,7 +333,7 @@ pub struct L2Advertisement {
     pub node_selectors: Vec<LabelSelector>,
     /// The interfaces answered on; empty means every interface that does ARP or NDP.
     pub interfaces: Vec<String>,
-    pub sources: Vec<PathBuf>,
+    pub sources: Sources,
 }
 
 /// MetalLB `Community`: a name for a community value.
@@ -360,7 +365,7 @@ pub struct Network {
     pub vrf: String,
     /// EgressIPs currently assigned to this node.
     pub egress_ips: Vec<IpAddr>,
-    pub sources: Vec<PathBuf>,
+    pub sources: Sources,
 }
 
 impl Network {
@@ -415,7 +420,7 @@ pub struct RouteAdvertisement {
     pub target_vrf: TargetVrf,
     /// Which FRRConfigurations' routers (and their neighbors) carry the routes.
     pub frr_configuration_selector: LabelSelector,
-    pub sources: Vec<PathBuf>,
+    pub sources: Sources,
 }
 
 /// A named peer (MetalLB `BGPPeer`).

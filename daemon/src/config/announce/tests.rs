@@ -209,7 +209,7 @@ fn identical_definitions_merge_and_different_ones_conflict() {
     ])
     .unwrap();
     assert_eq!(
-        config.announce.pools[0].sources,
+        config.announce.pools[0].sources.iter().map(|s| s.to_path_buf()).collect::<Vec<_>>(),
         vec![PathBuf::from("a.toml"), PathBuf::from("b.toml")]
     );
     let other = "[[pools]]\nname = \"p\"\naddresses = [\"10.0.1.0/24\"]\n";

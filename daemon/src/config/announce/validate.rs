@@ -323,7 +323,7 @@ fn push_unique<T>(
     list.push(item);
 }
 
-fn pool(check: &mut Checker<'_, '_>, raw: &RawPool, field: &str, file: &Path) -> Option<Pool> {
+fn pool(check: &mut Checker<'_, '_>, raw: &RawPool, field: &str, file: &Arc<Path>) -> Option<Pool> {
     let name = check.name(&raw.name, &format!("{field}.name"));
     let mut addresses = Vec::new();
     for (index, text) in raw.addresses.iter().enumerate() {
@@ -362,7 +362,7 @@ fn pool(check: &mut Checker<'_, '_>, raw: &RawPool, field: &str, file: &Path) ->
         auto_assign: raw.auto_assign.unwrap_or(true),
         avoid_buggy_ips: raw.avoid_buggy_ips.unwrap_or(false),
         service_allocation,
-        sources: vec![file.to_path_buf()],
+        sources: smallvec::smallvec![file.clone()],
     })
 }
 
@@ -370,7 +370,7 @@ fn service(
     check: &mut Checker<'_, '_>,
     raw: &RawService,
     field: &str,
-    file: &Path,
+    file: &Arc<Path>,
 ) -> Option<Service> {
     let name = check.name(&raw.name, &format!("{field}.name"));
     let namespace = match &raw.namespace {
@@ -427,7 +427,7 @@ fn service(
             .as_ref()
             .is_none_or(|a| *a.get_ref()),
         health,
-        sources: vec![file.to_path_buf()],
+        sources: smallvec::smallvec![file.clone()],
     })
 }
 
@@ -666,7 +666,7 @@ fn advertisement(
     check: &mut Checker<'_, '_>,
     raw: &RawAdvertisement,
     field: &str,
-    file: &Path,
+    file: &Arc<Path>,
 ) -> Option<PendingAdvertisement> {
     let name = check.name(&raw.name, &format!("{field}.name"));
     let aggregation_length = match &raw.aggregation_length {
@@ -715,7 +715,7 @@ fn advertisement(
                 &raw.node_selectors,
                 &format!("{field}.node_selectors"),
             ),
-            sources: vec![file.to_path_buf()],
+            sources: smallvec::smallvec![file.clone()],
         },
         communities,
     })
@@ -725,7 +725,7 @@ fn l2_advertisement(
     check: &mut Checker<'_, '_>,
     raw: &RawL2Advertisement,
     field: &str,
-    file: &Path,
+    file: &Arc<Path>,
 ) -> Option<L2Advertisement> {
     let name = check.name(&raw.name, &format!("{field}.name"));
     let mut interfaces = Vec::new();
@@ -754,7 +754,7 @@ fn l2_advertisement(
         ),
         node_selectors: selectors(check, &raw.node_selectors, &format!("{field}.node_selectors")),
         interfaces,
-        sources: vec![file.to_path_buf()],
+        sources: smallvec::smallvec![file.clone()],
     })
 }
 
@@ -805,7 +805,7 @@ fn route_advertisement(
     check: &mut Checker<'_, '_>,
     raw: &RawRouteAdvertisement,
     field: &str,
-    file: &Path,
+    file: &Arc<Path>,
 ) -> Option<RouteAdvertisement> {
     let name = check.name(&raw.name, &format!("{field}.name"));
     let mut advertisements = Vec::new();
@@ -860,6 +860,6 @@ fn route_advertisement(
         node_selector,
         target_vrf,
         frr_configuration_selector,
-        sources: vec![file.to_path_buf()],
+        sources: smallvec::smallvec![file.clone()],
     })
 }

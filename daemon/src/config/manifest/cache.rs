@@ -588,8 +588,8 @@ mod tests {
         let keys: Vec<String> = config.announce.services.iter().map(|s| s.key()).collect();
         assert_eq!(keys, ["shop/web", "shop/db"]);
         assert_eq!(
-            config.announce.services[1].sources,
-            vec![PathBuf::from("kubernetes:Service/shop/db")]
+            config.announce.services[1].sources.as_slice(),
+            [Arc::from(std::path::Path::new("kubernetes:Service/shop/db"))]
         );
 
         // No Service in the files: the API's are the config's, in the API's order.
