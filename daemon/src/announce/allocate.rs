@@ -231,7 +231,7 @@ pub struct Allocation {
     /// several times at every change (a B-tree's string comparisons were most of that); shown
     /// in key order.
     #[serde(serialize_with = "in_order")]
-    pub services: ByKey<Result<Assigned, AllocError>>,
+    pub services: ByKey<Allocated>,
     pub collisions: Vec<Collision>,
     /// A `require-dual-stack` Service gave an address back (step 6): the one case where an
     /// address is taken and freed again, which [`allocate_one_more`] cannot see past.
@@ -241,6 +241,11 @@ pub struct Allocation {
 
 /// A Service's key (`namespace/name`), made once per allocation and shared by its entries.
 pub type ServiceKey = Arc<str>;
+
+/// A Service's addresses, or why it has none. The error is boxed: it is twice the size of
+/// the addresses, and rare, where an entry is kept per Service (and copied with the
+/// allocation at each new Service).
+pub type Allocated = Result<Assigned, Box<AllocError>>;
 
 /// A map by Service key.
 pub type ByKey<V> = HashMap<ServiceKey, V, foldhash::fast::RandomState>;
@@ -261,7 +266,7 @@ fn in_order<V: Serialize, S: serde::Serializer>(
 
 impl Allocation {
     /// The services' results in key order.
-    pub fn results_in_key_order(&self) -> Vec<(&ServiceKey, &Result<Assigned, AllocError>)> {
+    pub fn results_in_key_order(&self) -> Vec<(&ServiceKey, &Allocated)> {
         sorted(&self.services)
     }
 
@@ -653,7 +658,7 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
                 service.load_balancer_ips.iter().map(|a| Address { address: *a, how: How::Manual });
             Ok(Assigned { pool, addresses: addresses.collect() })
         });
-        out.services.insert(key.clone(), result);
+        out.services.insert(key.clone(), result.map_err(Box::new));
     }
 
     // 2. Held addresses, kept while still valid; 3.-6. automatic addresses, round by round.
@@ -667,7 +672,7 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
                 None => pending.push((key, service, list)),
             },
             Err(error) => {
-                out.services.insert(key.clone(), Err(error));
+                out.services.insert(key.clone(), Err(Box::new(error)));
             }
         }
     }
@@ -687,7 +692,8 @@ pub fn allocate<S: Borrow<Service>>(pools: &[Pool], services: &[S]) -> Allocatio
                         .filter_map(|i| slots.get(*i))
                         .map(|p| p.pool.name.clone())
                         .collect();
-                    out.services.insert(key.clone(), Err(AllocError::PoolExhausted { pools }));
+                    let error = AllocError::PoolExhausted { pools };
+                    out.services.insert(key.clone(), Err(Box::new(error)));
                 }
             }
         }
@@ -798,7 +804,7 @@ pub fn allocate_one_more(
     } else {
         manual_alone(&slots, added, &out)?
     };
-    out.services.insert(key, result);
+    out.services.insert(key, result.map_err(Box::new));
     Some(out)
 }
 
@@ -1407,7 +1413,7 @@ mod tests {
         let exhausted = out
             .services
             .values()
-            .filter(|r| matches!(r, Err(AllocError::PoolExhausted { pools }) if pools == &vec!["one".to_string()]))
+            .filter(|r| matches!(r.as_ref().map_err(|e| &**e), Err(AllocError::PoolExhausted { pools }) if pools == &vec!["one".to_string()]))
             .count();
         assert_eq!(exhausted, 4);
     }
@@ -1438,15 +1444,18 @@ mod tests {
         );
         assert_eq!(
             out.services["ns/b"],
-            Err(AllocError::AddressInUse { address: ip("10.9.0.7"), by: "ns/a".into() })
+            Err(Box::new(AllocError::AddressInUse { address: ip("10.9.0.7"), by: "ns/a".into() }))
         );
         assert_eq!(
             out.services["ns/c"],
-            Err(AllocError::NotInPool { address: ip("192.168.1.1"), pool: None })
+            Err(Box::new(AllocError::NotInPool { address: ip("192.168.1.1"), pool: None }))
         );
         assert_eq!(
             out.services["ns/d"],
-            Err(AllocError::NotInPool { address: ip("10.0.0.1"), pool: Some("manual".into()) })
+            Err(Box::new(AllocError::NotInPool {
+                address: ip("10.0.0.1"),
+                pool: Some("manual".into())
+            }))
         );
     }
 
@@ -1458,7 +1467,10 @@ mod tests {
         manual.load_balancer_ips = vec![ip("10.0.0.5")];
         let out = allocate(&pools, &[service("a", "auto"), manual]);
         assert_eq!(out.address_of("z/manual"), Some(ip("10.0.0.5")));
-        assert!(matches!(out.services["a/auto"], Err(AllocError::PoolExhausted { .. })));
+        assert!(matches!(
+            out.services["a/auto"].as_ref().map_err(|e| &**e),
+            Err(AllocError::PoolExhausted { .. })
+        ));
     }
 
     #[test]
@@ -1469,13 +1481,13 @@ mod tests {
         let mut asks = service("ns", "asks");
         asks.address_pool = Some("reserved".into());
         let out = allocate(&pools, &[service("ns", "plain"), asks]);
-        assert_eq!(out.services["ns/plain"], Err(AllocError::NoPool));
+        assert_eq!(out.services["ns/plain"], Err(Box::new(AllocError::NoPool)));
         assert_eq!(&*out.services["ns/asks"].as_ref().unwrap().pool, "reserved");
         let mut unknown = service("ns", "typo");
         unknown.address_pool = Some("nope".into());
         assert_eq!(
             allocate(&pools, &[unknown]).services["ns/typo"],
-            Err(AllocError::UnknownPool("nope".into()))
+            Err(Box::new(AllocError::UnknownPool("nope".into())))
         );
     }
 
@@ -1518,7 +1530,7 @@ mod tests {
             &[service("allowed", "a"), service("other", "b"), by_label.clone()],
         );
         assert!(out.services["allowed/a"].is_ok());
-        assert_eq!(out.services["other/b"], Err(AllocError::NoPool));
+        assert_eq!(out.services["other/b"], Err(Box::new(AllocError::NoPool)));
         assert!(out.services["other/labelled"].is_ok());
         p.service_allocation = Some(ServiceAllocation {
             service_selectors: vec![LabelSelector {
@@ -1531,7 +1543,7 @@ mod tests {
         web.labels.insert("app".into(), "web".into());
         let out = allocate(&[p], &[web, service("x", "db")]);
         assert!(out.services["x/web"].is_ok());
-        assert_eq!(out.services["x/db"], Err(AllocError::NoPool));
+        assert_eq!(out.services["x/db"], Err(Box::new(AllocError::NoPool)));
     }
 
     #[test]
@@ -1567,7 +1579,10 @@ mod tests {
         assert_eq!(span.buggy_count(), 2);
         assert_eq!(Slots::new(&p, IpFamily::Ipv4).capacity, 0);
         let out = allocate(&[p], &[service("ns", "a")]);
-        assert!(matches!(out.services["ns/a"], Err(AllocError::PoolExhausted { .. })));
+        assert!(matches!(
+            out.services["ns/a"].as_ref().map_err(|e| &**e),
+            Err(AllocError::PoolExhausted { .. })
+        ));
 
         let mut p = pool("p", &["10.0.0.0/24"]);
         p.avoid_buggy_ips = true;
@@ -1584,10 +1599,8 @@ mod tests {
         let pools = vec![pool("a", &["10.0.0.1/32"]), pool("b", &["10.0.0.2/32"])];
         let out = allocate(&pools, &[service("ns", "1"), service("ns", "2"), service("ns", "3")]);
         assert_eq!(out.services.values().filter(|r| r.is_ok()).count(), 2);
-        assert!(out
-            .services
-            .values()
-            .any(|r| r == &Err(AllocError::PoolExhausted { pools: vec!["a".into(), "b".into()] })));
+        assert!(out.services.values().any(|r| r
+            == &Err(Box::new(AllocError::PoolExhausted { pools: vec!["a".into(), "b".into()] }))));
     }
 
     fn dual(namespace: &str, name: &str, policy: IpFamilyPolicy) -> Service {
@@ -1683,7 +1696,7 @@ mod tests {
         // No pool with both families: require gets a reason that says so; prefer gets IPv4.
         let pools = vec![pool("v4only", &["10.0.0.0/24"])];
         let out = allocate(&pools, &[require, prefer]);
-        let error = out.services["ns/require"].clone().unwrap_err();
+        let error = *out.services["ns/require"].clone().unwrap_err();
         assert_eq!(
             error,
             AllocError::NoFamily {
@@ -1703,7 +1716,7 @@ mod tests {
         v6.ip_families = vec![IpFamily::Ipv6];
         let out = allocate(&pools, &[v6]);
         assert!(
-            matches!(&out.services["ns/v6"], Err(AllocError::NoFamily { needs, .. }) if needs == &vec![IpFamily::Ipv6])
+            matches!(out.services["ns/v6"].as_ref().map_err(|e| &**e), Err(AllocError::NoFamily { needs, .. }) if needs == &vec![IpFamily::Ipv6])
         );
     }
 
@@ -1787,15 +1800,20 @@ mod tests {
         );
         assert_eq!(
             out.services["ns/thief"],
-            Err(AllocError::AddressInUse { address: ip("2001:db8::7"), by: "ns/pair".into() })
+            Err(Box::new(AllocError::AddressInUse {
+                address: ip("2001:db8::7"),
+                by: "ns/pair".into()
+            }))
         );
         assert_eq!(
             out.services["ns/split"],
-            Err(AllocError::NotInOnePool { addresses: vec![ip("10.0.0.9"), ip("2001:db8:6::9")] })
+            Err(Box::new(AllocError::NotInOnePool {
+                addresses: vec![ip("10.0.0.9"), ip("2001:db8:6::9")]
+            }))
         );
         assert_eq!(
             out.services["ns/stray"],
-            Err(AllocError::NotInPool { address: ip("2001:db8:ffff::1"), pool: None })
+            Err(Box::new(AllocError::NotInPool { address: ip("2001:db8:ffff::1"), pool: None }))
         );
         // A service that lost its manual request holds nothing: 10.0.0.8 stays free for others.
         assert_ne!(out.address_of("ns/auto"), Some(ip("10.0.0.7")));

@@ -13,7 +13,7 @@ use ipnet::IpNet;
 use serde::Serialize;
 use smallvec::{smallvec, SmallVec};
 
-use super::allocate::{allocate, AllocError, Allocation, Assigned, ServiceKey};
+use super::allocate::{allocate, AllocError, Allocated, Allocation, ServiceKey};
 use super::readiness::{readiness, HealthStates, Readiness};
 use crate::config::announce::{
     Advertisement, AdvertisementKind, AnnounceConfig, Labels, Network, NetworkSelector, Pool,
@@ -578,7 +578,7 @@ impl<'a, 'b> ServiceContext<'a, 'b> {
         &mut self,
         key: &ServiceKey,
         service: &Service,
-        entry: &Result<Assigned, AllocError>,
+        entry: &Allocated,
         builder: &mut Builder<'_>,
         aggregates: &mut Aggregates,
     ) {
@@ -590,12 +590,7 @@ impl<'a, 'b> ServiceContext<'a, 'b> {
         let assigned = match entry {
             Ok(assigned) => assigned,
             Err(error) => {
-                builder.withdraw(
-                    None,
-                    None,
-                    plain(),
-                    Reason::NoAddress { error: Box::new(error.clone()) },
-                );
+                builder.withdraw(None, None, plain(), Reason::NoAddress { error: error.clone() });
                 return;
             }
         };
@@ -708,7 +703,7 @@ impl<'a, 'b> ServiceContext<'a, 'b> {
 fn allocated_in_key_order<'a>(
     services: &'a [Arc<Service>],
     allocation: &'a Allocation,
-) -> Vec<(&'a ServiceKey, &'a Service, &'a Result<Assigned, AllocError>)> {
+) -> Vec<(&'a ServiceKey, &'a Service, &'a Allocated)> {
     let mut text = String::new();
     let mut order: Vec<_> = services
         .iter()
