@@ -373,7 +373,7 @@ fn wanted(pool_has: &[IpFamily], service: &Service) -> Vec<IpFamily> {
     let mut order: Vec<IpFamily> = if service.ip_families.is_empty() {
         pool_has.to_vec()
     } else {
-        service.ip_families.clone()
+        service.ip_families.to_vec()
     };
     match service.ip_family_policy {
         IpFamilyPolicy::SingleStack => {
@@ -492,9 +492,9 @@ pub fn pool_admits(pool: &Pool, service: &Service) -> bool {
     let mut namespace_labels = Labels::clone(&service.namespace_labels);
     namespace_labels
         .entry("kubernetes.io/metadata.name".to_string())
-        .or_insert_with(|| service.namespace.clone());
+        .or_insert_with(|| service.namespace.to_string());
     let namespace_ok = (alloc.namespaces.is_empty() && alloc.namespace_selectors.is_empty())
-        || alloc.namespaces.contains(&service.namespace)
+        || alloc.namespaces.iter().any(|namespace| **namespace == *service.namespace)
         || alloc.namespace_selectors.iter().any(|s| s.matches(&namespace_labels));
     namespace_ok && any_matches(&alloc.service_selectors, &service.labels)
 }
@@ -571,7 +571,7 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<Arc<str>, A
     holders
         .first()
         .map(|name| Arc::clone(name))
-        .ok_or_else(|| AllocError::NotInOnePool { addresses: addresses.clone() })
+        .ok_or_else(|| AllocError::NotInOnePool { addresses: addresses.to_vec() })
 }
 
 /// Step 2: the addresses `service` holds (its status), when they are still its: one of its
@@ -1213,10 +1213,10 @@ pub(crate) mod tests_support {
             labels: Default::default(),
             namespace_labels: Default::default(),
             address_pool: None,
-            load_balancer_ips: vec![],
-            held_ips: vec![],
+            load_balancer_ips: smallvec::smallvec![],
+            held_ips: smallvec::smallvec![],
             ip_family_policy: Default::default(),
-            ip_families: vec![],
+            ip_families: smallvec::smallvec![],
             traffic_policy: TrafficPolicy::Cluster,
             endpoints: std::sync::Arc::new([]),
             announce_without_endpoints: true,
@@ -1345,7 +1345,7 @@ mod tests {
         assert_eq!(placed(named, &[]).0, home);
         // Taken by a manual address.
         let mut manual = service("ns", "m");
-        manual.load_balancer_ips = vec![ip("10.0.0.77")];
+        manual.load_balancer_ips = smallvec::smallvec![ip("10.0.0.77")];
         assert_eq!(placed(held(service("ns", "a"), &["10.0.0.77"]), &[manual]).0, home);
         // Held by a Service earlier in key order too: the earlier keeps it.
         let earlier = held(service("ns", "0-earlier"), &["10.0.0.77"]);
@@ -1426,13 +1426,13 @@ mod tests {
             p
         }];
         let mut a = service("ns", "a");
-        a.load_balancer_ips = vec![ip("10.9.0.7")];
+        a.load_balancer_ips = smallvec::smallvec![ip("10.9.0.7")];
         let mut b = service("ns", "b");
-        b.load_balancer_ips = vec![ip("10.9.0.7")];
+        b.load_balancer_ips = smallvec::smallvec![ip("10.9.0.7")];
         let mut c = service("ns", "c");
-        c.load_balancer_ips = vec![ip("192.168.1.1")];
+        c.load_balancer_ips = smallvec::smallvec![ip("192.168.1.1")];
         let mut d = service("ns", "d");
-        d.load_balancer_ips = vec![ip("10.0.0.1")];
+        d.load_balancer_ips = smallvec::smallvec![ip("10.0.0.1")];
         d.address_pool = Some("manual".into());
         let out = allocate(&pools, &[a, b, c, d]);
         assert_eq!(
@@ -1464,7 +1464,7 @@ mod tests {
         // One-slot pool: the manual holder keeps it, the automatic one is exhausted.
         let pools = vec![pool("p", &["10.0.0.5/32"])];
         let mut manual = service("z", "manual");
-        manual.load_balancer_ips = vec![ip("10.0.0.5")];
+        manual.load_balancer_ips = smallvec::smallvec![ip("10.0.0.5")];
         let out = allocate(&pools, &[service("a", "auto"), manual]);
         assert_eq!(out.address_of("z/manual"), Some(ip("10.0.0.5")));
         assert!(matches!(
@@ -1663,7 +1663,7 @@ mod tests {
         implicit4.address_pool = Some("v4-first".into());
         let mut explicit = service("ns", "explicit");
         explicit.address_pool = Some("v4-first".into());
-        explicit.ip_families = vec![IpFamily::Ipv6];
+        explicit.ip_families = smallvec::smallvec![IpFamily::Ipv6];
         let out = allocate(&pools, &[implicit6, implicit4, explicit]);
         let family = |key: &str| families_of(out.services[key].as_ref().unwrap());
         assert_eq!(family("ns/implicit6"), vec![IpFamily::Ipv6], "first range's family");
@@ -1713,7 +1713,7 @@ mod tests {
 
         // Single stack asking for a family no pool has.
         let mut v6 = service("ns", "v6");
-        v6.ip_families = vec![IpFamily::Ipv6];
+        v6.ip_families = smallvec::smallvec![IpFamily::Ipv6];
         let out = allocate(&pools, &[v6]);
         assert!(
             matches!(out.services["ns/v6"].as_ref().map_err(|e| &**e), Err(AllocError::NoFamily { needs, .. }) if needs == &vec![IpFamily::Ipv6])
@@ -1724,7 +1724,7 @@ mod tests {
     fn ip_families_order_puts_the_primary_first() {
         let pools = vec![pool("mixed", &["10.0.0.0/24", "2001:db8::/120"])];
         let mut s = dual("ns", "v6-primary", IpFamilyPolicy::PreferDualStack);
-        s.ip_families = vec![IpFamily::Ipv6, IpFamily::Ipv4];
+        s.ip_families = smallvec::smallvec![IpFamily::Ipv6, IpFamily::Ipv4];
         let out = allocate(&pools, &[s]);
         let got = out.services["ns/v6-primary"].as_ref().unwrap();
         assert_eq!(families_of(got), vec![IpFamily::Ipv6, IpFamily::Ipv4]);
@@ -1779,13 +1779,13 @@ mod tests {
             pool("v6", &["2001:db8:6::/120"]),
         ];
         let mut pair = dual("ns", "pair", IpFamilyPolicy::RequireDualStack);
-        pair.load_balancer_ips = vec![ip("10.0.0.7"), ip("2001:db8::7")];
+        pair.load_balancer_ips = smallvec::smallvec![ip("10.0.0.7"), ip("2001:db8::7")];
         let mut thief = dual("ns", "thief", IpFamilyPolicy::RequireDualStack);
-        thief.load_balancer_ips = vec![ip("10.0.0.8"), ip("2001:db8::7")];
+        thief.load_balancer_ips = smallvec::smallvec![ip("10.0.0.8"), ip("2001:db8::7")];
         let mut split = dual("ns", "split", IpFamilyPolicy::RequireDualStack);
-        split.load_balancer_ips = vec![ip("10.0.0.9"), ip("2001:db8:6::9")];
+        split.load_balancer_ips = smallvec::smallvec![ip("10.0.0.9"), ip("2001:db8:6::9")];
         let mut stray = dual("ns", "stray", IpFamilyPolicy::PreferDualStack);
-        stray.load_balancer_ips = vec![ip("10.0.0.10"), ip("2001:db8:ffff::1")];
+        stray.load_balancer_ips = smallvec::smallvec![ip("10.0.0.10"), ip("2001:db8:ffff::1")];
         let out = allocate(&pools, &[pair, thief, split, stray, service("ns", "auto")]);
         assert_eq!(
             out.services["ns/pair"],
@@ -1891,9 +1891,9 @@ mod tests {
         other_pool[0].addresses = vec![tests_support::range("10.0.1.0/28")];
         let made_again = [
             (pools.clone(), with(&|s| s.address_pool = Some("other".into()))),
-            (pools.clone(), with(&|s| s.load_balancer_ips = vec![ip("10.0.0.3")])),
+            (pools.clone(), with(&|s| s.load_balancer_ips = smallvec::smallvec![ip("10.0.0.3")])),
             (pools.clone(), with(&|s| s.ip_family_policy = IpFamilyPolicy::RequireDualStack)),
-            (pools.clone(), with(&|s| s.ip_families = vec![IpFamily::Ipv6])),
+            (pools.clone(), with(&|s| s.ip_families = smallvec::smallvec![IpFamily::Ipv6])),
             (pools.clone(), with(&|s| s.name = "z".into())),
             (pools.clone(), with(&|s| s.namespace = "other".into())),
             (
@@ -1961,7 +1961,8 @@ mod tests {
             });
         }
         if dice.chance(10) {
-            s.load_balancer_ips = vec![ip(&format!("10.0.0.{}", 240 + dice.below(16)))];
+            s.load_balancer_ips =
+                smallvec::smallvec![ip(&format!("10.0.0.{}", 240 + dice.below(16)))];
         }
         s.ip_family_policy = *dice.pick(&[
             IpFamilyPolicy::SingleStack,
@@ -1971,7 +1972,8 @@ mod tests {
         ]);
         s.ip_families = dice
             .pick(&[vec![], vec![], vec![IpFamily::Ipv6], vec![IpFamily::Ipv6, IpFamily::Ipv4]])
-            .clone();
+            .clone()
+            .into();
         s
     }
 
@@ -2007,7 +2009,7 @@ mod tests {
                 .map(|s| {
                     let mut s = s.clone();
                     if s.load_balancer_ips.is_empty() {
-                        s.held_ips = before.addresses_of(&s.key());
+                        s.held_ips = before.addresses_of(&s.key()).into();
                     }
                     s
                 })
@@ -2022,7 +2024,11 @@ mod tests {
                 .collect();
             let partly = allocate(&pools, &some);
             for service in some.iter().filter(|s| !s.held_ips.is_empty()) {
-                assert_eq!(partly.addresses_of(&service.key()), service.held_ips, "case {case}");
+                assert_eq!(
+                    partly.addresses_of(&service.key()),
+                    service.held_ips.to_vec(),
+                    "case {case}"
+                );
             }
             let given: Vec<IpAddr> = partly
                 .services
@@ -2069,7 +2075,7 @@ mod tests {
                         return s.clone();
                     }
                     let mut s = (**s).clone();
-                    s.held_ips = given;
+                    s.held_ips = given.into();
                     if dice.chance(20) {
                         s.held_ips.reverse();
                     }
@@ -2103,7 +2109,7 @@ mod tests {
         let before = allocate(&pools, &services);
         let last = (&before, pools.as_slice(), services.as_slice());
         let mut other = (*services[0]).clone();
-        other.held_ips = before.addresses_of("a/y");
+        other.held_ips = before.addresses_of("a/y").into();
         let now = vec![Arc::new(other), services[1].clone()];
         assert!(allocate_one_more(last, &pools, &now).is_none());
         // Nor many holding at once (each at home in a wide pool): allocated in full.
@@ -2116,7 +2122,7 @@ mod tests {
             .iter()
             .map(|s| {
                 let mut s = (**s).clone();
-                s.held_ips = before.addresses_of(&s.key());
+                s.held_ips = before.addresses_of(&s.key()).into();
                 Arc::new(s)
             })
             .collect();
@@ -2178,7 +2184,7 @@ mod tests {
             service("a", &name.unwrap())
         };
         let mut manual = service("a", "manual");
-        manual.load_balancer_ips = vec![ip("10.0.0.255")];
+        manual.load_balancer_ips = smallvec::smallvec![ip("10.0.0.255")];
         let services = vec![Arc::new(manual), Arc::new(named(2))];
         let before = allocate(&pools, &services);
         let mut more = services.clone();

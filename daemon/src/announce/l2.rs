@@ -296,9 +296,9 @@ mod tests {
     /// `db` in a pool no layer 2 advertisement names, seen from `node`.
     fn config(node: &str, l2_advertisements: Vec<L2Advertisement>) -> AnnounceConfig {
         let mut web = service("shop", "web");
-        web.load_balancer_ips = vec!["192.0.2.1".parse().unwrap()];
+        web.load_balancer_ips = smallvec::smallvec!["192.0.2.1".parse().unwrap()];
         let mut db = service("shop", "db");
-        db.load_balancer_ips = vec!["198.51.100.1".parse().unwrap()];
+        db.load_balancer_ips = smallvec::smallvec!["198.51.100.1".parse().unwrap()];
         AnnounceConfig {
             node: Node { name: Some(node.into()), ..Default::default() },
             pools: vec![pool("l2", &["192.0.2.0/24"]), pool("bgp", &["198.51.100.0/24"])],

@@ -250,7 +250,8 @@ mod tests {
         let mut made = service(namespace, &format!("svc-{number}"));
         made.announce_without_endpoints = false;
         if dice.chance(20) {
-            made.load_balancer_ips = vec![format!("10.0.1.{}", dice.below(8)).parse().unwrap()];
+            made.load_balancer_ips =
+                smallvec::smallvec![format!("10.0.1.{}", dice.below(8)).parse().unwrap()];
         } else if dice.chance(20) {
             made.address_pool = Some("small".into());
         }
@@ -264,7 +265,7 @@ mod tests {
             })
             .collect();
         if dice.chance(15) {
-            made.health = Some(tcp_check(80));
+            made.health = Some(Box::new(tcp_check(80)));
         }
         made
     }
@@ -349,7 +350,7 @@ mod tests {
     fn an_aggregate_a_shared_prefix_or_another_input_computes_in_full() {
         let routers = [router("", "10.255.0.1")];
         let mut web = service("a", "web");
-        web.load_balancer_ips = vec!["10.0.0.7".parse().unwrap()];
+        web.load_balancer_ips = smallvec::smallvec!["10.0.0.7".parse().unwrap()];
         let before = config(vec![Arc::new(web.clone())]);
         let allocation = Arc::new(allocate(&before.pools, &before.services));
         let runtime = RuntimeState::default();

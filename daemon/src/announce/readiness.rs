@@ -102,7 +102,7 @@ mod tests {
     fn checked(policy: TrafficPolicy) -> Service {
         let mut s = service("ns", "web");
         s.traffic_policy = policy;
-        s.health = Some(tcp_check(80));
+        s.health = Some(Box::new(tcp_check(80)));
         s.endpoints = std::sync::Arc::new([
             Endpoint { address: ip("10.128.1.5"), node: "wk1".into() },
             Endpoint { address: ip("10.128.2.5"), node: "wk2".into() },

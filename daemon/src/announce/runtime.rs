@@ -334,7 +334,7 @@ mod tests {
 
     fn config_with(vip: &str) -> AnnounceConfig {
         let mut web = service("ns", "web");
-        web.load_balancer_ips = vec![vip.parse().unwrap()];
+        web.load_balancer_ips = smallvec::smallvec![vip.parse().unwrap()];
         AnnounceConfig {
             pools: vec![pool("vips", &["10.0.0.0/24"])],
             services: vec![Arc::new(web)],

@@ -41,7 +41,7 @@ fn node(name: &str, node_labels: &[(&str, &str)]) -> Node {
 /// One pool, one manual VIP, one advertisement: the node's default router originates the VIP.
 fn vip_config(vip: &str) -> AnnounceConfig {
     let mut svc = service("ns", "web");
-    svc.load_balancer_ips = vec![ip(vip)];
+    svc.load_balancer_ips = smallvec::smallvec![ip(vip)];
     AnnounceConfig {
         node: node("wk1", &[]),
         pools: vec![pool("vips", &["172.18.20.200/29"])],
@@ -77,7 +77,7 @@ fn vip_is_originated_to_all_peers_of_every_router() {
 #[test]
 fn unhealthy_service_is_withdrawn_with_the_reason() {
     let mut config = vip_config("172.18.20.201");
-    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check(8080));
+    Arc::make_mut(&mut config.services[0]).health = Some(Box::new(tcp_check(8080)));
     Arc::make_mut(&mut config.services[0]).endpoints =
         Arc::new([Endpoint { address: ip("10.128.1.5"), node: "wk2".into() }]);
     let routers = [router("", &["172.18.20.1"])];
@@ -219,7 +219,7 @@ fn communities_local_pref_and_peers_are_carried_per_prefix() {
 fn aggregation_announces_the_aggregate_and_explains_the_members() {
     let mut config = vip_config("172.18.20.201");
     let mut second = service("ns", "api");
-    second.load_balancer_ips = vec![ip("172.18.20.202")];
+    second.load_balancer_ips = smallvec::smallvec![ip("172.18.20.202")];
     config.services.push(Arc::new(second));
     config.advertisements[0].aggregation_length = 24;
     config.advertisements[0].communities = vec![Community::Standard(1)];
@@ -259,7 +259,7 @@ fn aggregation_announces_the_aggregate_and_explains_the_members() {
 #[test]
 fn allocation_failures_are_explained() {
     let mut config = vip_config("192.0.2.1");
-    Arc::make_mut(&mut config.services[0]).load_balancer_ips = vec![ip("192.0.2.1")];
+    Arc::make_mut(&mut config.services[0]).load_balancer_ips = smallvec::smallvec![ip("192.0.2.1")];
     let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
     assert!(matches!(
         &result.candidates[0].state,
@@ -272,7 +272,7 @@ fn allocation_failures_are_explained() {
 fn dual_stack_config() -> AnnounceConfig {
     let mut svc = service("ns", "web");
     svc.ip_family_policy = IpFamilyPolicy::RequireDualStack;
-    svc.load_balancer_ips = vec![ip("172.18.20.201"), ip("2001:db8::5")];
+    svc.load_balancer_ips = smallvec::smallvec![ip("172.18.20.201"), ip("2001:db8::5")];
     AnnounceConfig {
         node: node("wk1", &[]),
         pools: vec![pool("vips", &["172.18.20.200/29", "2001:db8::/120"])],
@@ -315,7 +315,7 @@ fn dual_stack_service_announces_both_addresses_each_on_its_own_line() {
 #[test]
 fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
     let mut config = dual_stack_config();
-    Arc::make_mut(&mut config.services[0]).health = Some(tcp_check(8080));
+    Arc::make_mut(&mut config.services[0]).health = Some(Box::new(tcp_check(8080)));
     Arc::make_mut(&mut config.services[0]).endpoints =
         Arc::new([Endpoint { address: ip("10.128.1.5"), node: "wk1".into() }]);
     let routers = [router("", &["172.18.20.1"])];
@@ -361,7 +361,7 @@ fn dual_stack_readiness_and_drain_apply_to_the_service_as_a_whole() {
 fn require_dual_stack_without_a_dual_pool_says_why() {
     let mut config = dual_stack_config();
     config.pools = vec![pool("vips", &["172.18.20.200/29"])];
-    Arc::make_mut(&mut config.services[0]).load_balancer_ips = vec![];
+    Arc::make_mut(&mut config.services[0]).load_balancer_ips = smallvec::smallvec![];
     let result = compute(&config, &[router("", &["172.18.20.1"])], RuntimeState::default());
     assert!(originated(&result, "").is_empty());
     let State::Withdrawn { reason } = &result.candidates[0].state else { panic!("announced") };
@@ -644,7 +644,7 @@ fn announcements_at_ten_thousand_services() {
         .map(|i| {
             let [_, _, high, low] = i.to_be_bytes();
             let mut s = service("shop", &format!("svc-{i:05}"));
-            s.load_balancer_ips = vec![IpAddr::from([10, 200, high, low])];
+            s.load_balancer_ips = smallvec::smallvec![IpAddr::from([10, 200, high, low])];
             s.announce_without_endpoints = false;
             s.endpoints = (0..5u8)
                 .map(|k| Endpoint {
@@ -672,7 +672,7 @@ fn announcements_at_ten_thousand_services() {
     // One more Service with an address of its own: the last allocation plus it.
     let mut more = config.services.clone();
     let mut new = service("shop", "svc-new");
-    new.load_balancer_ips = vec![IpAddr::from([10, 200, 255, 1])];
+    new.load_balancer_ips = smallvec::smallvec![IpAddr::from([10, 200, 255, 1])];
     more.push(Arc::new(new));
     let started = std::time::Instant::now();
     for _ in 0..rounds {

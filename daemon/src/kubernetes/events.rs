@@ -173,7 +173,7 @@ fn states(announcements: &Announcements) -> Map<&ServiceKey, &State> {
         .services
         .iter()
         .filter(|service| !service.read_from_api())
-        .map(|service| (service.namespace.as_str(), service.name.as_str()))
+        .map(|service| (&*service.namespace, &*service.name))
         .collect();
     // Asked once per pool, not once per Service: a Service is in layer 2 mode alone when its
     // pool is.

@@ -147,8 +147,9 @@ pub enum TrafficPolicy {
 /// shared from one config to the next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Service {
-    pub name: String,
-    pub namespace: String,
+    pub name: Box<str>,
+    /// One copy per namespace, shared by its Services (`config/shared.rs`).
+    pub namespace: Arc<str>,
     pub labels: Labels,
     /// Labels of the service's namespace, for `namespace_selectors`: one copy per namespace,
     /// shared by its Services (`config/shared.rs`).
@@ -157,16 +158,16 @@ pub struct Service {
     pub address_pool: Option<String>,
     /// Manual addresses, at most one per family: `spec.loadBalancerIP` (one) or the
     /// `metallb.io/loadBalancerIPs` annotation (one per family). Empty: allocated from a pool.
-    pub load_balancer_ips: Vec<IpAddr>,
+    pub load_balancer_ips: Addresses,
     /// The addresses it holds: a Kubernetes Service's `status.loadBalancer.ingress`. The
     /// allocation keeps them while they stay valid, as MetalLB does, so that creating another
     /// Service never moves this one's address (`announce::allocate`, step 2).
-    pub held_ips: Vec<IpAddr>,
+    pub held_ips: Addresses,
     /// `spec.ipFamilyPolicy`.
     pub ip_family_policy: IpFamilyPolicy,
     /// `spec.ipFamilies`, primary first. Empty: the family of the first range of the pool the
     /// address comes from (of the manual address, when there is one).
-    pub ip_families: Vec<IpFamily>,
+    pub ip_families: IpFamilies,
     pub traffic_policy: TrafficPolicy,
     /// Shared with the EndpointSlices' index for a Service read from Kubernetes (see
     /// `config/manifest/service.rs`): at a cluster's size, a copy per Service is a fifth of
@@ -175,9 +176,17 @@ pub struct Service {
     /// With no endpoints listed: announce (plain anycast, the TOML default) or withdraw (a
     /// Kubernetes Service, whose EndpointSlices list every ready endpoint: none means none).
     pub announce_without_endpoints: bool,
-    pub health: Option<HealthCheck>,
+    /// Boxed: rare (a file's TCP check), and 72 bytes inline in each of a cluster's Services.
+    pub health: Option<Box<HealthCheck>>,
     pub sources: Sources,
 }
+
+/// A Service's addresses (manual or held): none, or one per family. Inline up to one, in
+/// each of a cluster's thousands of Services, rather than in an allocation of its own.
+pub type Addresses = smallvec::SmallVec<[IpAddr; 1]>;
+
+/// A Service's `spec.ipFamilies`: inline, at most two.
+pub type IpFamilies = smallvec::SmallVec<[IpFamily; 2]>;
 
 impl Service {
     /// `namespace/name`, the key allocation hashes and health states are kept under.

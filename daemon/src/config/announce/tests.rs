@@ -252,16 +252,16 @@ load_balancer_ip = "192.0.2.6"
     let config = load_str("f.toml", text).unwrap_or_else(|e| panic!("{e}"));
     let s = &config.announce.services;
     assert_eq!(s[0].ip_family_policy, IpFamilyPolicy::RequireDualStack);
-    assert_eq!(s[0].ip_families, vec![IpFamily::Ipv6, IpFamily::Ipv4]);
+    assert_eq!(s[0].ip_families.to_vec(), vec![IpFamily::Ipv6, IpFamily::Ipv4]);
     // Primary family first, as ip_families orders them.
     let want: Vec<IpAddr> = vec!["2001:db8::5".parse().unwrap(), "192.0.2.5".parse().unwrap()];
-    assert_eq!(s[0].load_balancer_ips, want);
+    assert_eq!(s[0].load_balancer_ips.to_vec(), want);
     assert_eq!(
-        (s[1].ip_family_policy, s[1].ip_families.clone()),
+        (s[1].ip_family_policy, s[1].ip_families.to_vec()),
         (IpFamilyPolicy::PreferDualStack, vec![IpFamily::Ipv4])
     );
     assert_eq!(s[2].ip_family_policy, IpFamilyPolicy::SingleStack);
-    assert_eq!(s[2].load_balancer_ips, vec!["192.0.2.6".parse::<IpAddr>().unwrap()]);
+    assert_eq!(s[2].load_balancer_ips.to_vec(), vec!["192.0.2.6".parse::<IpAddr>().unwrap()]);
     let json = serde_json::to_value(&config).unwrap();
     assert_eq!(json["announce"]["services"][0]["ip_family_policy"], "require-dual-stack");
     assert_eq!(json["announce"]["services"][0]["ip_families"][0], "ipv6");

@@ -407,19 +407,19 @@ fn service(
         }
     }
     let health = match &raw.health {
-        Some(h) => Some(health(check, h.get_ref(), &format!("{field}.health"))?),
+        Some(h) => Some(Box::new(health(check, h.get_ref(), &format!("{field}.health"))?)),
         None => None,
     };
     Some(Service {
-        name: name?,
-        namespace: namespace?,
+        name: name?.into(),
+        namespace: crate::config::shared::name(&namespace?),
         labels: raw.labels.clone(),
         namespace_labels: crate::config::shared::labels(&raw.namespace_labels),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
-        load_balancer_ips,
-        held_ips,
+        load_balancer_ips: load_balancer_ips.into(),
+        held_ips: held_ips.into(),
         ip_family_policy: families.policy,
-        ip_families: families.families,
+        ip_families: families.families.into(),
         traffic_policy,
         endpoints: endpoints.into(),
         announce_without_endpoints: raw

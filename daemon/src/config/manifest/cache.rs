@@ -541,7 +541,7 @@ mod tests {
             load_sources_kept(&refs, cache).unwrap_or_else(|e| panic!("{e}"))
         };
         let by_name = |config: &crate::config::Config, name: &str| {
-            let found = config.announce.services.iter().find(|s| s.name == name);
+            let found = config.announce.services.iter().find(|s| *s.name == *name);
             found.cloned().unwrap_or_else(|| panic!("{name} in the config"))
         };
         let mut cache = ManifestCache::default();
@@ -552,7 +552,7 @@ mod tests {
         for name in ["a", "c"] {
             assert!(Arc::ptr_eq(&by_name(&first, name), &by_name(&second, name)), "{name} kept");
         }
-        let names: Vec<&str> = second.announce.services.iter().map(|s| s.name.as_str()).collect();
+        let names: Vec<&str> = second.announce.services.iter().map(|s| &*s.name).collect();
         assert_eq!(names, ["a", "b", "c", "e"]);
         // Out of order: the same config as a fresh load, and the next load in order finds it.
         let shuffled = load(&mut cache, &[&e, &c, &a, &b]);

@@ -518,7 +518,7 @@ endpoints:
         };
         let want: Vec<IpAddr> =
             ["192.0.2.9", "2001:db8::9"].iter().map(|a| a.parse().unwrap()).collect();
-        assert_eq!(service.held_ips, want);
+        assert_eq!(service.held_ips.to_vec(), want);
     }
 
     #[test]
@@ -528,11 +528,14 @@ endpoints:
         let [service] = config.announce.services.as_slice() else {
             panic!("{:?}", config.announce.services)
         };
-        assert_eq!((service.namespace.as_str(), service.name.as_str()), ("shop", "web"));
+        assert_eq!((&*service.namespace, &*service.name), ("shop", "web"));
         assert_eq!(service.address_pool.as_deref(), Some("vips"));
-        assert_eq!(service.load_balancer_ips, vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
-        assert_eq!(service.held_ips, vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
-        assert_eq!(service.ip_families, vec![IpFamily::Ipv4]);
+        assert_eq!(
+            service.load_balancer_ips.to_vec(),
+            vec!["192.0.2.7".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(service.held_ips.to_vec(), vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
+        assert_eq!(service.ip_families.to_vec(), vec![IpFamily::Ipv4]);
         assert_eq!(service.traffic_policy, TrafficPolicy::Local);
         assert!(!service.announce_without_endpoints);
         let endpoint = |address: &str, node: &str| Endpoint {
@@ -597,7 +600,7 @@ endpoints:
         let config = loaded.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.announce.node.labels.get("rack").map(String::as_str), Some("r7"));
         assert!(!config.announce.node.network_unavailable);
-        let names: Vec<&str> = config.announce.services.iter().map(|s| s.name.as_str()).collect();
+        let names: Vec<&str> = config.announce.services.iter().map(|s| &*s.name).collect();
         assert_eq!(names, ["web"]);
         // This node's network unavailable (the other's does not count): nothing announced.
         let unavailable = format!(
