@@ -176,7 +176,7 @@ fn request_loop(client: &Ns, address: &str, during: impl FnOnce()) -> Vec<String
 /// none failed for want of a node that answers: no timeout, no refusal. One request may be
 /// reset, and only by the move itself: a connection that `from` accepted just before `to`'s
 /// gratuitous ARP moved the client sends its next segment to `to`, which knows no such
-/// connection (RFC 793 section 3.4). That is layer 2's nature, MetalLB's too; the request after
+/// connection (RFC 9293 section 3.5.2). That is layer 2's nature, MetalLB's too; the request after
 /// it must be served by `to`.
 fn moved_without_a_failed_request(requests: &[String], from: &str, to: &str) {
     let failed: Vec<(usize, &String)> =

@@ -256,9 +256,9 @@ pub fn load_sources_kept(
     });
     cache.check_against(&context);
     // Room for the files' fragments and the API's Services' one: a fragment is a kilobyte
-    // inline, and the room of one per source (at 10,000 Services, 24 MB made and freed at
-    // every reload) stayed in the process's memory after it. The few other objects that make
-    // a fragment (pools, peers, policies) grow it.
+    // inline, and the room of one per source was 24 MB made and freed at every reload at
+    // 10,000 Services, the reload's peak. The few other objects that make a fragment (pools,
+    // peers, policies) grow it.
     let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len().saturating_sub(count) + 1);
     let mut api_services = Vec::new();
     let mut manifest_index = 0;
