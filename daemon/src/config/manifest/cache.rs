@@ -132,18 +132,44 @@ struct CachedSource {
     digest: u64,
     /// Its YAML errors, reported by every load.
     parse_errors: Box<[ConfigError]>,
-    documents: Box<[CachedDocument]>,
+    /// Inline when there is one, as in every object from the API: a list of its own was an
+    /// allocation of 144 bytes for each of a cluster's Services and EndpointSlices.
+    documents: SmallVec<[CachedDocument; 1]>,
 }
 
 /// Kept for every document of the config, at a cluster's size tens of thousands: what most
-/// documents leave empty (facts, errors) takes no room beyond a pointer.
+/// documents leave empty (facts, errors, a translation to nothing) takes no room beyond a
+/// pointer.
 struct CachedDocument {
     /// Its place in the file and the line it starts on.
     index: usize,
     line: usize,
     /// `None` for a document without facts (a Service).
     facts: Option<Box<Facts>>,
-    translation: Option<Translation>,
+    translation: Kept,
+}
+
+/// A document's translation as the cache keeps it.
+enum Kept {
+    /// Not translated yet, or its translation read what the record cannot follow.
+    None,
+    /// Translated to nothing, with no question asked and no error: every EndpointSlice, which
+    /// a boxed [`Translation`] gave 120 bytes each.
+    Nothing,
+    Translation(Box<Translation>),
+}
+
+impl Kept {
+    fn of(reads: Vec<(Read, u64)>, kept: Translated, errors: Vec<ConfigError>) -> Self {
+        if reads.is_empty() && errors.is_empty() && matches!(kept, Translated::Nothing) {
+            return Kept::Nothing;
+        }
+        Kept::Translation(Box::new(Translation {
+            reads: reads.into_boxed_slice(),
+            kept,
+            errors: errors.into_boxed_slice(),
+        }))
+    }
 }
 
 struct Translation {
@@ -321,12 +347,14 @@ impl ManifestCache {
         errors.extend(source.parse_errors.iter().cloned());
         let mut parsed_again: Option<Vec<ManifestDocument>> = None;
         for document in source.documents.iter_mut() {
-            let kept =
-                document.translation.as_ref().filter(|t| recheck.same_answers(&t.reads, context));
-            if let Some(kept) = kept {
-                kept.kept.add_to(out, services);
-                errors.extend(kept.errors.iter().cloned());
-                continue;
+            match &document.translation {
+                Kept::Nothing => continue,
+                Kept::Translation(kept) if recheck.same_answers(&kept.reads, context) => {
+                    kept.kept.add_to(out, services);
+                    errors.extend(kept.errors.iter().cloned());
+                    continue;
+                }
+                Kept::Translation(_) | Kept::None => {}
             }
             // The parsed text is not kept (at a cluster's size, every object's parsed YAML at
             // once was most of the first load's memory): parsed again, once per source.
@@ -344,11 +372,10 @@ impl ManifestCache {
             let translated = Translated::of(fragment, from_api);
             translated.add_to(out, services);
             errors.extend(doc_errors.iter().cloned());
-            document.translation = context.take_reads().map(|reads| Translation {
-                reads: reads.into_boxed_slice(),
-                kept: translated,
-                errors: doc_errors.into_boxed_slice(),
-            });
+            document.translation = match context.take_reads() {
+                Some(reads) => Kept::of(reads, translated, doc_errors),
+                None => Kept::None,
+            };
         }
     }
 }
@@ -365,7 +392,7 @@ impl CachedSource {
                     Facts::None => None,
                     facts => Some(Box::new(facts)),
                 },
-                translation: None,
+                translation: Kept::None,
             })
             .collect();
         CachedSource {

@@ -182,8 +182,10 @@ fn change_entry<V: Default>(
 /// One EndpointSlice's ready endpoints.
 #[derive(Debug)]
 pub(crate) struct Slice {
-    namespace: String,
-    service: String,
+    /// Shared with the namespace's other objects: a cluster has tens of thousands of slices
+    /// and a few namespaces.
+    namespace: Arc<str>,
+    service: Box<str>,
     /// Sorted, without repeats: what the index keeps for a Service with this slice alone.
     endpoints: Endpoints,
 }
@@ -198,11 +200,9 @@ impl Slice {
 /// An EndpointSlice document (`kind` already known), or the field that is wrong and why.
 pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
     let metadata = top.get("metadata").and_then(Value::as_mapping);
-    let namespace = metadata
-        .and_then(|m| m.get("namespace"))
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_string();
+    let namespace = crate::config::shared::name(
+        metadata.and_then(|m| m.get("namespace")).and_then(Value::as_str).unwrap_or("default"),
+    );
     let Some(service) = metadata
         .and_then(|m| m.get("labels"))
         .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
@@ -267,7 +267,7 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
     }
     endpoints.sort();
     endpoints.dedup();
-    Ok(Slice { namespace, service: service.to_string(), endpoints: endpoints.into() })
+    Ok(Slice { namespace, service: service.into(), endpoints: endpoints.into() })
 }
 
 /// MetalLB's `EndpointCanServe`: `ready` unset (unknown counts as ready, as the API says) or
