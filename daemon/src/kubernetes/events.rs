@@ -86,7 +86,7 @@ impl Events {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
-            .and_then(|s| s.uid.as_deref().map(str::to_string));
+            .and_then(|s| s.uid.as_ref().map(ToString::to_string));
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Service".into()),

@@ -116,9 +116,38 @@ const STATUS_ALONE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Default)]
 pub(super) struct SeenService {
     /// Its uid, which an Event's `regarding` names.
-    pub uid: Option<Box<str>>,
+    pub uid: Option<Uid>,
     /// Its `status.loadBalancer.ingress` addresses as the API has them.
     pub ingress: Box<[IpAddr]>,
+}
+
+/// An object's uid: the API server makes each a UUID (RFC 9562), kept as its 16 bytes rather
+/// than its 36 characters in an allocation of their own; any other text as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Uid {
+    Uuid(uuid::Uuid),
+    Other(Box<str>),
+}
+
+impl Uid {
+    pub fn of(text: &str) -> Self {
+        let mut buffer = uuid::Uuid::encode_buffer();
+        match uuid::Uuid::try_parse(text) {
+            // Written back as it came: the hyphenated lowercase form is the only one whose
+            // text the 16 bytes give again.
+            Ok(uuid) if uuid.hyphenated().encode_lower(&mut buffer) == text => Uid::Uuid(uuid),
+            _ => Uid::Other(text.into()),
+        }
+    }
+}
+
+impl std::fmt::Display for Uid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Uid::Uuid(uuid) => uuid.hyphenated().fmt(f),
+            Uid::Other(text) => f.write_str(text),
+        }
+    }
 }
 
 /// The Services read from the API, by `namespace/name`. Hashed: the status writer looks up
@@ -500,7 +529,7 @@ impl Shared {
             return;
         }
         let ingress = object.data.get("status").map(ingress_ips).unwrap_or_default();
-        let uid = object.metadata.uid.as_deref().map(Box::from);
+        let uid = object.metadata.uid.as_deref().map(Uid::of);
         services.insert(key.into(), SeenService { uid, ingress: ingress.into() });
     }
 }
@@ -703,8 +732,22 @@ mod tests {
 
     use tokio::sync::Notify;
 
-    use super::{kinds_in_path_order, reduce, without_status, KindState, Returns, Shared, KINDS};
+    use super::{
+        kinds_in_path_order, reduce, without_status, KindState, Returns, Shared, Uid, KINDS,
+    };
     use crate::config::API_SOURCE_PREFIX;
+
+    /// A uid is written back in an Event's `regarding` as the API gave it, whether kept as its
+    /// 16 bytes (the server's own form) or as text.
+    #[test]
+    fn a_uid_reads_back_as_it_came() {
+        let server = "0f9a1c3e-5b7d-4e2f-8a6b-1c2d3e4f5a6b";
+        assert!(matches!(Uid::of(server), Uid::Uuid(_)));
+        for text in [server, "0F9A1C3E-5B7D-4E2F-8A6B-1C2D3E4F5A6B", "not-a-uuid", ""] {
+            assert_eq!(Uid::of(text).to_string(), text);
+        }
+        assert!(matches!(Uid::of("0F9A1C3E-5B7D-4E2F-8A6B-1C2D3E4F5A6B"), Uid::Other(_)));
+    }
 
     /// A Service's status is kept as far as the allocation reads it (the addresses of
     /// `loadBalancer.ingress`), so that a change to the rest of it makes no reload.
