@@ -116,9 +116,19 @@ async fn client(settings: &KubernetesConfig) -> Result<(Client, String), String>
     Ok((client, server))
 }
 
-/// kube's client stack, as its builder makes it (the server's URL, its retry of 429/503/504
-/// answers, the credentials, which it renews, rustls over HTTP/1), on a connector with
-/// keepalive.
+/// A request answered 429, 503 or 504 is sent again at most this many times, after a
+/// back-off from [`RETRY_FIRST`] doubling up to [`RETRY_LONGEST`] (or the server's
+/// `Retry-After`, RFC 9110 section 10.2.3, when that is longer), then fails to its caller.
+/// kube's own policy tries 15 times with a back-off up to 1,000 s: a list answered 503 while
+/// the server started could sleep seconds inside the client after the server was ready, where
+/// the watches' probe (`probe.rs`) cannot wake it. The callers have their own back-off.
+const RETRIES: u32 = 5;
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_LONGEST: Duration = Duration::from_secs(1);
+
+/// kube's client stack, as its builder makes it (the server's URL, a bounded retry of
+/// 429/503/504 answers, the credentials, which it renews, rustls over HTTP/1), on a connector
+/// with keepalive.
 fn with_keepalive(config: &kube::Config) -> Result<Client, kube::Error> {
     let mut connector = HttpConnector::new();
     connector.enforce_http(false);
@@ -134,9 +144,11 @@ fn with_keepalive(config: &kube::Config) -> Result<Client, kube::Error> {
     let https = config.rustls_https_connector_with_connector(connector)?;
     let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    let retry = RetryPolicy::new(RETRY_FIRST, RETRY_LONGEST, RETRIES, true)
+        .map_err(|e| kube::Error::Service(Box::new(e)))?;
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
+        .option_layer(config.default_retry.then(|| RetryLayer::new(retry)))
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
