@@ -380,6 +380,8 @@ fn kubernetes_at_a_clusters_size() {
     };
     let (updates_before, up_since) = (updates(&tor), established(&tor));
     let wire_before = wire.count();
+    // Where uplink's log stood: a relist over its goal prints what uplink said after this.
+    let log_before = std::fs::metadata(lab.path("wk1.log")).map(|m| m.len()).unwrap_or(0);
     lab.stop("kube-apiserver");
     wait_for("uplink sees the API away", Duration::from_secs(120), || {
         let v = uplink.json(&["show", "kubernetes"])?;
@@ -458,8 +460,25 @@ fn kubernetes_at_a_clusters_size() {
         up_since,
         up_after
     );
+    if current.saturating_sub(ready) > Duration::from_secs(2) {
+        println!("the relist over its goal; what uplink said meanwhile:");
+        for line in log_since(&lab.path("wk1.log"), log_before).lines().take(60) {
+            println!("  {line}");
+        }
+    }
     assert_eq!(updates_after, updates_before, "the relist sent UPDATEs");
     assert_eq!(up_after, up_since, "the relist reset the session");
+}
+
+/// The text appended to the log at `path` since it was `offset` bytes long.
+fn log_since(path: &std::path::Path, offset: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        if file.seek(SeekFrom::Start(offset)).is_ok() {
+            let _ = file.read_to_string(&mut text);
+        }
+    }
+    text
 }
 
 /// Each of `documents` (YAML) as JSON, by one kubectl (no YAML parser among the test's
