@@ -13,7 +13,9 @@
 //! - for both, the request's own time and the time from its answer to the UPDATE (the
 //!   apiserver's watch and uplink), p50/p99;
 //! - the apiserver restarted: the time from its return to uplink's next complete list, the
-//!   UPDATEs FRR received meanwhile (want 0) and the session's uptime (want kept).
+//!   UPDATEs FRR received meanwhile (want 0), the session's uptime (want kept) and uplink's
+//!   memory after it (want the loaded figure: what was read again replaces what was held). A
+//!   relist over its goal prints what uplink logged meanwhile.
 //!
 //! Each sample is one change alone: made beforehand what it needs, and 0.3 s after its UPDATE
 //! before the next one; the first once the cluster's creation is written back (every
