@@ -82,11 +82,7 @@ impl Wire {
             let mut pending = String::new();
             let (mut stamp, mut updated) = (0.0, false);
             while !stopped.load(Ordering::Relaxed) {
-                let mut text = String::new();
-                if let Ok(mut file) = std::fs::File::open(&log) {
-                    let _ = file.seek(SeekFrom::Start(offset));
-                    let _ = file.read_to_string(&mut text);
-                }
+                let text = log_since(&log, offset);
                 if text.is_empty() {
                     std::thread::sleep(Duration::from_millis(2));
                     continue;
