@@ -242,8 +242,6 @@ const SAME_VALUE: &[&str] = &[
     "diagnostic",
     "remote-diagnostic",
     "passive-mode",
-    "session-up",
-    "session-down",
     "addrPrefix",
     "prefixLen",
     "network",
@@ -432,6 +430,24 @@ fn uplink_answers_vtysh_as_frr_does() {
             assert_eq!(up_now, 1, "FRR's {address}: {theirs:#}");
         }
     }
+    // BFD's session counts are history too (FRR's pair can lose its session once under load, a
+    // 0.9 s detection time): uplink's must be one up and none down; FRR's must be up now.
+    let (frr_bfd, our_bfd) = (&from_frr[4], &from_uplink[4]);
+    let bfd_entries = |v: &Value| v.as_array().map_or(0, Vec::len);
+    assert_eq!(bfd_entries(our_bfd), 1, "{our_bfd:#}");
+    assert_eq!(bfd_entries(frr_bfd), 1, "{frr_bfd:#}");
+    let count = |v: &Value, key: &str| v[0][key].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(
+        (count(our_bfd, "session-up"), count(our_bfd, "session-down")),
+        (1, 0),
+        "uplink's BFD: {our_bfd:#}"
+    );
+    assert_eq!(
+        count(frr_bfd, "session-up").checked_sub(count(frr_bfd, "session-down")),
+        Some(1),
+        "FRR's BFD: {frr_bfd:#}"
+    );
+
     let caps = &from_uplink[2]["10.0.1.1"]["neighborCapabilities"];
     assert_eq!(caps["addPath"]["ipv4Unicast"]["rxReceived"], true, "{caps:#}");
 
