@@ -3,7 +3,9 @@
 //! token and RBAC (deploy/kubernetes/rbac.yaml), in a network namespace of their own; kubectl
 //! as a cluster admin. Used by `tests/kubernetes.rs` and the `make bench-k8s` benchmark.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::Duration;
 
 use super::{wait_for, Lab, Ns};
@@ -242,5 +244,84 @@ impl ControlPlane {
             (true, out) => Ok(out),
             (false, out) => Err(out),
         }
+    }
+
+    /// A cluster admin's client on one kept TLS connection (`tests/tools/api_client.py`):
+    /// a request's time is the apiserver's, not `curl`'s start and handshake.
+    pub fn kept_client(&self) -> KeptClient {
+        let file = |name: &str| self.dir.join(name).to_str().unwrap_or_default().to_string();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/api_client.py");
+        let mut child = self
+            .ns
+            .command("python3")
+            .args([script, "https://127.0.0.1:6443"])
+            .args([file("ca.crt"), file("admin.crt"), file("admin.key")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
+        let input = child.stdin.take().expect("piped stdin");
+        let output = BufReader::new(child.stdout.take().expect("piped stdout"));
+        KeptClient { child, input, output }
+    }
+}
+
+/// A request's times on a [`KeptClient`]: wall clock, seconds since the epoch.
+pub struct Timed {
+    /// Right before its first byte was written.
+    pub sent: f64,
+    /// Right after the answer's last byte was read.
+    pub answered: f64,
+    /// Whether the connection had to be made again for it (its handshake is then in neither
+    /// time, but the connection is new).
+    pub reconnected: bool,
+}
+
+pub struct KeptClient {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl KeptClient {
+    /// Sends one request and waits for its answer: `Err` with the answer for a status of 300
+    /// or more, or with what went wrong.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &str,
+    ) -> Result<Timed, String> {
+        let line = serde_json::json!({
+            "method": method, "path": path, "content_type": content_type, "body": body,
+        });
+        writeln!(self.input, "{line}").map_err(|e| format!("api_client.py: {e}"))?;
+        self.input.flush().map_err(|e| format!("api_client.py: {e}"))?;
+        let mut answer = String::new();
+        match self.output.read_line(&mut answer) {
+            Ok(0) => return Err("api_client.py ended (its error is on the test's stderr)".into()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("api_client.py: {e}")),
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&answer).map_err(|e| format!("api_client.py: {e}: {answer}"))?;
+        let status = v["status"].as_u64().unwrap_or(0);
+        if !(200..300).contains(&status) {
+            return Err(format!("{method} {path}: {status}: {}", v["body"]));
+        }
+        let time = |key: &str| v[key].as_f64().ok_or(format!("api_client.py: no {key}: {v}"));
+        Ok(Timed {
+            sent: time("sent")?,
+            answered: time("answered")?,
+            reconnected: v["reconnected"] == true,
+        })
+    }
+}
+
+impl Drop for KeptClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
