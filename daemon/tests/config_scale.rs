@@ -74,8 +74,8 @@ fn load_with_api_at_a_clusters_size() {
     }
     objects.sort();
     let objects = objects.into_iter().map(|(path, text)| (path.into(), text)).collect();
-    let api = ApiObjects { objects };
-    let text: usize = api.objects.iter().map(|(_, t)| t.len()).sum();
+    let api = ApiObjects::new(objects);
+    let text: usize = api.iter().map(|(_, t)| t.len()).sum();
     println!("{services} Services: the objects' text {} KiB; RSS {} KiB", text / 1024, rss_kib());
     let mut cache = ManifestCache::default();
     let rounds: usize =

@@ -96,10 +96,76 @@ pub const API_SOURCE_PREFIX: &str = "kubernetes:";
 pub type Source = (Arc<Path>, Arc<str>);
 
 /// Objects read from the Kubernetes API as config sources: (`kubernetes:Kind/namespace/name`,
-/// the object as YAML), sorted by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// the object as YAML), sorted by name. Held as lists taken one after the other, each kind's
+/// as the watch holds it: a set made at every event shares them rather than copying every
+/// object's place (32 bytes each, and a second table of every object beside the watch's).
+#[derive(Debug, Clone, Default)]
 pub struct ApiObjects {
-    pub objects: Vec<Source>,
+    lists: Vec<Arc<Vec<Source>>>,
+}
+
+impl ApiObjects {
+    /// The set of `objects`, sorted by name.
+    pub fn new(objects: Vec<Source>) -> Self {
+        Self::from_lists(vec![Arc::new(objects)])
+    }
+
+    /// The set of `lists` taken in this order: each sorted by name, and every name of one before
+    /// every name of the next.
+    pub fn from_lists(lists: Vec<Arc<Vec<Source>>>) -> Self {
+        ApiObjects { lists }
+    }
+
+    /// The lists, in their order.
+    pub fn lists(&self) -> &[Arc<Vec<Source>>] {
+        &self.lists
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Source> {
+        self.lists.iter().flat_map(|list| list.iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.lists.iter().map(|list| list.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lists.iter().all(|list| list.is_empty())
+    }
+}
+
+impl PartialEq for ApiObjects {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for ApiObjects {}
+
+/// Kept in the state directory as `{"objects": [[name, text], ...]}`, one list.
+impl serde::Serialize for ApiObjects {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        struct Every<'a>(&'a ApiObjects);
+        impl serde::Serialize for Every<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(self.0.iter())
+            }
+        }
+        let mut out = serializer.serialize_struct("ApiObjects", 1)?;
+        out.serialize_field("objects", &Every(self))?;
+        out.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ApiObjects {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Kept {
+            objects: Vec<Source>,
+        }
+        Kept::deserialize(deserializer).map(|kept| ApiObjects::new(kept.objects))
+    }
 }
 
 /// [`load_with`], where an object from the API that the config refuses is left out (and
@@ -111,7 +177,7 @@ pub fn load_with_api(
     api: &ApiObjects,
     cache: &mut ManifestCache,
 ) -> (Result<Config, ConfigErrors>, Vec<ConfigError>) {
-    let mut objects: Vec<&Source> = api.objects.iter().collect();
+    let mut objects: Vec<&Source> = api.iter().collect();
     let mut refused = Vec::new();
     // Leaving an object out can leave another without what it names (a pool, a peer): that one
     // goes the next round.

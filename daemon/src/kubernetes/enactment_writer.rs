@@ -372,7 +372,6 @@ impl Writer {
 fn api_policies(objects: &ApiObjects) -> BTreeMap<String, String> {
     let prefix = format!("{API_SOURCE_PREFIX}{POLICY_KIND}/");
     objects
-        .objects
         .iter()
         .filter_map(|(path, text)| {
             let name = path.to_str()?.strip_prefix(&prefix)?;

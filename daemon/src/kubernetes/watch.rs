@@ -1,6 +1,6 @@
 //! One watcher per kind, and the set of objects they publish together.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -159,39 +159,75 @@ pub(super) type SeenServices = HashMap<Box<str>, SeenService, foldhash::fast::Ra
 struct KindState {
     /// Listed at least once (or not served by this API server).
     ready: bool,
-    objects: BTreeMap<Arc<Path>, Arc<str>>,
+    /// Sorted by path. Shared with the sets published, which take it as it is: a change made
+    /// while a set holds it changes a copy ([`Arc::make_mut`]), as publishing copied every
+    /// object's place anyway; between events it is the one table of the kind's objects.
+    objects: Arc<Vec<Source>>,
     /// Counts the changes to `objects`: an event that changes nothing the config reads (most
     /// of a status, the apiserver's bookkeeping) leaves it, and publishes nothing.
     version: u64,
 }
 
 impl KindState {
+    /// Where `path` is in `objects`, or would be.
+    fn find(&self, path: &Path) -> Result<usize, usize> {
+        self.objects.binary_search_by(|(held, _)| (**held).cmp(path))
+    }
+
+    fn get(&self, path: &Path) -> Option<&Arc<str>> {
+        let at = self.find(path).ok()?;
+        self.objects.get(at).map(|(_, text)| text)
+    }
+
     fn insert(&mut self, path: Arc<Path>, text: Arc<str>) {
-        if self.objects.get(&path) != Some(&text) {
-            self.objects.insert(path, text);
-            self.version = self.version.wrapping_add(1);
+        match self.find(&path) {
+            Ok(at) => {
+                if self.objects.get(at).is_some_and(|(_, held)| *held == text) {
+                    return;
+                }
+                if let Some(entry) = Arc::make_mut(&mut self.objects).get_mut(at) {
+                    entry.1 = text;
+                }
+            }
+            Err(at) => {
+                let objects = Arc::make_mut(&mut self.objects);
+                // Room for one more, not twice the room: a copy has none to spare, and a
+                // doubled table would be kept at up to twice its size. The insert moves the
+                // rest of the table anyway.
+                objects.reserve_exact(1);
+                objects.insert(at, (path, text));
+            }
         }
+        self.version = self.version.wrapping_add(1);
     }
 
     fn remove(&mut self, path: &Path) {
-        if self.objects.remove(path).is_some() {
+        if let Ok(at) = self.find(path) {
+            Arc::make_mut(&mut self.objects).remove(at);
             self.version = self.version.wrapping_add(1);
         }
     }
 
-    /// The objects of a new list. Those whose text is unchanged keep their copy, so the
-    /// manifest cache knows them without reading them.
-    fn replace(&mut self, mut objects: BTreeMap<Arc<Path>, Arc<str>>) {
+    /// The objects of a new list, in any order. Those whose text is unchanged keep their copy,
+    /// so the manifest cache knows them without reading them.
+    fn replace(&mut self, mut objects: Vec<Source>) {
+        objects.sort_by(|a, b| a.0.cmp(&b.0));
+        // A name listed twice (no API server does): its last text, as a map kept it. The
+        // sort is stable, so reversed the last comes first, and `dedup_by` keeps the first.
+        objects.reverse();
+        objects.dedup_by(|this, kept| this.0 == kept.0);
+        objects.reverse();
         // Compared once: the same objects when every one is held with the same text.
         let mut same = objects.len() == self.objects.len();
         for (path, text) in objects.iter_mut() {
-            match self.objects.get(path) {
+            match self.get(path) {
                 Some(held) if held == text => *text = held.clone(),
                 _ => same = false,
             }
         }
         if !same {
-            self.objects = objects;
+            objects.shrink_to_fit();
+            self.objects = Arc::new(objects);
             self.version = self.version.wrapping_add(1);
         }
     }
@@ -380,12 +416,12 @@ async fn watch_once(
     shared: &Shared,
 ) -> (Ended, bool) {
     let mut stream = watcher::watcher(api.clone(), config.clone()).boxed();
-    let mut listing: Option<BTreeMap<Arc<Path>, Arc<str>>> = None;
+    let mut listing: Option<Vec<Source>> = None;
     let mut listed = false;
     while let Some(event) = stream.next().await {
         match event {
             Ok(Event::Init) => {
-                listing = Some(BTreeMap::new());
+                listing = Some(Vec::new());
                 shared.health(|h| {
                     if let Some(k) = h.kind_mut(kind.kind) {
                         if k.state != WatchState::Failing {
@@ -397,8 +433,7 @@ async fn watch_once(
             Ok(Event::InitApply(object)) => {
                 shared.note_service(kind, &object, false);
                 if let Some(listing) = listing.as_mut() {
-                    let (path, text) = reduce(kind, object);
-                    listing.insert(path, text);
+                    listing.push(reduce(kind, object));
                 }
             }
             Ok(Event::InitDone) => {
@@ -487,7 +522,6 @@ impl Shared {
         let Some(state) = kinds.get_mut(index) else { return 0 };
         let status_alone = service
             && state
-                .objects
                 .get(&path)
                 .is_some_and(|old| *old != text && without_status(old) == without_status(&text));
         state.insert(path, text);
@@ -573,26 +607,21 @@ async fn publish_sets(shared: Arc<Shared>, publish: channel::Sender<Arc<ApiObjec
                 published = Some(versions);
                 // Each kind's objects are in path order, and their paths begin with the
                 // kind's name: taken kind by kind in name order, the set is in path order
-                // without sorting tens of thousands of paths at each event.
-                // Made at its size: collected from the kinds' maps, the list doubled its way
-                // there and kept up to twice the room (one set is held by the channel and
-                // one by the reload that applies it).
-                let count = kinds.iter().map(|k| k.objects.len()).sum();
-                let mut objects: Vec<Source> = Vec::with_capacity(count);
-                objects.extend(
-                    order
-                        .iter()
-                        .filter_map(|&index| kinds.get(index))
-                        .flat_map(|k| k.objects.iter().map(|(p, t)| (p.clone(), t.clone()))),
-                );
-                Some(objects)
+                // without sorting tens of thousands of paths at each event. Each kind's list
+                // is shared, not copied.
+                let lists = order
+                    .iter()
+                    .filter_map(|&index| kinds.get(index))
+                    .map(|k| k.objects.clone())
+                    .collect();
+                Some(ApiObjects::from_lists(lists))
             }
         };
         // A kind's version moves only when its objects change (`KindState`): a new set
         // differs from the last one without comparing them.
         if let Some(objects) = objects {
             let count = objects.len();
-            publish.send_replace(Arc::new(ApiObjects { objects }));
+            publish.send_replace(Arc::new(objects));
             shared.health(|h| h.objects = count);
         }
         shared.health(|h| h.last_sync = Some(health::unix_now()));
@@ -856,6 +885,72 @@ mod tests {
         assert!(woke(&shared.changed).await, "its spec");
         shared.apply(0, path.clone(), with("ip: 192.0.2.10"), false);
         assert!(woke(&shared.changed).await, "an EgressIP's status");
+    }
+
+    /// A kind's table stays sorted through every change, a set published keeps what it took
+    /// while the table changes after it, an unchanged object keeps its copy through a new list,
+    /// and only a change moves the version.
+    #[test]
+    fn a_kinds_table_is_sorted_and_shared_until_it_changes() {
+        let source = |name: &str, text: &str| -> (Arc<Path>, Arc<str>) {
+            (Arc::from(Path::new(&format!("{API_SOURCE_PREFIX}Service/{name}"))), text.into())
+        };
+        let names = |objects: &[(Arc<Path>, Arc<str>)]| -> Vec<String> {
+            objects.iter().map(|(p, t)| format!("{}={t}", p.display())).collect()
+        };
+        let mut state = KindState::default();
+        for (name, text) in [("shop/b", "1"), ("shop/a", "1"), ("shop-2/c", "1"), ("shop/d", "1")] {
+            let (path, text) = source(name, text);
+            state.insert(path, text);
+        }
+        // In the order of paths (by component: `shop/d` before `shop-2/c`).
+        assert!(state.objects.is_sorted_by(|a, b| a.0 < b.0), "{:?}", names(&state.objects));
+        assert_eq!(state.version, 4);
+
+        // A set takes the table as it is; the changes after it are the table's alone.
+        let published = crate::config::ApiObjects::from_lists(vec![state.objects.clone()]);
+        let (path, text) = source("shop/a", "1");
+        state.insert(path.clone(), text);
+        assert_eq!(state.version, 4, "the same text is no change");
+        assert!(Arc::ptr_eq(&state.objects, &published_list(&published)));
+        state.insert(path.clone(), "2".into());
+        state.remove(Path::new("kubernetes:Service/shop/b"));
+        state.remove(Path::new("kubernetes:Service/shop/none"));
+        assert_eq!(state.version, 6);
+        let before: Vec<String> =
+            published.iter().map(|(p, t)| format!("{}={t}", p.display())).collect();
+        assert_eq!(before.len(), 4);
+        assert!(before.contains(&format!("{API_SOURCE_PREFIX}Service/shop/a=1")));
+        assert_eq!(
+            names(&state.objects),
+            [
+                format!("{API_SOURCE_PREFIX}Service/shop/a=2"),
+                format!("{API_SOURCE_PREFIX}Service/shop/d=1"),
+                format!("{API_SOURCE_PREFIX}Service/shop-2/c=1"),
+            ]
+        );
+
+        // A new list in any order: the same objects change nothing, and keep their copies.
+        let held = state.get(&path).cloned().unwrap();
+        let again = vec![source("shop-2/c", "1"), source("shop/d", "1"), source("shop/a", "2")];
+        state.replace(again);
+        assert_eq!(state.version, 6);
+        assert!(Arc::ptr_eq(state.get(&path).unwrap(), &held));
+        // One text changed and one object gone: a new table, the unchanged one's copy kept.
+        state.replace(vec![source("shop/a", "2"), source("shop/d", "3")]);
+        assert_eq!(state.version, 7);
+        assert!(Arc::ptr_eq(state.get(&path).unwrap(), &held));
+        assert_eq!(
+            names(&state.objects),
+            [
+                format!("{API_SOURCE_PREFIX}Service/shop/a=2"),
+                format!("{API_SOURCE_PREFIX}Service/shop/d=3"),
+            ]
+        );
+    }
+
+    fn published_list(set: &crate::config::ApiObjects) -> Arc<Vec<(Arc<Path>, Arc<str>)>> {
+        set.lists().first().cloned().unwrap_or_default()
     }
 
     /// The set published is the kinds' objects taken in this order: it must be the order a

@@ -587,14 +587,12 @@ endpoints:
         let other_node =
             "apiVersion: v1\nkind: Node\nmetadata:\n  name: wk2\n  labels: {rack: r9}\n";
         let bad = "apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\n  namespace: shop\nspec:\n  type: LoadBalancer\n  loadBalancerIP: 203.0.113.300\n";
-        let objects = crate::config::ApiObjects {
-            objects: vec![
-                object("kubernetes:Node/wk1", node),
-                object("kubernetes:Node/wk2", other_node),
-                object("kubernetes:Service/shop/bad", bad),
-                object("kubernetes:Service/shop/web", WEB.split("---").next().unwrap()),
-            ],
-        };
+        let objects = crate::config::ApiObjects::new(vec![
+            object("kubernetes:Node/wk1", node),
+            object("kubernetes:Node/wk2", other_node),
+            object("kubernetes:Service/shop/bad", bad),
+            object("kubernetes:Service/shop/web", WEB.split("---").next().unwrap()),
+        ]);
         let (loaded, refused) =
             crate::config::load_with_api(&main, &objects, &mut Default::default());
         let config = loaded.unwrap_or_else(|e| panic!("{e}"));
@@ -612,12 +610,10 @@ endpoints:
         for (this, other, expected) in
             [(unavailable.as_str(), other_node, true), (node, other_unavailable.as_str(), false)]
         {
-            let objects = crate::config::ApiObjects {
-                objects: vec![
-                    object("kubernetes:Node/wk1", this),
-                    object("kubernetes:Node/wk2", other),
-                ],
-            };
+            let objects = crate::config::ApiObjects::new(vec![
+                object("kubernetes:Node/wk1", this),
+                object("kubernetes:Node/wk2", other),
+            ]);
             let (loaded, _) =
                 crate::config::load_with_api(&main, &objects, &mut Default::default());
             let config = loaded.unwrap_or_else(|e| panic!("{e}"));
