@@ -44,6 +44,9 @@ const API_VERSION: &str = "metallb.io/v1beta1";
 
 /// How long a failed write waits before the next try.
 const RETRY: Duration = Duration::from_secs(5);
+/// How long a write that found ServiceL2Status not served waits before the next try, unless a
+/// change comes first.
+const RETRY_ABSENT: Duration = Duration::from_secs(60);
 
 /// What this node's object of one Service says: the interfaces it answers on (none: all).
 type Answer = Vec<String>;
@@ -67,6 +70,8 @@ pub(super) fn spawn(
         // The Services this node has said it announces (`nodeAssigned`) since it last
         // stopped answering for them.
         let mut told: BTreeSet<String> = BTreeSet::new();
+        // The last write found the kind not served (said once until it is).
+        let mut not_served = false;
         loop {
             let status = layer2.borrow_and_update().clone();
             if status.settled {
@@ -77,11 +82,24 @@ pub(super) fn spawn(
                 told = wanted.keys().cloned().collect();
                 match writer.sync(&wanted).await {
                     Ok(writes) => {
+                        if std::mem::take(&mut not_served) {
+                            info!("ServiceL2Status is served now: layer 2 statuses are written");
+                        }
                         health::update(&health, |h| h.layer2_status_writes.succeeded += writes)
                     }
+                    // Not served: its CRD not installed, or installed and not established
+                    // yet (a node started beside the CRD's apply). Tried again at the next
+                    // change or in a minute, as the watches try an absent kind.
                     Err(kube::Error::Api(status)) if status.code == 404 => {
-                        info!("ServiceL2Status is not served (install deploy/kubernetes/crds/metallb.yaml): layer 2 statuses are not written");
-                        return;
+                        if !not_served {
+                            info!("ServiceL2Status is not served (install deploy/kubernetes/crds/metallb.yaml): layer 2 statuses are not written; tried again every minute");
+                            not_served = true;
+                        }
+                        tokio::select! {
+                            changed = layer2.changed() => if changed.is_err() { return },
+                            () = tokio::time::sleep(RETRY_ABSENT) => {}
+                        }
+                        continue;
                     }
                     Err(e) => {
                         if let Some(held_back) = failures.event(Instant::now()) {
