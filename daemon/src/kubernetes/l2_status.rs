@@ -46,7 +46,7 @@ const API_VERSION: &str = "metallb.io/v1beta1";
 const RETRY: Duration = Duration::from_secs(5);
 /// How long a write that found ServiceL2Status not served waits before the next try, unless a
 /// change comes first.
-const RETRY_ABSENT: Duration = Duration::from_secs(60);
+const RETRY_NOT_SERVED: Duration = Duration::from_secs(60);
 
 /// What this node's object of one Service says: the interfaces it answers on (none: all).
 type Answer = Vec<String>;
@@ -97,7 +97,7 @@ pub(super) fn spawn(
                         }
                         tokio::select! {
                             changed = layer2.changed() => if changed.is_err() { return },
-                            () = tokio::time::sleep(RETRY_ABSENT) => {}
+                            () = tokio::time::sleep(RETRY_NOT_SERVED) => {}
                         }
                         continue;
                     }

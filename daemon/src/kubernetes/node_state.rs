@@ -30,6 +30,8 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 const WRITE_WITHIN: Duration = Duration::from_secs(30);
 /// The wait after a write failed (the API server away, the role without the right).
 const AFTER_FAILURE: Duration = Duration::from_secs(5);
+/// The wait after a write found FRRNodeState not served.
+const RETRY_NOT_SERVED: Duration = Duration::from_secs(60);
 
 /// What a state is made from: the running config (the same Arc while no reload applied) and
 /// the results.
@@ -56,6 +58,8 @@ pub(super) fn spawn(
         let mut looked: Option<Inputs> = None;
         let mut unwritten_since: Option<Instant> = None;
         let mut created = false;
+        // The last write found the kind not served (said once until it is).
+        let mut not_served = false;
         let mut tick = tokio::time::interval(LOOK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -82,12 +86,20 @@ pub(super) fn spawn(
             };
             match write(&api, &node, &status, &mut created).await {
                 Ok(()) => {
+                    if std::mem::take(&mut not_served) {
+                        info!("FRRNodeState is served now: the node state is written");
+                    }
                     written = Some(now);
                     unwritten_since = None;
                 }
+                // Not served: its CRD not installed, or not established yet. Tried again in a
+                // minute, as the watches try an absent kind.
                 Err(kube::Error::Api(e)) if e.code == 404 => {
-                    info!("FRRNodeState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): the node state is not written");
-                    return;
+                    if !not_served {
+                        info!("FRRNodeState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): the node state is not written; tried again every minute");
+                        not_served = true;
+                    }
+                    tokio::time::sleep(RETRY_NOT_SERVED).await;
                 }
                 Err(e) => {
                     if let Some(held_back) = failures.event(Instant::now()) {

@@ -28,6 +28,8 @@ const API_VERSION: &str = "frrk8s.metallb.io/v1beta1";
 
 /// How long a failed write waits before the next try.
 const RETRY: Duration = Duration::from_secs(10);
+/// How long a write that found BGPSessionState not served waits, unless a change comes first.
+const RETRY_NOT_SERVED: Duration = Duration::from_secs(60);
 
 pub(super) fn spawn(
     client: Client,
@@ -44,6 +46,8 @@ pub(super) fn spawn(
         let mut failures = LogThrottle::new(LOG_PERIOD);
         // What the API holds of this node's sessions, as last written or listed.
         let mut written: Option<BTreeMap<String, Option<SessionReport>>> = None;
+        // The last write found the kind not served (said once until it is).
+        let mut not_served = false;
         loop {
             let wanted: BTreeMap<String, SessionReport> = reports
                 .borrow_and_update()
@@ -51,10 +55,24 @@ pub(super) fn spawn(
                 .map(|report| (object_name(&node, report), report.clone()))
                 .collect();
             match sync(&api, &node, &wanted, &mut written).await {
-                Ok(writes) => health::update(&health, |h| h.session_writes.succeeded += writes),
+                Ok(writes) => {
+                    if std::mem::take(&mut not_served) {
+                        info!("BGPSessionState is served now: session states are written");
+                    }
+                    health::update(&health, |h| h.session_writes.succeeded += writes)
+                }
+                // Not served: its CRD not installed, or not established yet. Tried again at
+                // the next change or in a minute, as the watches try an absent kind.
                 Err(kube::Error::Api(status)) if status.code == 404 => {
-                    info!("BGPSessionState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): session states are not written");
-                    return;
+                    if !not_served {
+                        info!("BGPSessionState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): session states are not written; tried again every minute");
+                        not_served = true;
+                    }
+                    tokio::select! {
+                        changed = reports.changed() => if changed.is_err() { return },
+                        () = tokio::time::sleep(RETRY_NOT_SERVED) => {}
+                    }
+                    continue;
                 }
                 Err(e) => {
                     if let Some(held_back) = failures.event(Instant::now()) {
