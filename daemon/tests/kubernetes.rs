@@ -269,6 +269,16 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
         let s = session();
         (s.trim() == up).then_some(()).ok_or(s)
     });
+    // Deleted by hand, the object is made again at the next change of the session (its write
+    // finds it gone: this node's objects are listed again).
+    plane.kubectl(&[
+        "delete",
+        "bgpsessionstates",
+        "-n",
+        "metallb-system",
+        "-l",
+        "frrk8s.metallb.io/node=wk1",
+    ]);
     lab.kill9_pidfiles(&tor.label);
     wait_for("BGPSessionState follows FRR going down", UP, || {
         let s = session();

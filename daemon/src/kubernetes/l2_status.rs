@@ -87,17 +87,22 @@ pub(super) fn spawn(
                         }
                         health::update(&health, |h| h.layer2_status_writes.succeeded += writes)
                     }
-                    // Not served: its CRD not installed, or installed and not established
-                    // yet (a node started beside the CRD's apply). Tried again at the next
-                    // change or in a minute, as the watches try an absent kind.
+                    // Listed before: an object went under the write (deleted by hand or by
+                    // another node), so every object is listed again at the next try. Not
+                    // listed: the kind is not served (its CRD not installed, or installed and
+                    // not established yet: a node started beside the CRD's apply), tried
+                    // again at the next change or in a minute, as the watches try an absent
+                    // kind.
                     Err(kube::Error::Api(status)) if status.code == 404 => {
-                        if !not_served {
+                        let object_gone = writer.written.take().is_some();
+                        if !object_gone && !not_served {
                             info!("ServiceL2Status is not served (install deploy/kubernetes/crds/metallb.yaml): layer 2 statuses are not written; tried again every minute");
                             not_served = true;
                         }
+                        let wait = if object_gone { RETRY } else { RETRY_NOT_SERVED };
                         tokio::select! {
                             changed = layer2.changed() => if changed.is_err() { return },
-                            () = tokio::time::sleep(RETRY_NOT_SERVED) => {}
+                            () = tokio::time::sleep(wait) => {}
                         }
                         continue;
                     }

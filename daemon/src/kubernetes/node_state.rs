@@ -92,8 +92,13 @@ pub(super) fn spawn(
                     written = Some(now);
                     unwritten_since = None;
                 }
-                // Not served: its CRD not installed, or not established yet. Tried again in a
-                // minute, as the watches try an absent kind.
+                // The object is gone (deleted by hand): made again at the next try.
+                Err(kube::Error::Api(e)) if e.code == 404 && created => {
+                    created = false;
+                    tokio::time::sleep(AFTER_FAILURE).await;
+                }
+                // Its making found the kind not served: its CRD not installed, or not
+                // established yet. Tried again in a minute, as the watches try an absent kind.
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     if !not_served {
                         info!("FRRNodeState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): the node state is not written; tried again every minute");

@@ -61,16 +61,20 @@ pub(super) fn spawn(
                     }
                     health::update(&health, |h| h.session_writes.succeeded += writes)
                 }
-                // Not served: its CRD not installed, or not established yet. Tried again at
-                // the next change or in a minute, as the watches try an absent kind.
+                // Listed before: one of this node's objects is gone (deleted by hand), so they
+                // are listed and made again at the next try. Not listed: the kind is not
+                // served (its CRD not installed, or not established yet), tried again at the
+                // next change or in a minute, as the watches try an absent kind.
                 Err(kube::Error::Api(status)) if status.code == 404 => {
-                    if !not_served {
+                    let object_gone = written.take().is_some();
+                    if !object_gone && !not_served {
                         info!("BGPSessionState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): session states are not written; tried again every minute");
                         not_served = true;
                     }
+                    let wait = if object_gone { RETRY } else { RETRY_NOT_SERVED };
                     tokio::select! {
                         changed = reports.changed() => if changed.is_err() { return },
-                        () = tokio::time::sleep(RETRY_NOT_SERVED) => {}
+                        () = tokio::time::sleep(wait) => {}
                     }
                     continue;
                 }
