@@ -209,43 +209,6 @@ clusters:
 }
 
 impl ControlPlane {
-    /// One request to the apiserver with curl as the cluster admin (from the control plane's
-    /// namespace): quicker than kubectl, whose start alone takes tens of milliseconds.
-    pub fn curl(
-        &self,
-        method: &str,
-        path: &str,
-        content_type: &str,
-        body: &str,
-    ) -> Result<String, String> {
-        let file = |name: &str| self.dir.join(name).to_str().unwrap_or_default().to_string();
-        let url = format!("https://127.0.0.1:6443{path}");
-        let header = format!("Content-Type: {content_type}");
-        let (ca, cert, key) = (file("ca.crt"), file("admin.crt"), file("admin.key"));
-        let args = [
-            "curl",
-            "-sS",
-            "--fail-with-body",
-            "--cacert",
-            ca.as_str(),
-            "--cert",
-            cert.as_str(),
-            "--key",
-            key.as_str(),
-            "-X",
-            method,
-            "-H",
-            header.as_str(),
-            "--data-binary",
-            body,
-            url.as_str(),
-        ];
-        match self.ns.try_run(&args) {
-            (true, out) => Ok(out),
-            (false, out) => Err(out),
-        }
-    }
-
     /// A cluster admin's client on one kept TLS connection (`tests/tools/api_client.py`):
     /// a request's time is the apiserver's, not `curl`'s start and handshake.
     pub fn kept_client(&self) -> KeptClient {
