@@ -92,6 +92,7 @@ pub fn text(v: &Value) -> String {
     for (key, what) in [
         ("status_writes", "status.loadBalancer.ingress writes"),
         ("session_writes", "BGPSessionState writes"),
+        ("node_state_writes", "FRRNodeState writes"),
         ("layer2_status_writes", "ServiceL2Status writes"),
         ("enactment_writes", "NodeNetworkConfigurationEnactment writes"),
     ] {

@@ -31,6 +31,7 @@ use tracing::warn;
 use super::health::{self, Health};
 use super::nmstate_conditions::{self as conditions, Counts};
 use super::status::FIELD_MANAGER;
+use super::write_outcomes::WriteOutcomes;
 use crate::config::{ApiObjects, Config, API_SOURCE_PREFIX};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 use crate::netconf::enactment::rfc3339;
@@ -45,10 +46,6 @@ const POLICY_LABEL: &str = "nmstate.io/policy";
 const PERIOD: Duration = Duration::from_secs(2);
 /// When a policy's conditions are looked at again after a change.
 const RECHECKS: [Duration; 2] = [Duration::from_secs(5), Duration::from_secs(30)];
-/// How long a failed write waits before the next try; a kind the API server does not serve
-/// (no CRD) is tried again this much later.
-const RETRY: Duration = Duration::from_secs(10);
-const RETRY_NOT_SERVED: Duration = Duration::from_secs(60);
 
 pub(super) fn spawn(
     client: Client,
@@ -59,7 +56,12 @@ pub(super) fn spawn(
 ) {
     let mut writer = Writer::new(client, node);
     tokio::spawn(async move {
-        let mut failures = LogThrottle::new(LOG_PERIOD);
+        let mut outcomes = WriteOutcomes::new(
+            "NodeNetworkConfigurationEnactment",
+            "deploy/kubernetes/crds/nmstate.yaml",
+            |h| &mut h.enactment_writes,
+            health.clone(),
+        );
         let mut tick = tokio::time::interval(PERIOD);
         let mut pause_until = Instant::now();
         loop {
@@ -71,28 +73,13 @@ pub(super) fn spawn(
             let objects = objects.borrow().clone();
             let synced = health::update(&health, |h| h.last_sync.is_some());
             match writer.tick(&config, &objects, synced).await {
-                Ok(0) => {}
-                Ok(writes) => health::update(&health, |h| h.enactment_writes.succeeded += writes),
+                Ok(writes) => outcomes.succeeded(writes),
                 Err(e) => {
-                    let not_served = matches!(&e, kube::Error::Api(s) if s.code == 404);
-                    if let Some(held_back) = failures.event(Instant::now()) {
-                        let hint = if not_served {
-                            " (is deploy/kubernetes/crds/nmstate.yaml installed?)"
-                        } else {
-                            ""
-                        };
-                        warn!(
-                            "cannot write NodeNetworkConfigurationEnactments or policy \
-                             conditions: {e}{hint}{}",
-                            held_back_note(held_back)
-                        );
+                    let retry = outcomes.failed(&e, writer.written.is_some());
+                    if retry.relearn {
+                        writer.written = None;
                     }
-                    health::update(&health, |h| {
-                        h.enactment_writes.failed += 1;
-                        h.enactment_writes.last_error = Some(e.to_string());
-                    });
-                    let wait = if not_served { RETRY_NOT_SERVED } else { RETRY };
-                    pause_until = Instant::now() + wait;
+                    pause_until = Instant::now() + retry.wait;
                 }
             }
         }

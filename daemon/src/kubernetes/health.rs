@@ -43,6 +43,8 @@ pub struct SourceHealth {
     pub status_writes: WriteCounts,
     /// `BGPSessionState` writes.
     pub session_writes: WriteCounts,
+    /// `FRRNodeState` writes.
+    pub node_state_writes: WriteCounts,
     /// `ServiceL2Status` writes.
     pub layer2_status_writes: WriteCounts,
     /// `NodeNetworkConfigurationEnactment` and policy condition writes.

@@ -15,7 +15,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, Instant};
 
 use futures_lite::StreamExt;
 use kube::api::{
@@ -27,26 +26,19 @@ use kube::Client;
 use ring::digest::{digest, SHA256};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
-use tracing::{info, warn};
 
 use super::events::Events;
-use super::health::{self, Health};
+use super::health::Health;
 use super::status::FIELD_MANAGER;
 use super::watch::Services;
+use super::write_outcomes::WriteOutcomes;
 use crate::announce::l2::Interfaces;
 use crate::l2::runtime::L2Status;
-use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 const NODE_LABEL: &str = "metallb.io/node";
 const SERVICE_NAME_LABEL: &str = "metallb.io/service-name";
 const SERVICE_NAMESPACE_LABEL: &str = "metallb.io/service-namespace";
 const API_VERSION: &str = "metallb.io/v1beta1";
-
-/// How long a failed write waits before the next try.
-const RETRY: Duration = Duration::from_secs(5);
-/// How long a write that found ServiceL2Status not served waits before the next try, unless a
-/// change comes first.
-const RETRY_NOT_SERVED: Duration = Duration::from_secs(60);
 
 /// What this node's object of one Service says: the interfaces it answers on (none: all).
 type Answer = Vec<String>;
@@ -66,12 +58,15 @@ pub(super) fn spawn(
     let mut writer = Writer { api: api.clone(), node: node.to_string(), written: None };
     let mut gone = watch_own(api, node);
     tokio::spawn(async move {
-        let mut failures = LogThrottle::new(LOG_PERIOD);
+        let mut outcomes = WriteOutcomes::new(
+            "ServiceL2Status",
+            "deploy/kubernetes/crds/metallb.yaml",
+            |h| &mut h.layer2_status_writes,
+            health,
+        );
         // The Services this node has said it announces (`nodeAssigned`) since it last
         // stopped answering for them.
         let mut told: BTreeSet<String> = BTreeSet::new();
-        // The last write found the kind not served (said once until it is).
-        let mut not_served = false;
         loop {
             let status = layer2.borrow_and_update().clone();
             if status.settled {
@@ -81,42 +76,15 @@ pub(super) fn spawn(
                 }
                 told = wanted.keys().cloned().collect();
                 match writer.sync(&wanted).await {
-                    Ok(writes) => {
-                        if std::mem::take(&mut not_served) {
-                            info!("ServiceL2Status is served now: layer 2 statuses are written");
-                        }
-                        health::update(&health, |h| h.layer2_status_writes.succeeded += writes)
-                    }
-                    // Listed before: an object went under the write (deleted by hand or by
-                    // another node), so every object is listed again at the next try. Not
-                    // listed: the kind is not served (its CRD not installed, or installed and
-                    // not established yet: a node started beside the CRD's apply), tried
-                    // again at the next change or in a minute, as the watches try an absent
-                    // kind.
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        let object_gone = writer.written.take().is_some();
-                        if !object_gone && !not_served {
-                            info!("ServiceL2Status is not served (install deploy/kubernetes/crds/metallb.yaml): layer 2 statuses are not written; tried again every minute");
-                            not_served = true;
-                        }
-                        let wait = if object_gone { RETRY } else { RETRY_NOT_SERVED };
-                        tokio::select! {
-                            changed = layer2.changed() => if changed.is_err() { return },
-                            () = tokio::time::sleep(wait) => {}
-                        }
-                        continue;
-                    }
+                    Ok(writes) => outcomes.succeeded(writes),
                     Err(e) => {
-                        if let Some(held_back) = failures.event(Instant::now()) {
-                            warn!("cannot write ServiceL2Status: {e}{}", held_back_note(held_back));
+                        let retry = outcomes.failed(&e, writer.written.is_some());
+                        if retry.relearn {
+                            writer.written = None;
                         }
-                        health::update(&health, |h| {
-                            h.layer2_status_writes.failed += 1;
-                            h.layer2_status_writes.last_error = Some(e.to_string());
-                        });
                         tokio::select! {
                             changed = layer2.changed() => if changed.is_err() { return },
-                            () = tokio::time::sleep(RETRY) => {}
+                            () = tokio::time::sleep(retry.wait) => {}
                         }
                         continue;
                     }

@@ -23,6 +23,7 @@
 //! - `enactment_writer`: each API policy's enactment on this node as kubernetes-nmstate's
 //!   `NodeNetworkConfigurationEnactment`, and the policies' conditions
 //!   (`nmstate_conditions`, pure).
+//! - `write_outcomes`: what those writers do when a write fails, the same for each.
 //! - `health`: what `uplink show kubernetes` and the metrics say about all of this.
 //!
 //! Only the parts that talk to the API server need the `kubernetes` build feature (kube's
@@ -53,6 +54,8 @@ mod source;
 mod status;
 #[cfg(feature = "kubernetes")]
 mod watch;
+#[cfg(feature = "kubernetes")]
+mod write_outcomes;
 
 pub use health::{Health, SourceHealth};
 pub use snapshot::Snapshot;

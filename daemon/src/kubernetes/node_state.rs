@@ -15,12 +15,11 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use kube::Client;
 use serde_json::{json, Value};
 use tokio::sync::watch as channel;
-use tracing::{info, warn};
 
 use super::health::{self, Health};
 use super::status::FIELD_MANAGER;
+use super::write_outcomes::WriteOutcomes;
 use crate::config::Config;
-use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// How often the running config and the results are looked at: a change seen at two looks in
 /// a row has been quiet this long.
@@ -28,10 +27,6 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// While they keep changing (a rollout), the state is written this long after the first change
 /// not yet written.
 const WRITE_WITHIN: Duration = Duration::from_secs(30);
-/// The wait after a write failed (the API server away, the role without the right).
-const AFTER_FAILURE: Duration = Duration::from_secs(5);
-/// The wait after a write found FRRNodeState not served.
-const RETRY_NOT_SERVED: Duration = Duration::from_secs(60);
 
 /// What a state is made from: the running config (the same Arc while no reload applied) and
 /// the results.
@@ -52,14 +47,18 @@ pub(super) fn spawn(
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let node = node.to_string();
     tokio::spawn(async move {
-        let mut failures = LogThrottle::new(LOG_PERIOD);
+        let mut outcomes = WriteOutcomes::new(
+            "FRRNodeState",
+            "deploy/kubernetes/crds/frr-k8s.yaml",
+            |h| &mut h.node_state_writes,
+            health.clone(),
+        );
         let mut written: Option<Inputs> = None;
         // The inputs at the last look, and since when a change is not written.
         let mut looked: Option<Inputs> = None;
         let mut unwritten_since: Option<Instant> = None;
+        // Whether this run has made the object (or found it made).
         let mut created = false;
-        // The last write found the kind not served (said once until it is).
-        let mut not_served = false;
         let mut tick = tokio::time::interval(LOOK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -86,31 +85,16 @@ pub(super) fn spawn(
             };
             match write(&api, &node, &status, &mut created).await {
                 Ok(()) => {
-                    if std::mem::take(&mut not_served) {
-                        info!("FRRNodeState is served now: the node state is written");
-                    }
+                    outcomes.succeeded(1);
                     written = Some(now);
                     unwritten_since = None;
                 }
-                // The object is gone (deleted by hand): made again at the next try.
-                Err(kube::Error::Api(e)) if e.code == 404 && created => {
-                    created = false;
-                    tokio::time::sleep(AFTER_FAILURE).await;
-                }
-                // Its making found the kind not served: its CRD not installed, or not
-                // established yet. Tried again in a minute, as the watches try an absent kind.
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    if !not_served {
-                        info!("FRRNodeState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): the node state is not written; tried again every minute");
-                        not_served = true;
-                    }
-                    tokio::time::sleep(RETRY_NOT_SERVED).await;
-                }
                 Err(e) => {
-                    if let Some(held_back) = failures.event(Instant::now()) {
-                        warn!("cannot write FRRNodeState {node}: {e}{}", held_back_note(held_back));
+                    let retry = outcomes.failed(&e, created);
+                    if retry.relearn {
+                        created = false;
                     }
-                    tokio::time::sleep(AFTER_FAILURE).await;
+                    tokio::time::sleep(retry.wait).await;
                 }
             }
         }

@@ -6,30 +6,22 @@
 //! (also those a previous run left) are deleted. Names are `<node>-<vrf>-<peer>` rather than
 //! upstream's generated ones, so a write needs no lookup.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::Client;
 use serde_json::json;
-use tracing::{info, warn};
+use std::collections::BTreeMap;
 
-use super::health::{self, Health};
+use super::health::Health;
 use super::sessions::{SessionReport, SessionReports};
 use super::status::FIELD_MANAGER;
-use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
+use super::write_outcomes::WriteOutcomes;
 
 const NODE_LABEL: &str = "frrk8s.metallb.io/node";
 const PEER_LABEL: &str = "frrk8s.metallb.io/peer";
 const VRF_LABEL: &str = "frrk8s.metallb.io/vrf";
 const API_VERSION: &str = "frrk8s.metallb.io/v1beta1";
-
-/// How long a failed write waits before the next try.
-const RETRY: Duration = Duration::from_secs(10);
-/// How long a write that found BGPSessionState not served waits, unless a change comes first.
-const RETRY_NOT_SERVED: Duration = Duration::from_secs(60);
 
 pub(super) fn spawn(
     client: Client,
@@ -43,11 +35,14 @@ pub(super) fn spawn(
     let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
     let node = node.to_string();
     tokio::spawn(async move {
-        let mut failures = LogThrottle::new(LOG_PERIOD);
+        let mut outcomes = WriteOutcomes::new(
+            "BGPSessionState",
+            "deploy/kubernetes/crds/frr-k8s.yaml",
+            |h| &mut h.session_writes,
+            health,
+        );
         // What the API holds of this node's sessions, as last written or listed.
         let mut written: Option<BTreeMap<String, Option<SessionReport>>> = None;
-        // The last write found the kind not served (said once until it is).
-        let mut not_served = false;
         loop {
             let wanted: BTreeMap<String, SessionReport> = reports
                 .borrow_and_update()
@@ -55,40 +50,15 @@ pub(super) fn spawn(
                 .map(|report| (object_name(&node, report), report.clone()))
                 .collect();
             match sync(&api, &node, &wanted, &mut written).await {
-                Ok(writes) => {
-                    if std::mem::take(&mut not_served) {
-                        info!("BGPSessionState is served now: session states are written");
-                    }
-                    health::update(&health, |h| h.session_writes.succeeded += writes)
-                }
-                // Listed before: one of this node's objects is gone (deleted by hand), so they
-                // are listed and made again at the next try. Not listed: the kind is not
-                // served (its CRD not installed, or not established yet), tried again at the
-                // next change or in a minute, as the watches try an absent kind.
-                Err(kube::Error::Api(status)) if status.code == 404 => {
-                    let object_gone = written.take().is_some();
-                    if !object_gone && !not_served {
-                        info!("BGPSessionState is not served (install deploy/kubernetes/crds/frr-k8s.yaml): session states are not written; tried again every minute");
-                        not_served = true;
-                    }
-                    let wait = if object_gone { RETRY } else { RETRY_NOT_SERVED };
-                    tokio::select! {
-                        changed = reports.changed() => if changed.is_err() { return },
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                    continue;
-                }
+                Ok(writes) => outcomes.succeeded(writes),
                 Err(e) => {
-                    if let Some(held_back) = failures.event(Instant::now()) {
-                        warn!("cannot write BGPSessionState: {e}{}", held_back_note(held_back));
+                    let retry = outcomes.failed(&e, written.is_some());
+                    if retry.relearn {
+                        written = None;
                     }
-                    health::update(&health, |h| {
-                        h.session_writes.failed += 1;
-                        h.session_writes.last_error = Some(e.to_string());
-                    });
                     tokio::select! {
                         changed = reports.changed() => if changed.is_err() { return },
-                        () = tokio::time::sleep(RETRY) => {}
+                        () = tokio::time::sleep(retry.wait) => {}
                     }
                     continue;
                 }

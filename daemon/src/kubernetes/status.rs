@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use super::events::Events;
 use super::health::{self, Health};
 use super::watch::{SeenServices, Services};
+use super::write_outcomes::explain;
 use crate::announce::{Allocation, Announcements};
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
@@ -115,17 +116,6 @@ pub(super) fn spawn(
             retry = retry.saturating_mul(2).min(RETRY_MAX);
         }
     });
-}
-
-/// A write's failure as the operator needs it: a forbidden one says which permission.
-fn explain(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) if status.code == 403 => format!(
-            "forbidden: uplink needs `patch` on services/status (deploy/kubernetes/rbac.yaml): {}",
-            status.message
-        ),
-        other => other.to_string(),
-    }
 }
 
 /// The Services read from the API whose status (as last read or written) differs from the
