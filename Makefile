@@ -47,15 +47,21 @@ lint:
 # Every tier that exists: unit + interop (network namespaces with real FRR, BIRD, GoBGP,
 # ExaBGP) via cargo, then a short fuzz smoke run.
 #
-# The fuzz targets' build (four to five minutes of both cores, its own target directory and
-# flags) runs at the lowest priority beside the host tiers, which mostly wait on sessions and
-# timers: it takes the idle CPU and yields to them. fuzz-smoke then finds the targets built
-# (cargo's lock on the fuzz target directory makes it wait for a build still running; a build
-# that failed fails again there, with its errors).
+# Three builds the later tiers need run at the lowest priority beside the host tiers, which
+# mostly wait on sessions and timers: they take the idle CPU and yield to them. Each is about
+# five minutes of both cores: the fuzz targets (their own target directory and flags), the test
+# control plane (Go) and the node image's static uplink (its own target triple). fuzz-smoke,
+# test-kubernetes and the image then find them built: cargo's lock on a target directory and
+# k8s/testenv/build.sh's own lock make them wait for a build still running, and a build that
+# failed fails again there, with its errors.
 FUZZ_PREBUILD_LOG := $(TARGET_DIR)/fuzz-prebuild.log
+TESTENV_PREBUILD_LOG := $(TARGET_DIR)/testenv-prebuild.log
+STATIC_PREBUILD_LOG := $(TARGET_DIR)/static-prebuild.log
 test: deps-test lint
 	mkdir -p $(TARGET_DIR) && FUZZ_BUILD_ONLY=1 nice -n 19 ./scripts/fuzz $(FUZZ_TARGETS) \
 		</dev/null >$(FUZZ_PREBUILD_LOG) 2>&1 &
+	nice -n 19 ./k8s/testenv/build.sh </dev/null >$(TESTENV_PREBUILD_LOG) 2>&1 &
+	nice -n 19 ./image/build-uplink.sh </dev/null >$(STATIC_PREBUILD_LOG) 2>&1 &
 	cargo test --workspace --exclude uplink-vm-tests --no-fail-fast -- --test-threads=4
 	$(MAKE) test-netconf
 	$(MAKE) test-kubernetes
