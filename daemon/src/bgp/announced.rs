@@ -55,7 +55,7 @@ pub fn effective_export(
     let mut advertised: Vec<IpNet> = Vec::new();
     let mut with_community: Vec<(policy::Community, Vec<IpNet>)> = Vec::new();
     let mut with_local_pref: Vec<(u32, Vec<IpNet>)> = Vec::new();
-    for (prefix, route) in announced {
+    for (prefix, route) in announced.iter() {
         if route.peers.as_ref().is_some_and(|set| !set.contains(&peer)) {
             continue;
         }
@@ -190,10 +190,13 @@ mod tests {
         assert_eq!(all.to_advertise, AdvertiseFilter::All);
         assert_eq!(all.with_local_pref, base.with_local_pref);
         // Draining (RFC 8326 §4): LOCAL_PREF 0 wins over the configured one.
-        for route in announced.values_mut() {
-            route.graceful_shutdown = true;
-            route.local_pref = Some(0);
+        let mut drained = AnnouncedSet::new();
+        for (prefix, route) in announced.iter() {
+            let route =
+                AnnouncedRoute { graceful_shutdown: true, local_pref: Some(0), ..route.clone() };
+            drained.insert(*prefix, route);
         }
+        let announced = drained;
         let draining = effective_export(&base, &announced, ip("10.0.0.1"));
         assert_eq!(
             draining.with_local_pref,
@@ -207,7 +210,7 @@ mod tests {
     /// The policy as it was made before the prefixes were gathered: one insert per prefix.
     fn one_by_one(base: &ExportPolicy, announced: &AnnouncedSet, peer: IpAddr) -> ExportPolicy {
         let mut out = base.clone();
-        for (prefix, route) in announced {
+        for (prefix, route) in announced.iter() {
             if route.peers.as_ref().is_some_and(|set| !set.contains(&peer)) {
                 continue;
             }
@@ -314,9 +317,9 @@ mod tests {
                 );
             }
             let gone: Vec<IpNet> =
-                before.keys().filter(|p| !after.contains_key(*p)).copied().collect();
+                before.keys().filter(|p| after.get(p).is_none()).copied().collect();
             let new: Vec<IpNet> =
-                after.keys().filter(|p| !before.contains_key(*p)).copied().collect();
+                after.keys().filter(|p| before.get(p).is_none()).copied().collect();
             assert_eq!(gone_and_new(before, after), (gone, new));
         }
     }
