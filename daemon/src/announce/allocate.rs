@@ -161,7 +161,7 @@ impl Assigned {
 }
 
 /// Why a service has no address.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AllocError {
     /// `address_pool` names a pool that does not exist.

@@ -38,7 +38,7 @@ pub struct RouterInput {
 }
 
 /// Which of a router's neighbors get a prefix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PeerSet {
     All,
@@ -201,7 +201,7 @@ impl fmt::Display for Origin {
 }
 
 /// Why a candidate is not announced.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Reason {
     /// Boxed: the allocation's error is twice the size of every other reason, and a reason is
@@ -268,7 +268,7 @@ impl fmt::Display for Reason {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum State {
     Announced { peers: PeerSet },

@@ -22,7 +22,7 @@ use crate::config::announce::{Service, TrafficPolicy};
 /// Health verdicts by (service key, endpoint address). Missing means "not known yet".
 pub type HealthStates = BTreeMap<(String, IpAddr), bool>;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Readiness {
     Ready,

@@ -45,7 +45,7 @@ pub(super) struct Events {
 }
 
 /// One Service's state on this node, as an event says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Told {
     warning: bool,
     reason: &'static str,
@@ -120,7 +120,7 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     tokio::spawn(async move {
         // Each Service's state when its last event was decided (empty at the start: every
         // Service's state is new).
-        let mut before: Map<ServiceKey, State> = Map::default();
+        let mut before: Map<ServiceKey, Decided> = Map::default();
         loop {
             let announcements = changes.borrow_and_update().clone();
             for (key, event) in changed(&mut before, &announcements, &events.node) {
@@ -133,32 +133,59 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
     });
 }
 
+/// What a Service's last event was decided from and what it said, as digests: kept for each
+/// of a cluster's thousands of Services, where a copy of the state was four times the size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Decided {
+    state: u64,
+    told: u64,
+}
+
 /// The API Services whose event differs from the one their state in `before` gave, with the
 /// new one, by key; `before` becomes the states of `now`. Only the Services whose state
-/// changed are put in words and copied: at a cluster's size every change of one Service
-/// recomputes every other's.
+/// changed are put in words: at a cluster's size every change of one Service recomputes
+/// every other's.
 fn changed(
-    before: &mut Map<ServiceKey, State>,
+    before: &mut Map<ServiceKey, Decided>,
     now: &Announcements,
     node: &str,
 ) -> Vec<(String, Told)> {
-    let now = states(now);
+    decide(before, &states(now), node)
+}
+
+/// [`changed`] from each Service's state.
+fn decide(
+    before: &mut Map<ServiceKey, Decided>,
+    now: &Map<&ServiceKey, &State>,
+    node: &str,
+) -> Vec<(String, Told)> {
     let mut out = Vec::new();
-    for (key, state) in &now {
-        let was = before.get(&**key);
-        if was == Some(*state) {
+    for (key, state) in now {
+        let was = before.get(&**key).copied();
+        let state_digest = digest(state);
+        if was.is_some_and(|was| was.state == state_digest) {
             continue;
         }
         let event = told(key, state, node);
-        if !was.is_some_and(|was| told(key, was, node) == event) {
+        let told_digest = digest(&event);
+        if was.is_none_or(|was| was.told != told_digest) {
             out.push((key.to_string(), event));
         }
         // The key is the allocation's (shared), not a copy of its text.
-        before.insert((*key).clone(), (*state).clone());
+        before.insert((*key).clone(), Decided { state: state_digest, told: told_digest });
     }
     before.retain(|key, _| now.contains_key(key));
     out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// foldhash's quality hasher, seeded at random once per run: the same value gives the same
+/// digest all run long, and no Service can be made to collide with another's.
+fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
+    use std::hash::BuildHasher;
+    static STATE: std::sync::LazyLock<foldhash::quality::RandomState> =
+        std::sync::LazyLock::new(Default::default);
+    STATE.hash_one(value)
 }
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -244,5 +271,40 @@ fn told(key: &str, state: &State, node: &str) -> Told {
             reason: "notAnnounced",
             note: format!("not announcing from node {node:?}: {reason}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::announce::compute::PeerSet;
+
+    #[test]
+    fn an_event_goes_out_when_what_it_says_changes() {
+        let (web, api): (ServiceKey, ServiceKey) = ("shop/web".into(), "shop/api".into());
+        let announced = State::Announced { peers: PeerSet::All };
+        let to_some =
+            State::Announced { peers: PeerSet::Only(["10.0.0.1".parse().unwrap()].into()) };
+        let drained = State::Withdrawn { reason: Reason::Drained };
+        let mut before = Map::default();
+        let said = |before: &mut Map<ServiceKey, Decided>, now: &[(&ServiceKey, &State)]| {
+            let now: Map<&ServiceKey, &State> = now.iter().copied().collect();
+            let out = decide(before, &now, "wk1");
+            out.into_iter().map(|(key, told)| format!("{key} {}", told.reason)).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            said(&mut before, &[(&web, &announced), (&api, &drained)]),
+            ["shop/api notAnnounced", "shop/web nodeAssigned"]
+        );
+        // The same states: nothing; another state with the same words: nothing either.
+        assert!(said(&mut before, &[(&web, &announced), (&api, &drained)]).is_empty());
+        assert!(said(&mut before, &[(&web, &to_some), (&api, &drained)]).is_empty());
+        assert_eq!(said(&mut before, &[(&web, &drained)]), ["shop/web notAnnounced"]);
+        // A Service that went and came back is new.
+        assert_eq!(before.len(), 1);
+        assert_eq!(
+            said(&mut before, &[(&web, &drained), (&api, &drained)]),
+            ["shop/api notAnnounced"]
+        );
     }
 }

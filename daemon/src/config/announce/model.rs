@@ -249,7 +249,7 @@ impl fmt::Display for IpFamily {
 }
 
 /// `spec.ipFamilyPolicy`: how many families a service wants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IpFamilyPolicy {
     /// One address.
