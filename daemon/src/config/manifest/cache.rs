@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::context::{digest, Common, Context, Read};
+use super::context::{digest, Common, CommonReads, Context, Read};
 use super::{parse, translate, Facts, Indexes, ManifestDocument};
 use crate::config::announce::{Placed, Service};
 use crate::config::error::ConfigError;
@@ -84,11 +84,10 @@ impl FactChanges {
 const FEW_REMADE: usize = 4;
 
 /// Which kept translations a load asks their questions again.
-#[derive(Default)]
 enum Recheck {
-    /// Every one: the inputs are new (or the first load).
-    #[default]
-    Every,
+    /// Every one: the inputs are new (or the first load). Those that asked a question without
+    /// an argument whose answer `changed` are made again.
+    Every { changed: CommonReads },
     /// Those that read one of these (an endpoint index entry made again); the others get the
     /// same answers as in the last load.
     Reading(HashSet<Read, foldhash::fast::RandomState>),
@@ -96,9 +95,21 @@ enum Recheck {
     None,
 }
 
+impl Default for Recheck {
+    fn default() -> Self {
+        Recheck::Every { changed: CommonReads::ALL }
+    }
+}
+
 impl Recheck {
-    /// Whether a translation that read `reads` gets the same answers from `context`.
-    fn same_answers(&self, reads: &[(Read, u64)], context: &Context<'_>) -> bool {
+    /// Whether a translation that asked `common` and `reads` gets the same answers from
+    /// `context`.
+    fn same_answers(
+        &self,
+        common: CommonReads,
+        reads: &[(Read, u64)],
+        context: &Context<'_>,
+    ) -> bool {
         match self {
             Recheck::None => true,
             Recheck::Reading(changed) => {
@@ -117,7 +128,7 @@ impl Recheck {
                 };
                 !reads.iter().any(|(read, _)| touched(read)) || context.same_answers(reads)
             }
-            Recheck::Every => context.same_answers(reads),
+            Recheck::Every { changed } => !common.meets(*changed) && context.same_answers(reads),
         }
     }
 }
@@ -160,11 +171,20 @@ enum Kept {
 }
 
 impl Kept {
-    fn of(reads: Vec<(Read, u64)>, kept: Translated, errors: Vec<ConfigError>) -> Self {
-        if reads.is_empty() && errors.is_empty() && matches!(kept, Translated::Nothing) {
+    fn of(
+        (common, reads): (CommonReads, Vec<(Read, u64)>),
+        kept: Translated,
+        errors: Vec<ConfigError>,
+    ) -> Self {
+        if common.is_empty()
+            && reads.is_empty()
+            && errors.is_empty()
+            && matches!(kept, Translated::Nothing)
+        {
             return Kept::Nothing;
         }
         Kept::Translation(Box::new(Translation {
+            common,
             reads: reads.into_boxed_slice(),
             kept,
             errors: errors.into_boxed_slice(),
@@ -173,6 +193,9 @@ impl Kept {
 }
 
 struct Translation {
+    /// The questions without an argument it asked (their answers are the load's).
+    common: CommonReads,
+    /// The other questions, each with its answer's digest.
     reads: Box<[(Read, u64)]>,
     kept: Translated,
     errors: Box<[ConfigError]>,
@@ -318,8 +341,14 @@ impl ManifestCache {
     pub(crate) fn check_against(&mut self, context: &Context<'_>) {
         let inputs = (self.indexes_made, context.common());
         let remade = std::mem::take(&mut self.entries_remade);
+        // Every kept translation was checked against the last load's inputs, or made from
+        // them: what it asked without an argument holds where that answer has not changed.
+        let changed = match &self.checked_against {
+            Some((_, before)) => inputs.1.changed_since(before),
+            None => CommonReads::ALL,
+        };
         self.recheck = match self.checked_against == Some(inputs) {
-            false => Recheck::Every,
+            false => Recheck::Every { changed },
             true if remade.is_empty() => Recheck::None,
             true => Recheck::Reading(remade.into_iter().collect()),
         };
@@ -349,7 +378,9 @@ impl ManifestCache {
         for document in source.documents.iter_mut() {
             match &document.translation {
                 Kept::Nothing => continue,
-                Kept::Translation(kept) if recheck.same_answers(&kept.reads, context) => {
+                Kept::Translation(kept)
+                    if recheck.same_answers(kept.common, &kept.reads, context) =>
+                {
                     kept.kept.add_to(out, services);
                     errors.extend(kept.errors.iter().cloned());
                     continue;
@@ -360,7 +391,11 @@ impl ManifestCache {
             // once was most of the first load's memory): parsed again, once per source.
             let again =
                 parsed_again.get_or_insert_with(|| parse(path, &source.text, &mut Vec::new()));
-            let Some(at) = again.iter().position(|d| d.index == document.index) else { continue };
+            let Some(at) = again.iter().position(|d| d.index == document.index) else {
+                // Not in its own text again (cannot happen): nothing kept to trust later.
+                document.translation = Kept::None;
+                continue;
+            };
             let value = again.swap_remove(at).value;
             let doc = ManifestDocument {
                 path: path.clone(),
@@ -438,6 +473,10 @@ mod tests {
         format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop, labels: {{team: {team}}}}}\n"
         )
+    }
+
+    fn classed_service() -> String {
+        format!("{}  loadBalancerClass: uplink\n", service("classed"))
     }
 
     fn node(rack: &str) -> String {
@@ -524,10 +563,25 @@ mod tests {
             ("the node leaves the peer's rack", with(&[("node", Some(node("r2")))])),
             ("a document is broken", with(&[("web", Some("kind: Service\nmetadata: [".into()))])),
             ("back to the start", base()),
+            // The questions without an argument, from the main file: a kept translation
+            // that asked one is made again when its answer changes, and only then.
+            ("the node is another", base()),
+            ("the node is this one again", base()),
+            ("a load balancer class", with(&[("classed", Some(classed_service()))])),
+            ("no class again", with(&[("classed", Some(classed_service()))])),
         ];
+        let main_of = |step: &str| {
+            match step {
+            "the node is another" => MAIN.replace("wk1", "wk2"),
+            "a load balancer class" => format!(
+                "{MAIN}[kubernetes]\nkubeconfig = \"/etc/kubeconfig\"\nload_balancer_class = \"uplink\"\n"
+            ),
+            _ => MAIN.to_string(),
+        }
+        };
         let mut cache = ManifestCache::default();
         for (step, set) in steps {
-            let mut sources = vec![(PathBuf::from("uplink.toml"), MAIN.to_string())];
+            let mut sources = vec![(PathBuf::from("uplink.toml"), main_of(step))];
             sources
                 .extend(set.into_iter().map(|(name, text)| {
                     (PathBuf::from(format!("kubernetes:Object/{name}")), text)

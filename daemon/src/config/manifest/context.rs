@@ -29,21 +29,44 @@ pub(crate) struct Inputs<'a> {
     pub load_balancer_class: Option<&'a str>,
 }
 
-/// One question a translation asked. Kept with every translation (a Service's asks three):
-/// a namespace is one copy shared by every question about it (`config/shared.rs`), and a
-/// name takes its length, not a `String`'s room to grow.
+/// One question with an argument a translation asked, kept with its answer's digest. Kept
+/// with every translation (a Service's asks one, about its endpoints): a namespace is one copy
+/// shared by every question about it (`config/shared.rs`), and a name takes its length, not a
+/// `String`'s room to grow. The questions without one are [`CommonReads`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Read {
-    NodeName,
-    NodeLabels,
     /// The ready endpoints of (namespace, Service).
     Endpoints(Arc<str>, Box<str>),
     NamespaceLabels(Arc<str>),
-    /// Every Namespace and primary network (a namespace selector reads them all).
-    Namespaces,
     /// The key a `passwordSecret` (name, namespace) names, or why there is none.
     Password(Box<str>, Option<Box<str>>),
-    LoadBalancerClass,
+}
+
+/// Which of the questions without an argument a translation asked, as bits. Their answers are
+/// the same for every translation of a load ([`Common`]), so a translation keeps only which it
+/// asked, not a digest of each: a kept translation was checked against (or made from) the last
+/// load's answers, and it still holds where none of those it asked has changed since. Three
+/// questions with their digests were 144 bytes for each of a cluster's Services.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CommonReads(u8);
+
+impl CommonReads {
+    const NODE_NAME: u8 = 1;
+    const NODE_LABELS: u8 = 1 << 1;
+    /// Every Namespace and primary network (a namespace selector reads them all).
+    const NAMESPACES: u8 = 1 << 2;
+    const LOAD_BALANCER_CLASS: u8 = 1 << 3;
+    /// Every question: what a translation kept from no known load must be checked against.
+    pub const ALL: CommonReads = CommonReads(0b1111);
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Whether a question of `self` is among `other`'s.
+    pub fn meets(self, other: CommonReads) -> bool {
+        self.0 & other.0 != 0
+    }
 }
 
 impl Read {
@@ -53,9 +76,10 @@ impl Read {
     }
 }
 
-/// What translating one document read: each question and its answer's digest. `None` when it
-/// read what the record cannot follow (a key file on disk): such a translation is not kept.
-pub(crate) type Reads = Option<Vec<(Read, u64)>>;
+/// What translating one document read: the questions without an argument, and each other
+/// question with its answer's digest. `None` when it read what the record cannot follow (a key
+/// file on disk): such a translation is not kept.
+pub(crate) type Reads = Option<(CommonReads, Vec<(Read, u64)>)>;
 
 /// [`Inputs`] with the record of the document being translated.
 pub(crate) struct Context<'a> {
@@ -63,6 +87,7 @@ pub(crate) struct Context<'a> {
     /// The answers every Service asks for, digested once per load rather than once per
     /// Service checked.
     common: Common,
+    common_reads: Cell<CommonReads>,
     reads: RefCell<Vec<(Read, u64)>>,
     followed: Cell<bool>,
 }
@@ -76,6 +101,22 @@ pub(crate) struct Common {
     load_balancer_class: u64,
 }
 
+impl Common {
+    /// The questions whose answers differ from those of `before`.
+    pub fn changed_since(&self, before: &Common) -> CommonReads {
+        let bit = |changed: bool, question: u8| if changed { question } else { 0 };
+        CommonReads(
+            bit(self.node_name != before.node_name, CommonReads::NODE_NAME)
+                | bit(self.node_labels != before.node_labels, CommonReads::NODE_LABELS)
+                | bit(self.namespaces != before.namespaces, CommonReads::NAMESPACES)
+                | bit(
+                    self.load_balancer_class != before.load_balancer_class,
+                    CommonReads::LOAD_BALANCER_CLASS,
+                ),
+        )
+    }
+}
+
 impl<'a> Context<'a> {
     pub fn new(inputs: Inputs<'a>) -> Self {
         let common = Common {
@@ -84,7 +125,13 @@ impl<'a> Context<'a> {
             namespaces: digest(inputs.namespaces),
             load_balancer_class: digest(&inputs.load_balancer_class),
         };
-        Context { inputs, common, reads: RefCell::new(Vec::new()), followed: Cell::new(true) }
+        Context {
+            inputs,
+            common,
+            common_reads: Cell::default(),
+            reads: RefCell::new(Vec::new()),
+            followed: Cell::new(true),
+        }
     }
 
     /// The digests of the answers that depend on no index: with the indexes, everything an
@@ -98,10 +145,12 @@ impl<'a> Context<'a> {
         let mut reads = std::mem::take(&mut *self.reads.borrow_mut());
         // Kept with the translation until the next load: no room to grow.
         reads.shrink_to_fit();
-        self.followed.replace(true).then_some(reads)
+        let common = self.common_reads.take();
+        self.followed.replace(true).then_some((common, reads))
     }
 
-    /// Whether `reads` get the same answers from these inputs.
+    /// Whether `reads` get the same answers from these inputs (the questions with an
+    /// argument; the others are compared once per load, [`Common::changed_since`]).
     pub fn same_answers(&self, reads: &[(Read, u64)]) -> bool {
         reads.iter().all(|(read, digest)| self.answer(read) == *digest)
     }
@@ -116,13 +165,18 @@ impl<'a> Context<'a> {
         self.reads.borrow_mut().push((read, digest));
     }
 
+    fn note_common(&self, question: u8) {
+        let CommonReads(asked) = self.common_reads.get();
+        self.common_reads.set(CommonReads(asked | question));
+    }
+
     pub fn node_name(&self) -> Option<&'a str> {
-        self.note(Read::NodeName);
+        self.note_common(CommonReads::NODE_NAME);
         self.inputs.node_name
     }
 
     pub fn node_labels(&self) -> &'a Labels {
-        self.note(Read::NodeLabels);
+        self.note_common(CommonReads::NODE_LABELS);
         self.inputs.node_labels
     }
 
@@ -138,7 +192,7 @@ impl<'a> Context<'a> {
     }
 
     pub fn namespaces(&self) -> &'a NamespaceIndex {
-        self.note(Read::Namespaces);
+        self.note_common(CommonReads::NAMESPACES);
         self.inputs.namespaces
     }
 
@@ -148,7 +202,7 @@ impl<'a> Context<'a> {
     }
 
     pub fn load_balancer_class(&self) -> Option<&'a str> {
-        self.note(Read::LoadBalancerClass);
+        self.note_common(CommonReads::LOAD_BALANCER_CLASS);
         self.inputs.load_balancer_class
     }
 }
@@ -159,17 +213,13 @@ impl Context<'_> {
     fn answer(&self, read: &Read) -> u64 {
         let inputs = &self.inputs;
         match read {
-            Read::NodeName => self.common.node_name,
-            Read::NodeLabels => self.common.node_labels,
             Read::Endpoints(namespace, service) => {
                 digest(inputs.endpoints.endpoints(namespace, service))
             }
             Read::NamespaceLabels(namespace) => digest(&inputs.namespaces.labels(namespace)),
-            Read::Namespaces => self.common.namespaces,
             Read::Password(name, namespace) => {
                 digest(&inputs.secrets.password(name, namespace.as_deref()))
             }
-            Read::LoadBalancerClass => self.common.load_balancer_class,
         }
     }
 }
