@@ -30,6 +30,7 @@ use crate::announce::allocate::ServiceKey;
 use crate::announce::compute::{in_bgp, Announcements, Origin, Reason, State};
 use crate::announce::l2::in_layer2;
 use crate::announce::runtime::AnnouncerHandle;
+use crate::digest::digest;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The reporting controller of every event (`reportingController` must be a qualified name).
@@ -177,15 +178,6 @@ fn decide(
     before.retain(|key, _| now.contains_key(key));
     out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     out
-}
-
-/// foldhash's quality hasher, seeded at random once per run: the same value gives the same
-/// digest all run long, and no Service can be made to collide with another's.
-fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
-    use std::hash::BuildHasher;
-    static STATE: std::sync::LazyLock<foldhash::quality::RandomState> =
-        std::sync::LazyLock::new(Default::default);
-    STATE.hash_one(value)
 }
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;

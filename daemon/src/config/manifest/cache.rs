@@ -18,12 +18,13 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::context::{digest, Common, CommonReads, Context, Read};
+use super::context::{Common, CommonReads, Context, Read};
 use super::{parse, translate, Facts, Indexes, ManifestDocument};
 use crate::config::announce::{Placed, Service};
 use crate::config::error::ConfigError;
 use crate::config::validate::Fragment;
 use crate::config::{is_api_source, Source};
+use crate::digest::digest;
 
 /// The manifests of the last load, in its order.
 #[derive(Default)]
@@ -510,7 +511,7 @@ mod tests {
             }
             set
         };
-        let steps: Vec<(&str, Vec<(String, String)>)> = vec![
+        let object_steps: Vec<(&str, Vec<(String, String)>)> = vec![
             ("first load", base()),
             ("unchanged", base()),
             (
@@ -563,25 +564,26 @@ mod tests {
             ("the node leaves the peer's rack", with(&[("node", Some(node("r2")))])),
             ("a document is broken", with(&[("web", Some("kind: Service\nmetadata: [".into()))])),
             ("back to the start", base()),
-            // The questions without an argument, from the main file: a kept translation
-            // that asked one is made again when its answer changes, and only then.
-            ("the node is another", base()),
-            ("the node is this one again", base()),
-            ("a load balancer class", with(&[("classed", Some(classed_service()))])),
-            ("no class again", with(&[("classed", Some(classed_service()))])),
         ];
-        let main_of = |step: &str| {
-            match step {
-            "the node is another" => MAIN.replace("wk1", "wk2"),
-            "a load balancer class" => format!(
-                "{MAIN}[kubernetes]\nkubeconfig = \"/etc/kubeconfig\"\nload_balancer_class = \"uplink\"\n"
-            ),
-            _ => MAIN.to_string(),
-        }
-        };
+        // Each step: its name, the main file, the objects. The steps above keep the main file.
+        type Objects = Vec<(String, String)>;
+        let mut steps: Vec<(&str, String, Objects)> =
+            object_steps.into_iter().map(|(step, set)| (step, MAIN.to_string(), set)).collect();
+        // The questions without an argument, from the main file: a kept translation that
+        // asked one is made again when its answer changes, and only then.
+        let classed_main = format!(
+            "{MAIN}[kubernetes]\nkubeconfig = \"/etc/kubeconfig\"\nload_balancer_class = \"uplink\"\n"
+        );
+        let classed = || with(&[("classed", Some(classed_service()))]);
+        steps.extend([
+            ("the node is another", MAIN.replace("wk1", "wk2"), base()),
+            ("the node is this one again", MAIN.to_string(), base()),
+            ("a load balancer class", classed_main, classed()),
+            ("no class again", MAIN.to_string(), classed()),
+        ]);
         let mut cache = ManifestCache::default();
-        for (step, set) in steps {
-            let mut sources = vec![(PathBuf::from("uplink.toml"), main_of(step))];
+        for (step, main, set) in steps {
+            let mut sources = vec![(PathBuf::from("uplink.toml"), main)];
             sources
                 .extend(set.into_iter().map(|(name, text)| {
                     (PathBuf::from(format!("kubernetes:Object/{name}")), text)

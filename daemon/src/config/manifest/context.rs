@@ -7,11 +7,12 @@
 //! The fields are private so no read can bypass the record.
 
 use std::cell::{Cell, RefCell};
-use std::hash::{BuildHasher, Hash};
-use std::sync::{Arc, LazyLock};
+use std::hash::Hash;
+use std::sync::Arc;
 
 use super::{EndpointIndex, NamespaceIndex, SecretIndex};
 use crate::config::announce::{Endpoints, Labels};
+use crate::digest::digest;
 
 /// The rest of the config, as a translation may read it.
 pub(crate) struct Inputs<'a> {
@@ -222,13 +223,4 @@ impl Context<'_> {
             }
         }
     }
-}
-
-/// foldhash's quality hasher, seeded at random once per run: the same answer (or text) gives
-/// the same digest in every load of a run, and no object can be written to collide with
-/// another's digest. Thousands of answers are digested at each reload: SipHash was a tenth of
-/// the config load's time at 5,000 Services.
-pub(super) fn digest<T: Hash + ?Sized>(value: &T) -> u64 {
-    static STATE: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
-    STATE.hash_one(value)
 }
