@@ -248,6 +248,8 @@ ip_families = ["IPv4"]
 [[services]]
 name = "plain"
 load_balancer_ip = "192.0.2.6"
+held_ips = ["192.0.2.6"]
+ip_families = ["ipv4"]
 "#;
     let config = load_str("f.toml", text).unwrap_or_else(|e| panic!("{e}"));
     let s = &config.announce.services;
@@ -262,6 +264,13 @@ load_balancer_ip = "192.0.2.6"
     );
     assert_eq!(s[2].ip_family_policy, IpFamilyPolicy::SingleStack);
     assert_eq!(s[2].load_balancer_ips.to_vec(), vec!["192.0.2.6".parse::<IpAddr>().unwrap()]);
+    assert_eq!(s[2].held_ips, s[2].load_balancer_ips);
+    // One address and one family are kept inline, not on the heap: a cluster's Services are
+    // nearly all single stack, and a list collected first kept room for four on the heap.
+    let inline = |s: &std::sync::Arc<Service>| {
+        !s.load_balancer_ips.spilled() && !s.held_ips.spilled() && !s.ip_families.spilled()
+    };
+    assert!(s[1..].iter().all(inline), "{s:?}");
     let json = serde_json::to_value(&config).unwrap();
     assert_eq!(json["announce"]["services"][0]["ip_family_policy"], "require-dual-stack");
     assert_eq!(json["announce"]["services"][0]["ip_families"][0], "ipv6");

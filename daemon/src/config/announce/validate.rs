@@ -379,7 +379,7 @@ fn service(
     };
     let families = ip_families(check, raw, field);
     let load_balancer_ips = load_balancer_ips(check, raw, field, &families)?;
-    let held_ips = ip_list(check, &raw.held_ips, &format!("{field}.held_ips"));
+    let held_ips: Addresses = ip_list(check, &raw.held_ips, &format!("{field}.held_ips"));
     let traffic_policy = match raw.traffic_policy.as_ref().map(|t| (t, t.get_ref().as_str())) {
         None | Some((_, "cluster" | "Cluster")) => TrafficPolicy::Cluster,
         Some((_, "local" | "Local")) => TrafficPolicy::Local,
@@ -416,10 +416,10 @@ fn service(
         labels: raw.labels.clone(),
         namespace_labels: crate::config::shared::labels(&raw.namespace_labels),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
-        load_balancer_ips: load_balancer_ips.into(),
-        held_ips: held_ips.into(),
+        load_balancer_ips,
+        held_ips,
         ip_family_policy: families.policy,
-        ip_families: families.families.into(),
+        ip_families: families.families,
         traffic_policy,
         endpoints: endpoints.into(),
         announce_without_endpoints: raw
@@ -431,8 +431,14 @@ fn service(
     })
 }
 
-/// A list of addresses, each checked (`field[i]` named in an error); the valid ones.
-fn ip_list(check: &mut Checker<'_, '_>, list: &[S<String>], field: &str) -> Vec<IpAddr> {
+/// A list of addresses, each checked (`field[i]` named in an error); the valid ones. Collected
+/// into what keeps them: a `Vec` collected first and turned into a Service's inline
+/// [`Addresses`] stayed on the heap, with room for four (80 bytes per Service).
+fn ip_list<C: FromIterator<IpAddr>>(
+    check: &mut Checker<'_, '_>,
+    list: &[S<String>],
+    field: &str,
+) -> C {
     list.iter()
         .enumerate()
         .filter_map(|(i, address)| check.ip(address, &format!("{field}[{i}]")))
@@ -442,7 +448,8 @@ fn ip_list(check: &mut Checker<'_, '_>, list: &[S<String>], field: &str) -> Vec<
 /// A service's `ip_family_policy` and `ip_families`, validated together.
 struct Families {
     policy: IpFamilyPolicy,
-    families: Vec<IpFamily>,
+    /// Inline, as the Service keeps them: at most two, once each.
+    families: IpFamilies,
 }
 
 fn ip_families(check: &mut Checker<'_, '_>, raw: &RawService, field: &str) -> Families {
@@ -460,7 +467,7 @@ fn ip_families(check: &mut Checker<'_, '_>, raw: &RawService, field: &str) -> Fa
             IpFamilyPolicy::SingleStack
         }
     };
-    let mut families = Vec::new();
+    let mut families = IpFamilies::new();
     if let Some(list) = &raw.ip_families {
         for (index, text) in list.get_ref().iter().enumerate() {
             let name = format!("{field}.ip_families[{index}]");
@@ -500,7 +507,7 @@ fn load_balancer_ips(
     raw: &RawService,
     field: &str,
     families: &Families,
-) -> Option<Vec<IpAddr>> {
+) -> Option<Addresses> {
     let (list, name): (Vec<(&S<String>, String)>, String) =
         match (&raw.load_balancer_ip, &raw.load_balancer_ips) {
             (Some(one), Some(many)) => {
@@ -526,10 +533,11 @@ fn load_balancer_ips(
                     .collect(),
                 format!("{field}.load_balancer_ips"),
             ),
-            (None, None) => return Some(Vec::new()),
+            (None, None) => return Some(Addresses::new()),
         };
     let mut ok = true;
-    let mut addresses: Vec<IpAddr> = Vec::new();
+    // Inline in the Service (see `ip_list`).
+    let mut addresses = Addresses::new();
     for (value, name) in &list {
         let Some(address) = check.ip(value, name) else {
             ok = false;
@@ -789,7 +797,7 @@ fn network(check: &mut Checker<'_, '_>, raw: &RawNetwork, field: &str) -> Option
     };
     let subnets = cidrs(&raw.subnet, "subnet");
     let host_subnets = cidrs(&raw.host_subnet, "host_subnet");
-    let egress_ips = ip_list(check, &raw.egress_ips, &format!("{field}.egress_ips"));
+    let egress_ips: Vec<IpAddr> = ip_list(check, &raw.egress_ips, &format!("{field}.egress_ips"));
     Some(NetworkFragment {
         name,
         labels: raw.labels.clone(),
