@@ -367,6 +367,31 @@ fn network_policies_from_the_api(lab: &Lab, plane: &ControlPlane, uplink: &Uplin
         other => Err(format!("{other:?}")),
     });
 
+    // A change of the API's objects that leaves the network's config as it was (a new Service)
+    // reloads without reading the node's network again for every policy (docs/network.md).
+    let log = lab.path("wk1.log");
+    let count =
+        |what: &str| std::fs::read_to_string(&log).unwrap_or_default().matches(what).count();
+    let looked = "network: applying the selected policies";
+    let (reloads, looks) = (count("reload: applied"), count(looked));
+    assert!(looks > 0, "the policy was applied by a reload that looked: {}", lab.dump_logs());
+    plane.apply(lab, &service("untouched", "Cluster"));
+    wait_for("the reload of a new Service", UP, || {
+        let now = count("reload: applied");
+        (now > reloads).then_some(()).ok_or(format!("{now} reloads applied"))
+    });
+    assert_eq!(count(looked), looks, "{}", lab.dump_logs());
+    // An operator's reload looks, and finds the policy in place (nmstate's kernel mode reports
+    // no `dhcp: false`, which read as drift): it is not applied again.
+    let (applied, in_place) = ("network: applying policy", "network: policy already in place");
+    let (applies, found) = (count(applied), count(in_place));
+    uplink.cli(&["reload"]).unwrap_or_else(|e| panic!("uplink reload: {e}"));
+    wait_for("the operator's reload looks at the policy", UP, || {
+        let now = count(in_place);
+        (now > found).then_some(()).ok_or(format!("{now} found in place; {}", lab.dump_logs()))
+    });
+    assert_eq!(count(applied), applies, "{}", lab.dump_logs());
+
     // A deleted policy's enactment goes (before the next policy: one interface may be in one
     // selected policy only).
     plane.kubectl(&["delete", "nncp", "second-address"]);

@@ -282,8 +282,8 @@ async fn apply_one(
                 info!(policy = %policy.name, "network: policy already in place");
                 return (enactment, Attempt::Untouched);
             }
-            Ok(_) => {
-                info!(policy = %policy.name, "network: the node drifted from an Available policy; applying it again")
+            Ok(drift) => {
+                info!(policy = %policy.name, %drift, "network: the node drifted from an Available policy; applying it again")
             }
             Err(error) => {
                 warn!(policy = %policy.name, %error, "network: cannot compare with the current state; applying")

@@ -119,10 +119,18 @@ pub fn vrf_of(state: &Value, interface: &str) -> Option<String> {
 /// profiles), even when the kernel already has it. This keeps a diff's `routes` only when a
 /// desired route is missing from `routes.running` (or an absent one is still there), and drops
 /// what is left empty; `Null` means no change.
+///
+/// An interface's `dhcp: false` or `autoconf: false` that the current state does not report is
+/// no change either: nmstate's kernel mode runs no DHCP client and reports neither, so its
+/// diff listed them after every apply, and every reload applied the policy again (with its
+/// probes).
 pub fn effective_change(mut diff: Value, desired: &Value, current: &Value) -> Value {
     if let Value::Object(map) = &mut diff {
         if routes_in_place(desired, current) {
             map.remove("routes");
+        }
+        if let Some(Value::Array(changed)) = map.get_mut("interfaces") {
+            changed.retain_mut(|interface| !unreported_switches_alone(interface, current));
         }
         map.retain(|_, v| !matches!(v, Value::Null) && v.as_array().is_none_or(|a| !a.is_empty()));
         if map.is_empty() {
@@ -130,6 +138,36 @@ pub fn effective_change(mut diff: Value, desired: &Value, current: &Value) -> Va
         }
     }
     diff
+}
+
+/// Drops from one interface of a diff the `dhcp` and `autoconf` switched off that `current`'s
+/// interface of that name does not report; whether what is left is the interface as it runs:
+/// its name, its type (which every entry of nmstate's diff names, as desired: `ethernet` for
+/// what the kernel reports as a `veth`) and the state it has.
+fn unreported_switches_alone(interface: &mut Value, current: &Value) -> bool {
+    let name = interface.get("name").and_then(Value::as_str);
+    let Some(running) = interfaces(current)
+        .find(|i| name.is_some() && i.get("name").and_then(Value::as_str) == name)
+    else {
+        return false;
+    };
+    let Value::Object(fields) = interface else { return false };
+    for family in ["ipv4", "ipv6"] {
+        let Some(Value::Object(settings)) = fields.get_mut(family) else { continue };
+        let reported = running.get(family);
+        settings.retain(|key, value| {
+            let switch = matches!(key.as_str(), "dhcp" | "autoconf");
+            !(switch && *value == Value::Bool(false) && reported.and_then(|r| r.get(key)).is_none())
+        });
+        if settings.is_empty() {
+            fields.remove(family);
+        }
+    }
+    fields.iter().all(|(key, value)| match key.as_str() {
+        "name" | "type" => true,
+        "state" => running.get(key).is_none_or(|have| have == value),
+        _ => false,
+    })
 }
 
 /// Whether every desired route is running and no `state: absent` one is.
@@ -228,6 +266,43 @@ mod tests {
         assert!(routes_in_place(&absent, &elsewhere));
         let changed = json!({"interfaces": [{"name": "br-up", "mtu": 9000}]});
         assert_eq!(effective_change(changed.clone(), &desired, &current), changed);
+    }
+
+    /// nmstate's kernel mode reports no `dhcp` or `autoconf`: a desired `false` it then lists
+    /// in every diff is no change; a `true`, another setting, or another state is one.
+    #[test]
+    fn switches_off_that_the_kernel_does_not_report_are_no_change() {
+        // A veth, as the kernel reports the lab's links; desired as `ethernet`.
+        let current = json!({"interfaces": [{"name": "eth1", "type": "veth", "state": "up",
+            "ipv4": {"enabled": true, "address": [{"ip": "10.99.1.2", "prefix-length": 24}]},
+            "ipv6": {"enabled": true}}]});
+        let desired = json!({});
+        let off = json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "up",
+            "ipv4": {"dhcp": false}, "ipv6": {"dhcp": false, "autoconf": false}}]});
+        assert_eq!(effective_change(off, &desired, &current), Value::Null);
+        let on = json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "up",
+            "ipv4": {"dhcp": true}}]});
+        assert_eq!(effective_change(on.clone(), &desired, &current), on);
+        let and_more = json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "up",
+            "ipv4": {"dhcp": false, "address": [{"ip": "10.99.1.3", "prefix-length": 24}]}}]});
+        let left = json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "up",
+            "ipv4": {"address": [{"ip": "10.99.1.3", "prefix-length": 24}]}}]});
+        assert_eq!(effective_change(and_more, &desired, &current), left);
+        let down = json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "down",
+            "ipv4": {"dhcp": false}}]});
+        let down_left =
+            json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "down"}]});
+        assert_eq!(effective_change(down, &desired, &current), down_left);
+        // Reported (NetworkManager's mode): a difference there is one.
+        let reported = json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "up",
+            "ipv4": {"enabled": true, "dhcp": true}}]});
+        let off_again = json!({"interfaces": [{"name": "eth1", "type": "ethernet", "state": "up",
+            "ipv4": {"dhcp": false}}]});
+        assert_eq!(effective_change(off_again.clone(), &desired, &reported), off_again);
+        // An interface that is not there is a change whatever it says.
+        let missing = json!({"interfaces": [{"name": "eth9", "type": "ethernet", "state": "up",
+            "ipv4": {"dhcp": false}}]});
+        assert_eq!(effective_change(missing.clone(), &desired, &current), missing);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Reload: re-read the config and apply the difference, touching only what changed. It runs on
-//! SIGHUP and on `uplink reload` (a control request that waits for the [`ReloadOutcome`]),
-//! one reload at a time.
+//! SIGHUP, on `uplink reload` (a control request that waits for the [`ReloadOutcome`]) and on
+//! every change of the objects read from the Kubernetes API, one reload at a time.
 //!
 //! The start is a reload too, from a config with no routers and no policies
 //! ([`Reloader::start`]): one path starts every router, at start, on a reload and when a VRF
@@ -12,7 +12,8 @@
 //!    new routers whose VRF device exists are bound, new TCP-MD5 keys are installed, a new
 //!    `[metrics] listen` address is bound (`metrics`);
 //! 2. the node's network policies are applied (`netconf::gate`, docs/network.md); a policy
-//!    that fails (and is rolled back by its checkpoint) refuses the reload;
+//!    that fails (and is rolled back by its checkpoint) refuses the reload. A change of the
+//!    API's objects that leaves the network's config as it runs skips this step;
 //! 3. the new routers whose VRF device the policies just made are checked and bound; a new
 //!    router whose VRF device is still missing waits for it (it starts when it appears).
 //!
@@ -43,7 +44,7 @@ use crate::announce::runtime::AnnouncerHandle;
 use crate::bgp::instance::{Instance, Prepared, ReloadReport};
 use crate::config::{self, vrf_display_name, ConfigError, Router};
 use crate::fib::{Fib, FibInstanceConfig};
-use crate::netconf::gate::{NetworkGate, PolicyOutcome, APPLY_WAIT};
+use crate::netconf::gate::{NetworkGate, PolicyOutcome, PolicyReport, APPLY_WAIT};
 use plan::{NodeView, RouterStep};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -320,11 +321,13 @@ impl Reloader {
         let mut api = self.api.as_ref().map(|api| api.objects.clone());
         tokio::spawn(async move {
             loop {
-                let reply = tokio::select! {
-                    Some(Ok(())) = async { Some(api.as_mut()?.changed().await) } => None,
-                    Some(()) = async { hup.as_mut()?.recv().await } => None,
+                let (reply, trigger) = tokio::select! {
+                    Some(Ok(())) = async { Some(api.as_mut()?.changed().await) } => {
+                        (None, Trigger::ApiObjects)
+                    }
+                    Some(()) = async { hup.as_mut()?.recv().await } => (None, Trigger::Operator),
                     request = inbox.recv() => match request {
-                        Some(reply) => Some(reply),
+                        Some(reply) => (Some(reply), Trigger::Operator),
                         None => return,
                     },
                     Ok(()) = links.changed() => {
@@ -332,7 +335,7 @@ impl Reloader {
                         continue;
                     }
                 };
-                let outcome = self.reload().await;
+                let outcome = self.reload(trigger).await;
                 outcome.log();
                 self.stats.record(outcome.applied);
                 if let Some(reply) = reply {
@@ -343,7 +346,7 @@ impl Reloader {
         ReloadHandle { requests }
     }
 
-    async fn reload(&self) -> ReloadOutcome {
+    async fn reload(&self, trigger: Trigger) -> ReloadOutcome {
         let (loaded, refused) = match &self.api {
             Some(api) => {
                 let objects = api.objects.borrow().clone();
@@ -354,7 +357,7 @@ impl Reloader {
             None => (config::load(&self.config_path), Vec::new()),
         };
         let mut outcome = match loaded {
-            Ok(config) => self.change_to(config, Occasion::Reload).await,
+            Ok(config) => self.change_to(config, Occasion::Reload(trigger)).await,
             Err(errors) => {
                 let mut outcome = ReloadOutcome::new(self.config_path.clone());
                 outcome.config_errors = errors.0;
@@ -430,12 +433,21 @@ impl Reloader {
             Ok(prepared) => prepared,
             Err(e) => return self.refused(outcome, &old, &running_vrfs, e),
         };
-        // 2. The node's network (docs/network.md).
+        // 2. The node's network (docs/network.md). A change of the API's objects that leaves
+        //    the network's config as it runs (a Service, an EndpointSlice: nearly every event)
+        //    leaves the policies be: checking them for drift reads the node's whole state
+        //    through nmstate once per policy and writes the enactments file, at every event.
+        //    A start, an operator's reload and `uplink apply network` still check.
         let wait = match occasion {
             Occasion::Start => Some(APPLY_WAIT),
-            Occasion::Reload => None,
+            Occasion::Reload(_) => None,
         };
-        let policies = self.network.apply_policies(&config, wait).await;
+        let network_untouched = matches!(occasion, Occasion::Reload(Trigger::ApiObjects))
+            && config.network == old.network;
+        let policies = match network_untouched {
+            true => PolicyReport::default(),
+            false => self.network.apply_policies(&config, wait).await,
+        };
         outcome.network = policies.policies.clone();
         // A policy in a file that fails refuses the reload, as any mistake in the files does;
         // one from the API is only Failing (its enactment says so) and the other objects of
@@ -445,7 +457,7 @@ impl Reloader {
         let failed_in_files: Vec<String> =
             policies.failed.iter().filter(|name| !from_api(name)).cloned().collect();
         let refused = match (&occasion, failed_in_files.as_slice()) {
-            (Occasion::Reload, [_, ..]) => Some(format!(
+            (Occasion::Reload(_), [_, ..]) => Some(format!(
                 "network policy {} failed and was rolled back ({})",
                 failed_in_files.join(", "),
                 failure_messages(&outcome.network, &failed_in_files)
@@ -462,7 +474,7 @@ impl Reloader {
             // A refused reload leaves the network as it was. A start that fails stops the
             // daemon: what the policies made stays for the next start.
             let applied = match occasion {
-                Occasion::Reload => policies.applied,
+                Occasion::Reload(_) => policies.applied,
                 Occasion::Start => Vec::new(),
             };
             let not_undone = self.network.undo(&config, applied, &reason).await;
@@ -842,8 +854,17 @@ impl Reloader {
 enum Occasion {
     /// The daemon's start: policies that fail do not keep the routers from starting.
     Start,
-    /// `uplink reload`, SIGHUP: applied whole or not at all.
-    Reload,
+    /// Applied whole or not at all.
+    Reload(Trigger),
+}
+
+/// What asked for a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// `uplink reload`, SIGHUP.
+    Operator,
+    /// A change of the objects read from the Kubernetes API.
+    ApiObjects,
 }
 
 /// A new router's preparation: what it relies on checked (router id, OPENs, BFD profiles),
