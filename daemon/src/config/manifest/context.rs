@@ -36,8 +36,9 @@ pub(crate) struct Inputs<'a> {
 /// `String`'s room to grow. The questions without one are [`CommonReads`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Read {
-    /// The ready endpoints of (namespace, Service).
-    Endpoints(Arc<str>, Box<str>),
+    /// The ready endpoints of (namespace, Service). The name is the endpoint index's copy
+    /// when it has one ([`Context::endpoints`]).
+    Endpoints(Arc<str>, Arc<str>),
     NamespaceLabels(Arc<str>),
     /// The key a `passwordSecret` (name, namespace) names, or why there is none.
     Password(Box<str>, Option<Box<str>>),
@@ -183,8 +184,10 @@ impl<'a> Context<'a> {
 
     /// The ready endpoints of (namespace, Service), when it has any.
     pub fn endpoints(&self, namespace: &str, service: &str) -> Option<&'a Endpoints> {
-        self.note(Read::endpoints(namespace, service));
-        self.inputs.endpoints.shared(namespace, service)
+        let index = self.inputs.endpoints;
+        let name = index.name(namespace, service).cloned().unwrap_or_else(|| service.into());
+        self.note(Read::Endpoints(crate::config::shared::name(namespace), name));
+        index.shared(namespace, service)
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Option<&'a Labels> {

@@ -51,26 +51,52 @@ const IGNORED_SPEC_FIELDS: [&str; 14] = [
 /// nested, so the Services' lookups (one per Service and reload) make no key. A Service with
 /// one slice (nearly all) shares that slice's list, and its Service shares it too (see
 /// [`share_endpoints`]): one copy of the endpoints where there were three.
+/// The ready endpoints of each Service, by namespace and name. A Service's name is its
+/// slice's copy, which the translation's question about its endpoints shares too
+/// ([`EndpointIndex::name`]): one copy of the name where there were three per Service.
 #[derive(Debug, Default)]
-pub(crate) struct EndpointIndex(BTreeMap<String, BTreeMap<String, Endpoints>>);
+pub(crate) struct EndpointIndex(BTreeMap<String, BTreeMap<Arc<str>, Endpoints>>);
 
 impl EndpointIndex {
     /// Collects the slices read from the documents (see [`super::Facts`]); malformed ones were
     /// left out there and are reported where their document is translated.
     pub fn of<'a>(slices: impl Iterator<Item = &'a Slice>) -> Self {
-        let mut gathered: BTreeMap<(&str, &str), Vec<&Endpoints>> = BTreeMap::new();
+        let mut gathered: BTreeMap<(&str, &str), Gathered<'_>> = BTreeMap::new();
         for slice in slices {
-            gathered.entry(slice.service()).or_default().push(&slice.endpoints);
+            gathered.entry(slice.service()).or_default().add(slice);
         }
         let mut index = Self::default();
-        for ((namespace, service), parts) in gathered {
-            if let Some(endpoints) = combined(&parts) {
-                change_entry(&mut index.0, namespace, |services| {
-                    change_entry(services, service, |entry| *entry = endpoints)
-                });
-            }
+        for ((namespace, _), gathered) in gathered {
+            index.update(namespace, gathered);
         }
         index
+    }
+
+    /// Sets the entry of (namespace, its name) to what `gathered` found, if it found any.
+    fn update(&mut self, namespace: &str, gathered: Gathered<'_>) {
+        if let (Some(name), Some(endpoints)) = (gathered.name, combined(&gathered.parts)) {
+            self.set(namespace, name, endpoints);
+        }
+    }
+
+    /// Sets the entry of (namespace, `name`); a new entry keeps `name` itself.
+    fn set(&mut self, namespace: &str, name: &Arc<str>, endpoints: Endpoints) {
+        let services = match self.0.get_mut(namespace) {
+            Some(services) => services,
+            None => self.0.entry(namespace.to_string()).or_default(),
+        };
+        match services.get_mut(&**name) {
+            Some(entry) => *entry = endpoints,
+            None => {
+                services.insert(Arc::clone(name), endpoints);
+            }
+        }
+    }
+
+    /// The index's copy of a Service's name, when it has an entry.
+    pub(super) fn name(&self, namespace: &str, service: &str) -> Option<&Arc<str>> {
+        let services = self.0.get(namespace)?;
+        services.get_key_value(service).map(|(name, _)| name)
     }
 
     pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[Endpoint] {
@@ -90,8 +116,8 @@ impl EndpointIndex {
         touched: &HashSet<(String, String), foldhash::fast::RandomState>,
         slices: impl Iterator<Item = &'a Slice>,
     ) -> Vec<(String, String)> {
-        let mut gathered: Vec<((&str, &str), Vec<&Endpoints>)> =
-            touched.iter().map(|(n, s)| ((n.as_str(), s.as_str()), Vec::new())).collect();
+        let mut gathered: Vec<((&str, &str), Gathered<'_>)> =
+            touched.iter().map(|(n, s)| ((n.as_str(), s.as_str()), Gathered::default())).collect();
         // Every slice of the load is looked up: with the one or two Services an event touches,
         // compared with them rather than hashed (1.5% of the daemon's work over the
         // benchmark's events at 10,000 slices).
@@ -104,13 +130,13 @@ impl EndpointIndex {
                 Some(places) => places.get(&service).copied(),
                 None => gathered.iter().position(|(key, _)| *key == service),
             };
-            if let Some((_, parts)) = place.and_then(|at| gathered.get_mut(at)) {
-                parts.push(&slice.endpoints);
+            if let Some((_, found)) = place.and_then(|at| gathered.get_mut(at)) {
+                found.add(slice);
             }
         }
         let mut changed = Vec::new();
-        for ((namespace, service), parts) in gathered {
-            let endpoints = combined(&parts);
+        for ((namespace, service), found) in gathered {
+            let endpoints = combined(&found.parts);
             if self.endpoints(namespace, service) == endpoints.as_deref().unwrap_or_default() {
                 continue;
             }
@@ -124,12 +150,30 @@ impl EndpointIndex {
                         }
                     }
                 }
-                Some(endpoints) => change_entry(&mut self.0, namespace, |services| {
-                    change_entry(services, service, |entry| *entry = endpoints)
-                }),
+                // A Service with endpoints has a slice, which names it.
+                Some(endpoints) => {
+                    if let Some(name) = found.name {
+                        self.set(namespace, name, endpoints);
+                    }
+                }
             }
         }
         changed
+    }
+}
+
+/// One Service's slices, as an index gathers them: their endpoints, and the name of the
+/// first (each slice names its Service).
+#[derive(Default)]
+struct Gathered<'a> {
+    name: Option<&'a Arc<str>>,
+    parts: Vec<&'a Endpoints>,
+}
+
+impl<'a> Gathered<'a> {
+    fn add(&mut self, slice: &'a Slice) {
+        self.name.get_or_insert(&slice.service);
+        self.parts.push(&slice.endpoints);
     }
 }
 
@@ -166,26 +210,14 @@ fn share_endpoints(fragment: &mut Fragment, shared: &Endpoints) {
 /// Up to this many Services touched, [`EndpointIndex::remake`] finds a slice's by comparing.
 const FEW_TOUCHED: usize = 4;
 
-/// Changes the value of `name` in `map`, made (default) if missing; the name is copied only
-/// then.
-fn change_entry<V: Default>(
-    map: &mut BTreeMap<String, V>,
-    name: &str,
-    change: impl FnOnce(&mut V),
-) {
-    match map.get_mut(name) {
-        Some(value) => change(value),
-        None => change(map.entry(name.to_string()).or_default()),
-    }
-}
-
 /// One EndpointSlice's ready endpoints.
 #[derive(Debug)]
 pub(crate) struct Slice {
     /// Shared with the namespace's other objects: a cluster has tens of thousands of slices
     /// and a few namespaces.
     namespace: Arc<str>,
-    service: Box<str>,
+    /// Shared with the index and with the question about the Service's endpoints.
+    service: Arc<str>,
     /// Sorted, without repeats: what the index keeps for a Service with this slice alone.
     endpoints: Endpoints,
 }
@@ -504,6 +536,40 @@ endpoints:
 "#;
 
     const POOL: &str = "[[pools]]\nname = \"vips\"\naddresses = [\"192.0.2.0/28\"]\n";
+
+    /// The index keeps a Service's name as its first slice has it, when the entry is made
+    /// (by `of` or by `remake`), and hands out that one copy.
+    #[test]
+    fn the_index_keeps_its_slices_copy_of_a_name() {
+        let slice = |service: &str, address: &str| {
+            let text = format!("apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {service}-{address}\n  namespace: shop\n  labels: {{kubernetes.io/service-name: {service}}}\naddressType: IPv4\nendpoints:\n- addresses: [{address}]\n  nodeName: wk1\n");
+            let top: Mapping = serde_norway::from_str(&text).unwrap();
+            read_slice(&top).unwrap()
+        };
+        let touched = |service: &str| {
+            let mut set: HashSet<(String, String), foldhash::fast::RandomState> =
+                HashSet::default();
+            set.insert(("shop".to_string(), service.to_string()));
+            set
+        };
+        let (web, web_2, db) =
+            (slice("web", "10.128.1.5"), slice("web", "10.128.2.5"), slice("db", "10.128.3.5"));
+        let mut index = EndpointIndex::of([&web, &web_2, &db].into_iter());
+        assert!(Arc::ptr_eq(index.name("shop", "web").unwrap(), &web.service));
+        assert_eq!(index.endpoints("shop", "web").len(), 2);
+        // db's slice changes: its entry is made again, under the name it had.
+        let db_again = slice("db", "10.128.3.6");
+        let changed = index.remake(&touched("db"), [&web, &web_2, &db_again].into_iter());
+        assert_eq!(changed, [("shop".to_string(), "db".to_string())]);
+        assert!(Arc::ptr_eq(index.name("shop", "db").unwrap(), &db.service));
+        assert_eq!(index.endpoints("shop", "db"), &*db_again.endpoints);
+        // A new Service's entry takes its slice's name; one without a slice has none.
+        let api = slice("api", "10.128.4.5");
+        index.remake(&touched("api"), [&web, &web_2, &db_again, &api].into_iter());
+        assert!(Arc::ptr_eq(index.name("shop", "api").unwrap(), &api.service));
+        index.remake(&touched("api"), [&web, &web_2, &db_again].into_iter());
+        assert_eq!(index.name("shop", "api"), None);
+    }
 
     /// The status's addresses are what the Service holds; a `hostname` entry or an address
     /// that does not parse (another controller's writing, not the user's ask) is passed over
