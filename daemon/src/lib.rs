@@ -9,7 +9,6 @@ pub mod bgp;
 pub mod config;
 pub mod control;
 pub mod daemon;
-pub mod digest;
 pub mod fib;
 // Always: its health record and snapshot are read either way; its client needs the feature.
 pub mod kubernetes;

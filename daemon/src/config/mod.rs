@@ -57,6 +57,7 @@ mod bfd_auth;
 mod check;
 pub mod community;
 mod desired_state;
+pub mod digest;
 pub mod duration;
 mod error;
 mod load;

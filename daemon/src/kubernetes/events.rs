@@ -30,7 +30,7 @@ use crate::announce::allocate::ServiceKey;
 use crate::announce::compute::{in_bgp, Announcements, Origin, Reason, State};
 use crate::announce::l2::in_layer2;
 use crate::announce::runtime::AnnouncerHandle;
-use crate::digest::digest;
+use crate::config::digest::digest;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The reporting controller of every event (`reportingController` must be a qualified name).

@@ -21,10 +21,10 @@ use smallvec::SmallVec;
 use super::context::{Common, CommonReads, Context, Read};
 use super::{parse, translate, Facts, Indexes, ManifestDocument};
 use crate::config::announce::{Placed, Service};
+use crate::config::digest::digest;
 use crate::config::error::ConfigError;
 use crate::config::validate::Fragment;
 use crate::config::{is_api_source, Source};
-use crate::digest::digest;
 
 /// The manifests of the last load, in its order.
 #[derive(Default)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::{EndpointIndex, NamespaceIndex, SecretIndex};
 use crate::config::announce::{Endpoints, Labels};
-use crate::digest::digest;
+use crate::config::digest::digest;
 
 /// The rest of the config, as a translation may read it.
 pub(crate) struct Inputs<'a> {

@@ -1,5 +1,6 @@
 //! One 64-bit digest of a value, for records that keep what they saw as a number rather than
-//! as a copy: a translation's answers (the manifest cache), a Service's last event.
+//! as a copy: a translation's answers (the manifest cache), a Service's last event (the
+//! Kubernetes source's Events). Here, in the lowest layer, for both.
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::LazyLock;
