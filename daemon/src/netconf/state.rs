@@ -145,9 +145,9 @@ pub fn effective_change(mut diff: Value, desired: &Value, current: &Value) -> Va
 /// its name, its type (which every entry of nmstate's diff names, as desired: `ethernet` for
 /// what the kernel reports as a `veth`) and the state it has.
 fn unreported_switches_alone(interface: &mut Value, current: &Value) -> bool {
-    let name = interface.get("name").and_then(Value::as_str);
-    let Some(running) = interfaces(current)
-        .find(|i| name.is_some() && i.get("name").and_then(Value::as_str) == name)
+    let Some(name) = interface.get("name").and_then(Value::as_str) else { return false };
+    let Some(running) =
+        interfaces(current).find(|i| i.get("name").and_then(Value::as_str) == Some(name))
     else {
         return false;
     };

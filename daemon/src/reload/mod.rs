@@ -444,9 +444,10 @@ impl Reloader {
         };
         let network_untouched = matches!(occasion, Occasion::Reload(Trigger::ApiObjects))
             && config.network == old.network;
-        let policies = match network_untouched {
-            true => PolicyReport::default(),
-            false => self.network.apply_policies(&config, wait).await,
+        let policies = if network_untouched {
+            PolicyReport::default()
+        } else {
+            self.network.apply_policies(&config, wait).await
         };
         outcome.network = policies.policies.clone();
         // A policy in a file that fails refuses the reload, as any mistake in the files does;

@@ -184,10 +184,10 @@ impl<'a> Context<'a> {
 
     /// The ready endpoints of (namespace, Service), when it has any.
     pub fn endpoints(&self, namespace: &str, service: &str) -> Option<&'a Endpoints> {
-        let index = self.inputs.endpoints;
-        let name = index.name(namespace, service).cloned().unwrap_or_else(|| service.into());
+        let entry = self.inputs.endpoints.entry(namespace, service);
+        let name = entry.map_or_else(|| service.into(), |(name, _)| Arc::clone(name));
         self.note(Read::Endpoints(crate::config::shared::name(namespace), name));
-        index.shared(namespace, service)
+        entry.map(|(_, endpoints)| endpoints)
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Option<&'a Labels> {

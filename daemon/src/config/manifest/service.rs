@@ -93,19 +93,13 @@ impl EndpointIndex {
         }
     }
 
-    /// The index's copy of a Service's name, when it has an entry.
-    pub(super) fn name(&self, namespace: &str, service: &str) -> Option<&Arc<str>> {
-        let services = self.0.get(namespace)?;
-        services.get_key_value(service).map(|(name, _)| name)
+    /// A Service's entry: the index's copy of its name, to share, and its list.
+    pub(super) fn entry(&self, namespace: &str, service: &str) -> Option<(&Arc<str>, &Endpoints)> {
+        self.0.get(namespace)?.get_key_value(service)
     }
 
     pub(super) fn endpoints(&self, namespace: &str, service: &str) -> &[Endpoint] {
-        self.shared(namespace, service).map_or(&[], |endpoints| endpoints)
-    }
-
-    /// The list itself, to share.
-    pub(super) fn shared(&self, namespace: &str, service: &str) -> Option<&Endpoints> {
-        self.0.get(namespace).and_then(|services| services.get(service))
+        self.entry(namespace, service).map_or(&[], |(_, endpoints)| endpoints)
     }
 
     /// Makes the entries of the `touched` Services (namespace, name) again from `slices`
@@ -555,20 +549,20 @@ endpoints:
         let (web, web_2, db) =
             (slice("web", "10.128.1.5"), slice("web", "10.128.2.5"), slice("db", "10.128.3.5"));
         let mut index = EndpointIndex::of([&web, &web_2, &db].into_iter());
-        assert!(Arc::ptr_eq(index.name("shop", "web").unwrap(), &web.service));
+        assert!(Arc::ptr_eq(index.entry("shop", "web").unwrap().0, &web.service));
         assert_eq!(index.endpoints("shop", "web").len(), 2);
         // db's slice changes: its entry is made again, under the name it had.
         let db_again = slice("db", "10.128.3.6");
         let changed = index.remake(&touched("db"), [&web, &web_2, &db_again].into_iter());
         assert_eq!(changed, [("shop".to_string(), "db".to_string())]);
-        assert!(Arc::ptr_eq(index.name("shop", "db").unwrap(), &db.service));
+        assert!(Arc::ptr_eq(index.entry("shop", "db").unwrap().0, &db.service));
         assert_eq!(index.endpoints("shop", "db"), &*db_again.endpoints);
         // A new Service's entry takes its slice's name; one without a slice has none.
         let api = slice("api", "10.128.4.5");
         index.remake(&touched("api"), [&web, &web_2, &db_again, &api].into_iter());
-        assert!(Arc::ptr_eq(index.name("shop", "api").unwrap(), &api.service));
+        assert!(Arc::ptr_eq(index.entry("shop", "api").unwrap().0, &api.service));
         index.remake(&touched("api"), [&web, &web_2, &db_again].into_iter());
-        assert_eq!(index.name("shop", "api"), None);
+        assert!(index.entry("shop", "api").is_none());
     }
 
     /// The status's addresses are what the Service holds; a `hostname` entry or an address
