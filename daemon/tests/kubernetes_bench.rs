@@ -49,13 +49,24 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// A process's resident memory in KiB: all of it, and its anonymous part (heap, stacks; the rest
+/// is its binary's and libraries' pages).
+#[derive(Clone, Copy)]
+struct Resident {
+    all: u64,
+    anonymous: u64,
+}
+
+fn resident(pid: u32) -> Resident {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Resident { all: field("VmRSS:"), anonymous: field("RssAnon:") }
 }
 
 /// The prefixes FRR receives in UPDATEs, read from tcpdump's output on its link: each with the
@@ -239,7 +250,7 @@ fn kubernetes_at_a_clusters_size() {
             .ok_or_else(|| v.to_string())
     });
     std::thread::sleep(Duration::from_secs(3));
-    let idle_kib = rss_kib(pid);
+    let idle = resident(pid);
 
     // The cluster: Nodes, then the Services and their EndpointSlices.
     let started = Instant::now();
@@ -264,9 +275,9 @@ fn kubernetes_at_a_clusters_size() {
         let n = received(&tor);
         (n >= services as u64).then_some(()).ok_or_else(|| format!("{n} of {services}"))
     });
-    let loaded = started.elapsed();
+    let at_the_tor = started.elapsed();
     std::thread::sleep(Duration::from_secs(5));
-    let loaded_kib = rss_kib(pid);
+    let loaded = resident(pid);
     let snapshot =
         std::fs::metadata(dir.join("state/kubernetes-objects.json")).map(|m| m.len()).unwrap_or(0);
 
@@ -405,10 +416,11 @@ fn kubernetes_at_a_clusters_size() {
     std::thread::sleep(Duration::from_secs(5));
     let (updates_after, up_after) = (updates(&tor), established(&tor));
     // The relist keeps one copy of each object: what it read again replaces what was held.
-    let relisted_kib = rss_kib(pid);
+    let relisted = resident(pid);
 
     let per_service = |kib: u64| kib as f64 * 1024.0 / services.max(1) as f64;
-    let grown_kib = loaded_kib.saturating_sub(idle_kib);
+    let kept = snapshot as f64 / services.max(1) as f64;
+    let beyond = |from: u64, to: u64| per_service(to.saturating_sub(from)) - kept;
     println!(
         "\n== make bench-k8s: {services} Services, {} endpoints, {nodes} Nodes ==",
         services * ENDPOINTS
@@ -420,14 +432,21 @@ fn kubernetes_at_a_clusters_size() {
     println!(
         "objects created in {:.1} s; every Service at the tor {:.1} s after the first request",
         created.as_secs_f64(),
-        loaded.as_secs_f64()
+        at_the_tor.as_secs_f64()
     );
     println!(
-        "memory: idle {idle_kib} KiB, loaded {loaded_kib} KiB: {:.0} bytes per Service; the objects as uplink keeps them {} KiB ({:.0} bytes per Service); beyond them {:.0} bytes per Service (goal < 1024)",
-        per_service(grown_kib),
+        "memory: idle {} KiB, loaded {} KiB: {:.0} bytes per Service; the objects as uplink keeps them {} KiB ({kept:.0} bytes per Service); beyond them {:.0} bytes per Service (goal < 1024)",
+        idle.all,
+        loaded.all,
+        per_service(loaded.all.saturating_sub(idle.all)),
         snapshot / 1024,
-        snapshot as f64 / services.max(1) as f64,
-        per_service(grown_kib).max(0.0) - snapshot as f64 / services.max(1) as f64
+        beyond(idle.all, loaded.all),
+    );
+    println!(
+        "anonymous memory (heap, stacks): idle {} KiB, loaded {} KiB: beyond the objects {:.0} bytes per Service",
+        idle.anonymous,
+        loaded.anonymous,
+        beyond(idle.anonymous, loaded.anonymous),
     );
     // The slowest samples, with their place in the run: a tail that comes back at a period is
     // work on a timer (the snapshot, FRRNodeState), one at the start is the first event.
@@ -474,7 +493,7 @@ fn kubernetes_at_a_clusters_size() {
         up_since,
         up_after
     );
-    println!("memory after the relist: {relisted_kib} KiB (loaded {loaded_kib} KiB before it)");
+    println!("memory after the relist: {} KiB (loaded {} KiB before it)", relisted.all, loaded.all);
     if current.saturating_sub(ready) > Duration::from_secs(2) {
         println!("the relist over its goal; what uplink said meanwhile:");
         for line in log_since(&lab.path("wk1.log"), log_before).lines().take(60) {
