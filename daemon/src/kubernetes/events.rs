@@ -123,8 +123,14 @@ pub(super) fn spawn(events: Arc<Events>, announcer: AnnouncerHandle) {
         // Service's state is new).
         let mut before: Map<ServiceKey, Decided> = Map::default();
         loop {
-            let announcements = changes.borrow_and_update().clone();
-            for (key, event) in changed(&mut before, &announcements, &events.node) {
+            // The announcements are let go before the events are sent: held through thousands
+            // of requests, a cluster's first load kept an old copy of every Service's
+            // announcements and config alive beside the new ones.
+            let to_send = {
+                let announcements = changes.borrow_and_update().clone();
+                changed(&mut before, &announcements, &events.node)
+            };
+            for (key, event) in to_send {
                 events.send(&key, &event).await;
             }
             if !next_change(&mut changes).await {

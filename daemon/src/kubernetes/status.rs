@@ -4,7 +4,7 @@
 //! once agree instead of fighting (the second apply changes nothing).
 
 use std::net::IpAddr;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
@@ -59,11 +59,15 @@ pub(super) fn spawn(
     tokio::spawn(async move {
         let mut failures = LogThrottle::new(LOG_PERIOD);
         let mut retry = RETRY_FIRST;
-        // The allocation last written in full: health and drain changes keep it.
-        let mut written: Option<Arc<Allocation>> = None;
+        // The allocation last written in full (health and drain changes keep it), by
+        // identity: a weak reference keeps its address from being reused, not its entries.
+        let mut written: Option<Weak<Allocation>> = None;
         loop {
             let latest = announcements.borrow_and_update().clone();
-            if written.as_ref().is_some_and(|w| Arc::ptr_eq(w, &latest.allocation)) {
+            if written
+                .as_ref()
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&latest.allocation)))
+            {
                 if !next_change(&mut announcements).await {
                     return;
                 }
@@ -74,6 +78,10 @@ pub(super) fn spawn(
                 let seen = services.lock().unwrap_or_else(PoisonError::into_inner);
                 differing(&latest, &seen)
             };
+            // Let go before the writes: held through thousands of requests, a cluster's first
+            // load kept an old copy of every Service's announcements and config alive.
+            let allocation = Arc::downgrade(&latest.allocation);
+            drop(latest);
             for (key, addresses) in differing {
                 match write(&client, &key, &addresses).await {
                     Ok(()) => {
@@ -103,7 +111,7 @@ pub(super) fn spawn(
             }
             if !failed {
                 retry = RETRY_FIRST;
-                written = Some(latest.allocation.clone());
+                written = Some(allocation);
                 if !next_change(&mut announcements).await {
                     return;
                 }
