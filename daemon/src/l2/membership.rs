@@ -391,6 +391,17 @@ impl Node {
         if let Err(e) = self.swim.change_identity(renewed, &mut self.runtime) {
             warn!("membership: cannot renew this node's identity: {e}");
         }
+        // foca takes a message only when it is addressed to the receiver's identity as it is
+        // now (an Announce: to its address). The others renew at the same moment when one
+        // advertisement selects the fleet anew: each would drop the others' news, addressed
+        // to their old identities, and wait disconnected until declared down. Announced to by
+        // address, as a join is, each member answers this node's new identity.
+        let others: Vec<SocketAddr> = self.swim.iter_members().map(|m| m.id().address).collect();
+        for address in others {
+            if let Err(e) = self.swim.announce(Member::seed(address), &mut self.runtime) {
+                debug!("membership: announcing the renewed identity to {address}: {e}");
+            }
+        }
         self.view.alive.insert(current.node, selected_by);
         self.publish.send_replace(Arc::new(self.view.clone()));
         self.drain().await;
@@ -596,6 +607,35 @@ mod tests {
         wk2.leave().await;
         let took = until_alive(&wk1, &["wk1", "wk3"], DETECTION).await;
         println!("wk2's leave seen by wk1 after {took:?}");
+    }
+
+    /// One advertisement's change selects the whole fleet anew at once: every member renews
+    /// its identity at the same moment, and each still learns the others' new selections.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn members_renewing_at_once_learn_each_others_selection() {
+        let secret = b"the fleet's memberlist secret";
+        let ports = free_ports(2);
+        let [a, b] = [ports[0], ports[1]];
+        let wk1 = start("wk1", a, &[b], secret).await;
+        let wk2 = start("wk2", b, &[a], secret).await;
+        for member in [&wk1, &wk2] {
+            until_alive(member, &["wk1", "wk2"], Duration::from_secs(10)).await;
+        }
+        let selection: BTreeSet<String> = ["l2".to_string()].into();
+        wk1.set_selected_by(selection.clone());
+        wk2.set_selected_by(selection.clone());
+        for (member, other) in [(&wk1, "wk2"), (&wk2, "wk1")] {
+            let started = Instant::now();
+            let mut view = member.view();
+            while view.borrow_and_update().alive.get(other) != Some(&selection) {
+                let left = (DETECTION * 4).saturating_sub(started.elapsed());
+                let alive = view.borrow().alive.clone();
+                tokio::time::timeout(left, view.changed())
+                    .await
+                    .unwrap_or_else(|_| panic!("{other}'s new selection not learnt: {alive:?}"))
+                    .unwrap();
+            }
+        }
     }
 
     #[test]
