@@ -205,10 +205,15 @@ impl Instance {
         });
 
         let neighbors: Registry = Arc::new(RwLock::new(Vec::new()));
+        // The listener was bound when the reload was prepared: a peer's connection may wait in
+        // its backlog (a peer reconnecting while we restart). Accepted before its neighbor is
+        // registered, it would be refused as a stranger's; it waits for the neighbors instead.
+        let (registered, neighbors_registered) = oneshot::channel();
         let listener_task = tokio::spawn(accept_loop(
             Arc::clone(&listener),
             Arc::clone(&neighbors),
             router.vrf.clone(),
+            neighbors_registered,
         ));
         let instance = Instance {
             vrf: router.vrf.clone(),
@@ -234,6 +239,7 @@ impl Instance {
                 instance.spawn_neighbor(n, bfd_spec(n, config)?, &config.graceful_restart)?;
             instance.registry_mut().push(handle);
         }
+        let _ = registered.send(());
         info!(vrf = vrf_display_name(&router.vrf), asn = router.asn, %router_id, "routing instance started with {} neighbor(s)", router.neighbors.len());
         Ok(instance)
     }
@@ -754,7 +760,16 @@ impl Instance {
 /// Hands each accepted connection to its neighbor's session, after the GTSM check. It never
 /// waits on a session (a full command queue drops the connection: the peer retries), and
 /// what strangers and misconfigured peers cause is logged once per period with a count.
-async fn accept_loop(listener: Arc<TcpListener>, neighbors: Registry, vrf: String) {
+async fn accept_loop(
+    listener: Arc<TcpListener>,
+    neighbors: Registry,
+    vrf: String,
+    neighbors_registered: oneshot::Receiver<()>,
+) {
+    // The instance failed to start (its sender dropped): nothing to accept for.
+    if neighbors_registered.await.is_err() {
+        return;
+    }
     let vrf_name = vrf_display_name(&vrf);
     let mut accept_errors = LogThrottle::new(LOG_PERIOD);
     let mut gtsm_refusals = LogThrottle::new(LOG_PERIOD);
@@ -932,6 +947,33 @@ mod tests {
             minimum_ttl,
             profile: "fast".into(),
             auth: None,
+        }
+    }
+
+    /// A peer that connected while the router was starting (its connection waiting in the
+    /// listener's backlog, as a ToR's does while uplink restarts) gets its session's OPEN, not
+    /// a connection closed as a stranger's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_waiting_at_the_start_reaches_its_neighbor() {
+        use tokio::io::AsyncReadExt;
+        let text = "[[bgp.routers]]\nasn = 65001\nid = \"192.0.2.1\"\n\n\
+                    [[bgp.routers.neighbors]]\naddress = \"127.0.0.1\"\nasn = 65002\n";
+        let config = crate::config::load_str("uplink.toml", text).unwrap_or_else(|e| panic!("{e}"));
+        let router = config.bgp.routers.first().expect("a router");
+        for attempt in 0..20 {
+            let listener = Arc::new(TcpListener::bind("127.0.0.1:0").await.unwrap());
+            let port = listener.local_addr().unwrap().port();
+            let mut peer = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let (_set, announced) = watch::channel(Arc::new(AnnouncedSet::default()));
+            let instance = Instance::start_on(router, &config, None, announced, listener).await;
+            let _instance = instance.unwrap_or_else(|e| panic!("{e}"));
+            let mut header = [0u8; 19];
+            tokio::time::timeout(Duration::from_secs(5), peer.read_exact(&mut header))
+                .await
+                .expect("an OPEN within 5 s")
+                .unwrap_or_else(|e| panic!("attempt {attempt}: the connection was closed: {e}"));
+            assert_eq!(header[..16], [0xff; 16]);
+            assert_eq!(header[18], 1, "an OPEN");
         }
     }
 
