@@ -262,6 +262,8 @@ struct Node {
     publish: watch::Sender<Arc<View>>,
     counters: Arc<Counters>,
     sources: SourceLimits,
+    /// Leaving on a graceful stop: foca then turns this node defunct itself.
+    leaving: bool,
 }
 
 /// What the membership's owner tells it.
@@ -294,6 +296,7 @@ async fn run(
         publish,
         counters,
         sources: SourceLimits::default(),
+        leaving: false,
     };
     let mut buffer = vec![0u8; MAX_DATAGRAM + 1];
     let mut join = tokio::time::interval(JOIN_EVERY);
@@ -337,6 +340,7 @@ async fn run(
                 node.change_selection(selected_by).await;
             }
             _ = &mut events.left => {
+                node.leaving = true;
                 if let Err(e) = node.swim.leave_cluster(&mut node.runtime) {
                     debug!("membership: leaving: {e}");
                 }
@@ -371,12 +375,19 @@ impl Node {
 
     /// Asks each seed that is not a member yet to let this node in.
     async fn join(&mut self, seeds: &[SocketAddr]) {
-        for seed in self.missing_seeds(seeds) {
-            if let Err(e) = self.swim.announce(Member::seed(seed), &mut self.runtime) {
-                debug!("membership: joining by {seed}: {e}");
+        let missing = self.missing_seeds(seeds);
+        self.announce_to(missing);
+        self.drain().await;
+    }
+
+    /// Announces this node's identity to whoever listens at each address: its answer names
+    /// it and lets this node in (or learns this node's renewed identity).
+    fn announce_to(&mut self, addresses: Vec<SocketAddr>) {
+        for address in addresses {
+            if let Err(e) = self.swim.announce(Member::seed(address), &mut self.runtime) {
+                debug!("membership: announcing to {address}: {e}");
             }
         }
-        self.drain().await;
     }
 
     /// This node's selection changed: its identity is renewed with it, which the members
@@ -397,11 +408,7 @@ impl Node {
         // to their old identities, and wait disconnected until declared down. Announced to by
         // address, as a join is, each member answers this node's new identity.
         let others: Vec<SocketAddr> = self.swim.iter_members().map(|m| m.id().address).collect();
-        for address in others {
-            if let Err(e) = self.swim.announce(Member::seed(address), &mut self.runtime) {
-                debug!("membership: announcing the renewed identity to {address}: {e}");
-            }
-        }
+        self.announce_to(others);
         self.view.alive.insert(current.node, selected_by);
         self.publish.send_replace(Arc::new(self.view.clone()));
         self.drain().await;
@@ -461,7 +468,7 @@ impl Node {
                         changed = true;
                     }
                 }
-                OwnedNotification::Defunct => {
+                OwnedNotification::Defunct if !self.leaving => {
                     warn!("membership: the others declared this node down; rejoining renewed");
                 }
                 _ => {}
@@ -636,6 +643,38 @@ mod tests {
                     .unwrap();
             }
         }
+    }
+
+    /// A node whose identity was renewed (its selection changed) dies and its daemon starts
+    /// again: the new run's identity wins over the renewed one the others remember as down, so
+    /// both sides see each other again rather than each answering alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restarted_member_is_taken_back_after_its_identity_was_renewed() {
+        let secret = b"the fleet's memberlist secret";
+        let ports = free_ports(2);
+        let [a, b] = [ports[0], ports[1]];
+        let wk1 = start("wk1", a, &[b], secret).await;
+        let wk2 = start("wk2", b, &[a], secret).await;
+        let both = ["wk1", "wk2"];
+        for member in [&wk1, &wk2] {
+            until_alive(member, &both, Duration::from_secs(10)).await;
+        }
+        for selection in ["l2", "adv"] {
+            let selection: BTreeSet<String> = [selection.to_string()].into();
+            wk2.set_selected_by(selection.clone());
+            let mut view = wk1.view();
+            let started = Instant::now();
+            while view.borrow_and_update().alive.get("wk2") != Some(&selection) {
+                let left = (DETECTION * 4).saturating_sub(started.elapsed());
+                tokio::time::timeout(left, view.changed()).await.expect("wk2's selection").unwrap();
+            }
+        }
+        drop(wk2);
+        until_alive(&wk1, &["wk1"], DETECTION * 4).await;
+
+        let wk2 = start("wk2", b, &[a], secret).await;
+        until_alive(&wk1, &both, Duration::from_secs(10)).await;
+        until_alive(&wk2, &both, Duration::from_secs(10)).await;
     }
 
     #[test]
