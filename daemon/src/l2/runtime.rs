@@ -19,6 +19,7 @@ use tracing::{error, info, warn};
 use super::envelope::Key;
 use super::membership::{self, Membership};
 use super::responder::{AddressCounts, AnswerSet, Responder};
+use crate::announce::allocate::ServiceKey;
 use crate::announce::compute::Announcements;
 use crate::announce::l2::{elect, selected_by, L2Service, L2State, Members};
 use crate::announce::runtime::AnnouncerHandle;
@@ -501,7 +502,46 @@ impl Task {
             }
         }
         self.responder.set(answers);
+        log_answer_changes(&self.status.borrow(), &status);
         self.status.send_replace(Arc::new(status));
+    }
+}
+
+/// The most taken or given up Services logged one by one; beyond, a count (a start with
+/// thousands of Services would flood the journal).
+const ANSWER_CHANGES_LOGGED: usize = 8;
+
+/// Says which Services this node took or gave up, and for the latter who answers now: what an
+/// operator asks first when a client reached the wrong node.
+fn log_answer_changes(before: &L2Status, now: &L2Status) {
+    let answered = |status: &L2Status| -> BTreeMap<ServiceKey, Vec<IpAddr>> {
+        status.answered().map(|s| (s.service.clone(), s.addresses.clone())).collect()
+    };
+    let (before, after) = (answered(before), answered(now));
+    let taken: Vec<_> = after.iter().filter(|(k, _)| !before.contains_key(*k)).collect();
+    let given_up: Vec<_> = before.iter().filter(|(k, _)| !after.contains_key(*k)).collect();
+    if taken.len() + given_up.len() > ANSWER_CHANGES_LOGGED {
+        info!(
+            "layer 2: now answering for {} Service(s): {} taken, {} given up",
+            after.len(),
+            taken.len(),
+            given_up.len()
+        );
+        return;
+    }
+    for (service, addresses) in taken {
+        info!("layer 2: answering for {service} ({addresses:?})");
+    }
+    for (service, addresses) in given_up {
+        let why = match &now.not_answering {
+            Some(why) => why.clone(),
+            None => now
+                .services
+                .iter()
+                .find(|s| s.service == *service)
+                .map_or_else(|| "no longer in layer 2 mode".to_string(), |s| s.state.to_string()),
+        };
+        info!("layer 2: no longer answering for {service} ({addresses:?}): {why}");
     }
 }
 
