@@ -447,6 +447,28 @@ fn l2_answering(w: &Worker) -> Result<String, String> {
     }
 }
 
+/// The last `count` lines of `w`'s serial console from uplink (or systemd about it) that
+/// contain one of `patterns`: the console outlives a powered-off or hung worker's SSH.
+fn uplink_console(w: &Worker, patterns: &[&str], count: usize) -> String {
+    let console = std::fs::read(&w.vm.console).unwrap_or_default();
+    let console = String::from_utf8_lossy(&console);
+    let lines: Vec<&str> = console
+        .lines()
+        .filter(|l| l.contains("uplink"))
+        .filter(|l| patterns.iter().any(|p| l.contains(p)))
+        .collect();
+    let tail = lines.get(lines.len().saturating_sub(count)..).unwrap_or(&[]);
+    format!("\n--- {}'s console: uplink ---\n{}", w.name, tail.join("\n"))
+}
+
+/// What each worker's uplink said last about the layer 2 addresses it took or gave up, and
+/// about its membership: the first thing to read when a client reached the wrong node.
+fn l2_report(topo: &Topology) -> String {
+    let patterns =
+        ["layer 2: answering for", "layer 2: no longer", "layer 2: now answering", "membership: "];
+    topo.workers.iter().map(|w| uplink_console(w, &patterns, 8)).collect()
+}
+
 /// Layer 2 mode (issue #25): the workers agree that wk2 answers for the layer 2 VIP, the ToR
 /// (on the same segment) reaches wk2's web server there and its neighbour entry for the VIP
 /// is wk2's MAC on net20: the kernels answer no ARP for it (the image's sysctls), uplink does.
@@ -548,9 +570,27 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
     if dead_name != L2_OWNER {
         return Err(format!("{dead_name} is powered off but {L2_OWNER} answers for {L2_VIP}"));
     }
+    // Both workers agree that the owner answers before it dies: the scenarios before (the
+    // Ansible rollout restarts uplink on each) may leave a membership still settling.
+    topo.wait(Duration::from_secs(60), || {
+        for w in &topo.workers {
+            let said = l2_answering(w)?;
+            if said != L2_OWNER {
+                return Err(format!(
+                    "before the power-off {} says {said} answers for {L2_VIP}",
+                    w.name
+                ));
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("{e}{}", l2_report(topo)))?;
     let owner_before = l2_answer(topo)?;
     if owner_before != L2_OWNER {
-        return Err(format!("before the power-off r2 reached {owner_before} at {L2_VIP}"));
+        return Err(format!(
+            "before the power-off r2 reached {owner_before} at {L2_VIP}{}",
+            l2_report(topo)
+        ));
     }
     tor_script_start(topo, "l2", L2_CLIENT, L2_VIP, 300, 40)?;
 
@@ -613,14 +653,15 @@ fn bfd_failover(topo: &mut Topology) -> Outcome {
     let (Some(last_dead), Some(first_keep)) =
         (l2["last"][&dead_name].as_f64(), l2["first"][&keep_name].as_f64())
     else {
-        return Err(format!("the layer 2 client's answers: {l2}"));
+        return Err(format!("the layer 2 client's answers: {l2}{}", l2_report(topo)));
     };
     let l2_outage = first_keep - last_dead;
     let l2_bound = topo.scaled(Duration::from_secs(2)).as_secs_f64();
     if l2_outage > l2_bound {
         return Err(format!(
             "layer 2: no answer at {L2_VIP} for {l2_outage:.2} s after {dead_name}'s last \
-             (bound {l2_bound:.2} s): {l2}"
+             (bound {l2_bound:.2} s): {l2}{}",
+            l2_report(topo)
         ));
     }
     let l2_survivor = l2_answering(worker_named(topo, &keep_name)?)?;
@@ -849,11 +890,21 @@ fn graceful_restart_and_watchdog(topo: &Topology) -> Outcome {
     let seen = observe_stop(topo)?;
     let failures = seen["failures"].as_array().map_or(0, Vec::len);
     if first_event(&seen, "next_hop", false).is_some() || failures > 0 {
+        let sessions_and_restarts = [
+            "session established",
+            "session down",
+            "refused connection",
+            "graceful restart",
+            "Watchdog",
+            "Started uplink",
+            "Stopping uplink",
+        ];
         return Err(format!(
-            "the ToR lost {} as the VIP's next hop or the client saw failures (SIGSTOP → restart {:.1} s)\n{}{}\n--- the observer ---\n{seen}",
+            "the ToR lost {} as the VIP's next hop or the client saw failures (SIGSTOP → restart {:.1} s)\n{}{}{}\n--- the observer ---\n{seen}",
             wk.name,
             restarted_after.as_secs_f64(),
             observed_timeline(&seen),
+            uplink_console(wk, &sessions_and_restarts, 8),
             flap_report(topo, 0)
         ));
     }
