@@ -93,11 +93,19 @@ pub async fn apply_policies(config: &Config, options: ApplyOptions) -> PolicyRun
     }
     save(&store);
     let mut run = PolicyRun::default();
+    // One reading of the node's state serves the policies in a row that change nothing (a
+    // restart's or a reload's drift checks): each reading is a whole NetworkManager dump, a
+    // second or more on a small or emulated node.
+    let mut unchanged: Option<Snapshot> = None;
     for policy in &network.policies {
+        let current = match unchanged.take() {
+            Some(snapshot) => Ok(snapshot),
+            None => backend.current().await,
+        };
         let (enactment, attempt) =
-            apply_one(config, policy, &backend, &mut store, options, hold).await;
+            apply_one(config, policy, &backend, &mut store, options, hold, &current).await;
         match attempt {
-            Attempt::Untouched => {}
+            Attempt::Untouched => unchanged = current.ok(),
             Attempt::Applied(revert) => run.applied.push((policy.name.clone(), revert)),
             Attempt::Failed => run.failed.push(policy.name.clone()),
         }
@@ -217,9 +225,10 @@ async fn apply_one(
     store: &mut EnactmentStore,
     options: ApplyOptions,
     hold: Option<&str>,
+    current: &Result<Snapshot, String>,
 ) -> (Enactment, Attempt) {
     let unresolved = policy.desired_state.to_json();
-    let current = match backend.current().await {
+    let current = match current {
         Ok(current) => current,
         Err(error) => {
             // Not the policy's fault: it stays Pending and is tried again next time.
@@ -230,7 +239,7 @@ async fn apply_one(
         }
     };
     let node = node_identity(config.announce.node.name.as_deref(), &config.network);
-    let desired = match resolved_state(policy, &node, &current) {
+    let desired = match resolved_state(policy, &node, current) {
         Ok(desired) => desired,
         Err(error) => {
             // The same failure as last time is no new failure (a reload must not be refused
@@ -272,7 +281,7 @@ async fn apply_one(
             info!(policy = %policy.name, %reason, "network: policy skipped");
             return (enactment, Attempt::Untouched);
         }
-        Decision::ApplyIfDrifted => match Backend::diff(&desired, &current)
+        Decision::ApplyIfDrifted => match Backend::diff(&desired, current)
             .map(|diff| effective_change(diff, &desired, &current.json))
         {
             Ok(Value::Null) => {
@@ -316,7 +325,7 @@ async fn apply_one(
     // second line when its checkpoint cannot restore everything (NetworkManager 1.42 does not
     // bring back a software device that the change deleted and re-created). Kept with the
     // enactment while it is Progressing, for a restart after a crash.
-    let revert = match Backend::revert(&desired, &current) {
+    let revert = match Backend::revert(&desired, current) {
         Ok(revert) => Some(revert),
         Err(error) => {
             warn!(policy = %policy.name, %error, "network: no revert state; only the checkpoint can undo this policy");
