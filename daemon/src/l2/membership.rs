@@ -616,63 +616,62 @@ mod tests {
         println!("wk2's leave seen by wk1 after {took:?}");
     }
 
+    const SECRET: &[u8] = b"the fleet's memberlist secret";
+
+    /// Two members, wk1 and wk2, each seeing the other; their ports.
+    async fn two_joined() -> (Membership, Membership, [u16; 2]) {
+        let ports = free_ports(2);
+        let [a, b] = [ports[0], ports[1]];
+        let wk1 = start("wk1", a, &[b], SECRET).await;
+        let wk2 = start("wk2", b, &[a], SECRET).await;
+        for member in [&wk1, &wk2] {
+            until_alive(member, &["wk1", "wk2"], Duration::from_secs(10)).await;
+        }
+        (wk1, wk2, [a, b])
+    }
+
+    /// Waits until `member` sees `other` alive with `selection`.
+    async fn until_selected(member: &Membership, other: &str, selection: &BTreeSet<String>) {
+        let started = Instant::now();
+        let mut view = member.view();
+        while view.borrow_and_update().alive.get(other) != Some(selection) {
+            let left = (DETECTION * 4).saturating_sub(started.elapsed());
+            let alive = view.borrow().alive.clone();
+            tokio::time::timeout(left, view.changed())
+                .await
+                .unwrap_or_else(|_| panic!("{other}'s new selection not learnt: {alive:?}"))
+                .unwrap();
+        }
+    }
+
     /// One advertisement's change selects the whole fleet anew at once: every member renews
     /// its identity at the same moment, and each still learns the others' new selections.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn members_renewing_at_once_learn_each_others_selection() {
-        let secret = b"the fleet's memberlist secret";
-        let ports = free_ports(2);
-        let [a, b] = [ports[0], ports[1]];
-        let wk1 = start("wk1", a, &[b], secret).await;
-        let wk2 = start("wk2", b, &[a], secret).await;
-        for member in [&wk1, &wk2] {
-            until_alive(member, &["wk1", "wk2"], Duration::from_secs(10)).await;
-        }
+        let (wk1, wk2, _) = two_joined().await;
         let selection: BTreeSet<String> = ["l2".to_string()].into();
         wk1.set_selected_by(selection.clone());
         wk2.set_selected_by(selection.clone());
-        for (member, other) in [(&wk1, "wk2"), (&wk2, "wk1")] {
-            let started = Instant::now();
-            let mut view = member.view();
-            while view.borrow_and_update().alive.get(other) != Some(&selection) {
-                let left = (DETECTION * 4).saturating_sub(started.elapsed());
-                let alive = view.borrow().alive.clone();
-                tokio::time::timeout(left, view.changed())
-                    .await
-                    .unwrap_or_else(|_| panic!("{other}'s new selection not learnt: {alive:?}"))
-                    .unwrap();
-            }
-        }
+        until_selected(&wk1, "wk2", &selection).await;
+        until_selected(&wk2, "wk1", &selection).await;
     }
 
-    /// A node whose identity was renewed (its selection changed) dies and its daemon starts
-    /// again: the new run's identity wins over the renewed one the others remember as down, so
-    /// both sides see each other again rather than each answering alone.
+    /// A node whose identity was renewed (its selection changed twice) dies and its daemon
+    /// starts again with a first identity: the others take it back, and it sees them, rather
+    /// than each answering alone.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_restarted_member_is_taken_back_after_its_identity_was_renewed() {
-        let secret = b"the fleet's memberlist secret";
-        let ports = free_ports(2);
-        let [a, b] = [ports[0], ports[1]];
-        let wk1 = start("wk1", a, &[b], secret).await;
-        let wk2 = start("wk2", b, &[a], secret).await;
-        let both = ["wk1", "wk2"];
-        for member in [&wk1, &wk2] {
-            until_alive(member, &both, Duration::from_secs(10)).await;
-        }
+        let (wk1, wk2, [a, b]) = two_joined().await;
         for selection in ["l2", "adv"] {
             let selection: BTreeSet<String> = [selection.to_string()].into();
             wk2.set_selected_by(selection.clone());
-            let mut view = wk1.view();
-            let started = Instant::now();
-            while view.borrow_and_update().alive.get("wk2") != Some(&selection) {
-                let left = (DETECTION * 4).saturating_sub(started.elapsed());
-                tokio::time::timeout(left, view.changed()).await.expect("wk2's selection").unwrap();
-            }
+            until_selected(&wk1, "wk2", &selection).await;
         }
         drop(wk2);
         until_alive(&wk1, &["wk1"], DETECTION * 4).await;
 
-        let wk2 = start("wk2", b, &[a], secret).await;
+        let wk2 = start("wk2", b, &[a], SECRET).await;
+        let both = ["wk1", "wk2"];
         until_alive(&wk1, &both, Duration::from_secs(10)).await;
         until_alive(&wk2, &both, Duration::from_secs(10)).await;
     }
