@@ -514,9 +514,9 @@ const ANSWER_CHANGES_LOGGED: usize = 8;
 /// Says which Services this node took or gave up, and for the latter who answers now: what an
 /// operator asks first when a client reached the wrong node.
 fn log_answer_changes(before: &L2Status, now: &L2Status) {
-    let answered = |status: &L2Status| -> BTreeMap<ServiceKey, Vec<IpAddr>> {
-        status.answered().map(|s| (s.service.clone(), s.addresses.clone())).collect()
-    };
+    fn answered(status: &L2Status) -> BTreeMap<&ServiceKey, &[IpAddr]> {
+        status.answered().map(|s| (&s.service, s.addresses.as_slice())).collect()
+    }
     let (before, after) = (answered(before), answered(now));
     let taken: Vec<_> = after.iter().filter(|(k, _)| !before.contains_key(*k)).collect();
     let given_up: Vec<_> = before.iter().filter(|(k, _)| !after.contains_key(*k)).collect();
@@ -538,7 +538,7 @@ fn log_answer_changes(before: &L2Status, now: &L2Status) {
             None => now
                 .services
                 .iter()
-                .find(|s| s.service == *service)
+                .find(|s| &s.service == *service)
                 .map_or_else(|| "no longer in layer 2 mode".to_string(), |s| s.state.to_string()),
         };
         info!("layer 2: no longer answering for {service} ({addresses:?}): {why}");
