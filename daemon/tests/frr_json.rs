@@ -361,12 +361,21 @@ fn uplink_answers_vtysh_as_frr_does() {
 
     // The node as FRR.
     let frr = Frr::start_daemons(&mut lab, &node, NODE_FRR, &["zebra", "staticd", "bfdd", "bgpd"]);
-    wait_for("the FRR node's sessions and BFD", UP, || {
-        settled(&frr.json("show bgp summary json"), &frr.json("show bfd peers json"))
+    // FRR's answers are taken with its sessions and BFD up. FRR's own pair can lose its BFD
+    // session under load (a 0.9 s detection time), also after it settled once: answers taken
+    // then are taken again once it is back.
+    let from_frr = wait_for("the FRR node's answers with its sessions and BFD up", UP, || {
+        settled(&frr.json("show bgp summary json"), &frr.json("show bfd peers json"))?;
+        // Keepalives and BFD settle; counts stop moving.
+        std::thread::sleep(Duration::from_secs(2));
+        let taken = answers(|c| frr.vtysh(c));
+        let answer = |command: &str| {
+            let index = COMMANDS.iter().position(|c| *c == command);
+            index.and_then(|i| taken.get(i)).cloned().unwrap_or_default()
+        };
+        settled(&answer("show bgp summary json"), &answer("show bfd vrf default peers json"))?;
+        Ok(taken)
     });
-    // Keepalives and BFD settle; counts stop moving.
-    std::thread::sleep(Duration::from_secs(2));
-    let from_frr = answers(|c| frr.vtysh(c));
     lab.stop(&frr.label);
     // The ToR has seen the FRR node go, BGP and BFD, before uplink comes: a BFD Down of the
     // old session must not end uplink's new one (its counts would differ from FRR's).
