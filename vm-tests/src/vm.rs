@@ -248,13 +248,15 @@ impl Vm {
         }
     }
 
+    /// The serial console so far, printable characters only (empty before the VM wrote any).
+    pub fn console_text(&self) -> String {
+        let raw = std::fs::read(&self.console).unwrap_or_default();
+        String::from_utf8_lossy(&raw).chars().filter(|c| *c == '\n' || !c.is_control()).collect()
+    }
+
     /// The last `lines` of the serial console, printable characters only.
     pub fn console_tail(&self, lines: usize) -> String {
-        let raw = std::fs::read(&self.console).unwrap_or_default();
-        let text: String = String::from_utf8_lossy(&raw)
-            .chars()
-            .filter(|c| *c == '\n' || !c.is_control())
-            .collect();
+        let text = self.console_text();
         let all: Vec<&str> = text.lines().collect();
         let tail = all.get(all.len().saturating_sub(lines)..).unwrap_or(&[]);
         format!(

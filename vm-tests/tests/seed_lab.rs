@@ -450,8 +450,7 @@ fn l2_answering(w: &Worker) -> Result<String, String> {
 /// The last `count` lines of `w`'s serial console from uplink (or systemd about it) that
 /// contain one of `patterns`: the console outlives a powered-off or hung worker's SSH.
 fn uplink_console(w: &Worker, patterns: &[&str], count: usize) -> String {
-    let console = std::fs::read(&w.vm.console).unwrap_or_default();
-    let console = String::from_utf8_lossy(&console);
+    let console = w.vm.console_text();
     let lines: Vec<&str> = console
         .lines()
         .filter(|l| l.contains("uplink"))
@@ -944,12 +943,7 @@ fn reboot_moves_the_vip_first(topo: &mut Topology) -> Outcome {
     vip_ecmp(topo)?;
     observe_start(topo, &addr)?;
     let boots = |topo: &Topology| -> usize {
-        topo.workers.get(i).map_or(0, |w| {
-            std::fs::read_to_string(&w.vm.console)
-                .unwrap_or_default()
-                .matches("Linux version")
-                .count()
-        })
+        topo.workers.get(i).map_or(0, |w| w.vm.console_text().matches("Linux version").count())
     };
     let booted = boots(topo);
     let t0 = Instant::now();

@@ -239,8 +239,8 @@ pub struct Allocation {
     gave_back: bool,
 }
 
-/// A Service's key (`namespace/name`), made once per allocation and shared by its entries.
-pub type ServiceKey = Arc<str>;
+/// A Service's key (`namespace/name`): the Service's own, shared by its entries.
+pub use crate::config::announce::ServiceKey;
 
 /// A Service's addresses, or why it has none. The error is boxed: it is twice the size of
 /// the addresses, and rare, where an entry is kept per Service (and copied with the
@@ -617,17 +617,14 @@ fn kept<'k>(
     Some(Assigned { pool: pool.name.clone(), addresses: addresses.into() })
 }
 
-/// The services with their keys, in key order. Each key is made once, not at every
-/// comparison: with thousands of Services a key per comparison was a third of the work.
+/// The services with their keys, in key order. The key is the Service's own, not made at
+/// every comparison: with thousands of Services a key per comparison was a third of the work.
 fn in_key_order<S: Borrow<Service>>(services: &[S]) -> Vec<(ServiceKey, &Service)> {
-    // One buffer for the keys' text: each key is then one allocation, its own.
-    let mut text = String::new();
     let mut order: Vec<(ServiceKey, &Service)> = services
         .iter()
         .map(|s| {
             let service: &Service = s.borrow();
-            service.write_key(&mut text);
-            (ServiceKey::from(text.as_str()), service)
+            (service.key.clone(), service)
         })
         .collect();
     order.sort_by(|a, b| a.0.cmp(&b.0));
@@ -736,7 +733,7 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
 /// full, so that a field added to `Service` must be put on one side or the other here.
 fn asks_the_same_but_held(now: &Service, then: &Service) -> bool {
     let Service {
-        name,
+        key,
         namespace,
         labels,
         namespace_labels,
@@ -751,7 +748,7 @@ fn asks_the_same_but_held(now: &Service, then: &Service) -> bool {
         health: _,
         sources: _,
     } = now;
-    *name == then.name
+    *key == then.key
         && *namespace == then.namespace
         && *labels == then.labels
         && *namespace_labels == then.namespace_labels
@@ -786,7 +783,7 @@ pub fn allocate_one_more(
         hold_as_given(&slots, service, &mut out)?;
     }
     let Some(added) = difference.added else { return Some(out) };
-    let key: ServiceKey = added.key().into();
+    let key: ServiceKey = added.key.clone();
     // One that holds addresses already (a status) is placed in full: rare for a new Service.
     if out.services.contains_key(&key) || !added.held_ips.is_empty() {
         return None;
@@ -858,7 +855,7 @@ fn difference<'s>(
 
 /// Whether `service` holds just the addresses `allocation` gave it, in any order.
 fn holds_what_it_was_given(service: &Service, allocation: &Allocation) -> bool {
-    let given = allocation.addresses_of(&service.key());
+    let given = allocation.addresses_of(&service.key);
     !given.is_empty()
         && given.len() == service.held_ips.len()
         && given.iter().all(|address| service.held_ips.contains(address))
@@ -876,7 +873,7 @@ fn hold_as_given(
     if !service.load_balancer_ips.is_empty() {
         return Some(());
     }
-    let key: ServiceKey = service.key().into();
+    let key: ServiceKey = service.key.clone();
     let given = allocation.services.get(&key)?.as_ref().ok()?;
     let list = candidates(pools, service).ok()?;
     let first = pools.get(*list.first()?)?;
@@ -1208,7 +1205,7 @@ pub(crate) mod tests_support {
 
     pub(crate) fn service(namespace: &str, name: &str) -> Service {
         Service {
-            name: name.into(),
+            key: crate::config::announce::service_key(namespace, name),
             namespace: namespace.into(),
             labels: Default::default(),
             namespace_labels: Default::default(),
@@ -1230,7 +1227,7 @@ pub(crate) mod tests_support {
 mod tests {
     use super::tests_support::{pool, service, Dice};
     use super::*;
-    use crate::config::announce::ServiceAllocation;
+    use crate::config::announce::{service_key, ServiceAllocation};
     use crate::config::selector::LabelSelector;
 
     fn ip(text: &str) -> IpAddr {
@@ -1894,8 +1891,14 @@ mod tests {
             (pools.clone(), with(&|s| s.load_balancer_ips = smallvec::smallvec![ip("10.0.0.3")])),
             (pools.clone(), with(&|s| s.ip_family_policy = IpFamilyPolicy::RequireDualStack)),
             (pools.clone(), with(&|s| s.ip_families = smallvec::smallvec![IpFamily::Ipv6])),
-            (pools.clone(), with(&|s| s.name = "z".into())),
-            (pools.clone(), with(&|s| s.namespace = "other".into())),
+            (pools.clone(), with(&|s| s.key = service_key(&s.namespace, "z"))),
+            (
+                pools.clone(),
+                with(&|s| {
+                    s.namespace = "other".into();
+                    s.key = service_key("other", s.name());
+                }),
+            ),
             (
                 pools.clone(),
                 with(&|s| {
@@ -2009,7 +2012,7 @@ mod tests {
                 .map(|s| {
                     let mut s = s.clone();
                     if s.load_balancer_ips.is_empty() {
-                        s.held_ips = before.addresses_of(&s.key()).into();
+                        s.held_ips = before.addresses_of(&s.key).into();
                     }
                     s
                 })
@@ -2025,7 +2028,7 @@ mod tests {
             let partly = allocate(&pools, &some);
             for service in some.iter().filter(|s| !s.held_ips.is_empty()) {
                 assert_eq!(
-                    partly.addresses_of(&service.key()),
+                    partly.addresses_of(&service.key),
                     service.held_ips.to_vec(),
                     "case {case}"
                 );
@@ -2040,13 +2043,13 @@ mod tests {
             assert_eq!(distinct.len(), given.len(), "case {case}: an address given twice");
             let after = allocate(&pools, &holding);
             for service in &services {
-                let key = service.key();
-                if before.addresses_of(&key).is_empty() {
+                let key = &service.key;
+                if before.addresses_of(key).is_empty() {
                     continue; // In a full pool one without may get one now: moves nobody.
                 }
                 assert_eq!(
-                    after.addresses_of(&key),
-                    before.addresses_of(&key),
+                    after.addresses_of(key),
+                    before.addresses_of(key),
                     "case {case}, {key}: {pools:#?}\n{holding:#?}\n{before:#?}\n{after:#?}"
                 );
             }
@@ -2070,7 +2073,7 @@ mod tests {
             let mut now: Vec<Arc<Service>> = services
                 .iter()
                 .map(|s| {
-                    let given = before.addresses_of(&s.key());
+                    let given = before.addresses_of(&s.key);
                     if given.is_empty() || dice.chance(40) {
                         return s.clone();
                     }
@@ -2122,14 +2125,14 @@ mod tests {
             .iter()
             .map(|s| {
                 let mut s = (**s).clone();
-                s.held_ips = before.addresses_of(&s.key()).into();
+                s.held_ips = before.addresses_of(&s.key).into();
                 Arc::new(s)
             })
             .collect();
         assert!(allocate_one_more(last, &pools, &holding).is_none());
         // One of them (at home) holding is taken from the last allocation.
         let at_home = |s: &Arc<Service>| {
-            let given = before.services.get(s.key().as_str()).and_then(|r| r.as_ref().ok());
+            let given = before.services.get(&*s.key).and_then(|r| r.as_ref().ok());
             given.is_some_and(|a| a.addresses.iter().all(|a| a.how == How::Home))
         };
         let one = services.iter().position(at_home).unwrap();

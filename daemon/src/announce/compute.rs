@@ -704,12 +704,10 @@ fn allocated_in_key_order<'a>(
     services: &'a [Arc<Service>],
     allocation: &'a Allocation,
 ) -> Vec<(&'a ServiceKey, &'a Service, &'a Allocated)> {
-    let mut text = String::new();
     let mut order: Vec<_> = services
         .iter()
         .filter_map(|service| {
-            service.write_key(&mut text);
-            let (key, entry) = allocation.services.get_key_value(text.as_str())?;
+            let (key, entry) = allocation.services.get_key_value(&*service.key)?;
             Some((key, &**service, entry))
         })
         .collect();

@@ -113,11 +113,9 @@ pub fn elect(
     let mut pools: HashMap<&str, Option<PoolInL2<'_>>> = HashMap::new();
     let names: Vec<(&str, &BTreeSet<String>, Arc<str>)> =
         members.iter().map(|(name, by)| (name.as_str(), by, Arc::from(name.as_str()))).collect();
-    let mut key = String::new();
     let mut out = Vec::new();
     for service in &config.services {
-        service.write_key(&mut key);
-        let Some((service_key, Ok(assigned))) = allocation.services.get_key_value(key.as_str())
+        let Some((service_key, Ok(assigned))) = allocation.services.get_key_value(&*service.key)
         else {
             continue;
         };

@@ -53,8 +53,8 @@ pub fn changed_services(before: &[Arc<Service>], now: &[Arc<Service>]) -> Option
     }
     // Gone unless it is in the new list too.
     let mut changed: BTreeMap<String, Option<Arc<Service>>> =
-        before.iter().map(|service| (service.key(), None)).collect();
-    changed.extend(now.iter().map(|service| (service.key(), Some(service.clone()))));
+        before.iter().map(|service| (service.key.to_string(), None)).collect();
+    changed.extend(now.iter().map(|service| (service.key.to_string(), Some(service.clone()))));
     Some(changed.into_iter().map(|(key, service)| Changed { key, service }).collect())
 }
 
@@ -309,9 +309,12 @@ mod tests {
                     let at = dice.below(services.len() as u64) as usize;
                     let checked = &services[at];
                     for endpoint in checked.endpoints.iter() {
-                        health.insert((checked.key(), endpoint.address), dice.chance(50));
+                        health.insert((checked.key.to_string(), endpoint.address), dice.chance(50));
                     }
-                    Some(vec![Changed { key: checked.key(), service: Some(checked.clone()) }])
+                    Some(vec![Changed {
+                        key: checked.key.to_string(),
+                        service: Some(checked.clone()),
+                    }])
                 }
             };
             let now = config(services.clone());
@@ -357,7 +360,7 @@ mod tests {
         let mut last = compute_allocated(&before, allocation.clone(), &routers, runtime);
         last.config = Arc::new(before.clone());
         let changed = |service: &Service| {
-            vec![Changed { key: service.key(), service: Some(Arc::new(service.clone())) }]
+            vec![Changed { key: service.key.to_string(), service: Some(Arc::new(service.clone())) }]
         };
         let patch = |now: &AnnounceConfig, changed: &[Changed]| {
             let allocation = Arc::new(allocate(&now.pools, &now.services));

@@ -42,7 +42,8 @@ impl Readiness {
 
 /// Whether one endpoint of `service` is healthy.
 pub fn endpoint_healthy(service: &Service, address: IpAddr, health: &HealthStates) -> bool {
-    service.health.is_none() || health.get(&(service.key(), address)).copied().unwrap_or(false)
+    service.health.is_none()
+        || health.get(&(service.key.to_string(), address)).copied().unwrap_or(false)
 }
 
 /// The endpoints this node must probe for `service`: all of them for `cluster` (any healthy one

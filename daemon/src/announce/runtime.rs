@@ -159,7 +159,7 @@ impl Announcer {
         for service in &self.config.services {
             let Some(check) = &service.health else { continue };
             for address in endpoints_to_probe(service, &node) {
-                wanted.insert((service.key(), address), check);
+                wanted.insert((service.key.to_string(), address), check);
             }
         }
         let health = &mut self.health;
@@ -189,11 +189,7 @@ impl Announcer {
         if self.checks.get(&key).is_some_and(|running| running.run == verdict.run) {
             self.health.insert(key.clone(), verdict.healthy);
         }
-        let mut text = String::new();
-        let service = self.config.services.iter().find(|service| {
-            service.write_key(&mut text);
-            text == key.0
-        });
+        let service = self.config.services.iter().find(|service| *service.key == *key.0);
         Since::Services(vec![Changed { key: key.0, service: service.cloned() }])
     }
 

@@ -168,22 +168,37 @@ fn decide(
 ) -> Vec<(String, Told)> {
     let mut out = Vec::new();
     for (key, state) in now {
-        let was = before.get(&**key).copied();
         let state_digest = digest(state);
-        if was.is_some_and(|was| was.state == state_digest) {
-            continue;
-        }
+        let was = match before.get_key_value(&**key) {
+            Some((kept, was)) if was.state == state_digest => {
+                let (was, same_key) = (*was, Arc::ptr_eq(kept, key));
+                if !same_key {
+                    remember(before, key, was);
+                }
+                continue;
+            }
+            other => other.map(|(_, was)| *was),
+        };
         let event = told(key, state, node);
         let told_digest = digest(&event);
         if was.is_none_or(|was| was.told != told_digest) {
             out.push((key.to_string(), event));
         }
-        // The key is the allocation's (shared), not a copy of its text.
-        before.insert((*key).clone(), Decided { state: state_digest, told: told_digest });
+        remember(before, key, Decided { state: state_digest, told: told_digest });
     }
     before.retain(|key, _| now.contains_key(key));
     out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// Keeps `decided` under `key`, the Service's own (config/announce/model.rs). `insert` keeps
+/// the key already there: a Service translated again comes with a new copy of its key, and
+/// the old one would stay beside it, a second copy of every key after a cluster's first load.
+fn remember(before: &mut Map<ServiceKey, Decided>, key: &ServiceKey, decided: Decided) {
+    if before.get_key_value(&**key).is_some_and(|(kept, _)| !Arc::ptr_eq(kept, key)) {
+        before.remove(&**key);
+    }
+    before.insert(key.clone(), decided);
 }
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -193,12 +208,12 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 fn states(announcements: &Announcements) -> Map<&ServiceKey, &State> {
     // The Services not read from the API, which are few in a cluster (a set of the API's
     // thousands was a tenth of the daemon's work at every change).
-    let not_from_api: HashSet<(&str, &str), foldhash::fast::RandomState> = announcements
+    let not_from_api: HashSet<&str, foldhash::fast::RandomState> = announcements
         .config
         .services
         .iter()
         .filter(|service| !service.read_from_api())
-        .map(|service| (&*service.namespace, &*service.name))
+        .map(|service| &*service.key)
         .collect();
     // Asked once per pool, not once per Service: a Service is in layer 2 mode alone when its
     // pool is.
@@ -224,11 +239,8 @@ fn states(announcements: &Announcements) -> Map<&ServiceKey, &State> {
         let Origin::Service { service, .. } = &candidate.origin else { continue };
         // Every candidate's Service is one of the config's: not among those from elsewhere,
         // it is from the API.
-        if !not_from_api.is_empty() {
-            let Some(namespace_name) = service.split_once('/') else { continue };
-            if not_from_api.contains(&namespace_name) {
-                continue;
-            }
+        if not_from_api.contains(&**service) {
+            continue;
         }
         // A pool in layer 2 mode alone: its Services' events are layer 2 mode's
         // (`l2_status`); BGP has nothing to tell of them.
@@ -304,5 +316,32 @@ mod tests {
             said(&mut before, &[(&web, &drained), (&api, &drained)]),
             ["shop/api notAnnounced"]
         );
+    }
+
+    /// A Service translated again has a new copy of its key: the states are kept under it,
+    /// changed or not, so that the old copy is freed.
+    #[test]
+    fn the_states_are_kept_under_the_services_current_key() {
+        let drained = State::Withdrawn { reason: Reason::Drained };
+        let announced = State::Announced { peers: PeerSet::All };
+        let mut before = Map::default();
+        let key_in = |before: &Map<ServiceKey, Decided>| {
+            before.get_key_value("shop/web").map(|(key, _)| key.clone()).unwrap()
+        };
+        let first: ServiceKey = "shop/web".into();
+        decide(&mut before, &[(&first, &drained)].into_iter().collect(), "wk1");
+        let unchanged: ServiceKey = "shop/web".into();
+        assert!(
+            decide(&mut before, &[(&unchanged, &drained)].into_iter().collect(), "wk1").is_empty()
+        );
+        assert!(Arc::ptr_eq(&key_in(&before), &unchanged));
+        let changed: ServiceKey = "shop/web".into();
+        assert_eq!(
+            decide(&mut before, &[(&changed, &announced)].into_iter().collect(), "wk1").len(),
+            1
+        );
+        assert!(Arc::ptr_eq(&key_in(&before), &changed));
+        assert_eq!(Arc::strong_count(&first), 1);
+        assert_eq!(Arc::strong_count(&unchanged), 1);
     }
 }

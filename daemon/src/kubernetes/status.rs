@@ -128,18 +128,17 @@ pub(super) fn spawn(
 
 /// The Services read from the API whose status (as last read or written) differs from the
 /// addresses they get, by `namespace/name`, with those addresses. Thousands of Services are
-/// compared at every new allocation: their keys are made in one buffer, and only the few that
-/// differ are kept.
+/// compared at every new allocation, by their own keys, and only the few that differ are
+/// kept.
 fn differing(announcements: &Announcements, seen: &SeenServices) -> Vec<(String, Vec<IpAddr>)> {
-    let mut key = String::new();
     let mut out = Vec::new();
     for service in announcements.config.services.iter().filter(|s| s.read_from_api()) {
-        service.write_key(&mut key);
-        let current = seen.get(key.as_str()).map(|seen| &*seen.ingress).unwrap_or_default();
+        let key = &*service.key;
+        let current = seen.get(key).map(|seen| &*seen.ingress).unwrap_or_default();
         // Compared in place: a list of addresses made for each Service was most of the time.
-        let addresses = announcements.allocation.addresses(&key);
+        let addresses = announcements.allocation.addresses(key);
         if !addresses.eq(current.iter().copied()) {
-            out.push((key.clone(), announcements.allocation.addresses_of(&key)));
+            out.push((key.to_string(), announcements.allocation.addresses_of(key)));
         }
     }
     out

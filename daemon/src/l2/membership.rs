@@ -562,14 +562,16 @@ mod tests {
         }
     }
 
+    /// The fleet's key in every test but where another is the point.
+    const SECRET: &[u8] = b"the fleet's memberlist secret";
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn members_join_by_seeds_see_a_death_within_the_detection_time_and_refuse_other_keys() {
-        let secret = b"the fleet's memberlist secret";
         let ports = free_ports(4);
         let [a, b, c, d] = [ports[0], ports[1], ports[2], ports[3]];
-        let wk1 = start("wk1", a, &[b, c], secret).await;
-        let wk2 = start("wk2", b, &[a], secret).await;
-        let wk3 = start("wk3", c, &[a], secret).await;
+        let wk1 = start("wk1", a, &[b, c], SECRET).await;
+        let wk2 = start("wk2", b, &[a], SECRET).await;
+        let wk3 = start("wk3", c, &[a], SECRET).await;
         let all = ["wk1", "wk2", "wk3"];
         for member in [&wk1, &wk2, &wk3] {
             until_alive(member, &all, Duration::from_secs(10)).await;
@@ -606,7 +608,7 @@ mod tests {
         assert!(wk1.view().borrow().down.contains("wk3"));
 
         // wk3 comes back at the same address: a member again (renewed).
-        let wk3 = start("wk3", c, &[a], secret).await;
+        let wk3 = start("wk3", c, &[a], SECRET).await;
         until_alive(&wk1, &all, Duration::from_secs(10)).await;
         until_alive(&wk3, &all, Duration::from_secs(10)).await;
 
@@ -615,8 +617,6 @@ mod tests {
         let took = until_alive(&wk1, &["wk1", "wk3"], DETECTION).await;
         println!("wk2's leave seen by wk1 after {took:?}");
     }
-
-    const SECRET: &[u8] = b"the fleet's memberlist secret";
 
     /// Two members, wk1 and wk2, each seeing the other; their ports.
     async fn two_joined() -> (Membership, Membership, [u16; 2]) {

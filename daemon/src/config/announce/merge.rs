@@ -78,7 +78,7 @@ pub(crate) fn merge(
             merge_identical(
                 &mut services,
                 fragment.services,
-                |s, key| s.write_key(key),
+                |s, key| key.push_str(&s.key),
                 |s| Some(&mut Arc::make_mut(s).sources),
                 "service",
                 errors,

@@ -147,7 +147,13 @@ pub enum TrafficPolicy {
 /// shared from one config to the next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Service {
-    pub name: Box<str>,
+    /// `namespace/name`, made once when the Service is first read (an object read again
+    /// keeps it, `config/manifest/cache.rs`): the allocation, the announcements' origins and
+    /// the Events key the Service by this one copy, where each made its own (one more at
+    /// every full allocation). Shown as the Service's `name`. The namespace holds no `/`
+    /// (`config/announce/validate.rs`), so the name is what follows the first one.
+    #[serde(rename = "name", serialize_with = "name_of_key")]
+    pub key: ServiceKey,
     /// One copy per namespace, shared by its Services (`config/shared.rs`).
     pub namespace: Arc<str>,
     pub labels: Labels,
@@ -188,23 +194,31 @@ pub type Addresses = smallvec::SmallVec<[IpAddr; 1]>;
 /// A Service's `spec.ipFamilies`: inline, at most two.
 pub type IpFamilies = smallvec::SmallVec<[IpFamily; 2]>;
 
-impl Service {
-    /// `namespace/name`, the key allocation hashes and health states are kept under.
-    pub fn key(&self) -> String {
-        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
-        self.write_key(&mut key);
-        key
-    }
+/// A Service's key, `namespace/name`: made once per Service and shared by what keys it.
+pub type ServiceKey = Arc<str>;
 
-    /// [`Self::key`] written into `key` (cleared first), for a caller that compares the keys
-    /// of thousands of Services in one buffer. Pushed, not `format!`ted: made for every Service
-    /// at every change (the merge, the allocation), `format!` took a tenth of the allocation's
-    /// time.
-    pub fn write_key(&self, key: &mut String) {
-        key.clear();
-        key.push_str(&self.namespace);
-        key.push('/');
-        key.push_str(&self.name);
+/// The key of the Service `name` in `namespace`.
+pub fn service_key(namespace: &str, name: &str) -> ServiceKey {
+    let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+    key.push_str(namespace);
+    key.push('/');
+    key.push_str(name);
+    key.into()
+}
+
+fn name_of_key<S: serde::Serializer>(key: &ServiceKey, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(name_in(key))
+}
+
+/// The name in a Service's key: what follows the namespace's `/`.
+fn name_in(key: &str) -> &str {
+    key.split_once('/').map_or(key, |(_, name)| name)
+}
+
+impl Service {
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        name_in(&self.key)
     }
 
     /// Whether the Kubernetes API is among its sources (its status and Events are uplink's to

@@ -86,7 +86,8 @@ fn every_section_loads_into_the_model() {
     assert_eq!(alloc.priority, Some(10));
     assert_eq!(alloc.service_selectors[0].match_expressions[0].operator, Operator::In);
     let service = &a.services[0];
-    assert_eq!(service.key(), "web/frontend");
+    assert_eq!(&*service.key, "web/frontend");
+    assert_eq!(service.name(), "frontend");
     assert_eq!(service.traffic_policy, TrafficPolicy::Local);
     let health = service.health.as_ref().unwrap();
     assert_eq!(
@@ -166,6 +167,12 @@ target_vrf = "blue"
     );
     assert_eq!(errors[1].field, "advertisements[0].communities[0]");
     assert!(errors[1].message.contains("neither a [[communities]] alias"), "{}", errors[1].message);
+    // A `/` in a namespace would make `a/b` + `c` and `a` + `b/c` one key (`a/b/c`).
+    let text = "[[services]]\nname = \"c\"\nnamespace = \"a/b\"\n";
+    let errors = load_str("f.toml", text).unwrap_err().0;
+    let found: Vec<(usize, &str, &str)> =
+        errors.iter().map(|e| (e.line, e.field.as_str(), e.message.as_str())).collect();
+    assert_eq!(found, [(3, "services[0].namespace", "must not contain '/'")]);
 }
 
 #[test]

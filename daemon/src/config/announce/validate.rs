@@ -218,7 +218,7 @@ pub(crate) fn validate(
                 &mut check,
                 &mut out.services,
                 Placed { item: Arc::new(service), loc, field: field.into() },
-                |service| service.key(),
+                |service| service.key.to_string(),
                 "service",
             );
         }
@@ -374,7 +374,15 @@ fn service(
 ) -> Option<Service> {
     let name = check.name(&raw.name, &format!("{field}.name"));
     let namespace = match &raw.namespace {
-        Some(ns) => check.name(ns, &format!("{field}.namespace")),
+        Some(ns) => check.name(ns, &format!("{field}.namespace")).filter(|namespace| {
+            // The `/` ends the namespace in the Service's key (`namespace/name`): one in the
+            // namespace would make two Services' keys the same. Kubernetes allows none.
+            let fine = !namespace.contains('/');
+            if !fine {
+                check.fail(ns, &format!("{field}.namespace"), "must not contain '/'");
+            }
+            fine
+        }),
         None => Some("default".to_string()),
     };
     let families = ip_families(check, raw, field);
@@ -410,9 +418,10 @@ fn service(
         Some(h) => Some(Box::new(health(check, h.get_ref(), &format!("{field}.health"))?)),
         None => None,
     };
+    let (name, namespace) = (name?, namespace?);
     Some(Service {
-        name: name?.into(),
-        namespace: crate::config::shared::name(&namespace?),
+        key: super::service_key(&namespace, &name),
+        namespace: crate::config::shared::name(&namespace),
         labels: raw.labels.clone(),
         namespace_labels: crate::config::shared::labels(&raw.namespace_labels),
         address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),

@@ -170,6 +170,9 @@ enum Kept {
     /// a boxed [`Translation`] gave 120 bytes each.
     Nothing,
     Translation(Box<Translation>),
+    /// The last text's translation, until the changed text is translated: not to be trusted,
+    /// but its Services' keys are given to the same Services of the new one.
+    Replaced(Box<Translation>),
 }
 
 impl Kept {
@@ -229,6 +232,24 @@ impl Translated {
         }
     }
 
+    /// Gives each of its Services the key of the same Service in `last`, the translation of
+    /// the document's last text (`Service::key`): an object changed, its status written back
+    /// at a cluster's first load, keeps the one copy of its key that the allocation, the
+    /// announcements and the Events hold, where a new copy beside it was one more per
+    /// Service.
+    fn take_keys_of(&mut self, last: &Translated) {
+        let (Translated::Services(now), Translated::Services(last)) = (self, last) else {
+            return;
+        };
+        for placed in now.iter_mut() {
+            let Some(same) = last.iter().find(|l| l.item.key == placed.item.key) else { continue };
+            // Just made: its only holder.
+            if let Some(service) = Arc::get_mut(&mut placed.item) {
+                service.key = same.item.key.clone();
+            }
+        }
+    }
+
     /// Adds what it holds to the load's fragments, or to its list of the API's Services.
     fn add_to(&self, out: &mut Vec<Fragment>, services: &mut Vec<Placed<Arc<Service>>>) {
         match self {
@@ -281,8 +302,9 @@ impl ManifestCache {
                         entry
                     } else {
                         changes.note(&entry);
-                        let parsed = CachedSource::parse(path, text, text_digest);
+                        let mut parsed = CachedSource::parse(path, text, text_digest);
                         changes.note(&parsed);
+                        parsed.replaces(entry);
                         parsed
                     }
                 }
@@ -387,7 +409,7 @@ impl ManifestCache {
                     errors.extend(kept.errors.iter().cloned());
                     continue;
                 }
-                Kept::Translation(_) | Kept::None => {}
+                Kept::Translation(_) | Kept::Replaced(_) | Kept::None => {}
             }
             // The parsed text is not kept (at a cluster's size, every object's parsed YAML at
             // once was most of the first load's memory): parsed again, once per source.
@@ -406,7 +428,10 @@ impl ManifestCache {
                 value,
             };
             let (fragment, doc_errors) = translate(doc, context);
-            let translated = Translated::of(fragment, from_api);
+            let mut translated = Translated::of(fragment, from_api);
+            if let Kept::Replaced(last) = &document.translation {
+                translated.take_keys_of(&last.kept);
+            }
             translated.add_to(out, services);
             errors.extend(doc_errors.iter().cloned());
             document.translation = match context.take_reads() {
@@ -418,6 +443,19 @@ impl ManifestCache {
 }
 
 impl CachedSource {
+    /// Takes what `last`, the entry of the same path's last text, translated to, for the new
+    /// translations to take their Services' keys from (document by document, as they are
+    /// placed in the text).
+    fn replaces(&mut self, last: CachedSource) {
+        for (document, last) in self.documents.iter_mut().zip(last.documents) {
+            if let Kept::Translation(translation) = last.translation {
+                if matches!(translation.kept, Translated::Services(_)) {
+                    document.translation = Kept::Replaced(translation);
+                }
+            }
+        }
+    }
+
     fn parse(path: &Arc<Path>, text: &Arc<str>, text_digest: u64) -> Self {
         let mut parse_errors = Vec::new();
         let documents = parse(path, text, &mut parse_errors)
@@ -450,7 +488,8 @@ fn small(n: usize) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
+    use std::net::IpAddr;
+    use std::path::{Path, PathBuf};
     use std::sync::Arc;
 
     use super::ManifestCache;
@@ -631,7 +670,7 @@ mod tests {
             load_sources_kept(&refs, cache).unwrap_or_else(|e| panic!("{e}"))
         };
         let by_name = |config: &crate::config::Config, name: &str| {
-            let found = config.announce.services.iter().find(|s| *s.name == *name);
+            let found = config.announce.services.iter().find(|s| s.name() == name);
             found.cloned().unwrap_or_else(|| panic!("{name} in the config"))
         };
         let mut cache = ManifestCache::default();
@@ -642,7 +681,7 @@ mod tests {
         for name in ["a", "c"] {
             assert!(Arc::ptr_eq(&by_name(&first, name), &by_name(&second, name)), "{name} kept");
         }
-        let names: Vec<&str> = second.announce.services.iter().map(|s| &*s.name).collect();
+        let names: Vec<&str> = second.announce.services.iter().map(|s| s.name()).collect();
         assert_eq!(names, ["a", "b", "c", "e"]);
         // Out of order: the same config as a fresh load, and the next load in order finds it.
         let shuffled = load(&mut cache, &[&e, &c, &a, &b]);
@@ -652,6 +691,33 @@ mod tests {
         for name in ["a", "b", "c", "e"] {
             assert!(Arc::ptr_eq(&by_name(&shuffled, name), &by_name(&third, name)), "{name}");
         }
+    }
+
+    /// A Service whose object changed (its status written back) is a new Service with the
+    /// last one's key, the same copy: what keys it holds no second one.
+    #[test]
+    fn a_changed_service_keeps_its_key() {
+        let main: Source = (Arc::from(PathBuf::from("uplink.toml").as_path()), Arc::from(MAIN));
+        let path: Arc<Path> = Arc::from(PathBuf::from("kubernetes:Service/shop/web").as_path());
+        let with_status = format!(
+            "{}status:\n  loadBalancer:\n    ingress: [{{ip: 10.200.0.7}}]\n",
+            service("web")
+        );
+        let mut cache = ManifestCache::default();
+        let mut load = |text: &str| {
+            let object: Source = (path.clone(), Arc::from(text));
+            let config = load_sources_kept(&[&main, &object], &mut cache);
+            let config = config.unwrap_or_else(|e| panic!("{e}"));
+            config.announce.services.first().cloned().expect("the Service")
+        };
+        let first = load(&service("web"));
+        let written_back = load(&with_status);
+        assert!(!Arc::ptr_eq(&first, &written_back), "translated again");
+        assert_eq!(written_back.held_ips.as_slice(), ["10.200.0.7".parse::<IpAddr>().unwrap()]);
+        assert!(Arc::ptr_eq(&first.key, &written_back.key));
+        // Another object's Service in its place does not take it.
+        let other = load(&service("api"));
+        assert_eq!(&*other.key, "shop/api");
     }
 
     /// The API's Service objects merge as one list after the files: in the files' order, a
@@ -675,7 +741,8 @@ mod tests {
         let agreeing = [sources[0].clone(), sources[1].clone(), sources[2].clone()];
         let config = load_sources(&agreeing).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.files, vec![PathBuf::from("uplink.toml"), "conf.d/web.yaml".into()]);
-        let keys: Vec<String> = config.announce.services.iter().map(|s| s.key()).collect();
+        let keys: Vec<String> =
+            config.announce.services.iter().map(|s| s.key.to_string()).collect();
         assert_eq!(keys, ["shop/web", "shop/db"]);
         assert_eq!(
             config.announce.services[1].sources.as_slice(),
@@ -690,7 +757,8 @@ mod tests {
             (PathBuf::from("kubernetes:Service/shop/web"), service("web")),
         ];
         let config = load_sources(&api_only).unwrap_or_else(|e| panic!("{e}"));
-        let keys: Vec<String> = config.announce.services.iter().map(|s| s.key()).collect();
+        let keys: Vec<String> =
+            config.announce.services.iter().map(|s| s.key.to_string()).collect();
         assert_eq!(keys, ["shop/db", "shop/web"]);
     }
 }

@@ -588,7 +588,7 @@ endpoints:
         let [service] = config.announce.services.as_slice() else {
             panic!("{:?}", config.announce.services)
         };
-        assert_eq!((&*service.namespace, &*service.name), ("shop", "web"));
+        assert_eq!((&*service.namespace, service.name()), ("shop", "web"));
         assert_eq!(service.address_pool.as_deref(), Some("vips"));
         assert_eq!(
             service.load_balancer_ips.to_vec(),
@@ -658,7 +658,7 @@ endpoints:
         let config = loaded.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.announce.node.labels.get("rack").map(String::as_str), Some("r7"));
         assert!(!config.announce.node.network_unavailable);
-        let names: Vec<&str> = config.announce.services.iter().map(|s| &*s.name).collect();
+        let names: Vec<&str> = config.announce.services.iter().map(|s| s.name()).collect();
         assert_eq!(names, ["web"]);
         // This node's network unavailable (the other's does not count): nothing announced.
         let unavailable = format!(
@@ -718,7 +718,7 @@ endpoints:
             let announce = &config.announce;
             let service = &announce.services[0];
             crate::announce::allocate::allocate(&announce.pools, &announce.services)
-                .addresses_of(&service.key())
+                .addresses_of(&service.key)
         };
         let shop = service("shop");
         let within = |got: Vec<std::net::IpAddr>, pool: &str| {
