@@ -388,14 +388,14 @@ mod tests {
         web.traffic_policy = TrafficPolicy::Local;
         web.announce_without_endpoints = false;
         web.endpoints =
-            Arc::new([Endpoint { address: "10.244.2.5".parse().unwrap(), node: Arc::from("wk2") }]);
+            Arc::new([Endpoint { address: "10.244.2.5".parse().unwrap(), node: "wk2".into() }]);
         config.services[0] = Arc::new(web.clone());
         let elected = super::tests::web(&config, &all);
         assert_eq!(elected.answering.as_deref(), Some("wk2"));
         assert_eq!(elected.state, L2State::NoLocalEndpoint);
         // wk2's endpoint gone, one on wk1: wk1 takes over.
         web.endpoints =
-            Arc::new([Endpoint { address: "10.244.1.5".parse().unwrap(), node: Arc::from("wk1") }]);
+            Arc::new([Endpoint { address: "10.244.1.5".parse().unwrap(), node: "wk1".into() }]);
         config.services[0] = Arc::new(web.clone());
         assert_eq!(super::tests::web(&config, &all).answering.as_deref(), Some("wk1"));
         // No ready endpoint anywhere: nobody answers.

@@ -649,7 +649,7 @@ fn announcements_at_ten_thousand_services() {
             s.endpoints = (0..5u8)
                 .map(|k| Endpoint {
                     address: IpAddr::from([10, 128, low, k]),
-                    node: format!("n{:03}", (i * 5 + u32::from(k)) % 500).into(),
+                    node: format!("n{:03}", (i * 5 + u32::from(k)) % 500).as_str().into(),
                 })
                 .collect();
             Arc::new(s)

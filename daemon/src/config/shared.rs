@@ -10,6 +10,7 @@
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
@@ -56,6 +57,7 @@ where
 
 static LABELS: LazyLock<Mutex<Table<Labels, Labels>>> = LazyLock::new(Default::default);
 static NAMES: LazyLock<Mutex<Table<Box<str>, str>>> = LazyLock::new(Default::default);
+static NODE_NAMES: LazyLock<Mutex<Table<Box<str>, Box<str>>>> = LazyLock::new(Default::default);
 
 /// `labels`, shared with every other holder of the same labels.
 pub fn labels(labels: &Labels) -> Arc<Labels> {
@@ -69,6 +71,50 @@ pub fn labels(labels: &Labels) -> Arc<Labels> {
 /// `name` (a node's, a namespace's), shared with every other holder of the same name.
 pub fn name(name: &str) -> Arc<str> {
     shared(&NAMES, name, || (Box::from(name), Arc::from(name)))
+}
+
+/// A node's name as an endpoint keeps it: the one shared copy, one pointer wide where an
+/// `Arc<str>` is two (its length). A cluster's Services hold five endpoints each, and an
+/// endpoint is its address and this: 32 bytes rather than 40.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeName(Arc<Box<str>>);
+
+impl NodeName {
+    /// `name`, shared with every other holder of the same node name.
+    pub fn new(name: &str) -> Self {
+        NodeName(shared(&NODE_NAMES, name, || (Box::from(name), Arc::new(Box::from(name)))))
+    }
+}
+
+impl std::ops::Deref for NodeName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for NodeName {
+    fn from(name: &str) -> Self {
+        NodeName::new(name)
+    }
+}
+
+impl fmt::Debug for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl fmt::Display for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self)
+    }
+}
+
+impl serde::Serialize for NodeName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self)
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +138,11 @@ mod tests {
         let wk1 = name("wk1");
         assert!(Arc::ptr_eq(&wk1, &name("wk1")));
         assert_eq!((&*wk1, &*name("wk2")), ("wk1", "wk2"));
+
+        let node = NodeName::new("wk1");
+        assert!(Arc::ptr_eq(&node.0, &NodeName::new("wk1").0));
+        assert_eq!((&*node, &*NodeName::new("wk2")), ("wk1", "wk2"));
+        assert_eq!(std::mem::size_of::<super::super::announce::Endpoint>(), 32);
     }
 
     #[test]

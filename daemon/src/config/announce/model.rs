@@ -294,7 +294,7 @@ pub struct Endpoint {
     /// The node the endpoint runs on; empty when not known (an EndpointSlice endpoint without
     /// `nodeName`), which counts for `cluster` and never as this node's for `local`. One copy
     /// per node name, shared by its endpoints (`config/shared.rs`).
-    pub node: Arc<str>,
+    pub node: crate::config::shared::NodeName,
 }
 
 /// How an endpoint is probed.

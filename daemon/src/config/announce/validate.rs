@@ -409,7 +409,7 @@ fn service(
             Some(node) => check.name(node, &format!("{name}.node")),
             None => Some(String::new()),
         };
-        let node = node.map(|node| crate::config::shared::name(&node));
+        let node = node.map(|node| crate::config::shared::NodeName::new(&node));
         if let (Some(address), Some(node)) = (address, node) {
             endpoints.push(Endpoint { address, node });
         }

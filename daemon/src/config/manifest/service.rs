@@ -270,7 +270,7 @@ pub(super) fn read_slice(top: &Mapping) -> Result<Slice, (String, String)> {
             continue;
         }
         // Empty when not known, as a `[[services]]` endpoint without `node`.
-        let node = crate::config::shared::name(
+        let node = crate::config::shared::NodeName::new(
             endpoint.get("nodeName").and_then(Value::as_str).unwrap_or_default(),
         );
         for (j, address) in addresses.iter().enumerate() {
@@ -381,7 +381,7 @@ impl Document<'_> {
                 let mut map = Mapping::new();
                 map.insert(Value::from("address"), Value::from(endpoint.address.to_string()));
                 if !endpoint.node.is_empty() {
-                    map.insert(Value::from("node"), Value::from(endpoint.node.as_ref()));
+                    map.insert(Value::from("node"), Value::from(&*endpoint.node));
                 }
                 Value::Mapping(map)
             })
