@@ -21,7 +21,6 @@ use smallvec::SmallVec;
 use super::context::{Common, CommonReads, Context, Read};
 use super::{parse, translate, Facts, Indexes, ManifestDocument};
 use crate::config::announce::{Placed, Service};
-use crate::config::digest::digest;
 use crate::config::error::ConfigError;
 use crate::config::validate::Fragment;
 use crate::config::{is_api_source, Source};
@@ -139,11 +138,14 @@ struct CachedSource {
     /// pointer.
     path: Arc<Path>,
     /// The text the entry was made from: the source's own (shared) copy, so an unchanged
-    /// object is known by the pointer, and a changed one by its digest.
+    /// object is known by the pointer, and the same text in another copy (a file read again)
+    /// by comparing the two. No digest is kept: a changed object's text is compared once,
+    /// where its digest was 8 bytes in each of a cluster's tens of thousands of entries.
     text: Arc<str>,
-    digest: u64,
-    /// Its YAML errors, reported by every load.
-    parse_errors: Box<[ConfigError]>,
+    /// Its YAML errors, reported by every load; `None` when it has none (nearly every
+    /// source), one pointer wide (a list's own three words would be in every entry).
+    #[allow(clippy::box_collection)]
+    parse_errors: Option<Box<Vec<ConfigError>>>,
     /// Inline when there is one, as in every object from the API: a list of its own was an
     /// allocation of 144 bytes for each of a cluster's Services and EndpointSlices.
     documents: SmallVec<[CachedDocument; 1]>,
@@ -169,10 +171,12 @@ enum Kept {
     /// Translated to nothing, with no question asked and no error: every EndpointSlice, which
     /// a boxed [`Translation`] gave 120 bytes each.
     Nothing,
+    /// One Service that asked only about itself: every Service object of a cluster.
+    Service(Box<KeptService>),
     Translation(Box<Translation>),
     /// The last text's translation, until the changed text is translated: not to be trusted,
     /// but its Services' keys are given to the same Services of the new one.
-    Replaced(Box<Translation>),
+    Replaced(Box<Kept>),
 }
 
 impl Kept {
@@ -188,12 +192,106 @@ impl Kept {
         {
             return Kept::Nothing;
         }
+        let kept = match KeptService::of(common, &reads, kept, &errors) {
+            Ok(service) => return Kept::Service(Box::new(service)),
+            Err(kept) => kept,
+        };
         Kept::Translation(Box::new(Translation {
             common,
             reads: reads.into_boxed_slice(),
             kept,
             errors: errors.into_boxed_slice(),
         }))
+    }
+}
+
+/// The translation of a Service object that asked, besides the questions without an argument,
+/// only about its own endpoints and its own namespace's labels, with no error: every Service of
+/// a cluster. Its questions are known from the Service itself, so only their answers' digests
+/// are kept: the list of questions and the [`Translation`] around it were 200 bytes for each.
+struct KeptService {
+    common: CommonReads,
+    /// Which of the two questions it asked ([`KeptService::ENDPOINTS`],
+    /// [`KeptService::NAMESPACE_LABELS`]): as bits, two `Option`s made each record a size
+    /// class larger.
+    asked: u8,
+    /// The digests of the answers about the Service's endpoints and its namespace's labels,
+    /// where it asked.
+    endpoints: u64,
+    namespace_labels: u64,
+    service: Placed<Arc<Service>>,
+}
+
+impl KeptService {
+    /// `kept` as a [`KeptService`] when that is what it is, or `kept` again.
+    fn of(
+        common: CommonReads,
+        reads: &[(Read, u64)],
+        kept: Translated,
+        errors: &[ConfigError],
+    ) -> Result<Self, Translated> {
+        let Translated::Services(mut services) = kept else { return Err(kept) };
+        if services.len() != 1 || !errors.is_empty() {
+            return Err(Translated::Services(services));
+        }
+        let Some(service) = services.pop() else { return Err(Translated::Services(services)) };
+        let mut out = KeptService { common, asked: 0, endpoints: 0, namespace_labels: 0, service };
+        for (read, digest) in reads {
+            let (namespace, name) = (&*out.service.item.namespace, out.service.item.name());
+            let (question, slot) = match read {
+                Read::Endpoints(n, s) if **n == *namespace && **s == *name => {
+                    (Self::ENDPOINTS, &mut out.endpoints)
+                }
+                Read::NamespaceLabels(n) if **n == *namespace => {
+                    (Self::NAMESPACE_LABELS, &mut out.namespace_labels)
+                }
+                _ => return Err(out.into_translated()),
+            };
+            if out.asked & question != 0 {
+                return Err(out.into_translated());
+            }
+            out.asked |= question;
+            *slot = *digest;
+        }
+        Ok(out)
+    }
+
+    const ENDPOINTS: u8 = 1;
+    const NAMESPACE_LABELS: u8 = 1 << 1;
+
+    fn asked(&self, question: u8) -> bool {
+        self.asked & question != 0
+    }
+
+    fn into_translated(self) -> Translated {
+        Translated::Services(smallvec::smallvec![self.service])
+    }
+
+    /// Whether its questions get the same answers from `context` (see [`Recheck::same_answers`]).
+    fn same_answers(&self, recheck: &Recheck, context: &Context<'_>) -> bool {
+        let service = &self.service.item;
+        let (namespace, name) = (&*service.namespace, service.name());
+        let same = || {
+            (!self.asked(Self::ENDPOINTS)
+                || context.endpoints_answer(namespace, name) == self.endpoints)
+                && (!self.asked(Self::NAMESPACE_LABELS)
+                    || context.namespace_labels_answer(namespace) == self.namespace_labels)
+        };
+        match recheck {
+            Recheck::None => true,
+            // As for a [`Translation`]: only an endpoint entry is made again. Past a few, the
+            // answer itself is asked rather than the set: a question made to look it up there
+            // would be two names copied per Service.
+            Recheck::Reading(changed) => {
+                let touched = self.asked(Self::ENDPOINTS)
+                    && (changed.len() > FEW_REMADE
+                        || changed.iter().any(|remade| {
+                            matches!(remade, Read::Endpoints(n, s) if **n == *namespace && **s == *name)
+                        }));
+                !touched || same()
+            }
+            Recheck::Every { changed } => !self.common.meets(*changed) && same(),
+        }
     }
 }
 
@@ -237,10 +335,16 @@ impl Translated {
     /// at a cluster's first load, keeps the one copy of its key that the allocation, the
     /// announcements and the Events hold, where a new copy beside it was one more per
     /// Service.
-    fn take_keys_of(&mut self, last: &Translated) {
-        let (Translated::Services(now), Translated::Services(last)) = (self, last) else {
-            return;
+    fn take_keys_of(&mut self, last: &Kept) {
+        let last = match last {
+            Kept::Service(kept) => std::slice::from_ref(&kept.service),
+            Kept::Translation(kept) => match &kept.kept {
+                Translated::Services(services) => services.as_slice(),
+                _ => return,
+            },
+            _ => return,
         };
+        let Translated::Services(now) = self else { return };
         for placed in now.iter_mut() {
             let Some(same) = last.iter().find(|l| l.item.key == placed.item.key) else { continue };
             // Just made: its only holder.
@@ -294,22 +398,21 @@ impl ManifestCache {
             let entry = match kept {
                 Some(entry) if Arc::ptr_eq(&entry.text, text) => entry,
                 Some(mut entry) => {
-                    let text_digest = digest(text);
-                    if entry.digest == text_digest {
+                    if entry.text == *text {
                         // The same text in another copy (a file read again).
                         entry.text = text.clone();
                         entry.path = path.clone();
                         entry
                     } else {
                         changes.note(&entry);
-                        let mut parsed = CachedSource::parse(path, text, text_digest);
+                        let mut parsed = CachedSource::parse(path, text);
                         changes.note(&parsed);
                         parsed.replaces(entry);
                         parsed
                     }
                 }
                 None => {
-                    let parsed = CachedSource::parse(path, text, digest(text));
+                    let parsed = CachedSource::parse(path, text);
                     changes.note(&parsed);
                     parsed
                 }
@@ -397,11 +500,15 @@ impl ManifestCache {
         let Some(source) = self.entries.get_mut(index) else { return };
         let path = &source.path;
         let from_api = is_api_source(path);
-        errors.extend(source.parse_errors.iter().cloned());
+        errors.extend(source.parse_errors.iter().flat_map(|e| e.iter()).cloned());
         let mut parsed_again: Option<Vec<ManifestDocument>> = None;
         for document in source.documents.iter_mut() {
             match &document.translation {
                 Kept::Nothing => continue,
+                Kept::Service(kept) if kept.same_answers(recheck, context) => {
+                    services.push(kept.service.clone());
+                    continue;
+                }
                 Kept::Translation(kept)
                     if recheck.same_answers(kept.common, &kept.reads, context) =>
                 {
@@ -409,7 +516,7 @@ impl ManifestCache {
                     errors.extend(kept.errors.iter().cloned());
                     continue;
                 }
-                Kept::Translation(_) | Kept::Replaced(_) | Kept::None => {}
+                Kept::Service(_) | Kept::Translation(_) | Kept::Replaced(_) | Kept::None => {}
             }
             // The parsed text is not kept (at a cluster's size, every object's parsed YAML at
             // once was most of the first load's memory): parsed again, once per source.
@@ -430,7 +537,7 @@ impl ManifestCache {
             let (fragment, doc_errors) = translate(doc, context);
             let mut translated = Translated::of(fragment, from_api);
             if let Kept::Replaced(last) = &document.translation {
-                translated.take_keys_of(&last.kept);
+                translated.take_keys_of(last);
             }
             translated.add_to(out, services);
             errors.extend(doc_errors.iter().cloned());
@@ -448,15 +555,20 @@ impl CachedSource {
     /// placed in the text).
     fn replaces(&mut self, last: CachedSource) {
         for (document, last) in self.documents.iter_mut().zip(last.documents) {
-            if let Kept::Translation(translation) = last.translation {
-                if matches!(translation.kept, Translated::Services(_)) {
-                    document.translation = Kept::Replaced(translation);
+            let services = match &last.translation {
+                Kept::Service(_) => true,
+                Kept::Translation(translation) => {
+                    matches!(translation.kept, Translated::Services(_))
                 }
+                _ => false,
+            };
+            if services {
+                document.translation = Kept::Replaced(Box::new(last.translation));
             }
         }
     }
 
-    fn parse(path: &Arc<Path>, text: &Arc<str>, text_digest: u64) -> Self {
+    fn parse(path: &Arc<Path>, text: &Arc<str>) -> Self {
         let mut parse_errors = Vec::new();
         let documents = parse(path, text, &mut parse_errors)
             .into_iter()
@@ -473,8 +585,7 @@ impl CachedSource {
         CachedSource {
             path: path.clone(),
             text: text.clone(),
-            digest: text_digest,
-            parse_errors: parse_errors.into_boxed_slice(),
+            parse_errors: (!parse_errors.is_empty()).then(|| Box::new(parse_errors)),
             documents,
         }
     }
@@ -718,6 +829,39 @@ mod tests {
         // Another object's Service in its place does not take it.
         let other = load(&service("api"));
         assert_eq!(&*other.key, "shop/api");
+    }
+
+    /// A Service object's translation is kept in its small form (its questions known from the
+    /// Service itself) when it asked about its endpoints and its namespace, and a later load
+    /// still follows those answers: the endpoints that change make it again.
+    #[test]
+    fn a_service_is_kept_in_its_small_form_and_follows_its_endpoints() {
+        let main: Source = (Arc::from(PathBuf::from("uplink.toml").as_path()), Arc::from(MAIN));
+        let object = |path: &str, text: String| -> Source {
+            (Arc::from(PathBuf::from(path).as_path()), Arc::from(text.as_str()))
+        };
+        let web = object("kubernetes:Service/shop/web", service("web"));
+        let ns = object("kubernetes:Namespace/shop", namespace("shop"));
+        let mut cache = ManifestCache::default();
+        let load = |cache: &mut ManifestCache, slice_text: String| {
+            let slice = object("kubernetes:EndpointSlice/shop/web-1", slice_text);
+            let config = load_sources_kept(&[&main, &ns, &web, &slice], cache);
+            config.unwrap_or_else(|e| panic!("{e}")).announce.services[0].clone()
+        };
+        let first = load(&mut cache, slice("web", "wk1", true));
+        let small = |cache: &ManifestCache| {
+            cache.entries.iter().flat_map(|e| &e.documents).any(|d| {
+                matches!(&d.translation, super::Kept::Service(kept)
+                    if kept.asked == super::KeptService::ENDPOINTS | super::KeptService::NAMESPACE_LABELS)
+            })
+        };
+        assert!(small(&cache), "kept as a KeptService");
+        assert_eq!(first.endpoints.len(), 1);
+        let same = load(&mut cache, slice("web", "wk1", true));
+        assert!(Arc::ptr_eq(&first, &same), "kept when nothing it read changed");
+        let moved = load(&mut cache, slice("web", "wk2", true));
+        assert_eq!(&*moved.endpoints[0].node, "wk2", "made again when its endpoints changed");
+        assert!(small(&cache));
     }
 
     /// The API's Service objects merge as one list after the files: in the files' order, a

@@ -217,13 +217,22 @@ impl Context<'_> {
     fn answer(&self, read: &Read) -> u64 {
         let inputs = &self.inputs;
         match read {
-            Read::Endpoints(namespace, service) => {
-                digest(inputs.endpoints.endpoints(namespace, service))
-            }
-            Read::NamespaceLabels(namespace) => digest(&inputs.namespaces.labels(namespace)),
+            Read::Endpoints(namespace, service) => self.endpoints_answer(namespace, service),
+            Read::NamespaceLabels(namespace) => self.namespace_labels_answer(namespace),
             Read::Password(name, namespace) => {
                 digest(&inputs.secrets.password(name, namespace.as_deref()))
             }
         }
+    }
+
+    /// The digest of the answer to [`Read::Endpoints`] about (`namespace`, `service`), asked
+    /// without making the question.
+    pub fn endpoints_answer(&self, namespace: &str, service: &str) -> u64 {
+        digest(self.inputs.endpoints.endpoints(namespace, service))
+    }
+
+    /// The digest of the answer to [`Read::NamespaceLabels`] about `namespace`.
+    pub fn namespace_labels_answer(&self, namespace: &str) -> u64 {
+        digest(&self.inputs.namespaces.labels(namespace))
     }
 }

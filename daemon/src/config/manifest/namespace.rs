@@ -37,7 +37,7 @@ impl NamespaceIndex {
                     index.labels.insert(name.clone(), labels.clone());
                 }
                 Facts::PrimaryNetwork { name, selector } => {
-                    index.primary_networks.insert(name.clone(), selector.clone());
+                    index.primary_networks.insert(name.clone(), (**selector).clone());
                 }
                 _ => {}
             }
@@ -90,7 +90,8 @@ pub(super) fn facts_of(kind: &str, value: &Value) -> Option<Facts> {
                 .find_map(|topology| network?.get(*topology)?.get("role")?.as_str());
             let selector =
                 spec.and_then(|s| s.get("namespaceSelector")).and_then(|s| selector_of(s).ok())?;
-            (role == Some("Primary")).then_some(Facts::PrimaryNetwork { name, selector })
+            (role == Some("Primary"))
+                .then(|| Facts::PrimaryNetwork { name, selector: Box::new(selector) })
         }
         _ => None,
     }
