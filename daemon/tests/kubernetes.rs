@@ -603,8 +603,15 @@ spec:
         ])
     };
     let settled = version("web");
+    // Each node writes once what it has not read back: a write the config has read since is
+    // not made again (no write succeeds while nothing changes).
+    let writes = |node: &Uplink| {
+        node.json(&["show", "kubernetes"]).unwrap()["status_writes"]["succeeded"].as_u64()
+    };
+    let written = (writes(&node1), writes(&node2));
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(version("web"), settled, "the Service keeps changing: two writers fight");
+    assert_eq!((writes(&node1), writes(&node2)), written, "a node writes the status again");
     let managers = plane.kubectl(&[
         "get",
         "service",

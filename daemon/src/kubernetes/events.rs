@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -82,12 +82,7 @@ impl Events {
 
     async fn send(&self, key: &str, told: &Told) {
         let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
-        let uid = self
-            .services
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .and_then(|s| s.uid.as_ref().map(ToString::to_string));
+        let uid = self.services.uid(key);
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Service".into()),

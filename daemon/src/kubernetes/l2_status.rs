@@ -14,7 +14,7 @@
 //! membership joining at a start): the objects the last run left stay until then.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use futures_lite::StreamExt;
 use kube::api::{
@@ -146,10 +146,9 @@ fn watch_own(api: Api<DynamicObject>, node: &str) -> mpsc::Receiver<Gone> {
 /// The Services read from the API that this node answers for, by `namespace/name`, with the
 /// interfaces it answers on. A file's Service has no object to point at.
 fn answered_from_api(status: &L2Status, services: &Services) -> BTreeMap<String, Answer> {
-    let from_api = services.lock().unwrap_or_else(PoisonError::into_inner);
     status
         .answered()
-        .filter(|service| from_api.contains_key(&*service.service))
+        .filter(|service| services.contains(&service.service))
         .map(|service| {
             let interfaces = match &*service.interfaces {
                 Interfaces::All => Vec::new(),

@@ -74,7 +74,7 @@ pub async fn start(
     );
     node_state::spawn(client.clone(), node, running.clone(), health.clone());
     enactment_writer::spawn(client.clone(), node, running.clone(), objects.clone(), health.clone());
-    status::spawn(client, announcements, services, health.clone(), events);
+    status::spawn(client, announcements, health.clone(), events);
     snapshot::spawn(objects.clone(), state_dir);
     info!(namespace = %settings.namespace, "watching the Kubernetes API");
     Ok(Source { objects, health })

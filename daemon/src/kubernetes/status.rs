@@ -3,11 +3,12 @@
 //! status with server-side apply under one field manager: no leader, and two nodes writing at
 //! once agree instead of fighting (the second apply changes nothing).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::Service as ServiceObject;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::json;
@@ -16,9 +17,10 @@ use tracing::{info, warn};
 
 use super::events::Events;
 use super::health::{self, Health};
-use super::watch::{SeenServices, Services};
 use super::write_outcomes::explain;
+use crate::announce::allocate::ServiceKey;
 use crate::announce::{Allocation, Announcements};
+use crate::config::announce::Service;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The field manager of every status uplink writes.
@@ -46,13 +48,29 @@ const RETRY_FIRST: Duration = Duration::from_secs(2);
 /// in a storm.
 const RETRY_MAX: Duration = Duration::from_secs(60);
 
+/// What this node wrote of a Service's status that the config has not read back yet: the
+/// API's object comes back through the watch a moment later (a status alone up to a second
+/// later, `watch::STATUS_ALONE`), and until then the Service as the config read it still
+/// differs from its addresses.
+struct Written {
+    /// The Service as read when its status was written, by identity: a weak reference keeps
+    /// its address from being reused while this is kept, not its contents.
+    read: Weak<Service>,
+    addresses: Vec<IpAddr>,
+}
+
+/// The statuses written and not read back yet, by Service: only those in flight.
+type WrittenBack = HashMap<ServiceKey, Written, foldhash::fast::RandomState>;
+
+/// A Service whose status to write: its key, its addresses, the Service as read.
+type ToWrite = (ServiceKey, Vec<IpAddr>, Weak<Service>);
+
 /// Writes the allocated addresses of the API's Services after every new allocation (the
-/// announcer's, made once per config), where the API's status differs; what failed is tried
-/// again with a growing wait.
+/// announcer's, made once per config), where the status the config read differs; what failed
+/// is tried again with a growing wait.
 pub(super) fn spawn(
     client: Client,
     mut announcements: channel::Receiver<Arc<Announcements>>,
-    services: Services,
     health: Health,
     events: Arc<Events>,
 ) {
@@ -62,6 +80,7 @@ pub(super) fn spawn(
         // The allocation last written in full (health and drain changes keep it), by
         // identity: a weak reference keeps its address from being reused, not its entries.
         let mut written: Option<Weak<Allocation>> = None;
+        let mut written_back = WrittenBack::default();
         loop {
             let latest = announcements.borrow_and_update().clone();
             if written
@@ -74,27 +93,18 @@ pub(super) fn spawn(
                 continue;
             }
             let mut failed = false;
-            let differing = {
-                let seen = services.lock().unwrap_or_else(PoisonError::into_inner);
-                differing(&latest, &seen)
-            };
+            let differing = differing(&latest, &mut written_back);
             // Let go before the writes: held through thousands of requests, a cluster's first
             // load kept an old copy of every Service's announcements and config alive.
             let allocation = Arc::downgrade(&latest.allocation);
             drop(latest);
-            for (key, addresses) in differing {
+            for (key, addresses, read) in differing {
                 match write(&client, &key, &addresses).await {
                     Ok(()) => {
                         info!(service = %key, ?addresses, "status.loadBalancer.ingress written");
-                        if let Some(seen) = services
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .get_mut(key.as_str())
-                        {
-                            seen.ingress = addresses.as_slice().into();
-                        }
                         health::update(&health, |h| h.status_writes.succeeded += 1);
                         events.allocated(&key, &addresses).await;
+                        written_back.insert(key, Written { read, addresses });
                     }
                     Err(e) => {
                         failed = true;
@@ -126,27 +136,36 @@ pub(super) fn spawn(
     });
 }
 
-/// The Services read from the API whose status (as last read or written) differs from the
-/// addresses they get, by `namespace/name`, with those addresses. Thousands of Services are
-/// compared at every new allocation, by their own keys, and only the few that differ are
-/// kept.
-fn differing(announcements: &Announcements, seen: &SeenServices) -> Vec<(String, Vec<IpAddr>)> {
+/// The Services read from the API whose status, as the config read it, differs from the
+/// addresses they get, but for those whose addresses this node wrote since that Service was
+/// read (`written_back`, which keeps only those). Thousands of Services are compared at every
+/// new allocation, by their own keys, and only the few that differ are kept.
+fn differing(announcements: &Announcements, written_back: &mut WrittenBack) -> Vec<ToWrite> {
+    let allocation = &announcements.allocation;
     let mut out = Vec::new();
+    let mut still_unread = WrittenBack::default();
     for service in announcements.config.services.iter().filter(|s| s.read_from_api()) {
-        let key = &*service.key;
-        let current = seen.get(key).map(|seen| &*seen.ingress).unwrap_or_default();
+        let key = &service.key;
         // Compared in place: a list of addresses made for each Service was most of the time.
-        let addresses = announcements.allocation.addresses(key);
-        if !addresses.eq(current.iter().copied()) {
-            out.push((key.to_string(), announcements.allocation.addresses_of(key)));
+        if allocation.addresses(key).eq(service.held_ips.iter().copied()) {
+            continue;
         }
+        if let Some(written) = written_back.remove(key) {
+            let same_read = std::ptr::eq(written.read.as_ptr(), Arc::as_ptr(service));
+            if same_read && allocation.addresses(key).eq(written.addresses.iter().copied()) {
+                still_unread.insert(key.clone(), written);
+                continue;
+            }
+        }
+        out.push((key.clone(), allocation.addresses_of(key), Arc::downgrade(service)));
     }
+    *written_back = still_unread;
     out
 }
 
 async fn write(client: &Client, key: &str, addresses: &[IpAddr]) -> Result<(), kube::Error> {
     let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
-    let api: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let api: Api<ServiceObject> = Api::namespaced(client.clone(), namespace);
     let ingress: Vec<_> = addresses.iter().map(|ip| json!({ "ip": ip.to_string() })).collect();
     let status = json!({
         "apiVersion": "v1",

@@ -1,6 +1,5 @@
 //! One watcher per kind, and the set of objects they publish together.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -110,50 +109,36 @@ const GATHER: Duration = Duration::from_millis(20);
 /// (every Service of a new cluster) thousands.
 const STATUS_ALONE: Duration = Duration::from_secs(1);
 
-/// What the status writer and the events need of a Service read from the API. One per
-/// Service of the cluster, kept in a table that has room for up to twice as many: each part
-/// takes its length alone, not a `String`'s or a `Vec`'s room to grow.
-#[derive(Debug, Clone, Default)]
-pub(super) struct SeenService {
-    /// Its uid, which an Event's `regarding` names.
-    pub uid: Option<Uid>,
-    /// Its `status.loadBalancer.ingress` addresses as the API has them.
-    pub ingress: Box<[IpAddr]>,
-}
+/// The Service objects the watch holds, as what writes about a Service reads them: its uid (an
+/// Event's `regarding`) and whether it is read from the API at all. Looked up in the watch's
+/// own table: a map of its own, with a copy of every Service's key, uid and status, was a
+/// tenth of a kilobyte per Service. The status writer compares with the status the config
+/// read (`kubernetes/status.rs`).
+#[derive(Clone)]
+pub(super) struct Services(Arc<Shared>);
 
-/// An object's uid: the API server makes each a UUID (RFC 9562), kept as its 16 bytes rather
-/// than its 36 characters in an allocation of their own; any other text as it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Uid {
-    Uuid(uuid::Uuid),
-    Other(Box<str>),
-}
+impl Services {
+    /// The text of the Service `namespace/name` as the watch holds it (see [`reduce`]).
+    fn text(&self, key: &str) -> Option<Arc<str>> {
+        let index = KINDS.iter().position(|kind| kind.kind == "Service")?;
+        let path = PathBuf::from(format!("{API_SOURCE_PREFIX}Service/{key}"));
+        let kinds = self.0.kinds.lock().unwrap_or_else(PoisonError::into_inner);
+        kinds.get(index)?.get(&path).cloned()
+    }
 
-impl Uid {
-    pub fn of(text: &str) -> Self {
-        let mut buffer = uuid::Uuid::encode_buffer();
-        match uuid::Uuid::try_parse(text) {
-            // Written back as it came: the hyphenated lowercase form is the only one whose
-            // text the 16 bytes give again.
-            Ok(uuid) if uuid.hyphenated().encode_lower(&mut buffer) == text => Uid::Uuid(uuid),
-            _ => Uid::Other(text.into()),
-        }
+    /// Whether the API has the Service `namespace/name` (as last listed or watched).
+    pub fn contains(&self, key: &str) -> bool {
+        self.text(key).is_some()
+    }
+
+    /// The uid of the Service `namespace/name`, read from its text (an Event is sent on a
+    /// Service's change of state only, not at every change).
+    pub fn uid(&self, key: &str) -> Option<String> {
+        let text = self.text(key)?;
+        let object: serde_json::Value = serde_norway::from_str(&text).ok()?;
+        object.pointer("/metadata/uid")?.as_str().map(str::to_string)
     }
 }
-
-impl std::fmt::Display for Uid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Uid::Uuid(uuid) => uuid.hyphenated().fmt(f),
-            Uid::Other(text) => f.write_str(text),
-        }
-    }
-}
-
-/// The Services read from the API, by `namespace/name`. Hashed: the status writer looks up
-/// every Service at every new allocation.
-pub(super) type Services = Arc<Mutex<SeenServices>>;
-pub(super) type SeenServices = HashMap<Box<str>, SeenService, foldhash::fast::RandomState>;
 
 #[derive(Default)]
 struct KindState {
@@ -244,7 +229,6 @@ struct Shared {
     /// failing): the failing kinds list at once instead of waiting out their back-off (up to
     /// [`RETRY_MAX`]).
     returned: Returns,
-    services: Services,
     health: Health,
 }
 
@@ -262,7 +246,6 @@ pub(super) fn spawn(
         status_alone: Notify::new(),
         failed: Notify::new(),
         returned: Returns::default(),
-        services: Arc::default(),
         health,
     });
     for (index, kind) in KINDS.iter().enumerate() {
@@ -279,7 +262,7 @@ pub(super) fn spawn(
         };
         tokio::spawn(watch_kind(api, config, kind, index, shared.clone()));
     }
-    let services = shared.services.clone();
+    let services = Services(shared.clone());
     let probing = shared.clone();
     tokio::spawn(async move {
         probe::run(client, &probing.failed, &probing.returned, &probing.health).await;
@@ -431,7 +414,6 @@ async fn watch_once(
                 });
             }
             Ok(Event::InitApply(object)) => {
-                shared.note_service(kind, &object, false);
                 if let Some(listing) = listing.as_mut() {
                     listing.push(reduce(kind, object));
                 }
@@ -461,13 +443,11 @@ async fn watch_once(
                 }
             }
             Ok(Event::Apply(object)) => {
-                shared.note_service(kind, &object, false);
                 let (path, text) = reduce(kind, object);
                 let count = shared.apply(index, path, text, kind.kind == "Service");
                 shared.count(kind, count);
             }
             Ok(Event::Delete(object)) => {
-                shared.note_service(kind, &object, true);
                 let (path, _) = reduce(kind, object);
                 let count = shared.update(index, |state| {
                     state.remove(&path);
@@ -547,25 +527,6 @@ impl Shared {
             }
         });
     }
-
-    fn note_service(&self, kind: &Kind, object: &DynamicObject, deleted: bool) {
-        if kind.kind != "Service" {
-            return;
-        }
-        let key = format!(
-            "{}/{}",
-            object.metadata.namespace.as_deref().unwrap_or("default"),
-            object.metadata.name.as_deref().unwrap_or_default()
-        );
-        let mut services = self.services.lock().unwrap_or_else(PoisonError::into_inner);
-        if deleted {
-            services.remove(key.as_str());
-            return;
-        }
-        let ingress = object.data.get("status").map(ingress_ips).unwrap_or_default();
-        let uid = object.metadata.uid.as_deref().map(Uid::of);
-        services.insert(key.into(), SeenService { uid, ingress: ingress.into() });
-    }
 }
 
 /// Publishes the objects of every kind as one set, once every kind has been listed, whenever
@@ -641,7 +602,8 @@ fn kinds_in_path_order() -> Vec<usize> {
 }
 
 /// An object as a config source: its name, and its text with only what the config reads —
-/// `status` and the server's metadata go, so the apiserver's bookkeeping makes no new set. An
+/// `status` and the server's metadata go, so the apiserver's bookkeeping makes no new set
+/// (a Service keeps its uid, which never changes, for its Events). An
 /// EgressIP keeps its status (which node holds each address), and a Service the addresses of
 /// its `status.loadBalancer.ingress` (which the allocation keeps).
 fn reduce(kind: &Kind, object: DynamicObject) -> Source {
@@ -654,6 +616,10 @@ fn reduce(kind: &Kind, object: DynamicObject) -> Source {
     metadata.insert("name".into(), Value::from(name));
     if let Some(namespace) = object.metadata.namespace {
         metadata.insert("namespace".into(), Value::from(namespace));
+    }
+    // A Service's uid, which its Events name (the config does not read it).
+    if let Some(uid) = object.metadata.uid.filter(|_| kind.kind == "Service") {
+        metadata.insert("uid".into(), Value::from(uid));
     }
     if let Some(labels) = object.metadata.labels.filter(|l| !l.is_empty()) {
         metadata.insert("labels".into(), serde_json::to_value(labels).unwrap_or_default());
@@ -762,20 +728,42 @@ mod tests {
     use tokio::sync::Notify;
 
     use super::{
-        kinds_in_path_order, reduce, without_status, KindState, Returns, Shared, Uid, KINDS,
+        kinds_in_path_order, reduce, without_status, KindState, Returns, Services, Shared, KINDS,
     };
     use crate::config::API_SOURCE_PREFIX;
 
-    /// A uid is written back in an Event's `regarding` as the API gave it, whether kept as its
-    /// 16 bytes (the server's own form) or as text.
+    /// A Service keeps its uid in its text, where its Events find it; another kind keeps none.
     #[test]
-    fn a_uid_reads_back_as_it_came() {
-        let server = "0f9a1c3e-5b7d-4e2f-8a6b-1c2d3e4f5a6b";
-        assert!(matches!(Uid::of(server), Uid::Uuid(_)));
-        for text in [server, "0F9A1C3E-5B7D-4E2F-8A6B-1C2D3E4F5A6B", "not-a-uuid", ""] {
-            assert_eq!(Uid::of(text).to_string(), text);
-        }
-        assert!(matches!(Uid::of("0F9A1C3E-5B7D-4E2F-8A6B-1C2D3E4F5A6B"), Uid::Other(_)));
+    fn a_services_uid_is_read_from_the_watchs_table() {
+        let uid = "0f9a1c3e-5b7d-4e2f-8a6b-1c2d3e4f5a6b";
+        let object = |kind: &str| {
+            serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": kind,
+                "metadata": {"name": "web", "namespace": "shop", "uid": uid},
+                "spec": {"type": "LoadBalancer"},
+            }))
+            .expect("a DynamicObject")
+        };
+        let kind_of = |name: &str| KINDS.iter().position(|k| k.kind == name).expect("watched");
+        let (service, slice) = (kind_of("Service"), kind_of("EndpointSlice"));
+        let (_, slice_text) = reduce(&KINDS[slice], object("EndpointSlice"));
+        assert!(!slice_text.contains(uid), "{slice_text}");
+        let shared = Arc::new(Shared {
+            kinds: std::sync::Mutex::new(KINDS.iter().map(|_| KindState::default()).collect()),
+            changed: Notify::new(),
+            status_alone: Notify::new(),
+            failed: Notify::new(),
+            returned: Returns::default(),
+            health: Default::default(),
+        });
+        let services = Services(shared.clone());
+        assert!(!services.contains("shop/web"));
+        let (path, text) = reduce(&KINDS[service], object("Service"));
+        shared.apply(service, path, text, true);
+        assert!(services.contains("shop/web"));
+        assert_eq!(services.uid("shop/web").as_deref(), Some(uid));
+        assert_eq!(services.uid("shop/db"), None);
     }
 
     /// A Service's status is kept as far as the allocation reads it (the addresses of
@@ -865,7 +853,6 @@ mod tests {
             status_alone: Notify::new(),
             failed: Notify::new(),
             returned: Returns::default(),
-            services: Default::default(),
             health: Default::default(),
         };
         let path: Arc<Path> = Arc::from(Path::new("kubernetes:Service/shop/web"));
