@@ -20,7 +20,7 @@ use super::health::{self, Health};
 use super::write_outcomes::explain;
 use crate::announce::allocate::ServiceKey;
 use crate::announce::{Allocation, Announcements};
-use crate::config::announce::Service;
+use crate::config::announce::Addresses;
 use crate::logthrottle::{held_back_note, LogThrottle, LOG_PERIOD};
 
 /// The field manager of every status uplink writes.
@@ -51,19 +51,25 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// What this node wrote of a Service's status that the config has not read back yet: the
 /// API's object comes back through the watch a moment later (a status alone up to a second
 /// later, `watch::STATUS_ALONE`), and until then the Service as the config read it still
-/// differs from its addresses.
+/// differs from its addresses. The Service may be read again meanwhile for another reason
+/// (its endpoints), so the entry holds while the status read is the one it replaced.
 struct Written {
-    /// The Service as read when its status was written, by identity: a weak reference keeps
-    /// its address from being reused while this is kept, not its contents.
-    read: Weak<Service>,
+    /// The status the config had read when this was written.
+    replaced: Addresses,
     addresses: Vec<IpAddr>,
+    at: Instant,
 }
 
 /// The statuses written and not read back yet, by Service: only those in flight.
 type WrittenBack = HashMap<ServiceKey, Written, foldhash::fast::RandomState>;
 
-/// A Service whose status to write: its key, its addresses, the Service as read.
-type ToWrite = (ServiceKey, Vec<IpAddr>, Weak<Service>);
+/// How long a write is taken as not read back yet at most: a status reset to what it was
+/// before the write came back (by someone else) is written again after this, at the next
+/// allocation.
+const READ_BACK_WITHIN: Duration = Duration::from_secs(10);
+
+/// A Service whose status to write: its key, its addresses, the status the config read.
+type ToWrite = (ServiceKey, Vec<IpAddr>, Addresses);
 
 /// Writes the allocated addresses of the API's Services after every new allocation (the
 /// announcer's, made once per config), where the status the config read differs; what failed
@@ -93,18 +99,19 @@ pub(super) fn spawn(
                 continue;
             }
             let mut failed = false;
-            let differing = differing(&latest, &mut written_back);
+            let differing = differing(&latest, &mut written_back, Instant::now());
             // Let go before the writes: held through thousands of requests, a cluster's first
             // load kept an old copy of every Service's announcements and config alive.
             let allocation = Arc::downgrade(&latest.allocation);
             drop(latest);
-            for (key, addresses, read) in differing {
+            for (key, addresses, replaced) in differing {
                 match write(&client, &key, &addresses).await {
                     Ok(()) => {
                         info!(service = %key, ?addresses, "status.loadBalancer.ingress written");
                         health::update(&health, |h| h.status_writes.succeeded += 1);
                         events.allocated(&key, &addresses).await;
-                        written_back.insert(key, Written { read, addresses });
+                        let at = Instant::now();
+                        written_back.insert(key, Written { replaced, addresses, at });
                     }
                     Err(e) => {
                         failed = true;
@@ -137,10 +144,14 @@ pub(super) fn spawn(
 }
 
 /// The Services read from the API whose status, as the config read it, differs from the
-/// addresses they get, but for those whose addresses this node wrote since that Service was
-/// read (`written_back`, which keeps only those). Thousands of Services are compared at every
-/// new allocation, by their own keys, and only the few that differ are kept.
-fn differing(announcements: &Announcements, written_back: &mut WrittenBack) -> Vec<ToWrite> {
+/// addresses they get, but for those whose addresses this node wrote since the config read
+/// that status (`written_back`, which keeps only those). Thousands of Services are compared
+/// at every new allocation, by their own keys, and only the few that differ are kept.
+fn differing(
+    announcements: &Announcements,
+    written_back: &mut WrittenBack,
+    now: Instant,
+) -> Vec<ToWrite> {
     let allocation = &announcements.allocation;
     let mut out = Vec::new();
     let mut still_unread = WrittenBack::default();
@@ -151,13 +162,14 @@ fn differing(announcements: &Announcements, written_back: &mut WrittenBack) -> V
             continue;
         }
         if let Some(written) = written_back.remove(key) {
-            let same_read = std::ptr::eq(written.read.as_ptr(), Arc::as_ptr(service));
-            if same_read && allocation.addresses(key).eq(written.addresses.iter().copied()) {
+            let unread = written.replaced == service.held_ips
+                && now.saturating_duration_since(written.at) < READ_BACK_WITHIN;
+            if unread && allocation.addresses(key).eq(written.addresses.iter().copied()) {
                 still_unread.insert(key.clone(), written);
                 continue;
             }
         }
-        out.push((key.clone(), allocation.addresses_of(key), Arc::downgrade(service)));
+        out.push((key.clone(), allocation.addresses_of(key), service.held_ips.clone()));
     }
     *written_back = still_unread;
     out
