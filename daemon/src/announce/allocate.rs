@@ -492,9 +492,9 @@ pub fn pool_admits(pool: &Pool, service: &Service) -> bool {
     let mut namespace_labels = Labels::clone(&service.namespace_labels);
     namespace_labels
         .entry("kubernetes.io/metadata.name".to_string())
-        .or_insert_with(|| service.namespace.to_string());
+        .or_insert_with(|| service.namespace().to_string());
     let namespace_ok = (alloc.namespaces.is_empty() && alloc.namespace_selectors.is_empty())
-        || alloc.namespaces.iter().any(|namespace| **namespace == *service.namespace)
+        || alloc.namespaces.iter().any(|namespace| **namespace == *service.namespace())
         || alloc.namespace_selectors.iter().any(|s| s.matches(&namespace_labels));
     namespace_ok && any_matches(&alloc.service_selectors, &service.labels)
 }
@@ -504,8 +504,8 @@ fn candidates(pools: &[PoolSlots<'_>], service: &Service) -> Result<Vec<usize>, 
     let list: Vec<usize> = if let Some(name) = &service.address_pool {
         let index = pools
             .iter()
-            .position(|p| &p.pool.name == name)
-            .ok_or_else(|| AllocError::UnknownPool(name.clone()))?;
+            .position(|p| *p.pool.name == **name)
+            .ok_or_else(|| AllocError::UnknownPool(name.to_string()))?;
         vec![index]
     } else {
         let mut list: Vec<usize> = (0..pools.len())
@@ -550,11 +550,11 @@ fn manual_pool(pools: &[PoolSlots<'_>], service: &Service) -> Result<Arc<str>, A
     if let Some(name) = &service.address_pool {
         let pool = pools
             .iter()
-            .find(|p| &p.pool.name == name)
-            .ok_or_else(|| AllocError::UnknownPool(name.clone()))?;
+            .find(|p| *p.pool.name == **name)
+            .ok_or_else(|| AllocError::UnknownPool(name.to_string()))?;
         return match addresses.iter().find(|a| !pool.contains(**a)) {
             Some(address) => {
-                Err(AllocError::NotInPool { address: *address, pool: Some(name.clone()) })
+                Err(AllocError::NotInPool { address: *address, pool: Some(name.to_string()) })
             }
             None => Ok(pool.name.clone()),
         };
@@ -734,7 +734,6 @@ fn service_asks_the_same(now: &Service, then: &Service) -> bool {
 fn asks_the_same_but_held(now: &Service, then: &Service) -> bool {
     let Service {
         key,
-        namespace,
         labels,
         namespace_labels,
         address_pool,
@@ -749,7 +748,6 @@ fn asks_the_same_but_held(now: &Service, then: &Service) -> bool {
         sources: _,
     } = now;
     *key == then.key
-        && *namespace == then.namespace
         && *labels == then.labels
         && *namespace_labels == then.namespace_labels
         && *address_pool == then.address_pool
@@ -1206,14 +1204,13 @@ pub(crate) mod tests_support {
     pub(crate) fn service(namespace: &str, name: &str) -> Service {
         Service {
             key: crate::config::announce::service_key(namespace, name),
-            namespace: namespace.into(),
             labels: Default::default(),
             namespace_labels: Default::default(),
             address_pool: None,
             load_balancer_ips: smallvec::smallvec![],
             held_ips: smallvec::smallvec![],
             ip_family_policy: Default::default(),
-            ip_families: smallvec::smallvec![],
+            ip_families: Default::default(),
             traffic_policy: TrafficPolicy::Cluster,
             endpoints: std::sync::Arc::new([]),
             announce_without_endpoints: true,
@@ -1660,7 +1657,7 @@ mod tests {
         implicit4.address_pool = Some("v4-first".into());
         let mut explicit = service("ns", "explicit");
         explicit.address_pool = Some("v4-first".into());
-        explicit.ip_families = smallvec::smallvec![IpFamily::Ipv6];
+        explicit.ip_families = [IpFamily::Ipv6].into_iter().collect();
         let out = allocate(&pools, &[implicit6, implicit4, explicit]);
         let family = |key: &str| families_of(out.services[key].as_ref().unwrap());
         assert_eq!(family("ns/implicit6"), vec![IpFamily::Ipv6], "first range's family");
@@ -1710,7 +1707,7 @@ mod tests {
 
         // Single stack asking for a family no pool has.
         let mut v6 = service("ns", "v6");
-        v6.ip_families = smallvec::smallvec![IpFamily::Ipv6];
+        v6.ip_families = [IpFamily::Ipv6].into_iter().collect();
         let out = allocate(&pools, &[v6]);
         assert!(
             matches!(out.services["ns/v6"].as_ref().map_err(|e| &**e), Err(AllocError::NoFamily { needs, .. }) if needs == &vec![IpFamily::Ipv6])
@@ -1721,7 +1718,7 @@ mod tests {
     fn ip_families_order_puts_the_primary_first() {
         let pools = vec![pool("mixed", &["10.0.0.0/24", "2001:db8::/120"])];
         let mut s = dual("ns", "v6-primary", IpFamilyPolicy::PreferDualStack);
-        s.ip_families = smallvec::smallvec![IpFamily::Ipv6, IpFamily::Ipv4];
+        s.ip_families = [IpFamily::Ipv6, IpFamily::Ipv4].into();
         let out = allocate(&pools, &[s]);
         let got = out.services["ns/v6-primary"].as_ref().unwrap();
         assert_eq!(families_of(got), vec![IpFamily::Ipv6, IpFamily::Ipv4]);
@@ -1890,12 +1887,11 @@ mod tests {
             (pools.clone(), with(&|s| s.address_pool = Some("other".into()))),
             (pools.clone(), with(&|s| s.load_balancer_ips = smallvec::smallvec![ip("10.0.0.3")])),
             (pools.clone(), with(&|s| s.ip_family_policy = IpFamilyPolicy::RequireDualStack)),
-            (pools.clone(), with(&|s| s.ip_families = smallvec::smallvec![IpFamily::Ipv6])),
-            (pools.clone(), with(&|s| s.key = service_key(&s.namespace, "z"))),
+            (pools.clone(), with(&|s| s.ip_families = [IpFamily::Ipv6].into_iter().collect())),
+            (pools.clone(), with(&|s| s.key = service_key(s.namespace(), "z"))),
             (
                 pools.clone(),
                 with(&|s| {
-                    s.namespace = "other".into();
                     s.key = service_key("other", s.name());
                 }),
             ),
@@ -1958,7 +1954,7 @@ mod tests {
         let mut s = service(namespace, name);
         if dice.chance(15) {
             s.address_pool = Some(if dice.chance(90) {
-                dice.pick(pools).name.clone()
+                dice.pick(pools).name.as_str().into()
             } else {
                 "nowhere".into()
             });
@@ -1975,8 +1971,9 @@ mod tests {
         ]);
         s.ip_families = dice
             .pick(&[vec![], vec![], vec![IpFamily::Ipv6], vec![IpFamily::Ipv6, IpFamily::Ipv4]])
-            .clone()
-            .into();
+            .iter()
+            .copied()
+            .collect();
         s
     }
 

@@ -271,11 +271,12 @@ pub fn load_sources_kept(
     // Asked once per source: the sources are walked three times, and at a cluster's size
     // each walk is tens of thousands of paths.
     let manifest: Vec<bool> = sources.iter().map(|(path, _)| is_manifest(path)).collect();
-    let mut slots: Vec<Vec<Fragment>> = Vec::with_capacity(sources.len());
+    // The TOML files' fragments, in their order (a slot for each source was 24 bytes for each
+    // of a cluster's objects at every reload).
+    let mut slots: Vec<Vec<Fragment>> = Vec::new();
     for ((path, text), manifest) in sources.iter().copied().zip(&manifest) {
         let text: &str = text;
         if *manifest {
-            slots.push(Vec::new());
             continue;
         }
         let source = SourceText::new(path, text);
@@ -325,10 +326,11 @@ pub fn load_sources_kept(
     // inline, and the room of one per source was 24 MB made and freed at every reload at
     // 10,000 Services, the reload's peak. The few other objects that make a fragment (pools,
     // peers, policies) grow it.
-    let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len().saturating_sub(count) + 1);
+    let mut fragments: Vec<Fragment> = Vec::with_capacity(slots.len() + 1);
     let mut api_services = Vec::new();
     let mut manifest_index = 0;
-    for (slot, manifest) in slots.into_iter().zip(&manifest) {
+    let mut slots = slots.into_iter();
+    for manifest in &manifest {
         if *manifest {
             cache.fragments(
                 manifest_index,
@@ -339,7 +341,7 @@ pub fn load_sources_kept(
             );
             manifest_index += 1;
         } else {
-            fragments.extend(slot);
+            fragments.extend(slots.next().into_iter().flatten());
         }
     }
     // The API's Service objects, as one fragment after every other (manifest/cache.rs).

@@ -272,15 +272,19 @@ ip_families = ["ipv4"]
     assert_eq!(s[2].ip_family_policy, IpFamilyPolicy::SingleStack);
     assert_eq!(s[2].load_balancer_ips.to_vec(), vec!["192.0.2.6".parse::<IpAddr>().unwrap()]);
     assert_eq!(s[2].held_ips, s[2].load_balancer_ips);
-    // One address and one family are kept inline, not on the heap: a cluster's Services are
-    // nearly all single stack, and a list collected first kept room for four on the heap.
-    let inline = |s: &std::sync::Arc<Service>| {
-        !s.load_balancer_ips.spilled() && !s.held_ips.spilled() && !s.ip_families.spilled()
-    };
+    // One address is kept inline, not on the heap (the families always are): a cluster's
+    // Services are nearly all single stack, and a list collected first kept room for four on
+    // the heap.
+    let inline =
+        |s: &std::sync::Arc<Service>| !s.load_balancer_ips.spilled() && !s.held_ips.spilled();
     assert!(s[1..].iter().all(inline), "{s:?}");
     let json = serde_json::to_value(&config).unwrap();
     assert_eq!(json["announce"]["services"][0]["ip_family_policy"], "require-dual-stack");
     assert_eq!(json["announce"]["services"][0]["ip_families"][0], "ipv6");
+    // The key shown as the Service's name and namespace.
+    let shown = &json["announce"]["services"][0];
+    assert_eq!((&shown["name"], &shown["namespace"]), (&"pair".into(), &"default".into()));
+    assert_eq!(s[0].namespace(), "default");
 }
 
 #[test]

@@ -421,10 +421,9 @@ fn service(
     let (name, namespace) = (name?, namespace?);
     Some(Service {
         key: super::service_key(&namespace, &name),
-        namespace: crate::config::shared::name(&namespace),
         labels: raw.labels.clone(),
         namespace_labels: crate::config::shared::labels(&raw.namespace_labels),
-        address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().clone()),
+        address_pool: raw.address_pool.as_ref().map(|p| p.get_ref().as_str().into()),
         load_balancer_ips,
         held_ips,
         ip_family_policy: families.policy,
@@ -496,7 +495,10 @@ fn ip_families(check: &mut Checker<'_, '_>, raw: &RawService, field: &str) -> Fa
                 check.fail(text, &name, format!("{family} is listed twice"));
                 continue;
             }
-            families.push(family);
+            // Two families, each listed once (above): always room.
+            if families.try_push(family).is_err() {
+                check.fail(text, &name, format!("{family}: at most two families"));
+            }
         }
         if families.len() > 1 && policy == IpFamilyPolicy::SingleStack {
             check.fail(

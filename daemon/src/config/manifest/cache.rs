@@ -237,7 +237,7 @@ impl KeptService {
         let Some(service) = services.pop() else { return Err(Translated::Services(services)) };
         let mut out = KeptService { common, asked: 0, endpoints: 0, namespace_labels: 0, service };
         for (read, digest) in reads {
-            let (namespace, name) = (&*out.service.item.namespace, out.service.item.name());
+            let (namespace, name) = (out.service.item.namespace(), out.service.item.name());
             let (question, slot) = match read {
                 Read::Endpoints(n, s) if **n == *namespace && **s == *name => {
                     (Self::ENDPOINTS, &mut out.endpoints)
@@ -270,7 +270,7 @@ impl KeptService {
     /// Whether its questions get the same answers from `context` (see [`Recheck::same_answers`]).
     fn same_answers(&self, recheck: &Recheck, context: &Context<'_>) -> bool {
         let service = &self.service.item;
-        let (namespace, name) = (&*service.namespace, service.name());
+        let (namespace, name) = (service.namespace(), service.name());
         let same = || {
             (!self.asked(Self::ENDPOINTS)
                 || context.endpoints_answer(namespace, name) == self.endpoints)

@@ -588,7 +588,7 @@ endpoints:
         let [service] = config.announce.services.as_slice() else {
             panic!("{:?}", config.announce.services)
         };
-        assert_eq!((&*service.namespace, service.name()), ("shop", "web"));
+        assert_eq!((service.namespace(), service.name()), ("shop", "web"));
         assert_eq!(service.address_pool.as_deref(), Some("vips"));
         assert_eq!(
             service.load_balancer_ips.to_vec(),
