@@ -171,6 +171,20 @@ fn a_service_from_the_api_gets_its_address_and_reaches_the_tor() {
         let events = events(&plane);
         (events.contains(&allocated) && events.contains(announcing)).then_some(()).ok_or(events)
     });
+    // The events name the Service by its uid, as `kubectl describe` finds them.
+    let uid =
+        plane.kubectl(&["get", "service", "web", "-n", "shop", "-o", "jsonpath={.metadata.uid}"]);
+    let named = plane.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "shop",
+        "--field-selector",
+        "involvedObject.name=web,reason=IPAllocated",
+        "-o",
+        "jsonpath={.items[*].involvedObject.uid}",
+    ]);
+    assert!(!uid.is_empty() && named.split(' ').all(|u| u == uid), "{named} for uid {uid}");
 
     // A Service keeps its address when another that sorts before it and hashes to the same
     // slot comes: its status is what the allocation keeps, as MetalLB keeps it (without, the

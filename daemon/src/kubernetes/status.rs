@@ -187,3 +187,65 @@ async fn write(client: &Client, key: &str, addresses: &[IpAddr]) -> Result<(), k
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch_status(name, &params, &Patch::Apply(&status)).await.map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::{differing, Written, WrittenBack, READ_BACK_WITHIN};
+    use crate::announce::allocate::tests_support::{pool, service};
+    use crate::announce::{allocate, Announcements};
+    use crate::config::announce::{AnnounceConfig, Service};
+
+    /// The API's Service `shop/web` with the status `held`.
+    fn web(held: &[IpAddr]) -> Arc<Service> {
+        let mut web = service("shop", "web");
+        web.held_ips = held.iter().copied().collect();
+        web.sources = smallvec::smallvec![Arc::from(Path::new("kubernetes:Service/shop/web"))];
+        Arc::new(web)
+    }
+
+    fn announcements(web: Arc<Service>) -> Announcements {
+        let config = AnnounceConfig {
+            pools: vec![pool("vips", &["192.0.2.0/28"])],
+            services: vec![web],
+            ..Default::default()
+        };
+        let allocation = Arc::new(allocate(&config.pools, &config.services));
+        Announcements { allocation, config: Arc::new(config), ..Default::default() }
+    }
+
+    /// A status is written where the config's differs, once until the config reads it back,
+    /// even when the Service is read again meanwhile for another reason; again when it is
+    /// not read back in time, or when it is reset after it was.
+    #[test]
+    fn a_status_is_written_once_until_it_is_read_back() {
+        let start = Instant::now();
+        let mut written_back = WrittenBack::default();
+        let unread = announcements(web(&[]));
+        let first = differing(&unread, &mut written_back, start);
+        let [(key, addresses, replaced)] = first.as_slice() else { panic!("{first:?}") };
+        assert_eq!((&**key, replaced.as_slice()), ("shop/web", &[][..]));
+        let address = *addresses.first().expect("an address");
+        let write =
+            || Written { replaced: replaced.clone(), addresses: addresses.clone(), at: start };
+        written_back.insert(key.clone(), write());
+
+        assert!(differing(&unread, &mut written_back, start).is_empty(), "written already");
+        let read_again = announcements(web(&[]));
+        assert!(differing(&read_again, &mut written_back, start).is_empty(), "read again");
+        let late = start + READ_BACK_WITHIN + Duration::from_secs(1);
+        let mut not_back_in_time = WrittenBack::default();
+        not_back_in_time.insert(key.clone(), write());
+        assert_eq!(differing(&read_again, &mut not_back_in_time, late).len(), 1, "too late");
+
+        let read_back = announcements(web(&[address]));
+        assert!(differing(&read_back, &mut written_back, start).is_empty(), "read back");
+        assert!(written_back.is_empty(), "forgotten once read back");
+        let reset = announcements(web(&[]));
+        assert_eq!(differing(&reset, &mut written_back, start).len(), 1, "reset after");
+    }
+}

@@ -704,8 +704,8 @@ fn service_addresses(status: &Value) -> Option<Value> {
 }
 
 /// The addresses of a Service's `status.loadBalancer.ingress` (an entry without one, a
-/// `hostname`, or one that does not parse is passed over): what the status writer compares
-/// with the allocation, and what the config keeps.
+/// `hostname`, or one that does not parse is passed over): what the config keeps, and what the
+/// status writer compares with the allocation.
 fn ingress_ips(status: &Value) -> Vec<IpAddr> {
     let ingress = status.pointer("/loadBalancer/ingress").and_then(Value::as_array);
     ingress
