@@ -180,11 +180,11 @@ pub(crate) fn parse(
 /// EndpointSlice's endpoints, a Namespace's labels, a primary network's namespaces, a
 /// Secret's key, a Node's labels. A malformed document has none; its errors come from its
 /// translation.
-#[derive(Debug)]
 ///
 /// Kept per document with facts, an EndpointSlice's for each of a cluster's Services: the rare
 /// kinds' larger parts are boxed so that the enum is the size of a slice's (56 bytes, where a
 /// Secret's entry inline made every slice's 96).
+#[derive(Debug)]
 pub(crate) enum Facts {
     None,
     Slice(service::Slice),
